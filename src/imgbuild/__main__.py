@@ -1,0 +1,3 @@
+from imgbuild.cli.main import run
+
+run()

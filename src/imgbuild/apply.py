@@ -1,0 +1,230 @@
+"""Apply a stack of patches to a tree, in memory, and report what happened.
+
+Nothing here writes to disk: a `Tree` supplies the pristine contents and the
+original blobs for 3-way merges, and the result is a mapping of changed paths.
+That makes every apply transactional: a failure leaves no trace anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from imgbuild.gitio import blob_id
+from imgbuild.hunks import HunkOutcome, apply_hunks, split_lines
+from imgbuild.patchfile import FileDiff, Patch
+
+# Severity order; a patch's method is the worst of its files'.
+METHODS = ("exact", "offset", "fuzz", "3way", "partly-upstreamed", "upstreamed", "conflict")
+OK_METHODS = frozenset({"exact", "offset", "upstreamed", "partly-upstreamed", "3way", "fuzz"})
+
+
+class Tree(Protocol):
+    def read(self, path: str) -> bytes | None:
+        """Pristine content of `path`, or None if the tree lacks it."""
+
+    def blob(self, sha: str) -> bytes | None:
+        """Any blob by id (for the original blobs of 3-way merges)."""
+
+    def symlink_prefix(self, path: str) -> str | None:
+        """The leading component of `path` that is a symlink, if any."""
+
+
+Merge3 = Callable[[bytes, bytes, bytes], tuple[bytes, int]]
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    path: str
+    old_path: str | None
+    method: str
+    hunks: tuple[HunkOutcome, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    patch: str
+    group: str
+    method: str
+    files: tuple[FileOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.method in OK_METHODS
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "patch": self.patch,
+            "group": self.group,
+            "method": self.method,
+            "files": [
+                {
+                    "path": f.path,
+                    "method": f.method,
+                    "reason": f.reason,
+                    "hunks": [
+                        {"hunk": h.hunk, "header": h.header, "method": h.method, "offset": h.offset, "line": h.line}
+                        for h in f.hunks
+                    ],
+                }
+                for f in self.files
+            ],
+        }
+
+
+@dataclass
+class StackResult:
+    outcomes: list[PatchOutcome] = field(default_factory=list)
+    changed: dict[str, bytes | None] = field(default_factory=dict)  # None: deleted
+    conflicts: dict[str, bytes] = field(default_factory=dict)  # files with conflict markers
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+
+def worst(methods: Sequence[str]) -> str:
+    return max(methods, key=METHODS.index) if methods else "exact"
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _encode(lines: Sequence[str]) -> bytes:
+    return "".join(lines).encode("utf-8", errors="surrogateescape")
+
+
+class _Overlay:
+    """The tree as the stack has changed it so far."""
+
+    def __init__(self, tree: Tree, changed: dict[str, bytes | None]) -> None:
+        self.tree = tree
+        self.changed = changed
+
+    def read(self, path: str) -> bytes | None:
+        return self.changed[path] if path in self.changed else self.tree.read(path)
+
+
+def _file_method(hunks: Sequence[HunkOutcome]) -> str:
+    methods = [h.method for h in hunks]
+    if methods and all(m == "upstreamed" for m in methods):
+        return "upstreamed"
+    applied = [m for m in methods if m != "upstreamed"]
+    if len(applied) < len(methods):
+        return worst(["partly-upstreamed", *applied]) if "fuzz" not in applied else "fuzz"
+    return worst(applied)
+
+
+def _apply_file(
+    fd: FileDiff, view: _Overlay, tree: Tree, max_fuzz: int, merge3: Merge3 | None
+) -> tuple[FileOutcome, dict[str, bytes | None], bytes | None]:
+    """Returns the outcome, the changes to make, and conflict-marked content if any."""
+    src = fd.old_path
+    for path in filter(None, (fd.old_path, fd.new_path)):
+        link = tree.symlink_prefix(path)
+        if link:
+            reason = f"{link} is a symlink in the tree; refusing to follow it"
+            return FileOutcome(fd.path, src, "conflict", (), reason), {}, None
+    current = view.read(src) if src else None
+    dest = fd.new_path
+
+    if src is None:  # the patch creates a file
+        wanted = _encode([line for h in fd.hunks for line in h.new])
+        existing = view.read(fd.path)
+        if existing is None:
+            return FileOutcome(fd.path, None, "exact", ()), {fd.path: wanted}, None
+        if existing == wanted:
+            return FileOutcome(fd.path, None, "upstreamed", (), "the file already exists with this content"), {}, None
+        return FileOutcome(fd.path, None, "conflict", (), "the patch creates a file that already exists"), {}, None
+
+    if current is None:
+        return FileOutcome(fd.path, src, "conflict", (), f"{src} does not exist in the tree"), {}, None
+
+    result = apply_hunks(split_lines(_decode(current)), fd.hunks, max_fuzz)
+    method = _file_method(result.hunks)
+    if result.lines is not None:
+        new = _encode(result.lines)
+        if dest is None:
+            return FileOutcome(fd.path, src, method, tuple(result.hunks)), {src: None}, None
+        changes: dict[str, bytes | None] = {dest: new}
+        if fd.is_rename:
+            changes[src] = None
+        return FileOutcome(fd.path, src, method, tuple(result.hunks)), changes, None
+
+    # Hunks failed: a 3-way merge between the patch's original blob, the
+    # patched original, and what the tree has now.
+    base = tree.blob(fd.old_blob) if fd.old_blob else None
+    if merge3 is None or base is None or dest is None:
+        why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
+        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
+    theirs = apply_hunks(split_lines(_decode(base)), fd.hunks, 0)
+    if theirs.lines is None:
+        why = "the patch does not apply to its own original blob (stale index line?)"
+        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
+    merged, conflicts = merge3(current, base, _encode(theirs.lines))
+    if conflicts:
+        why = f"3-way merge left {conflicts} conflict(s)"
+        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, merged
+    if merged == current:
+        return FileOutcome(fd.path, src, "upstreamed", tuple(result.hunks), "3-way merge is a no-op"), {}, None
+    return FileOutcome(fd.path, src, "3way", tuple(result.hunks)), {dest: merged}, None
+
+
+def apply_patch(
+    patch: Patch, tree: Tree, changed: dict[str, bytes | None], *, max_fuzz: int = 0, merge3: Merge3 | None = None
+) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, bytes]]:
+    """Apply one patch on top of `changed`. Returns its outcome and its own changes."""
+    view = _Overlay(tree, dict(changed))
+    own: dict[str, bytes | None] = {}
+    marked: dict[str, bytes] = {}
+    files: list[FileOutcome] = []
+    for fd in patch.files:
+        outcome, changes, conflict = _apply_file(fd, view, tree, max_fuzz, merge3)
+        files.append(outcome)
+        own.update(changes)
+        view.changed.update(changes)
+        if conflict is not None:
+            marked[fd.path] = conflict
+    methods = [f.method for f in files]
+    method = "conflict" if "conflict" in methods else _patch_method(methods)
+    if method == "fuzz" and max_fuzz == 0:
+        method = "conflict"
+    return PatchOutcome(patch.name, patch.group, method, tuple(files)), own, marked
+
+
+def _patch_method(methods: Sequence[str]) -> str:
+    if all(m == "upstreamed" for m in methods):
+        return "upstreamed"
+    if "upstreamed" in methods or "partly-upstreamed" in methods:
+        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
+        return "fuzz" if "fuzz" in rest else ("3way" if "3way" in rest else "partly-upstreamed")
+    return worst(methods)
+
+
+def apply_stack(
+    patches: Sequence[Patch],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    keep_going: bool = True,
+) -> StackResult:
+    """Apply `patches` in order. A patch that fails changes nothing."""
+    result = StackResult()
+    for patch in patches:
+        outcome, own, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
+        result.outcomes.append(outcome)
+        if outcome.ok:
+            result.changed.update(own)
+        else:
+            result.conflicts.update(marked)
+            if not keep_going:
+                break
+    return result
+
+
+def changed_blob_ids(changed: dict[str, bytes | None]) -> dict[str, str | None]:
+    return {p: (blob_id(d) if d is not None else None) for p, d in changed.items()}

@@ -1,0 +1,1 @@
+"""Command-line interface. Each module forwards to the engine; no logic here."""

@@ -1,0 +1,167 @@
+"""`imgbuild patches ...`: inspect, check and apply the patch stack."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imgbuild.apply import apply_stack
+from imgbuild.cli.options import FuzzOpt, JsonOpt
+from imgbuild.errors import UsageError
+from imgbuild.materialize import write_tree
+from imgbuild.project import load_project, merge3
+from imgbuild.report import console, outcomes_table, patches_table, print_json
+
+app = typer.Typer(
+    help=(
+        "Work with the patch stack in patches/ (a quilt series of DEP-3 headed git diffs).\n\n"
+        "Examples:\n\n"
+        "  imgbuild patches list\n\n"
+        "  imgbuild patches check --json\n\n"
+        "  imgbuild patches apply --into /tmp/vllm-patched --variant engram-mem"
+    ),
+    no_args_is_help=True,
+)
+
+
+def _fuzz(allow_fuzz: int) -> int:
+    if allow_fuzz and os.environ.get("CI"):
+        raise UsageError("--allow-fuzz is refused in CI (CI is set)", hint="rebase the patch so it applies exactly")
+    return allow_fuzz
+
+
+@app.command("list")
+def list_(as_json: JsonOpt = False) -> None:
+    """List the series in order, with each patch's group and files."""
+    project = load_project()
+    if as_json:
+        print_json(
+            [
+                {"patch": p.name, "file": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
+                for p in project.patches
+            ]
+        )
+        return
+    console.print(patches_table(project.patches))
+
+
+@app.command()
+def check(
+    as_json: JsonOpt = False,
+    allow_fuzz: FuzzOpt = 0,
+) -> None:
+    """Check that the whole series and every variant apply to the pinned release.
+
+    Each patch is tried exact, then at an offset, then (only with --allow-fuzz)
+    with fuzz, then by 3-way merge from its original blobs. A patch whose hunks
+    are already in the release is reported `upstreamed`. Exit status 1 when any
+    patch conflicts, needs fuzz, or needs a 3-way merge. Nothing is written.
+    """
+    project = load_project()
+    tree = project.tree()
+    full = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=merge3)
+    variants = {}
+    variant_errors = {}
+    for name in project.variants:
+        try:
+            variants[name] = project.plan([name], max_fuzz=allow_fuzz)[0]
+        except Exception as exc:  # noqa: BLE001 - report every variant, then fail
+            variant_errors[name] = str(getattr(exc, "message", exc))
+    ok = full.ok and not variant_errors and all(o.method in ("exact", "offset") for o in full.outcomes)
+    if as_json:
+        print_json(
+            {
+                "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
+                "ok": ok,
+                "patches": [o.to_json() for o in full.outcomes],
+                "variants": {
+                    **{n: {"ok": True, "patches": list(p.variant.selected)} for n, p in variants.items()},
+                    **{n: {"ok": False, "error": e} for n, e in variant_errors.items()},
+                },
+                "lint": project.lint(),
+            }
+        )
+    else:
+        console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", full.outcomes))
+        for n, p in variants.items():
+            console.print(f"variant [bold]{n}[/]: ok ({len(p.variant.selected)} patches)")
+        for n, e in variant_errors.items():
+            console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
+        for problem in project.lint():
+            console.print(f"[yellow]lint[/]: {problem}")
+        console.print("[green]all patches apply[/]" if ok else "[bold red]the stack does not apply cleanly[/]")
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def apply(
+    into: Annotated[Path, typer.Option("--into", help="New (or empty) directory to write the patched tree to.")],
+    variant: Annotated[
+        str | None, typer.Option("--variant", "-v", help="Apply this variant's selection (default: the whole series).")
+    ] = None,
+    only_changed: Annotated[bool, typer.Option("--only-changed", help="Write only the files the patches change.")] = False,
+    as_json: JsonOpt = False,
+    allow_fuzz: FuzzOpt = 0,
+) -> None:
+    """Write the pinned release with the stack applied into a new directory.
+
+    All or nothing: the tree is staged beside DIR and renamed into place only
+    when every patch applied. Neither the cache nor any existing file changes.
+    """
+    project = load_project()
+    tree = project.tree()
+    if variant:
+        plan = project.plan([variant], max_fuzz=_fuzz(allow_fuzz))[0]
+        changed: dict[str, bytes | None] = {f.path: plan.contents[f.path] for f in plan.files if f.state == "patched"}
+        outcomes = list(plan.outcomes)
+    else:
+        result = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=None)
+        if not result.ok:
+            if as_json:
+                print_json({"ok": False, "patches": [o.to_json() for o in result.outcomes]})
+            else:
+                console.print(outcomes_table("apply", result.outcomes))
+            bad = next(o for o in result.outcomes if not o.ok)
+            from imgbuild.errors import ApplyError
+
+            raise ApplyError(
+                f"{bad.patch} does not apply ({bad.method}); nothing was written to {into}",
+                hint="run `imgbuild patches check` for the per-hunk report",
+            )
+        changed, outcomes = result.changed, result.outcomes
+    count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
+    if as_json:
+        print_json({"ok": True, "into": str(into.resolve()), "files": count, "patches": [o.to_json() for o in outcomes]})
+    else:
+        console.print(outcomes_table(f"applied onto {project.pin.tag}", outcomes))
+        console.print(f"wrote {count} files to {into.resolve()}")
+
+
+@app.command()
+def status(as_json: JsonOpt = False) -> None:
+    """Show the pin, the cache state, and header problems in the series."""
+    project = load_project()
+    from imgbuild.upstream import Mirror
+
+    mirror = Mirror(project.pin.source, project.pin.package_root)
+    cached = mirror.path.exists() and bool(mirror.open().resolve_commit(project.pin.commit))
+    info = {
+        "upstream": {"name": project.pin.name, "tag": project.pin.tag, "commit": project.pin.commit, "kind": project.pin.source.kind},
+        "cache": {"mirror": str(mirror.path), "pinned_commit_cached": cached},
+        "series": {"patches": len(project.patches), "digest": project.series_digest},
+        "variants": list(project.variants),
+        "lint": project.lint(),
+    }
+    if as_json:
+        print_json(info)
+        return
+    console.print(f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})")
+    console.print(f"cache:    {mirror.path} ({'pinned commit cached' if cached else 'not cached yet: the next command fetches it'})")
+    console.print(f"series:   {len(project.patches)} patches, digest {project.series_digest[:16]}")
+    console.print(f"variants: {', '.join(project.variants)}")
+    for problem in project.lint():
+        console.print(f"[yellow]lint[/]: {problem}")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from imgbuild.cli.options import JsonOpt
+from imgbuild.project import load_project
+from imgbuild.report import console, plan_matrix, print_json
+
+
+def plan(
+    variants: Annotated[list[str] | None, typer.Argument(help="Variants to plan (default: all in images/).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show which files each image variant carries patched or original.
+
+    Applies each variant's patches to the pinned release in memory and prints
+    the variant x file matrix (like section 3 of the deployment report).
+    With --json, prints the full plan: states, patches, sha256 and blob ids.
+    """
+    project = load_project()
+    plans = project.plan(variants or None)
+    if as_json:
+        print_json(
+            {
+                "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
+                "series_digest": project.series_digest,
+                "variants": [p.to_json() for p in plans],
+            }
+        )
+        return
+    console.print(plan_matrix(plans))
+    for p in plans:
+        v = p.variant
+        chain = " <- ".join(reversed(v.chain))
+        console.print(f"[bold]{v.name}[/]: {len(v.selected)} patches ({chain})" + (f"; leaves out {', '.join(v.reverted)}" if v.reverted else ""))

@@ -1,0 +1,236 @@
+"""Parse one patch file: a DEP-3 header, then a git-style diff.
+
+Parsing also enforces the safety rules, because a patch that is refused should
+never get as far as touching a tree: no paths outside the tree or outside the
+package root, no symlinks, no binary diffs, full `index` lines only. Every
+refusal names the patch file and the line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import unidiff
+from unidiff.errors import UnidiffParseError
+
+from imgbuild.errors import PatchError
+
+INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
+FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
+ZERO = "0" * 40
+REQUIRED_FIELDS = ("Description", "Author", "Upstream-Status", "Last-Update", "Group")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    index: int  # 1-based within its file
+    header: str  # the "@@ -a,b +c,d @@ ..." line
+    old_start: int  # 1-based line in the pre-image
+    new_start: int
+    old: tuple[str, ...]  # context + removed lines, with their line endings
+    new: tuple[str, ...]  # context + added lines
+    lead: int  # leading context lines
+    trail: int  # trailing context lines
+    line: int  # line of the @@ header in the patch file
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None: the patch creates the file
+    new_path: str | None  # None: the patch deletes the file
+    old_blob: str | None
+    new_blob: str | None
+    hunks: tuple[Hunk, ...]
+    line: int  # line of "diff --git" in the patch file
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+    @property
+    def is_rename(self) -> bool:
+        return self.old_path is not None and self.new_path is not None and self.old_path != self.new_path
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str  # file stem, used everywhere to refer to the patch
+    filename: str
+    header: str  # everything before the first "diff --git", kept byte for byte
+    fields: dict[str, str]
+    files: tuple[FileDiff, ...]
+    sha256: str  # of the whole patch file
+
+    @property
+    def group(self) -> str:
+        return self.fields.get("Group", "").strip()
+
+    @property
+    def description(self) -> str:
+        return self.fields.get("Description", "").splitlines()[0] if self.fields.get("Description") else ""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p for f in self.files for p in (f.old_path, f.new_path) if p))
+
+
+def parse_header(header: str) -> dict[str, str]:
+    """DEP-3 fields (RFC 822 style, continuation lines start with a space)."""
+    fields: dict[str, str] = {}
+    current: str | None = None
+    for raw in header.splitlines():
+        if raw.strip() == "---":
+            break
+        if raw.startswith((" ", "\t")) and current:
+            cont = raw[1:]
+            fields[current] += "\n" + ("" if cont.strip() == "." else cont)
+            continue
+        m = FIELD_RE.match(raw)
+        if m:
+            current = m.group(1)
+            fields[current] = m.group(2)
+        else:
+            current = None
+    return fields
+
+
+def _strip_prefix(name: str, prefix: str) -> str:
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def _check_path(patch: str, path: str, line: int, package_root: str) -> None:
+    where = f"{patch}:{line}"
+    pure = PurePosixPath(path)
+    if path.startswith("/") or pure.is_absolute():
+        raise PatchError(f"{where}: absolute path {path!r} is refused", hint="paths must be relative, like a/vllm/x.py")
+    if ".." in pure.parts:
+        raise PatchError(f"{where}: path {path!r} escapes the tree ('..')", hint="remove the '..' component")
+    if not pure.parts or pure.parts[0] != package_root:
+        raise PatchError(
+            f"{where}: {path!r} is outside the package root {package_root}/",
+            hint=f"patches may only touch files under {package_root}/",
+        )
+
+
+def _hunk_from(h: unidiff.Hunk, index: int, first_line: int) -> Hunk:
+    old: list[str] = []
+    new: list[str] = []
+    kinds: list[str] = []
+    lines = list(h)
+    for i, ln in enumerate(lines):
+        if ln.line_type == "\\":
+            continue
+        value = ln.value
+        if i + 1 < len(lines) and lines[i + 1].line_type == "\\":
+            value = value.removesuffix("\n").removesuffix("\r")
+        if ln.line_type in (" ", "-"):
+            old.append(value)
+        if ln.line_type in (" ", "+"):
+            new.append(value)
+        kinds.append(ln.line_type)
+    lead = next((i for i, k in enumerate(kinds) if k != " "), len(kinds))
+    trail = next((i for i, k in enumerate(reversed(kinds)) if k != " "), len(kinds))
+    diff_line = min((ln.diff_line_no for ln in lines if ln.diff_line_no), default=1) - 1
+    return Hunk(
+        index=index,
+        header=f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@",
+        old_start=h.source_start,
+        new_start=h.target_start,
+        old=tuple(old),
+        new=tuple(new),
+        lead=lead,
+        trail=trail,
+        line=first_line + diff_line - 1,
+    )
+
+
+def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise PatchError(f"{path}: patch file not found", hint="check patches/series") from exc
+    name = path.name
+    if b"\0" in raw:
+        raise PatchError(f"{name}: binary data in the patch file", hint="binary patches are refused")
+    text = raw.decode("utf-8", errors="surrogateescape")
+    start = text.find("diff --git ")
+    while start > 0 and text[start - 1] != "\n":
+        start = text.find("diff --git ", start + 1)
+    if start < 0:
+        raise PatchError(f"{name}: no 'diff --git' section found", hint="write the diff with `git diff --full-index`")
+    header, diff = text[:start], text[start:]
+    header_lines = header.count("\n")
+
+    for i, line in enumerate(diff.splitlines(), start=header_lines + 1):
+        if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
+            raise PatchError(f"{name}:{i}: binary diff is refused", hint="patches may only change text files")
+        if re.match(r"^(new file mode|new mode|old mode|deleted file mode) 120000$", line):
+            raise PatchError(f"{name}:{i}: symlink is refused", hint="patches may not create or change symlinks")
+        m = INDEX_RE.match(line)
+        if m and m.group(3) == "120000":
+            raise PatchError(f"{name}:{i}: symlink is refused", hint="patches may not create or change symlinks")
+        if m and (len(m.group(1)) != 40 or len(m.group(2)) != 40):
+            raise PatchError(
+                f"{name}:{i}: abbreviated index line {line!r}",
+                hint="regenerate the diff with `git diff --full-index` so 3-way merges can find the original blobs",
+            )
+
+    try:
+        patchset = unidiff.PatchSet(diff)
+    except UnidiffParseError as exc:
+        raise PatchError(f"{name}: malformed diff: {exc}", hint="regenerate it with `git diff --full-index`") from exc
+
+    files: list[FileDiff] = []
+    diff_starts = [i for i, ln in enumerate(diff.splitlines(), start=header_lines + 1) if ln.startswith("diff --git ")]
+    for pos, pf in enumerate(patchset):
+        line = diff_starts[pos] if pos < len(diff_starts) else header_lines + 1
+        old_blob = new_blob = None
+        for info in pf.patch_info:
+            m = INDEX_RE.match(info.rstrip("\n"))
+            if m:
+                old_blob, new_blob = m.group(1), m.group(2)
+        if pf.is_binary_file:
+            raise PatchError(f"{name}:{line}: binary diff is refused", hint="patches may only change text files")
+        old_path = None if pf.is_added_file else _strip_prefix(pf.source_file, "a/")
+        new_path = None if pf.is_removed_file else _strip_prefix(pf.target_file, "b/")
+        for p in (old_path, new_path):
+            if p is not None:
+                _check_path(name, p, line, package_root)
+        if old_blob is None and pf.hunks:
+            raise PatchError(
+                f"{name}:{line}: {pf.path}: missing 'index' line",
+                hint="regenerate the diff with `git diff --full-index`",
+            )
+        hunks = tuple(_hunk_from(h, i, header_lines + 1) for i, h in enumerate(pf, start=1))
+        files.append(
+            FileDiff(
+                old_path=old_path,
+                new_path=new_path,
+                old_blob=None if old_blob == ZERO else old_blob,
+                new_blob=None if new_blob == ZERO else new_blob,
+                hunks=hunks,
+                line=line,
+            )
+        )
+    if not files:
+        raise PatchError(f"{name}: the diff changes no file")
+    fields = parse_header(header)
+    return Patch(
+        name=path.name.removesuffix(".patch").removesuffix(".diff"),
+        filename=path.name,
+        header=header,
+        fields=fields,
+        files=tuple(files),
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def missing_fields(patch: Patch) -> list[str]:
+    """DEP-3 fields this project requires that the header lacks."""
+    missing = [f for f in REQUIRED_FIELDS if not patch.fields.get(f, "").strip()]
+    if not (patch.fields.get("Origin") or patch.fields.get("Forwarded")):
+        missing.append("Origin or Forwarded")
+    return missing

@@ -1,0 +1,112 @@
+"""A project on disk: the pin, the series, the patches and the variants."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from imgbuild.config import UpstreamPin, VariantConfig, load_pin, load_variant
+from imgbuild.errors import ConfigError, PatchError, unknown_name
+from imgbuild.gitio import CommitTree, merge_file
+from imgbuild.patchfile import Patch, missing_fields, parse_patch
+from imgbuild.planner import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
+from imgbuild.series import SeriesEntry, parse_series
+from imgbuild.upstream import Resolved, open_pinned
+
+
+def find_root(start: Path | None = None) -> Path:
+    if os.environ.get("IMGBUILD_PROJECT"):
+        return Path(os.environ["IMGBUILD_PROJECT"]).resolve()
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "patches" / "series").is_file():
+            return candidate
+    raise ConfigError(
+        f"no imgbuild project found at or above {here} (looked for patches/series)",
+        hint="run inside the project, or pass --project DIR (or set IMGBUILD_PROJECT)",
+    )
+
+
+def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
+    return merge_file(ours, base, theirs, ("upstream", "original", "patch"))
+
+
+@dataclass
+class Project:
+    root: Path
+    pin: UpstreamPin
+    series: list[SeriesEntry]
+    patches: list[Patch]
+    variant_configs: dict[str, VariantConfig]
+
+    @classmethod
+    def load(cls, root: Path) -> Project:
+        pin = load_pin(root / "patches" / "upstream.yaml")
+        series_path = root / "patches" / "series"
+        series = parse_series(series_path)
+        patches = []
+        for entry in series:
+            path = root / "patches" / entry.filename
+            if not path.is_file():
+                raise PatchError(
+                    f"{series_path}:{entry.line}: {entry.filename} is listed but does not exist",
+                    hint="add the file or remove the line from patches/series",
+                )
+            patches.append(parse_patch(path, pin.package_root))
+        variants: dict[str, VariantConfig] = {}
+        for path in sorted((root / "images").glob("*.yaml")):
+            v = load_variant(path)
+            variants[v.name] = v
+        return cls(root, pin, series, patches, variants)
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @cached_property
+    def series_digest(self) -> str:
+        """sha256 over the series order and every patch file's bytes."""
+        h = hashlib.sha256()
+        for p in self.patches:
+            h.update(f"{p.filename}\0{p.sha256}\n".encode())
+        return h.hexdigest()
+
+    @cached_property
+    def variants(self) -> dict[str, ResolvedVariant]:
+        return resolve_variants(self.variant_configs, self.patches)
+
+    def variant(self, name: str) -> ResolvedVariant:
+        if name not in self.variants:
+            raise ConfigError(unknown_name("variant", name, self.variants), hint="variants are the files in images/")
+        return self.variants[name]
+
+    def lint(self) -> list[str]:
+        """Problems that do not stop an apply but that review should catch."""
+        problems = []
+        for p in self.patches:
+            for f in missing_fields(p):
+                problems.append(f"{p.filename}: DEP-3 header lacks {f}")
+        listed = {e.filename for e in self.series}
+        for path in sorted(self.patches_dir.glob("*.patch")):
+            if path.name not in listed:
+                problems.append(f"{path.name}: not listed in patches/series")
+        return problems
+
+    @cached_property
+    def upstream(self) -> Resolved:
+        return open_pinned(self.pin)
+
+    def tree(self) -> CommitTree:
+        return CommitTree(self.upstream.repo, self.upstream.commit)
+
+    def plan(self, names: list[str] | None = None, max_fuzz: int = 0) -> list[VariantPlan]:
+        chosen = [self.variant(n) for n in names] if names else list(self.variants.values())
+        tree = self.tree()
+        return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz) for v in chosen]
+
+
+def load_project() -> Project:
+    return Project.load(find_root())
