@@ -144,9 +144,11 @@ def _apply_file(
         return FileOutcome(fd.path, src, "conflict", (), f"{src} does not exist in the tree"), {}, None
 
     result = apply_hunks(split_lines(_decode(current)), fd.hunks, max_fuzz)
-    method = _file_method(result.hunks)
     if result.lines is not None:
+        method = _file_method(result.hunks)
         new = _encode(result.lines)
+        if method == "upstreamed":
+            return FileOutcome(fd.path, src, method, tuple(result.hunks), "every hunk is already present"), {}, None
         if dest is None:
             return FileOutcome(fd.path, src, method, tuple(result.hunks)), {src: None}, None
         changes: dict[str, bytes | None] = {dest: new}

@@ -115,6 +115,25 @@ def _check_path(patch: str, path: str, line: int, package_root: str) -> None:
         )
 
 
+def _header_paths(line: str) -> list[str]:
+    """Paths named by one line of a file's diff header."""
+    if line.startswith("diff --git "):
+        rest = line[len("diff --git ") :]
+        # "a/X b/Y": split on the " b/" that starts the second path
+        cut = rest.find(" b/")
+        if rest.startswith("a/") and cut > 0:
+            return [rest[2:cut], rest[cut + 3 :]]
+        return [rest]
+    for key, prefix in (("--- ", "a/"), ("+++ ", "b/")):
+        if line.startswith(key):
+            target = line[len(key) :].split("\t", 1)[0]
+            return [] if target == "/dev/null" else [_strip_prefix(target, prefix)]
+    for key in ("rename from ", "rename to ", "copy from ", "copy to "):
+        if line.startswith(key):
+            return [line[len(key) :]]
+    return []
+
+
 def _hunk_from(h: unidiff.Hunk, index: int, first_line: int) -> Hunk:
     old: list[str] = []
     new: list[str] = []
@@ -164,7 +183,15 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
     header, diff = text[:start], text[start:]
     header_lines = header.count("\n")
 
+    in_file_header = False
     for i, line in enumerate(diff.splitlines(), start=header_lines + 1):
+        if line.startswith("diff --git "):
+            in_file_header = True
+        elif line.startswith("@@"):
+            in_file_header = False
+        if in_file_header:
+            for named in _header_paths(line):
+                _check_path(name, named, i, package_root)
         if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
             raise PatchError(f"{name}:{i}: binary diff is refused", hint="patches may only change text files")
         if re.match(r"^(new file mode|new mode|old mode|deleted file mode) 120000$", line):

@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Prepare a Debian bookworm host (run as root) for imgbuild's docker test tier:
+#   - Debian packages: docker.io (20.10), qemu-user-static, binfmt-support,
+#     mmdebstrap (+ arch-test), docker-registry (distribution 2.8), apache2-utils
+#   - a running dockerd (log: /var/log/dockerd.log)
+#   - buildx + compose v2 CLI plugins, taken from Debian's next suite (trixie)
+#   - arm64 emulation through binfmt_misc (qemu-aarch64)
+# Idempotent: every step checks its state first and skips what is done.
+# Network: only the package sources already configured in /etc/apt are used.
+set -euo pipefail
+
+log() { printf '[setup-host] %s\n' "$*"; }
+die() { printf '[setup-host] ERROR: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root"
+export DEBIAN_FRONTEND=noninteractive
+
+NEXT_SUITE="${NEXT_SUITE:-trixie}"
+PLUGIN_DIRS=(/usr/local/lib/docker/cli-plugins "${HOME:-/root}/.docker/cli-plugins")
+if [ -n "${DOCKER_CONFIG:-}" ] && [ "${DOCKER_CONFIG%/}" != "${HOME:-/root}/.docker" ]; then
+    PLUGIN_DIRS+=("${DOCKER_CONFIG%/}/cli-plugins")
+fi
+DOCKERD_LOG=/var/log/dockerd.log
+DOCKERD_PIDFILE=/var/run/docker.pid
+DOCKERD_WAIT=60
+PY=/usr/bin/python3
+
+TMP_ROOT="$(mktemp -d /tmp/setup-host.XXXXXX)"
+POLICY_CREATED=0
+cleanup() {
+    rm -rf "$TMP_ROOT"
+    if [ "$POLICY_CREATED" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- 1. packages
+PACKAGES=(
+    docker.io qemu-user-static binfmt-support
+    mmdebstrap arch-test gpg libdpkg-perl mount uidmap xz-utils
+    docker-registry apache2-utils
+    ca-certificates curl python3
+)
+
+is_installed() {
+    [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" = installed ]
+}
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    is_installed "$p" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "apt: installing ${missing[*]}"
+    # Keep package scripts from starting services (docker, docker-registry):
+    # this script starts what it needs itself.
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 0755 /usr/sbin/policy-rc.d
+        POLICY_CREATED=1
+    fi
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    log "apt: done"
+else
+    log "apt: all ${#PACKAGES[@]} packages already installed"
+fi
+
+# ---------------------------------------------------------------- 2. dockerd
+DOCKER_CLIENTS=(/usr/bin/docker /usr/local/bin/docker)
+
+docker_answers() {
+    local c
+    for c in "${DOCKER_CLIENTS[@]}"; do
+        if [ -x "$c" ] && timeout 10 "$c" info >/dev/null 2>&1; then
+            return 0
+        fi
+    done
+    return 1
+}
+
+# pid_is NAME PIDFILE: the pid file names a live (not zombie) process called NAME.
+pid_is() {
+    local pid state
+    [ -s "$2" ] || return 1
+    pid="$(tr -dc '0-9' < "$2")"
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 1
+    state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)"
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+if docker_answers; then
+    log "dockerd: already running"
+else
+    if pid_is dockerd "$DOCKERD_PIDFILE"; then
+        log "dockerd: pid $(cat "$DOCKERD_PIDFILE") alive but not answering yet; waiting"
+    else
+        # Stale pid files from a killed daemon would make dockerd (or its
+        # managed containerd) refuse to start or talk to the wrong process.
+        if [ -e "$DOCKERD_PIDFILE" ]; then
+            log "dockerd: removing stale $DOCKERD_PIDFILE"
+            rm -f "$DOCKERD_PIDFILE"
+        fi
+        cpid=/var/run/docker/containerd/containerd.pid
+        if [ -e "$cpid" ] && ! pid_is containerd "$cpid"; then
+            log "dockerd: removing stale $cpid"
+            rm -f "$cpid"
+        fi
+        DOCKERD="$(command -v /usr/sbin/dockerd dockerd 2>/dev/null | head -n1 || true)"
+        [ -n "$DOCKERD" ] || die "dockerd not found (is docker.io installed?)"
+        log "dockerd: starting $DOCKERD (log: $DOCKERD_LOG)"
+        printf '\n==== %s setup-host.sh starts dockerd\n' "$(date -u +%FT%TZ)" >> "$DOCKERD_LOG"
+        setsid nohup "$DOCKERD" >> "$DOCKERD_LOG" 2>&1 < /dev/null &
+        started_pid=$!
+    fi
+    t0=$SECONDS
+    while ((SECONDS - t0 < DOCKERD_WAIT)); do
+        docker_answers && break
+        if [ -n "${started_pid:-}" ] && ! kill -0 "$started_pid" 2>/dev/null; then
+            tail -n 20 "$DOCKERD_LOG" >&2 || true
+            die "dockerd exited during start-up; see $DOCKERD_LOG"
+        fi
+        sleep 1
+    done
+    if ! docker_answers; then
+        tail -n 20 "$DOCKERD_LOG" >&2 || true
+        die "dockerd (pid file $DOCKERD_PIDFILE) did not answer on /var/run/docker.sock within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
+    fi
+    log "dockerd: up after $((SECONDS - t0))s"
+fi
+
+# ---------------------------------------------------------------- 3. buildx + compose plugins
+PLUGINS=(docker-buildx docker-compose)
+
+plugins_ok() {
+    local d p
+    for d in "${PLUGIN_DIRS[@]}"; do
+        for p in "${PLUGINS[@]}"; do
+            [ -x "$d/$p" ] || return 1
+            "$d/$p" docker-cli-plugin-metadata >/dev/null 2>&1 || return 1
+        done
+    done
+}
+
+# Print the machine's Debian apt sources as one deb822 file, keeping only
+# "deb" entries for this release's main suite, renamed to $1.
+next_suite_sources() {
+    "$PY" - "$1" <<'PYEOF'
+import glob, os, re, sys
+
+new = sys.argv[1]
+codename = ""
+with open("/etc/os-release") as f:
+    for line in f:
+        if line.startswith("VERSION_CODENAME="):
+            codename = line.split("=", 1)[1].strip().strip('"')
+if not codename:
+    sys.exit("cannot read VERSION_CODENAME from /etc/os-release")
+
+out = []
+def add(uris, components, extra):
+    para = ["Types: deb", "URIs: " + " ".join(uris), "Suites: " + new,
+            "Components: " + " ".join(components)]
+    para += extra
+    out.append("\n".join(para))
+
+# one-line format
+lists = ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list"))
+for path in lists:
+    if not os.path.isfile(path):
+        continue
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^deb\s+(\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s+(.+)$", line)
+        if not m or m.group(3) != codename:
+            continue
+        extra = []
+        for opt in (m.group(1) or "").strip(" []").split():
+            k, _, v = opt.partition("=")
+            if k == "signed-by":
+                extra.append("Signed-By: " + v)
+            elif k == "arch":
+                extra.append("Architectures: " + v.replace(",", " "))
+        add([m.group(2)], m.group(4).split(), extra)
+
+# deb822 format
+for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    text = open(path).read()
+    for block in re.split(r"\n\s*\n", text):
+        fields, key = {}, None
+        for line in block.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0] in " \t" and key:
+                fields[key] += "\n" + line
+                continue
+            key, _, val = line.partition(":")
+            key = key.strip().lower()
+            fields[key] = val.strip()
+        if "deb" not in fields.get("types", "").split():
+            continue
+        if fields.get("enabled", "yes").lower() == "no":
+            continue
+        if codename not in fields.get("suites", "").split():
+            continue
+        extra = []
+        if "signed-by" in fields:
+            extra.append("Signed-By: " + fields["signed-by"])
+        if "architectures" in fields:
+            extra.append("Architectures: " + fields["architectures"])
+        add(fields.get("uris", "").split(), fields.get("components", "main").split(), extra)
+
+if not out:
+    sys.exit("no Debian '%s' source found in /etc/apt" % codename)
+print("\n\n".join(out))
+PYEOF
+}
+
+if plugins_ok; then
+    log "plugins: buildx and compose already installed"
+else
+    log "plugins: fetching docker-buildx and docker-compose from suite '$NEXT_SUITE'"
+    A="$TMP_ROOT/apt"
+    mkdir -p "$A/parts" "$A/lists/partial" "$A/cache/archives/partial" "$A/debs" "$A/root"
+    : > "$A/sources.list"
+    next_suite_sources "$NEXT_SUITE" > "$A/parts/next.sources" \
+        || die "could not derive $NEXT_SUITE sources from /etc/apt"
+    APT_OPTS=(
+        -o "Dir::Etc::SourceList=$A/sources.list"
+        -o "Dir::Etc::SourceParts=$A/parts"
+        -o "Dir::State::Lists=$A/lists"
+        -o "Dir::Cache=$A/cache"
+        -o "APT::Get::List-Cleanup=0"
+        -o "APT::Sandbox::User=root"
+    )
+    apt-get "${APT_OPTS[@]}" update -qq \
+        || log "plugins: warning: apt-get update for $NEXT_SUITE reported errors; trying anyway"
+    (cd "$A/debs" && apt-get "${APT_OPTS[@]}" download -qq "${PLUGINS[@]}") \
+        || die "apt-get download ${PLUGINS[*]} from $NEXT_SUITE failed"
+    for deb in "$A"/debs/*.deb; do
+        dpkg -x "$deb" "$A/root"
+    done
+    for p in "${PLUGINS[@]}"; do
+        src="$(find "$A/root" -type f -path "*/cli-plugins/$p" | head -n1)"
+        [ -n "$src" ] || die "$p binary not found in the downloaded package"
+        for d in "${PLUGIN_DIRS[@]}"; do
+            install -D -m 0755 "$src" "$d/$p"
+        done
+    done
+    log "plugins: installed into ${PLUGIN_DIRS[*]}"
+fi
+
+# Every docker client must see the plugins.
+for c in docker "${DOCKER_CLIENTS[@]}"; do
+    command -v "$c" >/dev/null 2>&1 || continue
+    "$c" buildx version >/dev/null 2>&1 || die "'$c buildx version' fails"
+    "$c" compose version >/dev/null 2>&1 || die "'$c compose version' fails"
+done
+log "plugins: 'docker buildx' and 'docker compose' work"
+
+# ---------------------------------------------------------------- 4. arm64 emulation
+BINFMT=/proc/sys/fs/binfmt_misc
+if ! mountpoint -q "$BINFMT"; then
+    log "binfmt: mounting binfmt_misc on $BINFMT"
+    mount -t binfmt_misc binfmt_misc "$BINFMT" || die "cannot mount binfmt_misc"
+fi
+if [ "$(head -n1 "$BINFMT/qemu-aarch64" 2>/dev/null || true)" = enabled ]; then
+    log "binfmt: qemu-aarch64 already enabled"
+else
+    # The postinst may have run while binfmt_misc was unmounted: import again.
+    [ -e /var/lib/binfmts/qemu-aarch64 ] || update-binfmts --import qemu-aarch64
+    update-binfmts --enable qemu-aarch64 || die "update-binfmts --enable qemu-aarch64 failed"
+    [ "$(head -n1 "$BINFMT/qemu-aarch64" 2>/dev/null || true)" = enabled ] \
+        || die "$BINFMT/qemu-aarch64 is not enabled after update-binfmts"
+    log "binfmt: qemu-aarch64 enabled"
+fi
+flags="$(sed -n 's/^flags: //p' "$BINFMT/qemu-aarch64")"
+case "$flags" in
+    *F*) ;;
+    *) die "qemu-aarch64 binfmt lacks the F (fix-binary) flag ('$flags'); containers cannot find the interpreter" ;;
+esac
+
+# ---------------------------------------------------------------- 5. summary
+pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'; }
+first_line() { "$@" 2>&1 | head -n1 || true; }
+log "summary:"
+printf '  %-22s %s\n' \
+    "docker client (PATH)" "$(docker version --format '{{.Client.Version}}' 2>/dev/null || echo '?') ($(command -v docker))" \
+    "docker client (deb)" "$(/usr/bin/docker version --format '{{.Client.Version}}' 2>/dev/null || echo '?') (/usr/bin/docker)" \
+    "docker server" "$(/usr/bin/docker version --format '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null || echo '?'), storage $(/usr/bin/docker info --format '{{.Driver}}' 2>/dev/null || echo '?')" \
+    "buildx" "$(first_line docker buildx version)" \
+    "compose" "$(first_line docker compose version)" \
+    "qemu-user-static" "$(pkgver qemu-user-static) (binfmt flags: $flags)" \
+    "mmdebstrap" "$(first_line mmdebstrap --version)" \
+    "docker-registry" "$(pkgver docker-registry)" \
+    "apache2-utils" "$(pkgver apache2-utils) (htpasswd)"
+log "done"
