@@ -94,7 +94,13 @@ def make_project(
     (root / "patches").mkdir(exist_ok=True)
     (root / "images").mkdir(exist_ok=True)
     commit = git(upstream.path, "rev-parse", f"{tag}^{{commit}}").strip()
-    pin = {"name": "vllm", "package_root": "vllm", "tag": tag, "commit": commit, "source": {"kind": "git", "url": upstream.url}}
+    pin = {
+        "name": "vllm",
+        "package_root": "vllm",
+        "tag": tag,
+        "commit": commit,
+        "source": {"kind": "git", "url": upstream.url},
+    }
     (root / "patches" / "upstream.yaml").write_text(yaml.safe_dump(pin))
     lines = ["# test series"]
     for filename, group, diff in patches:

@@ -41,7 +41,9 @@ def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
 def test_unknown_key_did_you_mean(tmp_path: Path) -> None:
     p = tmp_path / "latest.yaml"
     p.write_text("name: latest\nreverts: [engram]\n")
-    with pytest.raises(ConfigError, match=r"latest.yaml:2:10: reverts: unknown key 'reverts' \(did you mean 'revert'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"latest.yaml:2:10: reverts: unknown key 'reverts' \(did you mean 'revert'\?\)"
+    ):
         load_variant(p)
 
 

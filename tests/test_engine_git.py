@@ -145,7 +145,13 @@ def test_group_revert_gives_pristine_files_and_overlap_fails_clearly(tmp_path: P
     attn = upstream.diff("v1", {"vllm/a.py": edit(BASE, "line 3\n", "line three\n")})
     engram = upstream.diff("v1", {"vllm/e.py": edit(numbered(20, "e"), "e 5\n", "e five\n")})
     variants = {"latest": {"name": "latest"}, "mem": {"name": "mem", "from": "latest", "revert": ["engram"]}}
-    proj = project(tmp_path, upstream, "v1", [("0001-a.patch", "sm12x", attn), ("0002-e.patch", "engram", engram)], variants=variants)
+    proj = project(
+        tmp_path,
+        upstream,
+        "v1",
+        [("0001-a.patch", "sm12x", attn), ("0002-e.patch", "engram", engram)],
+        variants=variants,
+    )
     latest, mem = proj.plan(["latest", "mem"])
     assert {f.path: f.state for f in latest.files} == {"vllm/a.py": "patched", "vllm/e.py": "patched"}
     states = {f.path: f for f in mem.files}
@@ -156,7 +162,9 @@ def test_group_revert_gives_pristine_files_and_overlap_fails_clearly(tmp_path: P
     # A kept patch that needs the reverted one's lines: refuse, naming both.
     on_top = edit(edit(BASE, "line 3\n", "line three\n"), "line three\n", "line THREE\n")
     dependent = upstream.diff("v1", {"vllm/a.py": on_top})
-    dependent = dependent.replace(f"index {git(upstream.path, 'rev-parse', 'v1:vllm/a.py').strip()}", "index " + "f" * 40)
+    dependent = dependent.replace(
+        f"index {git(upstream.path, 'rev-parse', 'v1:vllm/a.py').strip()}", "index " + "f" * 40
+    )
     dep_diff = _rebase_diff(upstream, "vllm/a.py", edit(BASE, "line 3\n", "line three\n"), on_top)
     proj2 = project(
         tmp_path / "two",
@@ -251,7 +259,9 @@ def test_cli_check_and_apply_into(tmp_path: Path, two_releases: Upstream) -> Non
 def test_cli_failed_apply_writes_nothing(tmp_path: Path, two_releases: Upstream) -> None:
     good = two_releases.diff("v1", {"vllm/a.py": edit(BASE, "line 20\n", "line twenty\n")})
     bad = two_releases.diff("v1", {"vllm/b.py": edit(numbered(30, "b"), "b 9\n", "b NINE\n")})
-    root = make_project(tmp_path / "p", two_releases, "v2", [("0001-a.patch", "sm12x", good), ("0002-b.patch", "sm12x", bad)])
+    root = make_project(
+        tmp_path / "p", two_releases, "v2", [("0001-a.patch", "sm12x", good), ("0002-b.patch", "sm12x", bad)]
+    )
     out = tmp_path / "tree"
     res = run_cli(root, "patches", "apply", "--into", str(out))
     assert res.returncode == 5

@@ -77,7 +77,7 @@ index {BLOB_A}..{BLOB_B} 100644
 -a
 +b
 """
-    with pytest.raises(PatchError, match="absolute path|outside the package root"):
+    with pytest.raises(PatchError, match=r"absolute path|outside the package root"):
         parse_patch(write(tmp_path, body))
 
 

@@ -14,7 +14,12 @@ def patch(name: str, group: str) -> Patch:
     return Patch(name, f"{name}.patch", "", {"Group": group}, (), "0" * 64)
 
 
-PATCHES = [patch("0001-attn", "sm12x"), patch("0002-swa", "sm12x"), patch("0003-engram", "engram"), patch("0004-loader", "engram")]
+PATCHES = [
+    patch("0001-attn", "sm12x"),
+    patch("0002-swa", "sm12x"),
+    patch("0003-engram", "engram"),
+    patch("0004-loader", "engram"),
+]
 
 
 def variants(**kw: dict[str, object]) -> dict[str, VariantConfig]:
@@ -39,7 +44,9 @@ def test_latest_is_everything_and_engram_mem_reverts_the_group() -> None:
 
 
 def test_revert_single_patch_and_select_groups() -> None:
-    cfg = variants(base={"patches": ["sm12x"]}, more={"from": "base", "patches": ["0004-loader"], "revert": ["0002-swa"]})
+    cfg = variants(
+        base={"patches": ["sm12x"]}, more={"from": "base", "patches": ["0004-loader"], "revert": ["0002-swa"]}
+    )
     out = resolve_variants(cfg, PATCHES)
     assert out["base"].selected == ("0001-attn", "0002-swa")
     assert out["more"].selected == ("0001-attn", "0004-loader")
@@ -56,7 +63,7 @@ def test_unknown_from() -> None:
 
 
 def test_cycle_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="cycle: a -> b -> a|cycle: b -> a -> b"):
+    with pytest.raises(ConfigError, match=r"cycle: (a -> b -> a|b -> a -> b)"):
         resolve_variants(variants(a={"from": "b"}, b={"from": "a"}), PATCHES)
 
 

@@ -207,7 +207,7 @@ class CommitTree:
 
     def _item(self, path: str) -> git.objects.base.IndexObject | None:
         try:
-            return self._tree / path  # type: ignore[no-any-return]
+            return self._tree / path
         except KeyError:
             return None
 
@@ -240,4 +240,4 @@ class CommitTree:
         item = self._item(under)
         if item is None or item.type != "tree":
             return []
-        return [str(b.path) for b in item.traverse() if getattr(b, "type", "") == "blob"]  # type: ignore[union-attr]
+        return [str(b.path) for b in item.traverse() if getattr(b, "type", "") == "blob"]

@@ -45,7 +45,7 @@ class FileApply:
 
 def _matches(lines: Sequence[str], block: Sequence[str], at: int) -> bool:
     n = len(block)
-    return 0 <= at and at + n <= len(lines) and list(lines[at : at + n]) == list(block)
+    return at >= 0 and at + n <= len(lines) and list(lines[at : at + n]) == list(block)
 
 
 def _search(lines: Sequence[str], block: Sequence[str], expected: int, lowest: int) -> int | None:

@@ -30,7 +30,9 @@ def write_tree(
     """Write the pristine `commit` overlaid with `changed` to `dest`. Returns files written."""
     dest = dest.resolve()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise StateError(f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one")
+        raise StateError(
+            f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-", dir=dest.parent))
     try:

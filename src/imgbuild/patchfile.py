@@ -12,8 +12,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-import unidiff
+from unidiff import PatchSet  # type: ignore[attr-defined]
 from unidiff.errors import UnidiffParseError
 
 from imgbuild.errors import PatchError
@@ -98,7 +99,7 @@ def parse_header(header: str) -> dict[str, str]:
 
 
 def _strip_prefix(name: str, prefix: str) -> str:
-    return name[len(prefix):] if name.startswith(prefix) else name
+    return name[len(prefix) :] if name.startswith(prefix) else name
 
 
 def _check_path(patch: str, path: str, line: int, package_root: str) -> None:
@@ -134,7 +135,7 @@ def _header_paths(line: str) -> list[str]:
     return []
 
 
-def _hunk_from(h: unidiff.Hunk, index: int, first_line: int) -> Hunk:
+def _hunk_from(h: Any, index: int, first_line: int) -> Hunk:
     old: list[str] = []
     new: list[str] = []
     kinds: list[str] = []
@@ -206,29 +207,29 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
             )
 
     try:
-        patchset = unidiff.PatchSet(diff)
+        patchset = PatchSet(diff)
     except UnidiffParseError as exc:
         raise PatchError(f"{name}: malformed diff: {exc}", hint="regenerate it with `git diff --full-index`") from exc
 
     files: list[FileDiff] = []
     diff_starts = [i for i, ln in enumerate(diff.splitlines(), start=header_lines + 1) if ln.startswith("diff --git ")]
     for pos, pf in enumerate(patchset):
-        line = diff_starts[pos] if pos < len(diff_starts) else header_lines + 1
+        at_line = diff_starts[pos] if pos < len(diff_starts) else header_lines + 1
         old_blob = new_blob = None
-        for info in pf.patch_info:
+        for info in pf.patch_info or ():
             m = INDEX_RE.match(info.rstrip("\n"))
             if m:
                 old_blob, new_blob = m.group(1), m.group(2)
         if pf.is_binary_file:
-            raise PatchError(f"{name}:{line}: binary diff is refused", hint="patches may only change text files")
+            raise PatchError(f"{name}:{at_line}: binary diff is refused", hint="patches may only change text files")
         old_path = None if pf.is_added_file else _strip_prefix(pf.source_file, "a/")
         new_path = None if pf.is_removed_file else _strip_prefix(pf.target_file, "b/")
         for p in (old_path, new_path):
             if p is not None:
-                _check_path(name, p, line, package_root)
-        if old_blob is None and pf.hunks:
+                _check_path(name, p, at_line, package_root)
+        if old_blob is None and len(pf):
             raise PatchError(
-                f"{name}:{line}: {pf.path}: missing 'index' line",
+                f"{name}:{at_line}: {pf.path}: missing 'index' line",
                 hint="regenerate the diff with `git diff --full-index`",
             )
         hunks = tuple(_hunk_from(h, i, header_lines + 1) for i, h in enumerate(pf, start=1))
@@ -239,7 +240,7 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
                 old_blob=None if old_blob == ZERO else old_blob,
                 new_blob=None if new_blob == ZERO else new_blob,
                 hunks=hunks,
-                line=line,
+                line=at_line,
             )
         )
     if not files:

@@ -191,7 +191,7 @@ def plan_variant(
     contents: dict[str, bytes] = {}
     for path in touched_paths(patches):
         pristine = tree.read(path)
-        data = result.changed[path] if path in result.changed else pristine
+        data = result.changed.get(path, pristine)
         touching = tuple(p.name for p in selected if path in p.paths)
         if data is None:
             continue  # deleted by the variant, or created only by left-out patches

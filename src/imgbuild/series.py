@@ -18,7 +18,9 @@ def parse_series(path: Path) -> list[SeriesEntry]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: series file not found", hint="create patches/series listing one patch per line") from exc
+        raise ConfigError(
+            f"{path}: series file not found", hint="create patches/series listing one patch per line"
+        ) from exc
     entries: list[SeriesEntry] = []
     seen: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):

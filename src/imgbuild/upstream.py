@@ -112,7 +112,9 @@ class Mirror:
             self._fetch(repo, ref)
             commit = repo.resolve_commit(f"refs/tags/{ref}") or repo.resolve_commit(ref)
         if commit is None:
-            raise UpstreamError(f"{ref!r} is not a tag or commit of {self.source.url}", hint="check the spelling of the ref")
+            raise UpstreamError(
+                f"{ref!r} is not a tag or commit of {self.source.url}", hint="check the spelling of the ref"
+            )
         return Resolved(repo, commit, ref)
 
     # -- git sources ------------------------------------------------------

@@ -39,9 +39,9 @@ def _child(node: yaml.Node | None, key: int | str) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if k.value == key:
-                return v
+                return v  # type: ignore[no-any-return]
     if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-        return node.value[key]
+        return node.value[key]  # type: ignore[no-any-return]
     return None
 
 
@@ -103,4 +103,6 @@ def validate(doc: YamlDoc, model: type[M]) -> M:
                 known = _fields_at(model, loc[:-1])
                 msg = f"unknown key {str(loc[-1])!r}{did_you_mean(str(loc[-1]), known)}"
             lines.append(f"{doc.where(loc)}: {dotted}: {msg}")
-        raise ConfigError("\n".join(lines), hint=f"see docs/configuration.md for the schema of {doc.path.name}") from exc
+        raise ConfigError(
+            "\n".join(lines), hint=f"see docs/configuration.md for the schema of {doc.path.name}"
+        ) from exc

@@ -103,7 +103,9 @@ def apply(
     variant: Annotated[
         str | None, typer.Option("--variant", "-v", help="Apply this variant's selection (default: the whole series).")
     ] = None,
-    only_changed: Annotated[bool, typer.Option("--only-changed", help="Write only the files the patches change.")] = False,
+    only_changed: Annotated[
+        bool, typer.Option("--only-changed", help="Write only the files the patches change.")
+    ] = False,
     as_json: JsonOpt = False,
     allow_fuzz: FuzzOpt = 0,
 ) -> None:
@@ -135,7 +137,9 @@ def apply(
         changed, outcomes = result.changed, result.outcomes
     count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
     if as_json:
-        print_json({"ok": True, "into": str(into.resolve()), "files": count, "patches": [o.to_json() for o in outcomes]})
+        print_json(
+            {"ok": True, "into": str(into.resolve()), "files": count, "patches": [o.to_json() for o in outcomes]}
+        )
     else:
         console.print(outcomes_table(f"applied onto {project.pin.tag}", outcomes))
         console.print(f"wrote {count} files to {into.resolve()}")
@@ -150,7 +154,12 @@ def status(as_json: JsonOpt = False) -> None:
     mirror = Mirror(project.pin.source, project.pin.package_root)
     cached = mirror.path.exists() and bool(mirror.open().resolve_commit(project.pin.commit))
     info = {
-        "upstream": {"name": project.pin.name, "tag": project.pin.tag, "commit": project.pin.commit, "kind": project.pin.source.kind},
+        "upstream": {
+            "name": project.pin.name,
+            "tag": project.pin.tag,
+            "commit": project.pin.commit,
+            "kind": project.pin.source.kind,
+        },
         "cache": {"mirror": str(mirror.path), "pinned_commit_cached": cached},
         "series": {"patches": len(project.patches), "digest": project.series_digest},
         "variants": list(project.variants),
@@ -160,7 +169,8 @@ def status(as_json: JsonOpt = False) -> None:
         print_json(info)
         return
     console.print(f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})")
-    console.print(f"cache:    {mirror.path} ({'pinned commit cached' if cached else 'not cached yet: the next command fetches it'})")
+    state = "pinned commit cached" if cached else "not cached yet: the next command fetches it"
+    console.print(f"cache:    {mirror.path} ({state})")
     console.print(f"series:   {len(project.patches)} patches, digest {project.series_digest[:16]}")
     console.print(f"variants: {', '.join(project.variants)}")
     for problem in project.lint():

@@ -34,4 +34,7 @@ def plan(
     for p in plans:
         v = p.variant
         chain = " <- ".join(reversed(v.chain))
-        console.print(f"[bold]{v.name}[/]: {len(v.selected)} patches ({chain})" + (f"; leaves out {', '.join(v.reverted)}" if v.reverted else ""))
+        console.print(
+            f"[bold]{v.name}[/]: {len(v.selected)} patches ({chain})"
+            + (f"; leaves out {', '.join(v.reverted)}" if v.reverted else "")
+        )
