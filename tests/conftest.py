@@ -8,6 +8,27 @@ import pytest
 from tests.synth import Upstream
 
 
+TIERS = ("docker", "release")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("imgbuild tiers")
+    group.addoption("--docker", action="store_true", help="also run tests that need the Docker engine and registry")
+    group.addoption("--release", action="store_true", help="also run tests on the real pinned vLLM release")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Default `pytest` stays fast: tier-marked tests are deselected unless asked for."""
+    enabled = {t for t in TIERS if config.getoption(f"--{t}")}
+    keep, drop = [], []
+    for item in items:
+        tiers = {t for t in TIERS if item.get_closest_marker(t)}
+        (keep if tiers <= enabled else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
