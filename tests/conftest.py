@@ -7,7 +7,6 @@ import pytest
 
 from tests.synth import Upstream
 
-
 TIERS = ("docker", "release")
 
 

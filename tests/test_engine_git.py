@@ -276,3 +276,26 @@ def test_allow_fuzz_refused_in_ci(tmp_path: Path, two_releases: Upstream, monkey
     monkeypatch.setenv("CI", "true")
     res = run_cli(root, "patches", "check", "--allow-fuzz", "1")
     assert res.returncode == 2 and "refused in CI" in res.stderr
+
+
+def test_interrupted_apply_leaves_no_trace(
+    tmp_path: Path, two_releases: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imgbuild import materialize
+
+    diff = two_releases.diff("v1", {"vllm/a.py": edit(BASE, "line 20\n", "line twenty\n")})
+    proj = project(tmp_path, two_releases, "v1", [("0001-a.patch", "sm12x", diff)])
+    res = apply_stack(proj.patches, proj.tree())
+    mirror_refs = git(proj.upstream.repo.path, "show-ref")
+
+    def interrupted(self: Path, data: bytes) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_bytes", interrupted)
+    dest = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        materialize.write_tree(dest, proj.upstream.repo, proj.upstream.commit, res.changed)
+    assert not dest.exists()
+    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+    assert git(proj.upstream.repo.path, "show-ref") == mirror_refs
+    assert git(proj.upstream.repo.path, "fsck", "--no-dangling") == ""

@@ -33,13 +33,12 @@ class MemTree:
 
 def git_diff(path: str, old: str, new: str) -> str:
     body = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}", n=3))
-    return (
-        f"diff --git a/{path} b/{path}\n"
-        f"index {blob_id(old.encode())}..{blob_id(new.encode())} 100644\n" + body
-    )
+    return f"diff --git a/{path} b/{path}\nindex {blob_id(old.encode())}..{blob_id(new.encode())} 100644\n" + body
 
 
-lines = st.lists(st.sampled_from(["x = 1\n", "y = 2\n", "pass\n", "# c\n", "def f():\n", "    return 0\n"]), min_size=8, max_size=30)
+lines = st.lists(
+    st.sampled_from(["x = 1\n", "y = 2\n", "pass\n", "# c\n", "def f():\n", "    return 0\n"]), min_size=8, max_size=30
+)
 
 
 @st.composite

@@ -1,0 +1,75 @@
+"""The wheel source: a release wheel committed into the cache as a git commit."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from imgbuild.config import UpstreamPin
+from imgbuild.errors import UpstreamError
+from imgbuild.upstream import Mirror
+
+
+def make_wheel(path: Path, files: dict[str, bytes]) -> str:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pin_for(wheel: Path, sha: str, commit: str = "0" * 40) -> UpstreamPin:
+    return UpstreamPin.model_validate(
+        {
+            "tag": "v1.0.0",
+            "commit": commit,
+            "source": {
+                "kind": "wheel",
+                "project": "vllm",
+                "version": "1.0.0",
+                "filename": wheel.name,
+                "sha256": sha,
+                "url": wheel.as_uri(),
+            },
+        }
+    )
+
+
+FILES = {
+    "vllm/__init__.py": b"x = 1\n",
+    "vllm/models/m.py": b"def f():\n    return 1\n",
+    "vllm/_C.abi3.so": b"\x7fELF\0\0binary",
+    "vllm-1.0.0.dist-info/METADATA": b"Name: vllm\n",
+}
+
+
+def test_commit_is_reproducible_and_text_only(tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm-1.0.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    sha = make_wheel(wheel, FILES)
+    pin = pin_for(wheel, sha)
+    first = Mirror(pin.source, "vllm", tmp_path / "c1").resolve(pin.tag)
+    second = Mirror(pin.source, "vllm", tmp_path / "c2").resolve(pin.tag)
+    assert first.commit == second.commit
+    files = first.repo.run("ls-tree", "-r", "--name-only", first.commit).split()
+    assert files == ["vllm/__init__.py", "vllm/models/m.py"]  # no binaries, nothing outside vllm/
+
+    pinned = pin_for(wheel, sha, first.commit)
+    assert Mirror(pinned.source, "vllm", tmp_path / "c1").resolve_pin(pinned).commit == first.commit
+
+
+def test_wheel_sha256_mismatch_is_refused(tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm-1.0.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    make_wheel(wheel, FILES)
+    pin = pin_for(wheel, "f" * 64)
+    with pytest.raises(UpstreamError, match="does not match the pinned") as err:
+        Mirror(pin.source, "vllm", tmp_path / "c").resolve(pin.tag)
+    assert err.value.hint and "deliberately" in err.value.hint
+
+
+def test_pin_mismatch_after_materializing(tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm-1.0.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    pin = pin_for(wheel, make_wheel(wheel, FILES), "a" * 40)
+    with pytest.raises(UpstreamError, match="pins " + "a" * 40):
+        Mirror(pin.source, "vllm", tmp_path / "c").resolve_pin(pin)
