@@ -26,6 +26,8 @@ METHOD_STYLE = {
 
 console = Console()
 err_console = Console(stderr=True)
+if not console.is_terminal:
+    console.width = 160  # logs and pipes: do not squeeze tables into 80 columns
 
 
 def print_json(data: object) -> None:
@@ -55,41 +57,51 @@ def patches_table(patches: Sequence[Patch]) -> Table:
 
 
 def outcomes_table(title: str, outcomes: Sequence[PatchOutcome]) -> Table:
+    """One row per hunk: where it landed and how. Patch and file show once."""
     table = Table(title=title)
-    for col in ("patch", "group", "result", "file", "hunk", "method", "offset", "line"):
-        table.add_column(col, justify="right" if col in ("offset", "line") else "left")
+    for col in ("patch", "group", "result", "file", "hunk", "method", "offset", "line", "note"):
+        table.add_column(col, justify="right" if col in ("hunk", "offset", "line") else "left")
+    paths = [f.path for o in outcomes for f in o.files]
     for o in outcomes:
         first = True
         for f in o.files:
             rows = f.hunks or ()
+            name = short_name(f.path, paths)
+            head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
             if not rows:
-                table.add_row(
-                    o.patch if first else "", o.group if first else "", _m(o.method) if first else "",
-                    f.path, "-", _m(f.method), "", f.reason,
-                )  # fmt: skip
+                table.add_row(*head, name, "-", _m(f.method), "", "", f.reason)
                 first = False
             for h in rows:
+                head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
+                offset = f"{h.offset:+d}" if h.method not in ("failed", "upstreamed") else ""
+                note = f.reason if h.hunk == len(rows) else ""
                 table.add_row(
-                    o.patch if first else "", o.group if first else "", _m(o.method) if first else "",
-                    f.path if h.hunk == 1 else "", f"#{h.hunk} {h.header}", _m(h.method),
-                    f"{h.offset:+d}" if h.method != "failed" else "", str(h.line or ""),
-                )  # fmt: skip
+                    *head, name if h.hunk == 1 else "", f"#{h.hunk}", _m(h.method), offset, str(h.line or ""), note
+                )
                 first = False
-            if f.reason and rows:
-                table.add_row("", "", "", "", "", "", "", f"[dim]{f.reason}[/]")
     return table
 
 
+def image_label(plan: VariantPlan) -> str:
+    repo, tags = plan.variant.image.repository, plan.variant.image.tags
+    return f"{repo}:{tags[0]}" if repo and tags else plan.variant.name
+
+
 def plan_matrix(plans: Sequence[VariantPlan]) -> Table:
-    paths = list(dict.fromkeys(f.path for plan in plans for f in plan.files))
-    table = Table(title="variant x file")
-    table.add_column("image")
+    """Files down, images across: stays readable however many files there are."""
+    ordered = sorted(plans, key=lambda p: (len(p.variant.chain), p.variant.name))
+    paths = list(dict.fromkeys(f.path for plan in ordered for f in plan.files))
+    table = Table(title="image x file")
+    table.add_column("file")
+    table.add_column("group")
+    for plan in ordered:
+        table.add_column(image_label(plan))
+    states = [{f.path: f for f in plan.files} for plan in ordered]
     for path in paths:
-        table.add_column(short_name(path, paths))
-    for plan in plans:
-        states = {f.path: f.state for f in plan.files}
-        repo = plan.variant.image.repository
-        label = f"{repo}:{plan.variant.image.tags[0]}" if repo and plan.variant.image.tags else plan.variant.name
-        cells = [("[green]patched[/]" if states.get(p) == "patched" else states.get(p, "absent")) for p in paths]
-        table.add_row(label, *cells)
+        groups = next((f.groups for st in states if (f := st.get(path))), ())
+        cells = []
+        for st in states:
+            f = st.get(path)
+            cells.append("absent" if f is None else ("[green]patched[/]" if f.state == "patched" else "original"))
+        table.add_row(short_name(path, paths), ",".join(groups), *cells)
     return table

@@ -31,7 +31,7 @@ def plan(
         )
         return
     console.print(plan_matrix(plans))
-    for p in plans:
+    for p in sorted(plans, key=lambda p: (len(p.variant.chain), p.variant.name)):
         v = p.variant
         chain = " <- ".join(reversed(v.chain))
         console.print(
