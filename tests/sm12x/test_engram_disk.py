@@ -1,0 +1,627 @@
+"""Engram-on-disk (patch 0005, vllm/models/deepseek_v41/common/engram.py).
+
+The row files, each rank's shard offset, the parallel reads on the shared
+pool, the staging into buffers allocated once, the checkpoint export, and the
+SM 12.1 lookup thresholds. ``ParallelEngramEmbedding``, ``Engram`` and
+``NgramHashState`` are the patched classes themselves; only their distributed
+and CUDA helpers are stand-ins. The Triton kernels (hashing, dequantizing) do
+not run here.
+
+Only a GB10 shows: the hash and dequantize kernels on the staged buffers, the
+ordering of the pinned copies on the real stream, the per-step NVMe read
+latency, and that a captured forward makes no host round-trip.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import json
+import os
+import re
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the release tier needs torch")
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+pytestmark = pytest.mark.release
+
+ENGRAM = "vllm/models/deepseek_v41/common/engram.py"
+
+# Seven prime-sized hash heads, like EngramLayout's; the table has a few
+# trailing rows no head uses, as a checkpoint table may.
+HEAD_SIZES = (101, 103, 107, 109, 113, 127, 131)
+NUM_ROWS = sum(HEAD_SIZES) + 9
+DIM = 64
+QUANT_BLOCK = 32
+LAYER_IDS = (1, 14)
+HEAD_OFFSETS = np.cumsum((0, *HEAD_SIZES[:-1]))
+
+
+class _Logger:
+    def info(self, *args, **kwargs) -> None: ...
+    def info_once(self, *args, **kwargs) -> None: ...
+    def warning(self, *args, **kwargs) -> None: ...
+    def warning_once(self, *args, **kwargs) -> None: ...
+
+
+class TorchProxy:
+    """Real torch, with the CUDA device queries of a 48-SM GPU."""
+
+    def __init__(self, **overrides) -> None:
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+
+def _cpu_torch(**overrides) -> TorchProxy:
+    cuda = SimpleNamespace(
+        is_available=lambda: False,
+        get_device_properties=lambda index: SimpleNamespace(multi_processor_count=48),
+    )
+    accelerator = SimpleNamespace(current_device_index=lambda: 0)
+    return TorchProxy(cuda=cuda, accelerator=accelerator, **overrides)
+
+
+DISK_NAMES = (
+    "ENGRAM_DISK_ENV",
+    "ENGRAM_DIR_ENV",
+    "ENGRAM_IO_THREADS_ENV",
+    "ENGRAM_IO_THREADS_DEFAULT",
+    "engram_disk_enabled",
+    "engram_disk_dir",
+    "engram_table_paths",
+    "_engram_io_pool",
+    "_engram_io_pool_lock",
+    "engram_io_pool",
+    "engram_row_runs",
+    "_pread_into",
+    "_close_fds",
+    "EngramDiskTable",
+    "EngramDiskSlot",
+    "EngramDiskStager",
+    "_ENGRAM_CHECKPOINT_TABLE",
+    "_ONE_BYTE_SAFETENSORS_DTYPES",
+    "export_engram_tables",
+    "_engram_head_shard_weight_loader",
+    "ParallelEngramEmbedding",
+    "NgramHashState",
+    "Engram",
+    "DEAD_ID",
+)
+
+
+class Distributed:
+    """The TP rank a ParallelEngramEmbedding is built on."""
+
+    tp_size = 1
+    tp_rank = 0
+
+
+@pytest.fixture(scope="module")
+def engram(patched_source):
+    def engram_dp_size() -> int:
+        raise AssertionError("Engram-on-disk must not shard over DP")
+
+    namespace = dict(
+        os=os,
+        np=np,
+        torch=_cpu_torch(),
+        nn=torch.nn,
+        threading=threading,
+        weakref=weakref,
+        glob=glob,
+        json=json,
+        re=re,
+        Future=Future,
+        ThreadPoolExecutor=ThreadPoolExecutor,
+        logger=_Logger(),
+        triton=SimpleNamespace(cdiv=lambda a, b: -(-a // b)),
+        get_engram_dp_size=engram_dp_size,
+        get_tensor_model_parallel_world_size=lambda: Distributed.tp_size,
+        get_tensor_model_parallel_rank=lambda: Distributed.tp_rank,
+        eager_break_during_capture=lambda fn: fn,
+        set_weight_attrs=None,
+    )
+    return patched_source.load(ENGRAM, DISK_NAMES, namespace)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    """Two layers' tables as exported row files, plus their contents."""
+    directory = tmp_path_factory.mktemp("engram")
+    rng = np.random.default_rng(20261129)
+    contents = {}
+    for layer_id in LAYER_IDS:
+        values = rng.integers(0, 256, (NUM_ROWS, DIM), dtype=np.uint8)
+        scales = rng.integers(0, 256, (NUM_ROWS, DIM // QUANT_BLOCK), dtype=np.uint8)
+        stem = directory / f"layers.{layer_id}.engram.embed"
+        values.tofile(f"{stem}.weight.bin")
+        scales.tofile(f"{stem}.scale.bin")
+        contents[layer_id] = (values, scales)
+    return directory, contents
+
+
+@pytest.fixture
+def disk_env(monkeypatch, tables):
+    directory, _ = tables
+    monkeypatch.setenv("DSV41_ENGRAM_DISK", "1")
+    monkeypatch.setenv("DSV41_ENGRAM_DIR", str(directory))
+    return directory
+
+
+def make_embedding(engram, layer_id: int, tp_size: int, tp_rank: int):
+    """The patched ParallelEngramEmbedding as TP rank `tp_rank` builds it, with
+    the engram config's usual host-offload settings left on."""
+    Distributed.tp_size, Distributed.tp_rank = tp_size, tp_rank
+    return engram["ParallelEngramEmbedding"](
+        NUM_ROWS,
+        DIM,
+        HEAD_SIZES,
+        block_size=QUANT_BLOCK,
+        cpu_offload=True,
+        dp_shared_memory=True,
+        use_thp=True,
+        disk_layer_id=layer_id,
+    )
+
+
+def random_hashes(rng, num_tokens: int) -> np.ndarray:
+    """[tokens, heads] hash ids: each head's bucket range, some repeats, and
+    dead (-1) tokens like the dummy hashes of idle DP ranks."""
+    buckets = rng.integers(0, min(HEAD_SIZES), (num_tokens, len(HEAD_SIZES)))
+    hashes = (buckets + HEAD_OFFSETS).astype(np.int32)
+    if num_tokens > 4:
+        hashes[1] = hashes[0]  # the same n-gram twice
+        hashes[3] = -1
+    return hashes
+
+
+def expected_rows(embedding, hashes: np.ndarray) -> list[list[int | None]]:
+    """The table row each (token, local head) needs, None where the kernel
+    writes zeros (another rank's head, a padded head, a dead token)."""
+    rows = []
+    for token_hashes in hashes:
+        per_head = []
+        for j in range(embedding.part_n_hash_cols):
+            head = embedding.head_start + j
+            value = int(token_hashes[head]) if head < len(HEAD_SIZES) else -1
+            owned = embedding.vocab_start_idx <= value < embedding.vocab_end_idx
+            per_head.append(value if owned else None)
+        rows.append(per_head)
+    return rows
+
+
+# --------------------------------------------------------------------------
+
+
+def test_disk_flag_and_directory(engram, monkeypatch, tmp_path):
+    enabled = engram["engram_disk_enabled"]
+    for value, expect in [
+        (None, False),
+        ("", False),
+        ("0", False),
+        ("no", False),
+        ("1", True),
+        ("true", True),
+        ("ON", True),
+    ]:
+        if value is None:
+            monkeypatch.delenv("DSV41_ENGRAM_DISK", raising=False)
+        else:
+            monkeypatch.setenv("DSV41_ENGRAM_DISK", value)
+        assert enabled() is expect, value
+
+    monkeypatch.delenv("DSV41_ENGRAM_DIR", raising=False)
+    with pytest.raises(RuntimeError, match="DSV41_ENGRAM_DIR"):
+        engram["engram_disk_dir"]()
+    monkeypatch.setenv("DSV41_ENGRAM_DIR", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError):
+        engram["engram_disk_dir"]()
+    monkeypatch.setenv("DSV41_ENGRAM_DIR", str(tmp_path))
+    assert engram["engram_disk_dir"]() == str(tmp_path)
+    assert engram["engram_table_paths"]("/nvme/engram", 14) == (
+        "/nvme/engram/layers.14.engram.embed.weight.bin",
+        "/nvme/engram/layers.14.engram.embed.scale.bin",
+    )
+
+
+@pytest.mark.parametrize("tp_size", [1, 2, 4])
+def test_each_rank_reads_its_own_shard_at_its_offset(engram, disk_env, tables, tp_size):
+    """Every rank's disk shard holds exactly the rows the release's in-memory
+    weight loader would copy into that rank's parameter."""
+    _, contents = tables
+    values, scales = contents[LAYER_IDS[0]]
+    full_weight = torch.from_numpy(values).view(torch.float8_e4m3fn)
+    full_scales = torch.from_numpy(scales).view(torch.float8_e8m0fnu)
+    load = engram["_engram_head_shard_weight_loader"]
+    covered = []
+    for rank in range(tp_size):
+        embedding = make_embedding(engram, LAYER_IDS[0], tp_size, rank)
+        table = embedding.disk_table
+        assert table is not None
+        assert list(embedding.parameters()) == []  # nothing for the loader
+        assert embedding.dp_size == 1 and not embedding.cpu_offload
+        assert table.row_start == embedding.vocab_start_idx
+        assert table.part_rows == embedding.part_num_embeddings
+        covered.append((embedding.vocab_start_idx, embedding.vocab_end_idx))
+
+        rows = np.arange(table.part_rows)
+        got_values = np.zeros((table.part_rows, DIM), dtype=np.uint8)
+        got_scales = np.zeros((table.part_rows, DIM // QUANT_BLOCK), dtype=np.uint8)
+        for read in table.read_rows(rows, got_values, got_scales, engram["engram_io_pool"]()):
+            read.result()
+
+        # What the in-memory path loads for this rank.
+        for full, got, dtype in [
+            (full_weight, got_values, torch.float8_e4m3fn),
+            (full_scales, got_scales, torch.uint8),
+        ]:
+            param = torch.nn.Parameter(
+                torch.zeros(table.part_rows, full.shape[1], dtype=torch.uint8).view(dtype),
+                requires_grad=False,
+            )
+            param.engram_vocab_start = embedding.vocab_start_idx
+            load(param, full)
+            assert np.array_equal(param.data.view(torch.uint8).numpy(), got)
+    # The shards tile every row a head owns, once.
+    assert covered[0][0] == 0 and covered[-1][1] == sum(HEAD_SIZES)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+
+
+def test_table_files_must_match_the_model_shape(engram, tmp_path):
+    stem = tmp_path / "layers.1.engram.embed"
+    np.zeros((NUM_ROWS, DIM), np.uint8).tofile(f"{stem}.weight.bin")
+    np.zeros((NUM_ROWS - 1, DIM // QUANT_BLOCK), np.uint8).tofile(f"{stem}.scale.bin")
+    with pytest.raises(ValueError, match="Re-export"):
+        engram["EngramDiskTable"].open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
+    with pytest.raises(FileNotFoundError):
+        engram["EngramDiskTable"].open(str(tmp_path), 2, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
+    with pytest.raises(ValueError, match="outside"):
+        engram["EngramDiskTable"].open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 10, NUM_ROWS)
+
+
+def test_row_runs_coalesce_consecutive_rows(engram):
+    runs = engram["engram_row_runs"]
+    assert runs(np.array([3, 4, 5, 9, 11, 12])).tolist() == [
+        [3, 3, 0],
+        [9, 1, 3],
+        [11, 2, 4],
+    ]
+    assert runs(np.array([7])).tolist() == [[7, 1, 0]]
+    assert runs(np.array([], dtype=np.int64)).shape == (0, 3)
+
+
+class RecordingOs:
+    """`os` for the loaded code: preadv is recorded, and its first two calls
+    meet at a barrier, which only concurrent reads can pass."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int, int]] = []
+        self.lock = threading.Lock()
+        self.barrier = threading.Barrier(2, timeout=20)
+        self.concurrent = False
+
+    def preadv(self, fd, buffers, offset):
+        with self.lock:
+            index = len(self.calls)
+            self.calls.append(
+                (
+                    threading.current_thread().name,
+                    fd,
+                    offset,
+                    sum(memoryview(b).nbytes for b in buffers),
+                )
+            )
+        if index < 2:
+            self.barrier.wait()
+            self.concurrent = True
+        return os.preadv(fd, buffers, offset)
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+
+def test_parallel_reads_fetch_exactly_the_rows_a_lookup_needs(engram, disk_env, tables, monkeypatch):
+    _, contents = tables
+    values, scales = contents[LAYER_IDS[0]]
+    embedding = make_embedding(engram, LAYER_IDS[0], tp_size=4, tp_rank=1)
+    table = embedding.disk_table
+    num_tokens = 48
+    out = torch.zeros(64, embedding.part_n_hash_cols, DIM, dtype=torch.bfloat16)
+    slot = engram["EngramDiskSlot"](
+        table,
+        0,
+        embedding.head_start,
+        embedding.part_n_hash_cols,
+        embedding.n_hash_cols,
+        embedding.vocab_start_idx,
+        embedding.vocab_end_idx,
+        QUANT_BLOCK,
+        out,
+    )
+    hashes = random_hashes(np.random.default_rng(1), num_tokens)
+    recorder = RecordingOs()
+    monkeypatch.setitem(engram, "os", recorder)
+    pool = engram["engram_io_pool"]()
+    for read in slot.gather(hashes, pool):
+        read.result()
+
+    needed = expected_rows(embedding, hashes)
+    distinct = sorted({row for per in needed for row in per if row is not None})
+    weight_fd, scale_fd = table._fds
+    weight_reads = [c for c in recorder.calls if c[1] == weight_fd]
+    scale_reads = [c for c in recorder.calls if c[1] == scale_fd]
+    # Only this rank's byte range, each distinct row exactly once.
+    read_rows = []
+    for _, _, offset, nbytes in weight_reads:
+        assert offset % DIM == 0 and nbytes % DIM == 0
+        first = offset // DIM
+        assert embedding.vocab_start_idx <= first
+        assert first + nbytes // DIM <= embedding.vocab_end_idx
+        read_rows += range(first, first + nbytes // DIM)
+    assert sorted(read_rows) == distinct
+    assert len(read_rows) == len(set(read_rows))
+    scale_rows = sorted(
+        row
+        for _, _, offset, nbytes in scale_reads
+        for row in range(offset // (DIM // QUANT_BLOCK), (offset + nbytes) // (DIM // QUANT_BLOCK))
+    )
+    assert scale_rows == distinct
+    # One read per run of consecutive rows, run on the shared pool's threads,
+    # two of them at once.
+    runs = engram["engram_row_runs"](np.array(distinct) - embedding.vocab_start_idx)
+    assert len(weight_reads) == len(runs) == len(scale_reads)
+    assert all(name.startswith("dsv41-engram-io") for name, *_ in recorder.calls)
+    assert recorder.concurrent
+    assert engram["engram_io_pool"]() is pool
+
+    # The host buffers hold the needed bytes, addressed by the compact ids.
+    ids = slot.host_ids[: slot.num_rows].numpy().reshape(num_tokens, -1)
+    assert slot.num_unique == len(distinct)
+    for t, per_head in enumerate(needed):
+        for j, row in enumerate(per_head):
+            if row is None:
+                assert ids[t, j] == -1
+            else:
+                assert np.array_equal(slot.host_values[ids[t, j]].numpy(), values[row])
+                assert np.array_equal(slot.host_scales[ids[t, j]].numpy(), scales[row])
+
+
+def build_model(engram, tp_size: int, tp_rank: int, max_tokens: int):
+    """A module tree like DeepseekV4Model's: the n-gram hash op and two
+    decoder layers with disk-backed Engram modules."""
+    nn = torch.nn
+    hash_state = engram["NgramHashState"].__new__(engram["NgramHashState"])
+    nn.Module.__init__(hash_state)
+    hash_state.use_slot_cache = False
+    hash_state.register_buffer("multipliers", torch.ones(len(LAYER_IDS), 2, dtype=torch.int64))
+    hash_state.register_buffer("primes", torch.tensor([[HEAD_SIZES]] * len(LAYER_IDS)))
+    layers = nn.ModuleList()
+    for index, layer_id in reversed(list(enumerate(LAYER_IDS))):
+        module = engram["Engram"].__new__(engram["Engram"])
+        nn.Module.__init__(module)
+        module.layer_hash_index = index
+        module.embed_tokens = make_embedding(engram, layer_id, tp_size, tp_rank)
+        module._init_staging(max_tokens, DIM)
+        holder = nn.Module()
+        holder.engram = module
+        layers.append(holder)
+    model = nn.Module()
+    model.engram_hash = hash_state
+    model.layers = layers
+    return model
+
+
+class AllocationWatch(TorchDispatchMode):
+    """Records every aten op; views and in-place writes allocate nothing."""
+
+    ALLOWED: ClassVar[set[str]] = {
+        "aten::copy_",
+        "aten::fill_",
+        "aten::slice",
+        "aten::select",
+        "aten::view",
+        "aten::alias",
+        "aten::detach",
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_stager_fills_preallocated_buffers_without_allocating(engram, disk_env, tables):
+    _, contents = tables
+    model = build_model(engram, tp_size=2, tp_rank=1, max_tokens=64)
+    stager = engram["EngramDiskStager"].create(model)
+    assert stager is not None
+    assert [slot.layer_hash_index for slot in stager.slots] == [0, 1]
+    assert stager.pool is engram["engram_io_pool"]()
+    buffers = [
+        t
+        for slot in stager.slots
+        for t in (
+            slot.host_values,
+            slot.host_scales,
+            slot.host_ids,
+            slot.values,
+            slot.scales,
+            slot.ids,
+            slot.out,
+        )
+    ]
+    pointers = [t.data_ptr() for t in buffers]
+    rng = np.random.default_rng(7)
+    for num_tokens in (5, 64, 17):
+        hashes = np.stack(
+            [random_hashes(rng, num_tokens) for _ in LAYER_IDS], axis=1
+        )  # [tokens, layers, heads], as NgramHashState returns them
+        watch = AllocationWatch()
+        with watch:
+            stager.stage_hashes(hashes)
+        assert watch.ops and set(watch.ops) <= AllocationWatch.ALLOWED, watch.ops
+        assert [t.data_ptr() for t in buffers] == pointers
+
+        for slot, layer_id in zip(stager.slots, LAYER_IDS, strict=True):
+            values, scales = contents[layer_id]
+            holder = next(h for h in model.layers if h.engram.layer_hash_index == slot.layer_hash_index)
+            embedding = holder.engram.embed_tokens
+            assert slot.out is holder.engram.staged_rows
+            needed = expected_rows(embedding, hashes[:, slot.layer_hash_index])
+            ids = slot.ids[: num_tokens * slot.local_heads].view(num_tokens, -1)
+            for t, per_head in enumerate(needed):
+                for j, row in enumerate(per_head):
+                    compact = int(ids[t, j])
+                    if row is None:
+                        assert compact == -1
+                        continue
+                    assert 0 <= compact < slot.num_unique
+                    assert np.array_equal(slot.values[compact].numpy(), values[row])
+                    assert np.array_equal(slot.scales[compact].numpy(), scales[row])
+
+
+def test_stager_is_off_without_the_flag(engram, tables, monkeypatch):
+    directory, _ = tables
+    monkeypatch.setenv("DSV41_ENGRAM_DIR", str(directory))
+    monkeypatch.setenv("DSV41_ENGRAM_DISK", "1")
+    model = build_model(engram, tp_size=1, tp_rank=0, max_tokens=8)
+    monkeypatch.delenv("DSV41_ENGRAM_DISK")
+    assert engram["EngramDiskStager"].create(model) is None
+    monkeypatch.setenv("DSV41_ENGRAM_DISK", "1")
+    assert engram["EngramDiskStager"].create(torch.nn.Linear(2, 2)) is None
+
+
+def test_forward_has_nothing_to_look_up_on_disk(engram, disk_env):
+    model = build_model(engram, tp_size=1, tp_rank=0, max_tokens=8)
+    layer = model.layers[0].engram
+    before = layer.staged_rows.clone()
+    layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
+    assert torch.equal(layer.staged_rows, before)
+    with pytest.raises(RuntimeError, match="EngramDiskStager"):
+        layer.embed_tokens.lookup(torch.zeros(1, 7, dtype=torch.int32), before)
+
+    # Host tables keep the release path: prepare_embeddings looks rows up.
+    looked_up = []
+    host = SimpleNamespace(disk_table=None, lookup=lambda ids, rows: looked_up.append(ids.shape))
+    fake = SimpleNamespace(staged_rows=before, embed_tokens=host, _prefetch_stream=None)
+    engram["Engram"].prepare_embeddings(fake, torch.zeros(8, 7, dtype=torch.int32))
+    assert looked_up == [(8, 7)]
+
+
+def test_disk_staging_starts_zeroed(engram, monkeypatch):
+    """Dummy and capture runs read the rows before any step staged them: on
+    disk they start as zeros, while host tables keep the release's
+    uninitialized buffer."""
+    poisoned = _cpu_torch(empty=lambda *shape, **kw: torch.full(shape, float("nan"), **kw))
+    monkeypatch.setitem(engram, "torch", poisoned)
+    for disk_table, expect_nan in [(object(), False), (None, True)]:
+        fake = SimpleNamespace(
+            embed_tokens=SimpleNamespace(
+                disk_table=disk_table,
+                dp_size=1,
+                part_n_hash_cols=2,
+                cpu_offload=False,
+            ),
+            _prefetch_stream="stream",
+        )
+        engram["Engram"]._init_staging(fake, 4, DIM)
+        assert fake.staged_rows.shape == (4, 2, DIM)
+        assert bool(fake.staged_rows.isnan().all()) is expect_nan
+        assert fake._prefetch_stream is None
+
+
+def _write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, (dtype, array) in tensors.items():
+        data = array.tobytes()
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        blobs.append(data)
+        offset += len(data)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + b"".join(blobs))
+
+
+def test_export_writes_the_row_files_a_rank_reads(engram, tmp_path):
+    rng = np.random.default_rng(3)
+    weight = rng.integers(0, 256, (NUM_ROWS, DIM), dtype=np.uint8)
+    scale = rng.integers(0, 256, (NUM_ROWS, DIM // QUANT_BLOCK), dtype=np.uint8)
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    _write_safetensors(
+        checkpoint / "model-00001-of-00002.safetensors",
+        {
+            "layers.1.attn.wq_a.weight": ("U8", rng.integers(0, 9, (4, 4), np.uint8)),
+            "layers.1.engram.embed.weight": ("F8_E4M3", weight),
+        },
+    )
+    _write_safetensors(
+        checkpoint / "model-00002-of-00002.safetensors",
+        {
+            "layers.1.engram.wkv.weight": ("U8", rng.integers(0, 9, (2, 2), np.uint8)),
+            "layers.1.engram.embed.scale": ("F8_E8M0", scale),
+        },
+    )
+    out = tmp_path / "nvme"
+    written = engram["export_engram_tables"](str(checkpoint), str(out))
+    assert sorted(written) == sorted(engram["engram_table_paths"](str(out), 1))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "layers.1.engram.embed.scale.bin",
+        "layers.1.engram.embed.weight.bin",
+    ]
+    table = engram["EngramDiskTable"].open(str(out), 1, NUM_ROWS, DIM, QUANT_BLOCK, 200, 300)
+    rows = np.array([0, 1, 2, 150, 299])
+    got_values = np.zeros((len(rows), DIM), np.uint8)
+    got_scales = np.zeros((len(rows), DIM // QUANT_BLOCK), np.uint8)
+    for read in table.read_rows(rows, got_values, got_scales, engram["engram_io_pool"]()):
+        read.result()
+    assert np.array_equal(got_values, weight[200 + rows])
+    assert np.array_equal(got_scales, scale[200 + rows])
+    with pytest.raises(IndexError):
+        table.read_rows(np.array([300]), got_values, got_scales, None)
+
+    _write_safetensors(
+        checkpoint / "model-00001-of-00002.safetensors",
+        {"layers.1.engram.embed.weight": ("BF16", weight.view(np.uint16))},
+    )
+    with pytest.raises(ValueError, match="one-byte"):
+        engram["export_engram_tables"](str(checkpoint), str(out))
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [
+        ((10, 0), (36864, 4096)),  # the release's GB200 values, unchanged
+        ((10, 3), (36864, 4096)),
+        ((12, 1), (12288, 1024)),  # GB10
+        ((12, 0), (None, None)),
+        ((9, 0), (None, None)),
+        (None, (None, None)),
+    ],
+)
+def test_lookup_thresholds(patched_source, make_platform, capability, expected):
+    loaded = patched_source.load(
+        ENGRAM,
+        ["_engram_lookup_thresholds"],
+        {"current_platform": make_platform(capability), "torch": torch},
+    )
+    thresholds = loaded["_engram_lookup_thresholds"]
+    assert thresholds(torch.device("cuda", 0)) == expected

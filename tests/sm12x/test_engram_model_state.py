@@ -1,0 +1,173 @@
+"""Staging Engram rows in prepare_inputs (patch 0006 nvidia/model_state.py).
+
+``DeepseekV41ModelState`` is the patched class on a stand-in base
+(``DefaultModelState``); the lookback gather kernel is replaced by a torch
+transcription of it, and the stager by a recorder, except where the patched
+``EngramDiskStager.create`` decides whether there is a stager at all.
+
+Only a GB10 shows that the V2 runner's forward, eager and replayed from a
+graph, reads the rows staged here, and what the host sync in prepare_inputs
+costs per step.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the release tier needs torch")
+
+pytestmark = pytest.mark.release
+
+MODEL_STATE = "vllm/models/deepseek_v41/nvidia/model_state.py"
+ENGRAM = "vllm/models/deepseek_v41/common/engram.py"
+DEPTH = 3
+
+
+class DefaultModelState:
+    """Stands for vLLM's DefaultModelState: the attributes the subclass
+    reads, and 1-D positions (no mrope) from prepare_inputs."""
+
+    base_inputs: ClassVar[dict] = {}
+
+    def __init__(self, vllm_config, model, encoder_cache, device) -> None:
+        self.vllm_config = vllm_config
+        self.model = model
+        self.device = device
+        self.max_num_reqs = 4
+        self.max_num_tokens = 32
+
+    def prepare_inputs(self, input_batch, req_states) -> dict:
+        return dict(self.base_inputs)
+
+
+class GatherLookback:
+    """``_gather_lookback_kernel[grid](...)``, transcribed to torch."""
+
+    def __getitem__(self, grid):
+        def launch(window, idx_mapping, qsl, positions, all_ids, stride, num_reqs, DEPTH, BLOCK_DEPTH):
+            for row in range(grid[0]):
+                window[row].fill_(-1)
+                if row >= num_reqs or qsl[row + 1] <= qsl[row]:
+                    continue
+                computed = int(positions[int(qsl[row])])
+                for offset in range(DEPTH):
+                    position = computed - 1 - offset
+                    if position >= 0:
+                        window[row, offset] = all_ids[int(idx_mapping[row]), position]
+
+        return launch
+
+
+class Stager:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def stage(self, input_ids, positions, query_start_loc, lookback_token_ids) -> None:
+        self.calls.append((input_ids, positions, query_start_loc, lookback_token_ids.clone()))
+
+
+def load_state(patched_source, create):
+    return patched_source.load(
+        MODEL_STATE,
+        ["DeepseekV41ModelState"],
+        {
+            "DefaultModelState": DefaultModelState,
+            "torch": torch,
+            "np": np,
+            "triton": SimpleNamespace(next_power_of_2=lambda n: 1 << (n - 1).bit_length()),
+            "_gather_lookback_kernel": GatherLookback(),
+            "UvaBufferPool": lambda *args: None,
+            "EngramDiskStager": SimpleNamespace(create=create),
+        },
+    )["DeepseekV41ModelState"]
+
+
+def make_state(cls, depth: int = DEPTH):
+    vllm_config = SimpleNamespace(
+        parallel_config=SimpleNamespace(prefill_context_parallel_size=1),
+        compilation_config=SimpleNamespace(cudagraph_decoder_replay=False),
+    )
+    model = SimpleNamespace(token_lookback_depth=depth)
+    return cls(vllm_config, model, None, torch.device("cpu"))
+
+
+def batch():
+    """Two requests: a prefill chunk from position 4 and a decode at 9."""
+    all_ids = torch.arange(100, 100 + 2 * 16, dtype=torch.int32).view(2, 16)
+    input_batch = SimpleNamespace(
+        idx_mapping=torch.tensor([1, 0]),
+        query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32),
+        positions=torch.tensor([4, 5, 6, 9, 0, 0]),  # padded to 6
+        input_ids=torch.tensor([7, 8, 9, 10, 0, 0], dtype=torch.int32),
+    )
+    req_states = SimpleNamespace(all_token_ids=SimpleNamespace(gpu=all_ids))
+    return input_batch, req_states, all_ids
+
+
+def test_stager_is_created_with_the_model(patched_source):
+    created = []
+
+    def create(model):
+        created.append(model)
+        return Stager()
+
+    cls = load_state(patched_source, create)
+    state = make_state(cls)
+    assert created == [state.model]
+    assert isinstance(state.engram_disk_stager, Stager)
+    # No Engram (no lookback window): no stager asked for.
+    created.clear()
+    assert make_state(cls, depth=0).engram_disk_stager is None
+    assert created == []
+
+
+def test_rows_are_staged_after_the_lookback_gather(patched_source):
+    cls = load_state(patched_source, lambda model: Stager())
+    state = make_state(cls)
+    input_batch, req_states, all_ids = batch()
+    inputs = state.prepare_inputs(input_batch, req_states)
+
+    window = inputs["lookback_token_ids"]
+    assert window is state.lookback_token_ids
+    expected = torch.full_like(window, -1)
+    expected[0] = all_ids[1, [3, 2, 1]]  # request in slot 1, chunk at 4
+    expected[1] = all_ids[0, [8, 7, 6]]  # request in slot 0, decode at 9
+    assert torch.equal(window, expected)
+
+    [(input_ids, positions, query_start_loc, staged_window)] = state.engram_disk_stager.calls
+    assert input_ids is input_batch.input_ids  # the padded ids the forward hashes
+    assert positions is input_batch.positions
+    assert query_start_loc is input_batch.query_start_loc
+    assert torch.equal(staged_window, expected)  # the gather ran first
+
+
+def test_staging_uses_the_positions_the_forward_gets(patched_source):
+    cls = load_state(patched_source, lambda model: Stager())
+    state = make_state(cls)
+    input_batch, req_states, _ = batch()
+    own = torch.tensor([4, 5, 6, 9, 9, 9])
+    state.base_inputs = {"positions": own}
+    state.prepare_inputs(input_batch, req_states)
+    assert state.engram_disk_stager.calls[0][1] is own
+
+
+def test_without_the_flag_there_is_no_stager(patched_source, monkeypatch):
+    """The patched EngramDiskStager.create decides: flag unset, no stager,
+    and prepare_inputs returns what the release returns."""
+    engram = patched_source.load(
+        ENGRAM,
+        ["ENGRAM_DISK_ENV", "engram_disk_enabled", "EngramDiskStager"],
+        {"os": os},
+    )
+    monkeypatch.delenv("DSV41_ENGRAM_DISK", raising=False)
+    cls = load_state(patched_source, engram["EngramDiskStager"].create)
+    state = make_state(cls)
+    assert state.engram_disk_stager is None
+    input_batch, req_states, _ = batch()
+    inputs = state.prepare_inputs(input_batch, req_states)
+    assert set(inputs) == {"lookback_token_ids"}
