@@ -90,6 +90,10 @@ class ImageSpec(Strict):
 
 class SmokeSpec(Strict):
     commands: list[str] = Field(default_factory=list, description="run inside the image; each must exit 0")
+    skeleton_commands: list[str] = Field(
+        default_factory=list,
+        description="run instead of `commands` when the base is imgbuild's skeleton stand-in (no torch there)",
+    )
     timeout: int = Field(default=600, gt=0)
 
 

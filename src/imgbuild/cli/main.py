@@ -12,7 +12,10 @@ import click
 import typer
 
 from imgbuild import __version__
-from imgbuild.cli import patches, plan
+from imgbuild.cli import bake as bake_cmd
+from imgbuild.cli import build, inspect, patches, patchwork, plan, quickstart, skeleton, smoke
+from imgbuild.cli import lock as lock_cmd
+from imgbuild.cli import publish as publish_cmd
 from imgbuild.errors import ExitCode, ImgbuildError
 
 app = typer.Typer(
@@ -29,7 +32,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(patches.app, name="patches")
+patchwork.register(patches.app)  # patches rebase / edit / refresh
 app.command("plan")(plan.plan)
+app.command("build")(build.build)
+app.command("smoke")(smoke.smoke_cmd)
+app.command("inspect")(inspect.inspect)
+app.command("skeleton")(skeleton.skeleton)
+app.command("quickstart")(quickstart.quickstart)
+app.command("lock")(lock_cmd.lock)
+app.command("publish")(publish_cmd.publish)
+app.command("bake")(bake_cmd.bake)
 
 
 def _version(value: bool) -> None:

@@ -52,6 +52,20 @@ def list_(as_json: JsonOpt = False) -> None:
 def check(
     as_json: JsonOpt = False,
     allow_fuzz: FuzzOpt = 0,
+    onto: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--onto", metavar="REF", help="Check against these refs instead (tag, commit, version, `pinned`, `latest`)."
+        ),
+    ] = None,
+    more_refs: Annotated[list[str] | None, typer.Argument(metavar="REF", help="More refs, after --onto.")] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="With --onto: append the matrix as markdown to FILE ('-': stdout)."),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="With --onto: fail on anything but exact or offset.")
+    ] = False,
 ) -> None:
     """Check that the whole series and every variant apply to the pinned release.
 
@@ -59,8 +73,24 @@ def check(
     with fuzz, then by 3-way merge from its original blobs. A patch whose hunks
     are already in the release is reported `upstreamed`. Exit status 1 when any
     patch conflicts, needs fuzz, or needs a 3-way merge. Nothing is written.
+
+    With --onto REF [REF...] (CI mode): carry the full series and each variant's
+    selection onto each ref in memory, following moved files, never with fuzz,
+    and print the variant x ref x patch matrix (--json, --markdown FILE for
+    $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
+    if onto or more_refs or markdown is not None or strict:
+        from imgbuild.cli import check_onto
+
+        refs = check_onto.split_refs(onto, more_refs)
+        if not refs:
+            raise UsageError("--markdown and --strict go with --onto REF")
+        check_onto.run(refs, as_json=as_json, markdown=markdown, strict=strict, allow_fuzz=allow_fuzz)
+        return
     project = load_project()
+    from imgbuild.cli.check_onto import note_rebase
+
+    note_rebase(project.root)
     tree = project.tree()
     full = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=merge3)
     variants = {}

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from imgbuild.cli.options import JsonOpt
+from imgbuild.layers import describe, overlay_files, plan_layers
 from imgbuild.project import load_project
 from imgbuild.report import console, plan_matrix, print_json
 
@@ -21,12 +22,14 @@ def plan(
     """
     project = load_project()
     plans = project.plan(variants or None)
+    layers = describe(plan_layers({p.variant.name: overlay_files(p) for p in plans}))
     if as_json:
         print_json(
             {
                 "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
                 "series_digest": project.series_digest,
                 "variants": [p.to_json() for p in plans],
+                "layers": layers,
             }
         )
         return
@@ -38,3 +41,6 @@ def plan(
             f"[bold]{v.name}[/]: {len(v.selected)} patches ({chain})"
             + (f"; leaves out {', '.join(v.reverted)}" if v.reverted else "")
         )
+    console.print("[bold]layers[/] (on a shared base; `imgbuild build --dry-run` shows the Dockerfiles):")
+    for line in layers:
+        console.print(f"  {line}", markup=False)

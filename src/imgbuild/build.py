@@ -1,0 +1,478 @@
+"""Build variant images on a real Docker engine: plan, check, then act.
+
+1. Plan every variant (files, layers, Dockerfiles, tags) with the pure
+   functions of planner/layers/buildplan; `--dry-run` stops here.
+2. Resolve each base (a local image, a pull, or the skeleton stand-in), its
+   site-packages directory, and refuse base drift: every planned file must be
+   the pinned release's pristine file in the base.
+3. Refuse tag collisions with images imgbuild did not build, before touching
+   any tag.
+4. Build each needed layer once (or reuse it when its inputs digest matches),
+   then each image: tag the immutable tag, smoke-test, and only then move the
+   moving tags. An image whose inputs digest matches is reused without any
+   docker build. A failure or an interrupt puts the tags back as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from imgbuild import labels, skeleton
+from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
+from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
+from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
+from imgbuild.planner import VariantPlan
+from imgbuild.project import Project
+from imgbuild.smoke import Expected, SmokeReport, smoke
+from imgbuild.upstream import cache_dir
+
+SKELETON = "skeleton"
+Say = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    base: str | None = None  # "skeleton" or an image reference; overrides image.base
+    repository: str | None = None  # overrides image.repository (e.g. for tests)
+    platform: str | None = None  # overrides image.platforms
+    force: bool = False
+    smoke: bool = True
+    verbose: bool = False
+
+
+@dataclass
+class LayerResult:
+    digest: str
+    tag: str
+    image_id: str
+    files: tuple[str, ...]
+    built: bool
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ImageResult:
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    moving: tuple[str, ...]
+    inputs_digest: str
+    built: bool
+    moved: bool
+    layers: tuple[str, ...]  # RootFS diff ids
+    smoke: SmokeReport | None = None
+    note: str = ""
+    base_layers: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platform": self.platform,
+            "image_id": self.image_id,
+            "immutable": self.immutable,
+            "moving": list(self.moving),
+            "inputs_digest": self.inputs_digest,
+            "built": self.built,
+            "moved": self.moved,
+            "rootfs_layers": list(self.layers),
+            "base_layers": self.base_layers,
+            "note": self.note,
+            "smoke": self.smoke.to_json() if self.smoke else None,
+        }
+
+
+@dataclass
+class BuildResult:
+    plan: BuildPlan
+    layers: list[LayerResult] = field(default_factory=list)
+    images: list[ImageResult] = field(default_factory=list)
+
+
+# -- planning ---------------------------------------------------------------
+def project_inputs(project: Project) -> ProjectInputs:
+    up = project.upstream
+    try:
+        when = int(up.repo.run("show", "-s", "--format=%ct", up.commit).strip() or 0)
+    except Exception:  # noqa: BLE001 - a commit without a readable date counts as the epoch
+        when = 0
+    return ProjectInputs(
+        upstream=labels.Upstream.from_pin(project.pin),
+        package_root=project.pin.package_root,
+        series_digest=project.series_digest,
+        created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
+    )
+
+
+def variant_plans(project: Project, platform: str | None) -> list[VariantPlan]:
+    plans = project.plan()
+    if platform is None:
+        return plans
+    out = []
+    for p in plans:
+        image = dataclasses.replace(p.variant.image, platforms=(platform,))
+        out.append(dataclasses.replace(p, variant=dataclasses.replace(p.variant, image=image)))
+    return out
+
+
+def base_ref(plan: VariantPlan, options: BuildOptions) -> str:
+    ref = options.base or plan.variant.image.base
+    if not ref:
+        raise ConfigError(
+            f"images/{plan.variant.name}.yaml: image.base is not set (nor inherited through from:)",
+            hint="set image.base, or pass --base REF (--base skeleton builds on the offline stand-in)",
+        )
+    return ref
+
+
+def skeleton_spec(project: Project, site_packages: str | None, platform: str) -> skeleton.SkeletonSpec:
+    """The stand-in base for `project` on `platform`, with vllm/ where the variant expects it."""
+    return skeleton.SkeletonSpec(
+        platform=platform,
+        upstream_commit=project.pin.commit,
+        package_root=project.pin.package_root,
+        site_packages=site_packages or skeleton.SITE_PACKAGES,
+    )
+
+
+def dry_bases(
+    project: Project, plans: Sequence[VariantPlan], options: BuildOptions, engine: Engine | None
+) -> dict[tuple[str, str], BaseInfo]:
+    """Bases as far as a dry run can know them (the daemon is asked if it answers)."""
+    out = {}
+    for plan in plans:
+        for platform in plan.variant.image.platforms:
+            ref = base_ref(plan, options)
+            site = plan.variant.image.site_packages
+            if ref == SKELETON:
+                spec = skeleton_spec(project, plan.variant.image.site_packages, platform)
+                ref, site = spec.tag, spec.site_packages
+            info = engine.image(ref) if engine else None
+            site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
+            image_id = info.id if info else "unresolved"
+            out[(plan.variant.name, platform)] = BaseInfo(
+                ref, image_id, info.digest if info else image_id, platform, site
+            )
+    return out
+
+
+# -- resolving bases --------------------------------------------------------
+SITE_PROBE = (
+    "import importlib.util as u, os, sys, sysconfig\n"
+    "s = u.find_spec(sys.argv[1])\n"
+    "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else sysconfig.get_paths()['purelib'])\n"
+)
+
+
+class Bases:
+    """Resolves and caches bases for one run."""
+
+    def __init__(self, engine: Engine, project: Project, options: BuildOptions, say: Say) -> None:
+        self.engine, self.project, self.options, self.say = engine, project, options, say
+        self._info: dict[tuple[str, str], ImageInfo] = {}
+        self._site: dict[tuple[str, str], str] = {}
+
+    def resolve(self, plan: VariantPlan, platform: str) -> BaseInfo:
+        ref = base_ref(plan, self.options)
+        skel = ref == SKELETON
+        site_cfg = plan.variant.image.site_packages
+        if skel:
+            spec = skeleton_spec(self.project, site_cfg, platform)
+            ref = spec.tag
+            if (ref, platform) not in self._info:
+                up = self.project.upstream
+                self._info[(ref, platform)] = skeleton.ensure_skeleton(
+                    self.engine, spec, up.repo, cache_dir(), verbose=self.options.verbose
+                )
+        info = self._image(ref, platform)
+        site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
+        return BaseInfo(ref, info.id, info.digest, platform, site, skeleton=labels.SKELETON in info.labels)
+
+    def _image(self, ref: str, platform: str) -> ImageInfo:
+        if (ref, platform) not in self._info:
+            info = self.engine.image(ref)
+            if info is None:
+                self.say(f"base {ref} is not in the local image store; pulling it for {platform}")
+                info = self.engine.pull(ref, platform)
+            want = platform.split("/")[1]
+            if info.arch != want:
+                raise DockerError(
+                    f"base {ref} in the local image store is {info.platform}, but the build is for {platform}",
+                    hint="a local store holds one platform per tag: load the base for this platform, or use "
+                    "--base skeleton (one stand-in per platform)",
+                )
+            self._info[(ref, platform)] = info
+        return self._info[(ref, platform)]
+
+    def _site_packages(self, info: ImageInfo, ref: str, platform: str) -> str:
+        if (info.id, platform) not in self._site:
+            check_binfmt(info.arch, self.engine.arch)
+            root = self.project.pin.package_root
+            res = self.engine.run(
+                info.id, ["-c", SITE_PROBE, root], platform=platform, entrypoint=["python3"], timeout=300
+            )
+            lines = res.stdout.strip().splitlines()
+            if res.exit_code != 0 or not lines or not lines[-1].startswith("/"):
+                raise DockerError(
+                    f"cannot find where {root}/ lives in base {ref}: python3 said "
+                    f"{(res.stderr or res.stdout).strip()[-300:]!r}",
+                    hint="set image.site_packages in the variant's YAML",
+                )
+            self._site[(info.id, platform)] = lines[-1]
+            self.say(f"base {ref}: {root}/ lives in {lines[-1]}")
+        return self._site[(info.id, platform)]
+
+
+def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: dict[tuple[str, str], BaseInfo]) -> None:
+    """Refuse when a planned file in a base is not the pinned release's pristine file."""
+    problems: list[str] = []
+    by_base: dict[tuple[str, str, str], dict[str, str | None]] = {}
+    for plan in plans:
+        for platform in plan.variant.image.platforms:
+            base = bases[(plan.variant.name, platform)]
+            wanted = by_base.setdefault((base.image_id, platform, base.site_packages), {})
+            for f in plan.files:
+                wanted[f.path] = f.pristine_sha256
+    refs = {(b.image_id, b.platform, b.site_packages): b.ref for b in bases.values()}
+    for (image_id, platform, site), wanted in by_base.items():
+        paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
+        found = engine.read_files(image_id, list(paths), platform)
+        for full, rel in paths.items():
+            data = found[full]
+            have = hashlib.sha256(data).hexdigest() if data is not None else None
+            want = wanted[rel]
+            if have != want:
+                problems.append(
+                    f"{refs[(image_id, platform, site)]}: {full}: base has {have or 'no such file'}, "
+                    f"the pinned release has {want or 'no such file'}"
+                )
+    if problems:
+        raise UpstreamError(
+            "base drift: the base does not carry the pinned release's files, so overlaying patched files on it "
+            "would mix releases:\n  " + "\n  ".join(problems),
+            hint="use a base built from the pinned release, or re-pin patches/upstream.yaml to the release in the "
+            "base (then `imgbuild patches check`)",
+        )
+
+
+def check_collisions(engine: Engine, plan: BuildPlan) -> None:
+    """Refuse before any build when a tag we would write names an image imgbuild did not build."""
+    clashes = []
+    wanted: list[tuple[str, str]] = [(lb.tag, labels.LAYER) for lb in plan.layers]
+    for ib in plan.images:
+        wanted += [(ib.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in ib.moving_refs)]
+    for ref, key in wanted:
+        info = engine.image(ref)
+        if info is not None and key not in info.labels:
+            clashes.append(f"{ref} (image {info.id[7:19]}, no {key} label)")
+    if clashes:
+        raise DockerError(
+            "tag collision: these tags name images that imgbuild did not build, and imgbuild will not move them:\n  "
+            + "\n  ".join(clashes),
+            hint="remove or rename them (`docker rmi TAG` / `docker tag`), or build into another repository "
+            "(image.repository, or --repository)",
+        )
+
+
+# -- executing --------------------------------------------------------------
+OnSmoke = Callable[[SmokeReport], None]
+
+
+class Runner:
+    def __init__(
+        self, engine: Engine, plan: BuildPlan, options: BuildOptions, say: Say, on_smoke: OnSmoke | None = None
+    ) -> None:
+        self.engine, self.plan, self.options, self.say = engine, plan, options, say
+        self.on_smoke = on_smoke
+        self.result = BuildResult(plan)
+
+    def layers(self) -> None:
+        for lb in self.plan.layers:
+            existing = self.engine.image(lb.tag)
+            what = f"layer {lb.tag} ({len(lb.files)} file{'s' if len(lb.files) != 1 else ''})"
+            if existing is not None and existing.labels.get(labels.LAYER) == lb.digest and not self.options.force:
+                self.say(f"{what}: unchanged, reused (no docker build)")
+                self.result.layers.append(LayerResult(lb.digest, lb.tag, existing.id, lb.files, False))
+                continue
+            self.say(f"{what}: building for {lb.platform}")
+            image_id = self.engine.build(
+                lb.context,
+                tags=[lb.tag],
+                platform=lb.platform,
+                no_cache=self.options.force,
+                verbose=self.options.verbose,
+            )
+            self.result.layers.append(LayerResult(lb.digest, lb.tag, image_id, lb.files, True))
+
+    def image(self, ib: ImageBuild) -> ImageResult:
+        eng = self.engine
+        existing = eng.image(ib.immutable_ref)
+        reuse = (
+            existing is not None and existing.labels.get(labels.INPUTS) == ib.inputs_digest and not self.options.force
+        )
+        previous = existing.id if existing is not None else None
+        result = ImageResult(
+            ib.variant,
+            ib.platform,
+            "",
+            ib.immutable_ref,
+            ib.moving_refs,
+            ib.inputs_digest,
+            built=not reuse,
+            moved=False,
+            layers=(),
+        )
+        if reuse:
+            assert existing is not None
+            result.image_id = existing.id
+            self.say(
+                f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused (no docker build)"
+            )
+        else:
+            self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
+        try:
+            if not reuse:
+                result.image_id = eng.build(
+                    ib.context,
+                    tags=[ib.immutable_ref],
+                    platform=ib.platform,
+                    no_cache=self.options.force,
+                    verbose=self.options.verbose,
+                )
+            pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
+            if not self.options.smoke:
+                result.note = "not smoke-tested (--no-smoke): moving tags left alone"
+                self.say(f"{ib.variant}: {result.note}")
+            elif pending or result.built:
+                self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
+                result.smoke = smoke(eng, result.image_id, expected_for(ib))
+                result.smoke.image = ib.immutable_ref
+                result.smoke.name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
+                if self.on_smoke is not None:
+                    self.on_smoke(result.smoke)
+                if not result.smoke.ok:
+                    raise SmokeError(
+                        f"{ib.immutable_ref} failed its smoke test ({len(result.smoke.failures)} failing checks: "
+                        + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in result.smoke.failures[:4])
+                        + f"); {', '.join(ib.moving_refs) or 'no moving tag'} left unchanged",
+                        hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
+                        f"{result.image_id[:19]} for `imgbuild inspect`",
+                    )
+                for ref in pending:
+                    eng.tag(result.image_id, ref)
+                result.moved = bool(pending)
+            else:
+                self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+        except BaseException:
+            if result.built:  # put the immutable tag back as it was (best effort: the daemon may be gone)
+                with contextlib.suppress(DockerError):
+                    if previous is not None:
+                        eng.tag(previous, ib.immutable_ref)
+                    else:
+                        eng.untag(ib.immutable_ref)
+            raise
+        result.layers = eng.require(result.image_id).layers
+        result.base_layers = len(eng.require(ib.base.image_id).layers)
+        return result
+
+    def run(self) -> BuildResult:
+        self.layers()
+        for ib in self.plan.images:
+            self.result.images.append(self.image(ib))
+        return self.result
+
+
+def sharing(images: Sequence[ImageResult]) -> dict[str, str]:
+    """variant -> how its RootFS layers relate to the other images built (read back from the daemon)."""
+    out = {}
+    for img in images:
+        own = len(img.layers) - img.base_layers
+        text = f"{img.base_layers} base + {own} imgbuild layer{'s' if own != 1 else ''}"
+        below = [
+            o for o in images
+            if o is not img and o.platform == img.platform and len(o.layers) > o.base_layers
+            and len(o.layers) < len(img.layers) and img.layers[: len(o.layers)] == o.layers
+        ]  # fmt: skip
+        if below:
+            best = max(below, key=lambda o: len(o.layers))
+            text += f"; its bottom {len(best.layers)} layers are {best.variant}'s, byte for byte"
+        out[f"{img.variant} {img.platform}"] = text
+    return out
+
+
+def _image_id(engine: Engine, ref: str) -> str | None:
+    info = engine.image(ref)
+    return info.id if info else None
+
+
+def expected_for(ib: ImageBuild) -> Expected:
+    return Expected(
+        platform=ib.platform,
+        files=tuple(labels.parse_files(ib.labels[f"{labels.PREFIX}files"])),
+        site_packages=ib.base.site_packages,
+        labels=ib.labels,
+        smoke=ib.plan.variant.smoke,
+        variant=ib.variant,
+    )
+
+
+def prepare(
+    engine: Engine, project: Project, variants: Sequence[str], options: BuildOptions, say: Say = _stderr
+) -> tuple[BuildPlan, list[VariantPlan], dict[tuple[str, str], BaseInfo]]:
+    """Plan, resolve bases, check drift: everything before the first tag or build.
+
+    The drift check is skipped only when every wanted image already exists with
+    equal inputs (the inputs name the base's image id, and it was checked then).
+    """
+    for name in variants:
+        project.variant(name)
+    plans = variant_plans(project, options.platform)
+    resolver = Bases(engine, project, options, say)
+    bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
+    plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
+    if options.force or not all(_current(engine, ib) for ib in plan.images):
+        check_drift(engine, plans, bases)
+    return plan, plans, bases
+
+
+def _current(engine: Engine, ib: ImageBuild) -> bool:
+    info = engine.image(ib.immutable_ref)
+    return info is not None and info.labels.get(labels.INPUTS) == ib.inputs_digest
+
+
+def build(
+    engine: Engine,
+    project: Project,
+    variants: Sequence[str],
+    options: BuildOptions,
+    say: Say = _stderr,
+    on_smoke: OnSmoke | None = None,
+) -> BuildResult:
+    plan, _, _ = prepare(engine, project, variants, options, say)
+    check_collisions(engine, plan)
+    return Runner(engine, plan, options, say, on_smoke).run()
+
+
+def dry_run(project: Project, variants: Sequence[str], options: BuildOptions) -> tuple[BuildPlan, bool]:
+    """The build plan without building; asks the daemon about bases only if it answers."""
+    for name in variants:
+        project.variant(name)
+    try:
+        engine: Engine | None = Engine.connect()
+    except DockerError:
+        engine = None
+    plans = variant_plans(project, options.platform)
+    bases = dry_bases(project, plans, options, engine)
+    plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
+    return plan, engine is not None

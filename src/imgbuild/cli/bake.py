@@ -1,0 +1,120 @@
+"""`imgbuild bake`: generate buildkit/docker-bake.json and its build context."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from imgbuild import bake as bakemod
+from imgbuild import build as buildmod
+from imgbuild import reference
+from imgbuild.cli.options import JsonOpt
+from imgbuild.errors import ImgbuildError
+from imgbuild.lock import load_lock
+from imgbuild.project import load_project
+from imgbuild.registry import Registry
+from imgbuild.report import console, err_console, print_json
+
+
+class BakeStale(ImgbuildError):
+    """`bake --check` found the committed file out of date (exit 1)."""
+
+
+def bake(
+    check: Annotated[
+        bool, typer.Option("--check", help="Fail (exit 1) when the bake file (or a present context) is out of date.")
+    ] = False,
+    matrix: Annotated[
+        bool,
+        typer.Option("--matrix", help="Print GitHub Actions matrices (JSON) of the variants whose tag REGISTRY lacks."),
+    ] = False,
+    registry: Annotated[
+        str | None, typer.Option("--registry", "-r", help="With --matrix: the registry to look in, e.g. ghcr.io/acme.")
+    ] = None,
+    all_variants: Annotated[bool, typer.Option("--all", help="With --matrix: every variant, changed or not.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate buildkit/docker-bake.json (committed) and buildkit/context/ (generated).
+
+    One target per variant: platforms, tags (immutable `<version>-<inputs>` and
+    the moving ones, under ${REGISTRY}), labels from the inputs, an inline
+    Dockerfile on the base locked in images.lock, provenance off, and GitHub
+    Actions cache scoped by ${CACHE_PREFIX}. Run buildx from the repository root:
+
+      imgbuild bake && docker buildx bake -f buildkit/docker-bake.json --load \\
+          --set '*.platform=linux/arm64' engram-mem
+
+      imgbuild bake --check                      # CI and tests: fail when stale
+
+      imgbuild bake --matrix -r ghcr.io/acme     # what CI must build
+    """
+    project = load_project()
+    lock = load_lock(project.root)
+    result = bakemod.make_bake(buildmod.project_inputs(project), project.plan(), lock)
+    unlocked = [t.variant for t in result.targets if not t.locked]
+    if unlocked and not matrix:
+        err_console.print(
+            f"warning: images.lock does not pin the base of {', '.join(unlocked)}; "
+            "the bake file names the bare tag (run `imgbuild lock`)",
+            soft_wrap=True,
+        )
+    if matrix:
+        if registry is None:
+            raise ImgbuildError("--matrix needs --registry", hint="e.g. --registry ghcr.io/acme")
+        present = {} if all_variants else _present(result.targets, registry)
+        print(json.dumps(bakemod.matrix(result.targets, registry, present), separators=(",", ":")))
+        return
+    if check:
+        problems = bakemod.check(project.root, result)
+        if as_json:
+            print_json({"ok": not problems, "problems": problems})
+        if problems:
+            raise BakeStale(
+                "\n  ".join(["the bake file is stale:", *problems]),
+                hint="run `imgbuild bake` and commit buildkit/docker-bake.json",
+            )
+        if not as_json:
+            console.print(f"{bakemod.BAKE_FILE} is up to date ({len(result.targets)} targets)")
+        return
+    wrote = bakemod.write_bake(project.root, result)
+    ctx = bakemod.write_context(project.root, result)
+    if as_json:
+        print_json(
+            {
+                "bake_file": bakemod.BAKE_FILE,
+                "changed": wrote,
+                "context_changed": ctx,
+                "targets": [
+                    {
+                        "variant": t.variant,
+                        "tags": list(t.tags),
+                        "platforms": list(t.platforms),
+                        "layers": list(t.layers),
+                    }
+                    for t in result.targets
+                ],
+            }
+        )
+        return
+    console.print(f"{bakemod.BAKE_FILE} {'written' if wrote else 'unchanged'}; {bakemod.CONTEXT_DIR}/ "
+                  f"{'written' if ctx else 'unchanged'} ({len(result.context)} files)")  # fmt: skip
+    for t in result.targets:
+        console.print(
+            f"  {t.variant}: {', '.join(t.platforms)}; layers {', '.join(t.layers) or '-'}; {t.immutable_tag}"
+        )
+
+
+def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
+    out = {}
+    clients: dict[str, Registry] = {}
+    try:
+        for t in targets:
+            ref = reference.join(registry, t.repository)
+            reg = clients.setdefault(ref.host, Registry(ref))
+            out[t.variant] = reg.head_manifest(ref.repository, t.immutable_tag) is not None
+    finally:
+        for c in clients.values():
+            c.close()
+    return out

@@ -1,0 +1,57 @@
+"""`imgbuild patches check --onto REF [REF...]`: forwards to checkmatrix.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from imgbuild.checkmatrix import check_onto
+from imgbuild.errors import UsageError
+from imgbuild.project import load_project
+from imgbuild.report import console, err_console, print_json
+
+
+def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
+    """--onto A --onto B,C D E -> [A, B, C, D, E] (duplicates removed)."""
+    if extra and not onto:
+        raise UsageError(
+            f"unexpected argument(s) {' '.join(extra)}", hint="refs to check go after --onto: --onto REF [REF...]"
+        )
+    refs = [r.strip() for item in [*(onto or []), *(extra or [])] for r in item.split(",") if r.strip()]
+    return list(dict.fromkeys(refs))
+
+
+def note_rebase(root: Path) -> None:
+    """Say so on stderr when a rebase is in progress or was interrupted."""
+    from imgbuild.rebase import in_progress_message
+
+    busy = in_progress_message(root)
+    if busy:
+        err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
+
+
+def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int) -> None:
+    if allow_fuzz:
+        raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
+    project = load_project()
+    note_rebase(project.root)
+    matrix = check_onto(project, refs, strict=strict)
+    if markdown is not None:
+        text = matrix.to_markdown()
+        if str(markdown) == "-":
+            print(text, end="")
+        else:
+            # appended, as GitHub expects for $GITHUB_STEP_SUMMARY
+            with open(os.fspath(markdown), "a", encoding="utf-8") as fh:
+                fh.write(text)
+    if as_json:
+        print_json(matrix.to_json())
+    elif markdown is None or str(markdown) != "-":
+        console.print(matrix.table())
+        for ref in matrix.refs:
+            console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
+        console.print("[green]every variant carries[/]" if matrix.ok else "[bold red]some variants do not carry[/]")
+    if not matrix.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,54 @@
+"""`imgbuild inspect IMAGE`: read an image's labels back and check them against its files."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from imgbuild.cli.options import JsonOpt
+from imgbuild.docker_engine import Engine
+from imgbuild.image_report import file_matrix
+from imgbuild.inspect_image import inspect_image
+from imgbuild.labels import OCI, PREFIX
+from imgbuild.remote import localize
+from imgbuild.report import console, print_json
+
+
+def inspect(
+    image: Annotated[str, typer.Argument(help="An image reference or id, e.g. vllm-dsv41:latest.")],
+    platform: Annotated[
+        str | None,
+        typer.Option("--platform", help="For a registry reference: the platform to pull (default: the daemon's)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show what an image says it carries, re-hash its files, and name every disagreement.
+
+    Prints the upstream pin, the patch states and the file matrix read from the image.
+    Exit status 1 when labels and contents disagree (or the image was not built by imgbuild).
+    """
+    engine = Engine.connect()
+    report = inspect_image(engine, localize(engine, image, platform))
+    if as_json:
+        print_json(report.to_json())
+    else:
+        info = report.info
+        lab = info.labels
+        console.print(f"[bold]{image}[/] {info.id[7:19]} {info.platform}; tags: {', '.join(info.tags) or '-'}")
+        console.print(f"ENTRYPOINT {list(info.entrypoint or [])}  CMD {list(info.cmd or [])}")
+        for key in ("variant", "upstream.url", "upstream.tag", "upstream.commit", "series", "inputs", "site-packages"):
+            console.print(f"{key:16} {lab.get(PREFIX + key, '-')}", markup=False)
+        for key in ("created", "base.name", "base.digest"):
+            console.print(f"{key:16} {lab.get(OCI + key, '-')}", markup=False)
+        console.print(f"{'layers':16} {len(info.layers)} ({', '.join(d[7:19] for d in info.layers[-3:])} on top)")
+        for name, state in report.patches().items():
+            console.print(f"  patch {name}: {state}", markup=False)
+        if report.files:
+            console.print(file_matrix([(image, report.files)], title="labels vs contents"))
+        for d in report.disagreements:
+            console.print(f"[bold red]disagree[/]: {d}")
+        if report.ok:
+            console.print(f"[green]labels and contents agree[/] ({len(report.files)} files)")
+    if not report.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,71 @@
+"""`imgbuild lock`: pin each variant's base to a digest per platform in images.lock."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from imgbuild import lock as lockmod
+from imgbuild.cli.options import JsonOpt
+from imgbuild.errors import ImgbuildError
+from imgbuild.project import load_project
+from imgbuild.report import console, print_json
+
+
+class LockStale(ImgbuildError):
+    """`lock --check` found problems (exit 1)."""
+
+
+def lock(
+    check: Annotated[
+        bool, typer.Option("--check", help="Fail (exit 1) when images.lock is missing, stale or lacks a platform.")
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="With --check: compare with images/ and patches/ only, not the registries."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Resolve each variant's base tag to a digest per platform and write images.lock.
+
+    Asks each base's registry (credentials from the docker config) for the
+    tag's index, and records its digest and every platform's manifest digest,
+    plus the pinned upstream commit and the series digest. Builds and
+    publishes take the base by digest from the lock.
+
+    Examples:
+
+      imgbuild lock
+
+      imgbuild lock --check            # CI: fail when the lock is stale
+
+      imgbuild lock --check --offline  # without asking the registries
+    """
+    project = load_project()
+    variants = list(project.variants.values())
+    pin = project.pin
+    if check:
+        current = lockmod.load_lock(project.root)
+        resolve = None if offline else lockmod.resolve_base
+        problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve)
+        if as_json:
+            print_json({"ok": not problems, "problems": problems})
+        if problems:
+            raise LockStale(
+                f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
+                hint="run `imgbuild lock` and commit images.lock",
+            )
+        if not as_json:
+            console.print(f"{lockmod.FILENAME} is up to date ({len(variants)} variants)")
+        return
+    new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest)
+    changed = lockmod.write_lock(project.root, new)
+    if as_json:
+        print_json({"changed": changed, "lock": new.to_dict()})
+        return
+    for ref, base in sorted(new.bases.items()):
+        console.print(f"{ref} -> {base.digest}", soft_wrap=True)
+        for platform, digest in base.platforms:
+            console.print(f"  {platform}: {digest}", soft_wrap=True)
+    console.print(f"{lockmod.FILENAME} {'written' if changed else 'unchanged'}")

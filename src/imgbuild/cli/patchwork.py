@@ -1,0 +1,150 @@
+"""`imgbuild patches rebase | edit | refresh`: forwarders to rebase.py and pq.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from imgbuild import pq, rebase
+from imgbuild.cli.options import JsonOpt
+from imgbuild.errors import UsageError
+from imgbuild.project import find_root
+from imgbuild.report import console, print_json
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rebase")(rebase_cmd)
+    app.command("edit")(edit_cmd)
+    app.command("refresh")(refresh_cmd)
+
+
+def rebase_cmd(
+    onto: Annotated[
+        str | None, typer.Option("--onto", metavar="REF", help="Tag, commit or release version to move the series to.")
+    ] = None,
+    continue_: Annotated[bool, typer.Option("--continue", help="Take the resolved work tree and go on.")] = False,
+    skip: Annotated[bool, typer.Option("--skip", help="Drop the patch the rebase stopped at, and go on.")] = False,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Stop and put patches/ and the pin back as they were.")
+    ] = False,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Where to write the review report (markdown; JSON beside it).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Carry the patch series onto another upstream release, like `git rebase`.
+
+    Each patch gets one outcome: exact or offset (carried, context refreshed),
+    upstreamed (already in the release: dropped, kept in patches/upstreamed/),
+    partly-upstreamed (shrunk to the hunks still needed), or conflict (a 3-way
+    merge from the patch's original blobs leaves markers in a work tree and the
+    rebase stops; then --continue, --skip or --abort). Files that moved upstream
+    are followed. At the end only changed patches are re-exported (headers kept
+    byte for byte, Last-Update bumped), the pin is updated in the same step, and a
+    review report with range-diffs is written.
+    """
+    root = find_root()
+    chosen = [
+        name
+        for name, on in (("--onto", onto is not None), ("--continue", continue_), ("--skip", skip), ("--abort", abort))
+        if on
+    ]
+    if len(chosen) > 1:
+        raise UsageError(f"{' and '.join(chosen)} cannot be used together")
+    if abort:
+        message = rebase.abort(root)
+        print_json({"ok": True, "message": message}) if as_json else console.print(message)
+        return
+    if onto is not None:
+        done = rebase.start(root, onto, report=report.resolve() if report else None, log=_log)
+    elif continue_ or skip:
+        done = rebase.resume(root, "skip" if skip else "continue", log=_log)
+    else:
+        info = rebase.status(root)
+        if as_json:
+            print_json({"in_progress": info is not None, "rebase": info})
+        elif info is None:
+            console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
+        else:
+            console.print(rebase.in_progress_message(root) or "")
+            console.print("run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
+        return
+    if as_json:
+        print_json(done.to_json())
+        return
+    table = Table(title=f"rebase {done.old['tag']} -> {done.onto['tag']}")
+    for col in ("patch", "outcome", "file", "notes"):
+        table.add_column(col)
+    for row in done.results:
+        table.add_row(row["filename"], row["outcome"], row["file"], row.get("reason", ""))
+    console.print(table)
+    for w in done.warnings:
+        console.print(f"[yellow]warning[/]: {w}")
+    console.print(f"pin: {done.onto['tag']} @ {done.onto['commit']}")
+    console.print(f"review report: {done.report}")
+
+
+def edit_cmd(
+    discard: Annotated[bool, typer.Option("--discard", help="Remove the work tree instead of opening it.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="With --discard: also throw away work not yet refreshed.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Open the series as a git branch: one commit per patch on the pinned release.
+
+    Each commit message is the patch's DEP-3 header plus a `Patch-Name:` trailer.
+    Edit, amend, reorder, drop or add commits with git in the work tree, then run
+    `imgbuild patches refresh` to write them back to patches/.
+    """
+    root = find_root()
+    if discard:
+        message = pq.discard(root, force=force)
+        print_json({"ok": True, "message": message}) if as_json else console.print(message)
+        return
+    if force:
+        raise UsageError("--force only goes with --discard")
+    opened = pq.open_queue(root)
+    if as_json:
+        print_json(opened.to_json())
+        return
+    verb = "opened" if opened.created else "already open"
+    console.print(f"{verb}: {opened.work_tree}")
+    console.print(f"branch `{pq.BRANCH}`: {opened.commits} commit(s) on {opened.tag} ({opened.base[:12]})")
+    console.print("edit, `git commit --amend` or add commits there, then run `imgbuild patches refresh`")
+
+
+def refresh_cmd(
+    close: Annotated[bool, typer.Option("--close", help="Remove the work tree after a successful refresh.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the `patches edit` branch back to patches/ and patches/series.
+
+    Only patches whose diff or header changed are rewritten; headers are kept
+    byte for byte (Last-Update bumped when the diff changed). New commits become
+    new patches; dropped commits leave the series. Refused when the work tree
+    has uncommitted changes.
+    """
+    root = find_root()
+    result = pq.refresh(root, close=close)
+    if as_json:
+        print_json(result.to_json())
+        return
+    for label, names in (("rewritten", result.written), ("added", result.added), ("removed", result.removed)):
+        for n in names:
+            console.print(f"{label}: patches/{n}")
+    console.print(f"unchanged: {len(result.unchanged)} patch(es)")
+    if result.series_changed:
+        console.print("patches/series updated")
+    for w in result.warnings:
+        console.print(f"[yellow]warning[/]: {w}")
+    if result.closed:
+        console.print("work tree removed")

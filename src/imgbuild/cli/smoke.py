@@ -1,0 +1,95 @@
+"""`imgbuild smoke`: smoke-test a variant's image, or any image by reference."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from imgbuild import build as engine
+from imgbuild.cli.build import BaseOpt, JunitOpt, PlatformOpt, RepoOpt, options
+from imgbuild.cli.options import JsonOpt
+from imgbuild.docker_engine import Engine
+from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError
+from imgbuild.image_report import checks_table, file_matrix, write_junit
+from imgbuild.labels import PREFIX
+from imgbuild.project import Project, load_project
+from imgbuild.remote import localize
+from imgbuild.report import console, print_json
+from imgbuild.smoke import SmokeReport, expected_from_labels, smoke, summary
+
+
+def _project() -> Project | None:
+    try:
+        return load_project()
+    except ConfigError:
+        return None
+
+
+def smoke_cmd(
+    targets: Annotated[list[str], typer.Argument(help="Variant names (their current image) or image references.")],
+    base: BaseOpt = None,
+    repository: RepoOpt = None,
+    platform: PlatformOpt = None,
+    static: Annotated[
+        bool, typer.Option("--static", help="Config and file checks only; run nothing in the image.")
+    ] = False,
+    junit: JunitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Smoke-test images: config, file states, then runtime (under qemu if the arch differs).
+
+    A VARIANT is checked against the current plan (its labels must agree with it) and
+    must have been built (`imgbuild build VARIANT`). An IMAGE is checked against its own
+    labels. Exit status 8 when a check fails.
+
+    Examples:
+
+      imgbuild smoke latest engram-mem --base skeleton --junit smoke.xml
+
+      imgbuild smoke vllm-dsv41:latest --json
+    """
+    eng = Engine.connect()
+    project = _project()
+    opts = options(base, repository, platform)
+    reports: list[SmokeReport] = []
+    variant_names = [t for t in targets if project is not None and t in project.variants]
+    if variant_names:
+        assert project is not None
+        plan, _, _ = engine.prepare(eng, project, variant_names, opts)
+        for ib in plan.images:
+            if eng.image(ib.immutable_ref) is None:
+                raise SmokeError(
+                    f"{ib.variant}: no image {ib.immutable_ref} for the current inputs",
+                    hint=f"build it first: imgbuild build {ib.variant}" + (f" --base {opts.base}" if opts.base else ""),
+                )
+            rep = smoke(eng, ib.immutable_ref, engine.expected_for(ib), runtime=not static)
+            reports.append(rep)
+    for target in (t for t in targets if t not in variant_names):
+        ref = localize(eng, target, platform)  # a registry reference: pull that platform by digest
+        info = eng.image(ref)
+        if info is None:
+            raise DockerError(
+                f"{ref!r} is neither a variant of this project nor an image in the local store",
+                hint="variants are the files in images/; images are names like vllm-dsv41:latest",
+            )
+        variant = info.labels.get(f"{PREFIX}variant")
+        spec = project.variants[variant].smoke if project and variant in project.variants else None
+        reports.append(smoke(eng, ref, expected_from_labels(info, spec), runtime=not static))
+    if junit is not None:
+        write_junit(junit, reports)
+    if as_json:
+        print_json({"ok": all(r.ok for r in reports), "reports": [r.to_json() for r in reports]})
+    else:
+        for r in reports:
+            console.print(checks_table(r))
+        console.print(file_matrix([(r.title, r.files) for r in reports]))
+        console.print(summary(reports))
+    bad = [r for r in reports if not r.ok]
+    if bad and as_json:
+        raise typer.Exit(ExitCode.SMOKE)  # the JSON above already says what failed
+    if bad:
+        raise SmokeError(
+            "smoke test failed: " + "; ".join(f"{r.image}: {len(r.failures)} failing checks" for r in bad),
+            hint="see the table above (or --json) for each failing check",
+        )

@@ -1,0 +1,109 @@
+"""Dockerfiles and build contexts, rendered by pure functions.
+
+Two kinds of build, neither with a RUN (so no emulation is needed):
+
+- a layer: `FROM parent`, one `COPY` of the layer's files, and a label naming
+  the layer's inputs digest;
+- a variant image: `FROM` its top layer (or the base), then ENV, LABEL and
+  the cleared `ENTRYPOINT []` / `CMD []`. It adds no filesystem layer, so
+  images that share a layer image share its layers byte for byte.
+
+The context is a tar made here: only the files of the layer plus the
+Dockerfile, sorted, uid/gid 0, fixed modes and mtime 0, so equal inputs give
+an equal context (and `buildx build -` reads it from stdin).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+DOCKERFILE = "Dockerfile"
+MTIME = 0
+
+
+def quote(value: str) -> str:
+    """A double-quoted Dockerfile word: backslash, quote and $ escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _key(key: str) -> str:
+    if not key or any(c in key for c in ' \t\n="\\$'):
+        return quote(key)
+    return key
+
+
+def render_layer(parent_ref: str, package_root: str, site_packages: str, labels: Mapping[str, str]) -> str:
+    dest = f"{site_packages.rstrip('/')}/{package_root}/"
+    lines = [
+        "# imgbuild layer: the files below, on top of the parent image",
+        f"FROM {parent_ref}",
+        f"COPY {package_root}/ {dest}",
+        *_label_lines(labels),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_variant(from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> str:
+    lines = ["# imgbuild image: metadata only, on top of its layers", f"FROM {from_ref}"]
+    env = list(env)
+    if env:
+        lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
+    lines.extend(_label_lines(labels))
+    lines += ["ENTRYPOINT []", "CMD []"]
+    return "\n".join(lines) + "\n"
+
+
+def _label_lines(labels: Mapping[str, str]) -> list[str]:
+    if not labels:
+        return []
+    return ["LABEL " + " \\\n      ".join(f"{_key(k)}={quote(v)}" for k, v in sorted(labels.items()))]
+
+
+@dataclass(frozen=True)
+class ContextEntry:
+    name: str
+    kind: str  # "dir" or "file"
+    mode: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{'d' if self.kind == 'dir' else '-'}{self.mode:04o} 0:0 {self.size:>9} {self.name}"
+
+
+def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
+    """A deterministic tar: the Dockerfile plus `files` (context-relative paths)."""
+    entries: dict[str, bytes | None] = {DOCKERFILE: dockerfile.encode()}
+    for path, data in files.items():
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
+            raise ValueError(f"bad context path {path!r}")
+        for parent in list(pure.parents)[:-1]:
+            entries.setdefault(str(parent), None)
+        entries[str(pure)] = bytes(data)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(entries):
+            content = entries[name]
+            info = tarfile.TarInfo(name)
+            info.mtime = MTIME
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+            else:
+                info.mode = 0o644
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
+
+
+def listing(context: bytes) -> list[ContextEntry]:
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        return [ContextEntry(m.name, "dir" if m.isdir() else "file", m.mode, m.size) for m in tar.getmembers()]

@@ -1,0 +1,170 @@
+"""Image labels: what an image says about its inputs (pure).
+
+Standard OCI keys (org.opencontainers.image.*) plus an `imgbuild.` namespace
+with the upstream pin, the series digest, each patch's state and each file's
+state and sha256. Everything is derived from the inputs, `created` included
+(the newest patch Last-Update or the upstream commit date, never the wall
+clock), so equal inputs give byte-equal image configs. Values are compact
+JSON where structured; the whole set stays around 1-2 KB.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from imgbuild.config import GitSource, UpstreamPin
+from imgbuild.errors import ConfigError
+from imgbuild.planner import VariantPlan
+
+OCI = "org.opencontainers.image."
+PREFIX = "imgbuild."
+FORMAT = "1"
+
+# Keys every image built by imgbuild carries; smoke and inspect rely on them.
+REQUIRED = (
+    f"{OCI}source",
+    f"{OCI}revision",
+    f"{OCI}version",
+    f"{OCI}created",
+    f"{OCI}base.name",
+    f"{OCI}base.digest",
+    f"{PREFIX}format",
+    f"{PREFIX}variant",
+    f"{PREFIX}upstream.url",
+    f"{PREFIX}upstream.commit",
+    f"{PREFIX}series",
+    f"{PREFIX}patches",
+    f"{PREFIX}files",
+    f"{PREFIX}site-packages",
+    f"{PREFIX}layers",
+    f"{PREFIX}inputs",
+)
+INPUTS = f"{PREFIX}inputs"
+LAYER = f"{PREFIX}layer"
+SKELETON = f"{PREFIX}skeleton"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The pinned release as labels describe it."""
+
+    url: str
+    tag: str
+    version: str
+    commit: str
+
+    @classmethod
+    def from_pin(cls, pin: UpstreamPin) -> Upstream:
+        if isinstance(pin.source, GitSource):
+            url = pin.source.url
+        else:  # a package URL: names the release without naming an index host
+            url = pin.source.url or f"pkg:pypi/{pin.source.project}@{pin.source.version}"
+        return cls(url=url, tag=pin.tag, version=pin.version, commit=pin.commit)
+
+
+def parse_last_update(value: str) -> dt.datetime | None:
+    """A DEP-3 Last-Update (YYYY-MM-DD), as midnight UTC; None if unparseable."""
+    try:
+        day = dt.date.fromisoformat(value.strip()[:10])
+    except ValueError:
+        return None
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+
+
+def source_date(last_updates: Sequence[str], upstream_commit_time: int) -> str:
+    """`created` for every image of a project: the newest of its inputs' dates."""
+    dates = [d for d in (parse_last_update(v) for v in last_updates) if d is not None]
+    dates.append(dt.datetime.fromtimestamp(upstream_commit_time, tz=dt.UTC))
+    return max(dates).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def compact(data: object) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=False)
+
+
+def files_label(plan: VariantPlan) -> str:
+    """{"path": [state, sha256] or [state, sha256, pristine sha256]} (pristine only when it differs)."""
+    out: dict[str, list[str | None]] = {}
+    for f in plan.files:
+        entry: list[str | None] = [f.state, f.sha256]
+        if f.pristine_sha256 != f.sha256:
+            entry.append(f.pristine_sha256)
+        out[f.path] = entry
+    return compact(out)
+
+
+def patches_label(plan: VariantPlan) -> str:
+    states = {n: "applied" for n in plan.variant.selected}
+    states.update({n: "reverted" for n in plan.variant.reverted})
+    order = [*plan.variant.selected, *plan.variant.reverted]
+    return compact({n: states[n] for n in order})
+
+
+@dataclass(frozen=True)
+class FileLabel:
+    path: str
+    state: str
+    sha256: str
+    pristine_sha256: str | None
+
+
+def parse_files(value: str) -> list[FileLabel]:
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise ValueError("imgbuild.files is not a JSON object")
+    out = []
+    for path, entry in data.items():
+        if not isinstance(entry, list) or len(entry) not in (2, 3):
+            raise ValueError(f"imgbuild.files[{path!r}] is not [state, sha256(, pristine)]")
+        pristine = entry[2] if len(entry) == 3 else entry[1]
+        out.append(FileLabel(str(path), str(entry[0]), str(entry[1]), None if pristine is None else str(pristine)))
+    return out
+
+
+def image_labels(
+    *,
+    plan: VariantPlan,
+    upstream: Upstream,
+    series_digest: str,
+    created: str,
+    base_ref: str,
+    base_digest: str,
+    site_packages: str,
+    layer_digests: Sequence[str],
+    user: Mapping[str, str],
+) -> dict[str, str]:
+    """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
+    for key in user:
+        if key.startswith(PREFIX):
+            raise ConfigError(
+                f"images/{plan.variant.name}.yaml: image.labels: {key!r} is reserved (imgbuild.* labels are computed)",
+                hint="choose another key",
+            )
+    labels = {
+        f"{OCI}source": upstream.url,
+        f"{OCI}revision": upstream.commit,
+        f"{OCI}version": upstream.version,
+        f"{OCI}created": created,
+        f"{OCI}base.name": base_ref,
+        f"{OCI}base.digest": base_digest,
+        **user,
+        f"{PREFIX}format": FORMAT,
+        f"{PREFIX}variant": plan.variant.name,
+        f"{PREFIX}upstream.url": upstream.url,
+        f"{PREFIX}upstream.tag": upstream.tag,
+        f"{PREFIX}upstream.commit": upstream.commit,
+        f"{PREFIX}series": series_digest,
+        f"{PREFIX}patches": patches_label(plan),
+        f"{PREFIX}files": files_label(plan),
+        f"{PREFIX}site-packages": site_packages,
+        f"{PREFIX}layers": compact(list(layer_digests)),
+        LAYER: layer_digests[-1] if layer_digests else "",
+    }
+    return dict(sorted(labels.items()))
+
+
+def missing_required(labels: Mapping[str, str]) -> list[str]:
+    return [k for k in REQUIRED if k not in labels]

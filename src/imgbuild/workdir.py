@@ -1,0 +1,114 @@
+"""The project's work area, `.imgbuild-work/`: state dirs, the lock, atomic JSON.
+
+`patches rebase` keeps its state in `.imgbuild-work/rebase/` and `patches edit`
+in `.imgbuild-work/pq/`; each holds a `state.json` and a git work tree `tree/`
+whose config carries the state's token, so a directory imgbuild did not make
+is never mistaken for (or deleted as) one of its own. One lock file serializes
+every command that changes that state; the OS drops the lock when a process
+dies, which is how an interrupted command is told from a running one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from imgbuild.errors import StateError
+from imgbuild.gitio import scratch_marker
+
+WORK = ".imgbuild-work"
+KINDS = {"rebase": "patches rebase", "pq": "patches edit"}
+
+
+def work_root(root: Path) -> Path:
+    return root / WORK
+
+
+def state_dir(root: Path, kind: str) -> Path:
+    return work_root(root) / kind
+
+
+@contextlib.contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Hold the project's patch-state lock, or refuse if another command holds it."""
+    base = work_root(root)
+    base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise StateError(
+                f"another imgbuild command is changing the patch state of {root} (pid {holder})",
+                hint="wait for it to finish",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (temp file in the same directory, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_state(directory: Path, kind: str) -> dict[str, Any] | None:
+    """The state in `directory`, None if there is none; StateError if the directory is not imgbuild's."""
+    if not directory.exists():
+        return None
+    path = directory / "state.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise StateError(
+            f"{directory} exists but was not made by `imgbuild {KINDS[kind]}` (no valid state.json); "
+            "refusing to touch it",
+            hint="move it out of the way yourself if it is not needed",
+        )
+    tree = directory / "tree"
+    if scratch_marker(tree) != data.get("token"):
+        raise StateError(
+            f"{tree} is not the work tree imgbuild made for this {KINDS[kind]} (foreign or replaced); "
+            "refusing to use it",
+            hint=f"inspect it, then remove {directory} yourself, or restore the original work tree",
+        )
+    return data
+
+
+def create_dir(final: Path, build: Callable[[Path], None]) -> None:
+    """Build a directory in a staging place and rename it to `final` in one step."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-staging-", dir=final.parent))
+    try:
+        build(staging)
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def sha256_file(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None

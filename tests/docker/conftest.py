@@ -1,0 +1,128 @@
+"""Fixtures for the docker tier: a real engine, a skeleton base, synthetic projects.
+
+The skeleton base is built once per session (its rootfs tar is cached in the
+user cache, so only the first session ever pays the ~1 minute mmdebstrap).
+Every image a test makes lives in a repository named after the session and
+is removed at the end, together with the dangling images the failure tests
+leave behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from imgbuild import skeleton
+from imgbuild.docker_engine import Engine
+from imgbuild.gitio import GitRepo
+from imgbuild.upstream import cache_dir
+from tests.synth import Upstream
+from tests.synth_images import engram_project, release
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    return Engine.connect()
+
+
+@pytest.fixture(scope="session")
+def synth_upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
+    up = Upstream(tmp_path_factory.mktemp("synth") / "upstream")
+    release(up)
+    return up
+
+
+@pytest.fixture(scope="session")
+def skeleton_base(engine: Engine, synth_upstream: Upstream) -> str:
+    """The skeleton for the synthetic release (commit ids are fixed, so the tag is stable across sessions)."""
+    commit = GitRepo(synth_upstream.path).resolve_commit("v1.0.0")
+    assert commit is not None
+    spec = skeleton.SkeletonSpec("linux/arm64", commit)
+    skeleton.ensure_skeleton(engine, spec, GitRepo(synth_upstream.path), cache_dir())
+    return spec.tag
+
+
+@pytest.fixture(scope="session")
+def prefix(engine: Engine, synth_upstream: Upstream) -> Iterator[str]:
+    name = f"imgbuild-test-{secrets.token_hex(4)}"
+    yield name
+    cleanup(engine, name, synth_upstream.url)
+
+
+def cleanup(engine: Engine, prefix: str, upstream_url: str) -> None:
+    for _ in range(6):
+        ids = {
+            img.id
+            for img in engine.client.images.list()
+            if any(t.startswith(prefix) for t in img.tags)
+            or (not img.tags and img.labels.get("imgbuild.upstream.url") == upstream_url)
+        }
+        if not ids:
+            return
+        for image_id in ids:
+            with contextlib.suppress(Exception):  # a child may still hold it; the next pass gets it
+                engine.client.api.remove_image(image_id, force=True)
+
+
+def run_cli(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`imgbuild -C PROJECT ARGS...` in a subprocess, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "imgbuild", "-C", str(project), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli() -> Cli:
+    return run_cli
+
+
+@dataclass(frozen=True)
+class Built:
+    project: Path
+    repo: str
+    cache: Path
+    stdout: str
+    stderr: str
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run_cli(self.project, *args, env={"IMGBUILD_CACHE": str(self.cache), **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, synth_upstream: Upstream, prefix: str, skeleton_base: str) -> Built:
+    """One project with both variants built on the skeleton, shared by a module's tests."""
+    root = tmp_path_factory.mktemp("built")
+    repo = f"{prefix}-{root.name}"
+    project = engram_project(root / "project", synth_upstream, repo)
+    cache = root / "cache"
+    proc = run_cli(project, "build", "latest", "engram-mem", "--base", "skeleton", env={"IMGBUILD_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return Built(project, repo, cache, proc.stdout, proc.stderr)
+
+
+MakeProject = Callable[..., Path]
+
+
+@pytest.fixture
+def make_project(tmp_path: Path, synth_upstream: Upstream, prefix: str, skeleton_base: str) -> MakeProject:
+    """A synthetic engram-shaped project whose images go to `<prefix>-<name>`."""
+
+    def make(name: str, **kw: object) -> Path:
+        return engram_project(tmp_path / name, synth_upstream, f"{prefix}-{name}", **kw)
+
+    return make

@@ -1,0 +1,127 @@
+"""Builds on the real engine: config, arch, file states, shared layers, skip and force."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from imgbuild.docker_engine import Engine
+from tests.docker.conftest import Built, Cli, MakeProject
+from tests.synth_images import ENGRAM, SM121
+
+pytestmark = pytest.mark.docker
+
+
+def tags_of(engine: Engine, repo: str) -> dict[str, str]:
+    return {t: img.id for img in engine.client.images.list(name=repo) for t in img.tags if t.startswith(f"{repo}:")}
+
+
+def test_config_is_arm64_with_cleared_entrypoint_and_cmd(built: Built, engine: Engine) -> None:
+    for tag in ("latest", "engram-mem"):
+        info = engine.require(f"{built.repo}:{tag}")
+        assert (info.os, info.arch) == ("linux", "arm64")
+        assert not info.entrypoint and not info.cmd  # BuildKit stores `ENTRYPOINT []` as null
+        assert info.labels["imgbuild.variant"] == tag
+        assert info.labels["org.opencontainers.image.created"] == "2026-11-01T00:00:00Z"
+        immutable = f"{built.repo}:1.0.0-{info.labels['imgbuild.inputs'][:12]}"
+        assert engine.require(immutable).id == info.id
+    assert "DSV41_ENGRAM_DISK=1" in engine.require(f"{built.repo}:latest").env
+    assert not any(e.startswith("DSV41_ENGRAM_DISK") for e in engine.require(f"{built.repo}:engram-mem").env)
+
+
+def test_layers_are_shared_byte_for_byte(built: Built, engine: Engine, skeleton_base: str) -> None:
+    base = engine.require(skeleton_base).layers
+    mem = engine.require(f"{built.repo}:engram-mem").layers
+    latest = engine.require(f"{built.repo}:latest").layers
+    assert mem[: len(base)] == base and len(mem) == len(base) + 1  # base + the shared sm121 layer
+    assert latest[: len(mem)] == mem and len(latest) == len(mem) + 1  # that same layer + the engram layer
+
+
+def test_file_state_matrix_read_from_the_images(built: Built) -> None:
+    states = {}
+    for tag in ("latest", "engram-mem"):
+        proc = built.cli("inspect", f"{built.repo}:{tag}", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["ok"] and report["disagreements"] == []
+        states[tag] = {f["path"]: f["actual"] for f in report["files"]}
+    assert states["latest"] == dict.fromkeys((*SM121, *ENGRAM), "patched")
+    assert states["engram-mem"] == {**dict.fromkeys(SM121, "patched"), **dict.fromkeys(ENGRAM, "original")}
+    text = built.cli("inspect", f"{built.repo}:engram-mem").stdout
+    assert "labels and contents agree" in text and "0003-engram: reverted" in text
+
+
+def test_unchanged_inputs_are_reused_without_any_build(built: Built, engine: Engine) -> None:
+    before = tags_of(engine, built.repo)
+    proc = built.cli("build", "--base", "skeleton", env={"IMGBUILD_ECHO": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "buildx build" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("reused (no docker build)") == 4, proc.stderr  # two layers, two images
+    assert tags_of(engine, built.repo) == before, (before, proc.stderr)
+
+
+def test_smoke_variant_passes_and_writes_junit(built: Built, tmp_path: Path) -> None:
+    junit = tmp_path / "smoke.xml"
+    proc = built.cli("smoke", "latest", "engram-mem", "--base", "skeleton", "--junit", str(junit))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "python3 -c 'import vllm'" in proc.stdout  # listed as skipped on the skeleton
+    suites = ET.parse(junit).getroot()
+    assert [s.get("failures") for s in suites] == ["0", "0"]
+    names = {c.get("name") for c in suites.iter("testcase")}
+    assert {"entrypoint", "cmd", "run-directly", "compile vllm/attention.py"} <= names
+    assert sum(1 for _ in suites.iter("skipped")) == 2
+
+
+def test_build_one_variant_builds_its_layer_first_then_latest_reuses_it(
+    make_project: MakeProject, cli: Cli, engine: Engine, prefix: str
+) -> None:
+    project = make_project("order")
+    repo = f"{prefix}-order"
+    first = cli(project, "build", "engram-mem", "--base", "skeleton")
+    assert first.returncode == 0, first.stderr
+    assert len([t for t in tags_of(engine, repo) if ":layer-" in t]) == 1
+    second = cli(project, "build", "latest", "--base", "skeleton")
+    assert second.returncode == 0, second.stderr
+    assert "(2 files): unchanged, reused" in second.stderr and "(2 files): building" in second.stderr
+    mem, latest = engine.require(f"{repo}:engram-mem"), engine.require(f"{repo}:latest")
+    assert latest.layers[: len(mem.layers)] == mem.layers
+
+
+def test_force_rebuilds_and_keeps_sharing(make_project: MakeProject, cli: Cli, engine: Engine, prefix: str) -> None:
+    project = make_project("force")
+    repo = f"{prefix}-force"
+    assert cli(project, "build", "--base", "skeleton", "--no-smoke").returncode == 0
+    proc = cli(project, "build", "--base", "skeleton", "--force", "--no-smoke")
+    assert proc.returncode == 0, proc.stderr
+    assert "reused" not in proc.stderr and proc.stderr.count("building") == 4
+    assert "moving tags left alone" in proc.stderr
+    assert f"{repo}:latest" not in tags_of(engine, repo)  # never smoked, never moved
+
+
+def test_site_packages_is_asked_from_the_base_when_not_configured(
+    make_project: MakeProject, cli: Cli, engine: Engine, prefix: str, skeleton_base: str
+) -> None:
+    from imgbuild.dockerfile import context_tar
+
+    base = f"{prefix}-nolabel/base:1"
+    engine.build(
+        context_tar(f'FROM {skeleton_base}\nLABEL imgbuild.site-packages=""\n', {}), tags=[base], platform="linux/arm64"
+    )
+    project = make_project("probe")
+    text = (project / "images" / "latest.yaml").read_text().replace("site_packages:", "# site_packages:")
+    (project / "images" / "latest.yaml").write_text(text)
+    proc = cli(project, "build", "latest", "--base", base, "--no-smoke")
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm/ lives in /usr/local/lib/python3.12/dist-packages" in proc.stderr
+
+
+def test_platform_is_configurable_amd64(make_project: MakeProject, cli: Cli, engine: Engine, prefix: str) -> None:
+    project = make_project("amd64")
+    proc = cli(project, "build", "latest", "--base", "skeleton", "--platform", "linux/amd64")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    info = engine.require(f"{prefix}-amd64:latest")
+    assert info.arch == "amd64" and not info.entrypoint
+    assert engine.require(info.labels["org.opencontainers.image.base.name"]).arch == "amd64"

@@ -1,0 +1,143 @@
+"""Bad input on the real engine: one clear error, a non-zero exit, and no half-tagged images."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from imgbuild.docker_engine import Engine
+from imgbuild.dockerfile import context_tar
+from tests.docker.conftest import Built, Cli, MakeProject
+from tests.synth import Upstream
+from tests.synth_images import FILES, SITE
+
+pytestmark = pytest.mark.docker
+
+
+def tags_of(engine: Engine, repo: str) -> set[str]:
+    return {t for img in engine.client.images.list(name=repo) for t in img.tags if t.startswith(f"{repo}:")}
+
+
+def derived(engine: Engine, parent: str, tag: str, lines: list[str], files: dict[str, bytes] | None = None) -> str:
+    """An image built FROM `parent` with extra Dockerfile lines (and files in the context)."""
+    text = "\n".join([f"FROM {parent}", *lines]) + "\n"
+    engine.build(context_tar(text, files or {}), tags=[tag], platform="linux/arm64")
+    return tag
+
+
+def test_dead_daemon_says_how_to_start_it(make_project: MakeProject, cli: Cli, tmp_path: Path) -> None:
+    proc = cli(make_project("dead"), "build", "--base", "skeleton", env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
+    assert proc.returncode == 7
+    assert "cannot reach the Docker daemon" in proc.stderr and "dockerd" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_base_with_failing_pull(make_project: MakeProject, cli: Cli, engine: Engine, prefix: str) -> None:
+    proc = cli(make_project("nobase"), "build", "--base", f"{prefix}-absent/base:1")
+    assert proc.returncode == 7
+    assert "is not in the local image store, and pulling it for linux/arm64 failed" in proc.stderr
+    assert "--base skeleton" in proc.stderr
+    assert tags_of(engine, f"{prefix}-nobase") == set()
+
+
+def test_base_drift_is_refused_naming_files_and_hashes(
+    make_project: MakeProject, cli: Cli, engine: Engine, prefix: str, skeleton_base: str
+) -> None:
+    drifted = FILES["vllm/sparse.py"].replace("return 9\n", "return 9  # vendor hotfix\n").encode()
+    base = derived(
+        engine, skeleton_base, f"{prefix}-drift/base:1", [f"COPY vllm/ {SITE}/vllm/"], {"vllm/sparse.py": drifted}
+    )
+    proc = cli(make_project("drift"), "build", "--base", base)
+    assert proc.returncode == 6, proc.stderr
+    assert "base drift" in proc.stderr and f"{SITE}/vllm/sparse.py" in proc.stderr
+    assert hashlib.sha256(drifted).hexdigest() in proc.stderr
+    assert hashlib.sha256(FILES["vllm/sparse.py"].encode()).hexdigest() in proc.stderr
+    assert tags_of(engine, f"{prefix}-drift") == set()
+
+
+def test_tag_collision_with_a_foreign_image(
+    make_project: MakeProject, cli: Cli, engine: Engine, prefix: str, skeleton_base: str
+) -> None:
+    repo = f"{prefix}-clash"
+    engine.tag(engine.require(skeleton_base).id, f"{repo}:engram-mem")
+    proc = cli(make_project("clash"), "build", "--base", "skeleton")
+    assert proc.returncode == 7
+    assert "tag collision" in proc.stderr and f"{repo}:engram-mem" in proc.stderr
+    assert tags_of(engine, repo) == {f"{repo}:engram-mem"}  # nothing else was tagged, not even a layer
+
+
+def test_failing_smoke_never_moves_the_moving_tag(
+    make_project: MakeProject, cli: Cli, engine: Engine, prefix: str
+) -> None:
+    project = make_project(
+        "badsmoke", skeleton_commands=["python3 -c 'import vllm.attention as a; assert a.attn_3() == 4'"]
+    )
+    repo = f"{prefix}-badsmoke"
+    proc = cli(project, "build", "latest", "--base", "skeleton", "--json")
+    assert proc.returncode == 8, proc.stderr
+    assert "failed its smoke test" in proc.stderr and f"{repo}:latest left unchanged" in proc.stderr
+    assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
+
+
+def test_interrupted_build_leaves_no_half_tagged_image(
+    make_project: MakeProject, engine: Engine, prefix: str, synth_upstream: Upstream
+) -> None:
+    project = make_project("interrupt")
+    repo = f"{prefix}-interrupt"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imgbuild", "-C", str(project), "build", "latest", "--base", "skeleton"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "smoke-testing" in line:
+            time.sleep(0.5)  # inside the smoke run, after the immutable tag was set
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
+    label = f"imgbuild.upstream.url={synth_upstream.url}"
+    assert engine.client.containers.list(all=True, filters={"label": label}) == []  # the smoke container is gone
+
+
+def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:
+    latest = f"{built.repo}:latest"
+    broken = derived(
+        engine,
+        latest,
+        f"{built.repo}:broken-syntax",
+        [f"COPY vllm/ {SITE}/vllm/"],
+        {"vllm/attention.py": b"def attn_3(:\n"},
+    )
+    proc = built.cli("smoke", broken, "--json")
+    assert proc.returncode == 8
+    failed = {
+        (c["group"], c["name"])
+        for r in json.loads(proc.stdout)["reports"]
+        for c in r["checks"]
+        if c["status"] == "fail"
+    }
+    assert {("files", "vllm/attention.py"), ("runtime", "compile vllm/attention.py")} <= failed
+    assert {g for g, _ in failed} == {"files", "runtime", "command"}  # the smoke command imports the file too
+    inspect = json.loads(built.cli("inspect", broken, "--json").stdout)
+    assert not inspect["ok"] and "vllm/attention.py: labels say patched" in inspect["disagreements"][0]
+
+    entry = derived(engine, latest, f"{built.repo}:broken-entrypoint", ['ENTRYPOINT ["vllm", "serve"]'])
+    proc = built.cli("smoke", entry, "--json")
+    assert proc.returncode == 8
+    failed = {c["name"] for r in json.loads(proc.stdout)["reports"] for c in r["checks"] if c["status"] == "fail"}
+    assert {"entrypoint", "run-directly"} <= failed
