@@ -21,6 +21,11 @@ For each release it prints:
   checked-out release (plain git has no notion of the stack or variants);
 - git total: checkout + apply of the full series.
 The target is under 0.5 s per release for `patches check`.
+
+With --cold it also times the first run on an empty cache (the pinned wheel
+file already downloaded): `imgbuild patches check` has to commit the wheel's
+`vllm/` tree into a new mirror first. The plain alternative is unzipping the
+wheel's `vllm/` tree and running `git apply --check` per patch.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ def main() -> int:
     parser.add_argument("refs", nargs="*", help="releases to check (default: the pinned one)")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--project", type=Path, default=None)
+    parser.add_argument("--cold", action="store_true", help="also time the first run on an empty cache")
     args = parser.parse_args()
 
     root = (args.project or find_root(Path(__file__).parent)).resolve()
@@ -72,6 +78,9 @@ def main() -> int:
     if not project.patches:
         print("the shipped series is empty: nothing to benchmark")
         return 1
+
+    if args.cold:
+        cold(root, project, max(3, args.repeat // 3))
 
     rows = []
     for ref in refs:
@@ -132,6 +141,47 @@ def main() -> int:
         print(f"{tag:<10} {'-> ' + verdict + f' the {TARGET} s target; matrix ok: {ok}':<34}")
         print()
     return 0
+
+
+def cold(root: Path, project: Project, repeat: int) -> None:
+    """First `patches check` on an empty cache vs unzip + `git apply --check`."""
+    from imgbuild.config import WheelSource
+    from imgbuild.upstream import Mirror
+
+    source = project.pin.source
+    if not isinstance(source, WheelSource):
+        print("--cold needs a wheel pin")
+        return
+    wheel = Mirror(source, project.pin.package_root).fetch_wheel(source.version)
+    patch_files = [str(project.patches_dir / p.filename) for p in project.patches]
+
+    def imgbuild_cold() -> None:
+        cache = Path(tempfile.mkdtemp(prefix="bench-cold-"))
+        try:
+            (cache / "wheels").mkdir()
+            (cache / "wheels" / wheel.name).symlink_to(wheel)
+            env = {**os.environ, "IMGBUILD_CACHE": str(cache)}
+            cmd = [sys.executable, "-m", "imgbuild", "-C", str(root), "patches", "check", "--json"]
+            subprocess.run(cmd, capture_output=True, check=True, env=env)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+
+    def plain_cold() -> None:
+        work = Path(tempfile.mkdtemp(prefix="bench-cold-git-"))
+        try:
+            subprocess.run(["unzip", "-q", str(wheel), "vllm/*", "-d", str(work)], check=True)
+            for f in patch_files:
+                subprocess.run(["git", "apply", "--check", f], cwd=work, capture_output=True, check=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    ours = timed(imgbuild_cold, repeat)
+    plain = timed(plain_cold, repeat)
+    print()
+    print(f"cold cache (wheel present), median of {repeat}:")
+    print(f"  imgbuild patches check (new mirror + check)   {ours[0]:7.2f} s")
+    print(f"  unzip vllm/ + git apply --check x{len(patch_files)}          {plain[0]:7.2f} s")
+    print(f"  ratio imgbuild / plain                         {ours[0] / plain[0]:7.2f}")
 
 
 if __name__ == "__main__":
