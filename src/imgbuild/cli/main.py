@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -10,13 +11,42 @@ from typing import Annotated
 
 import click
 import typer
+from typer.core import TyperGroup
 
 from imgbuild import __version__
-from imgbuild.cli import bake as bake_cmd
-from imgbuild.cli import build, inspect, patches, patchwork, plan, quickstart, skeleton, smoke
-from imgbuild.cli import lock as lock_cmd
-from imgbuild.cli import publish as publish_cmd
 from imgbuild.errors import ExitCode, ImgbuildError
+
+# Subcommands, imported only when used: `patches check` then never pays for
+# the docker and registry clients, which keeps start-up well under a second.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "quickstart": ("imgbuild.cli.quickstart", "quickstart"),
+    "plan": ("imgbuild.cli.plan", "plan"),
+    "patches": ("imgbuild.cli.patches", "app"),
+    "build": ("imgbuild.cli.build", "build"),
+    "smoke": ("imgbuild.cli.smoke", "smoke_cmd"),
+    "inspect": ("imgbuild.cli.inspect", "inspect"),
+    "skeleton": ("imgbuild.cli.skeleton", "skeleton"),
+    "lock": ("imgbuild.cli.lock", "lock"),
+    "bake": ("imgbuild.cli.bake", "bake"),
+    "publish": ("imgbuild.cli.publish", "publish"),
+}
+
+
+class LazyGroup(TyperGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[cmd_name]
+        target = getattr(importlib.import_module(module), attr)
+        if not isinstance(target, typer.Typer):
+            target = typer.Typer()
+            target.command(cmd_name)(getattr(importlib.import_module(module), attr))
+        command = typer.main.get_command(target)
+        command.name = cmd_name
+        return command
 
 app = typer.Typer(
     name="imgbuild",
@@ -30,18 +60,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,
 )
-app.add_typer(patches.app, name="patches")
-patchwork.register(patches.app)  # patches rebase / edit / refresh
-app.command("plan")(plan.plan)
-app.command("build")(build.build)
-app.command("smoke")(smoke.smoke_cmd)
-app.command("inspect")(inspect.inspect)
-app.command("skeleton")(skeleton.skeleton)
-app.command("quickstart")(quickstart.quickstart)
-app.command("lock")(lock_cmd.lock)
-app.command("publish")(publish_cmd.publish)
-app.command("bake")(bake_cmd.bake)
 
 
 def _version(value: bool) -> None:

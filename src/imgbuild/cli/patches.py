@@ -205,3 +205,12 @@ def status(as_json: JsonOpt = False) -> None:
     console.print(f"variants: {', '.join(project.variants)}")
     for problem in project.lint():
         console.print(f"[yellow]lint[/]: {problem}")
+
+
+def _register_patchwork() -> None:
+    from imgbuild.cli import patchwork
+
+    patchwork.register(app)  # patches rebase / edit / refresh
+
+
+_register_patchwork()
