@@ -19,7 +19,13 @@ from imgbuild.upstream import Resolved, open_pinned
 
 def find_root(start: Path | None = None) -> Path:
     if os.environ.get("IMGBUILD_PROJECT"):
-        return Path(os.environ["IMGBUILD_PROJECT"]).resolve()
+        root = Path(os.environ["IMGBUILD_PROJECT"]).resolve()
+        if not (root / "patches" / "series").is_file():
+            raise ConfigError(
+                f"{root} is not an imgbuild project (no patches/series)",
+                hint="pass the directory that holds patches/ and images/ to --project/-C",
+            )
+        return root
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / "patches" / "series").is_file():

@@ -7,14 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from imgbuild import __version__
-from imgbuild.errors import ExitCode, ImgbuildError
+from imgbuild.errors import ImgbuildError
 
 # Subcommands, imported only when used: `patches check` then never pays for
 # the docker and registry clients, which keeps start-up well under a second.
@@ -33,10 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(TyperGroup):
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in COMMANDS:
             return None
         module, attr = COMMANDS[cmd_name]
@@ -47,6 +46,7 @@ class LazyGroup(TyperGroup):
         command = typer.main.get_command(target)
         command.name = cmd_name
         return command
+
 
 app = typer.Typer(
     name="imgbuild",
@@ -85,9 +85,10 @@ def main(
 
 
 def run() -> None:
+    """Entry point. Usage errors are click's (exit 2); ours are printed here."""
     as_json = "--json" in sys.argv
     try:
-        rv = app(standalone_mode=False)
+        app()
     except ImgbuildError as exc:
         if as_json:
             print(json.dumps(exc.to_json(), indent=2))
@@ -95,13 +96,6 @@ def run() -> None:
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(ExitCode.USAGE)
     except KeyboardInterrupt:
         print("interrupted; nothing was changed", file=sys.stderr)
         sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)
