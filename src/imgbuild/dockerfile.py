@@ -19,7 +19,8 @@ import io
 import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+
+from imgbuild.ocilayer import layer_tar
 
 DOCKERFILE = "Dockerfile"
 MTIME = 0
@@ -77,31 +78,9 @@ class ContextEntry:
 
 def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
     """A deterministic tar: the Dockerfile plus `files` (context-relative paths)."""
-    entries: dict[str, bytes | None] = {DOCKERFILE: dockerfile.encode()}
-    for path, data in files.items():
-        pure = PurePosixPath(path)
-        if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
-            raise ValueError(f"bad context path {path!r}")
-        for parent in list(pure.parents)[:-1]:
-            entries.setdefault(str(parent), None)
-        entries[str(pure)] = bytes(data)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(entries):
-            content = entries[name]
-            info = tarfile.TarInfo(name)
-            info.mtime = MTIME
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            if content is None:
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                tar.addfile(info)
-            else:
-                info.mode = 0o644
-                info.size = len(content)
-                tar.addfile(info, io.BytesIO(content))
-    return buf.getvalue()
+    if DOCKERFILE in files:
+        raise ValueError(f"bad context path {DOCKERFILE!r}")
+    return layer_tar({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
 
 
 def listing(context: bytes) -> list[ContextEntry]:

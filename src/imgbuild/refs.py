@@ -8,13 +8,13 @@ for a commit when one points at it.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from imgbuild.config import GitSource, UpstreamPin, WheelSource
+from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
 from imgbuild.gitio import GitError, GitRepo, ls_remote_tags, tags_at
 from imgbuild.upstream import Mirror, Resolved
@@ -101,14 +101,6 @@ def _tag_for(repo: GitRepo, commit: str) -> str | None:
     return newest(tags) or (sorted(tags)[0] if tags else None)
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def wheel_pin_fields(pin: UpstreamPin, tag: str) -> dict[str, str | None]:
     """The `source:` fields of a wheel pin that move with the release (empty for git)."""
     source = pin.source
@@ -122,7 +114,7 @@ def wheel_pin_fields(pin: UpstreamPin, tag: str) -> dict[str, str | None]:
     fields: dict[str, str | None] = {
         "version": version,
         "filename": wheel.name,
-        "sha256": _sha256_file(wheel),
+        "sha256": sha256_file(wheel),
     }
     if source.url is not None:
         fields["url"] = None  # it named the old release's wheel

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from imgbuild.digests import sha256_file
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt, echo, host_arch
 from imgbuild.errors import DockerError
 from imgbuild.gitio import GitRepo
@@ -211,17 +212,9 @@ def image_config(spec: SkeletonSpec, diff_ids: list[str], rootfs_cmd: str) -> di
     return config
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_archive(out: Path, spec: SkeletonSpec, rootfs: Path, layer: bytes) -> None:
     """A docker-archive (`docker save` layout) that `docker load` takes with the right arch."""
-    diff_ids = [f"sha256:{_sha256_file(rootfs)}", f"sha256:{hashlib.sha256(layer).hexdigest()}"]
+    diff_ids = [f"sha256:{sha256_file(rootfs)}", f"sha256:{hashlib.sha256(layer).hexdigest()}"]
     recipe = spec.rootfs
     made_by = " ".join(recipe.command(Path("OUT.tar"))[:6])
     config = json.dumps(image_config(spec, diff_ids, made_by), sort_keys=True).encode()

@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from imgbuild.config import GitSource, UpstreamPin, WheelSource
+from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
 from imgbuild.gitio import GitError, GitRepo
 
@@ -170,7 +171,7 @@ class Mirror:
             if not path.exists():
                 raise UpstreamError(f"pip downloaded no wheel named like {path.name} into {dest}")
         if version == src.version:
-            digest = _sha256_file(path)
+            digest = sha256_file(path)
             if digest != src.sha256:
                 raise UpstreamError(
                     f"{path}: sha256 {digest} does not match the pinned {src.sha256}",
@@ -186,14 +187,6 @@ class Mirror:
 
 def _looks_like_sha(ref: str) -> bool:
     return len(ref) >= 7 and all(c in "0123456789abcdef" for c in ref)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def materialize_wheel(repo: GitRepo, wheel: Path, package_root: str, ref: str, version: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from imgbuild import digests
 from imgbuild.errors import StateError
 from imgbuild.gitio import scratch_marker
 
@@ -108,7 +108,8 @@ def create_dir(final: Path, build: Callable[[Path], None]) -> None:
 
 
 def sha256_file(path: Path) -> str | None:
+    """sha256 of a file, or None when it does not exist."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return digests.sha256_file(path)
     except FileNotFoundError:
         return None
