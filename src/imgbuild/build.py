@@ -115,13 +115,23 @@ def project_inputs(project: Project) -> ProjectInputs:
     )
 
 
+ALL_PLATFORMS = "all"
+
+
 def variant_plans(project: Project, platform: str | None) -> list[VariantPlan]:
+    """Plans narrowed to the platform a local build makes.
+
+    A local image store holds one platform per tag, so by default a build makes
+    the variant's first platform under the plain tags (`vllm-dsv41:latest`).
+    `--platform all` builds every declared platform, with `-<arch>` tag suffixes;
+    multi-arch tags are made by `imgbuild publish` and CI, not locally.
+    """
     plans = project.plan()
-    if platform is None:
+    if platform == ALL_PLATFORMS:
         return plans
     out = []
     for p in plans:
-        image = dataclasses.replace(p.variant.image, platforms=(platform,))
+        image = dataclasses.replace(p.variant.image, platforms=(platform or p.variant.image.platforms[0],))
         out.append(dataclasses.replace(p, variant=dataclasses.replace(p.variant, image=image)))
     return out
 

@@ -78,8 +78,10 @@ class ContextEntry:
 
 def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
     """A deterministic tar: the Dockerfile plus `files` (context-relative paths)."""
-    if DOCKERFILE in files:
-        raise ValueError(f"bad context path {DOCKERFILE!r}")
+    for path in files:
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
+            raise ValueError(f"bad context path {path!r}")
     return layer_tar({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
 
 

@@ -32,7 +32,11 @@ RepoOpt = Annotated[
 ]
 PlatformOpt = Annotated[
     str | None,
-    typer.Option("--platform", help="Build for this platform only, e.g. linux/arm64 (default: image.platforms)."),
+    typer.Option(
+        "--platform",
+        help="Platform to build, e.g. linux/amd64 (default: the variant's first platform); "
+        "'all' builds every declared platform, with -<arch> tag suffixes.",
+    ),
 ]
 JunitOpt = Annotated[Path | None, typer.Option("--junit", help="Write the smoke results as JUnit XML to FILE.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the buildx and mmdebstrap output.")]
