@@ -19,6 +19,7 @@ import io
 import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from imgbuild.ocilayer import layer_tar
 
