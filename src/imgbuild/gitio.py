@@ -208,18 +208,23 @@ class CommitTree:
         self.repo = repo
         self.commit = commit
         self._tree = repo.repo.commit(commit).tree
+        # A commit never changes, so lookups and contents can be kept.
+        self._items: dict[str, git.objects.base.IndexObject | None] = {}
+        self._data: dict[str, bytes | None] = {}
 
     def _item(self, path: str) -> git.objects.base.IndexObject | None:
-        try:
-            return self._tree / path
-        except KeyError:
-            return None
+        if path not in self._items:
+            try:
+                self._items[path] = self._tree / path
+            except KeyError:
+                self._items[path] = None
+        return self._items[path]
 
     def read(self, path: str) -> bytes | None:
-        item = self._item(path)
-        if item is None or item.type != "blob":
-            return None
-        return bytes(item.data_stream.read())
+        if path not in self._data:
+            item = self._item(path)
+            self._data[path] = None if item is None or item.type != "blob" else bytes(item.data_stream.read())
+        return self._data[path]
 
     def blob_sha(self, path: str) -> str | None:
         item = self._item(path)

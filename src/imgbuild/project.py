@@ -106,6 +106,11 @@ class Project:
         return open_pinned(self.pin)
 
     def tree(self) -> CommitTree:
+        """The pinned release (one view per project, so reads are shared)."""
+        return self._tree
+
+    @cached_property
+    def _tree(self) -> CommitTree:
         return CommitTree(self.upstream.repo, self.upstream.commit)
 
     def plan(self, names: list[str] | None = None, max_fuzz: int = 0) -> list[VariantPlan]:
