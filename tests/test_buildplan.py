@@ -151,3 +151,17 @@ def test_dry_run_prints_plan_layers_dockerfiles_and_context(project: Project, tm
     assert "ENTRYPOINT []" in out and "CMD []" in out
     assert "vllm/attention.py" in out and "-0644 0:0" in out
     assert "unresolved" in out  # no daemon: says the digests are provisional
+
+
+def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Path) -> None:
+    from imgbuild.build import variant_plans
+    from imgbuild.project import Project
+    from tests.synth import Upstream, make_project
+
+    up = Upstream(tmp_path / "up")
+    up.release("v1", {"vllm/a.py": "a\n"})
+    variants = {"latest": {"name": "latest", "image": {"platforms": ["linux/arm64", "linux/amd64"]}}}
+    project = Project.load(make_project(tmp_path / "p", up, "v1", [], variants=variants))
+    assert [p.variant.image.platforms for p in variant_plans(project, None)] == [("linux/arm64",)]
+    assert [p.variant.image.platforms for p in variant_plans(project, "linux/amd64")] == [("linux/amd64",)]
+    assert [p.variant.image.platforms for p in variant_plans(project, "all")] == [("linux/arm64", "linux/amd64")]
