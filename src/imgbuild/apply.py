@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from imgbuild.gitio import blob_id
 from imgbuild.hunks import HunkOutcome, apply_hunks, split_lines
 from imgbuild.patchfile import FileDiff, Patch
 
@@ -192,8 +191,6 @@ def apply_patch(
             marked[fd.path] = conflict
     methods = [f.method for f in files]
     method = "conflict" if "conflict" in methods else _patch_method(methods)
-    if method == "fuzz" and max_fuzz == 0:
-        method = "conflict"
     return PatchOutcome(patch.name, patch.group, method, tuple(files)), own, marked
 
 
@@ -226,7 +223,3 @@ def apply_stack(
             if not keep_going:
                 break
     return result
-
-
-def changed_blob_ids(changed: dict[str, bytes | None]) -> dict[str, str | None]:
-    return {p: (blob_id(d) if d is not None else None) for p, d in changed.items()}

@@ -25,7 +25,6 @@ from gitdb import IStream, LooseObjectDB
 from gitdb.exc import BadObject
 
 SYMLINK_MODE = "120000"
-EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 IDENTITY = {
     "GIT_AUTHOR_NAME": "imgbuild",
     "GIT_AUTHOR_EMAIL": "imgbuild@localhost",
@@ -165,25 +164,6 @@ class GitRepo:
                 return prefix
         return None
 
-    def commit_tree(self, base_commit: str, files: Mapping[str, bytes | None], message: str) -> str:
-        """A new commit whose tree is base_commit's with `files` replaced.
-
-        Uses a throwaway index so no work tree is touched. `None` deletes a path.
-        """
-        with tempfile.TemporaryDirectory(prefix="imgbuild-index-") as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            self.run("read-tree", base_commit, env=env)
-            lines = []
-            for path, data in sorted(files.items()):
-                if data is None:
-                    lines.append(f"0 {'0' * 40}\t{path}")
-                else:
-                    lines.append(f"100644 {self.write_blob(data)}\t{path}")
-            if lines:
-                self.run("update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode(), env=env)
-            tree = self.run("write-tree", env=env).strip()
-        return self.run("commit-tree", tree, "-p", base_commit, "-m", message).strip()
-
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
     """`git merge-file -p`: the merged bytes and the number of conflicts."""
@@ -311,25 +291,6 @@ def scratch_marker(path: Path) -> str | None:
 
 def tree_id(repo: GitRepo, commit: str) -> str:
     return repo.run("rev-parse", f"{commit}^{{tree}}").strip()
-
-
-def tree_with(repo: GitRepo, base_commit: str, files: Mapping[str, bytes | None]) -> str:
-    """The tree of `base_commit` with `files` replaced (None deletes); modes are kept."""
-    with tempfile.TemporaryDirectory(prefix="imgbuild-index-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        repo.run("read-tree", base_commit, env=env)
-        modes = {
-            e.path: e.mode for e in repo.entries(base_commit, [p for p, d in files.items() if d is not None]).values()
-        }
-        lines = []
-        for path, data in sorted(files.items()):
-            if data is None:
-                lines.append(f"0 {'0' * 40}\t{path}")
-            else:
-                lines.append(f"{modes.get(path, '100644')} {repo.write_blob(data)}\t{path}")
-        if lines:
-            repo.run("update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode(), env=env)
-        return repo.run("write-tree", env=env).strip()
 
 
 def commit_raw(

@@ -68,14 +68,6 @@ class Reference:
             out += f"@{self.digest}"
         return out
 
-    @property
-    def familiar(self) -> str:
-        """The short spelling docker prints (Docker Hub host and library/ dropped)."""
-        out = str(self)
-        if self.host == DOCKER_HUB:
-            out = out.removeprefix(f"{DOCKER_HUB}/").removeprefix("library/")
-        return out
-
 
 def is_loopback(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1 : host.index("]")]

@@ -40,8 +40,3 @@ def parse_series(path: Path) -> list[SeriesEntry]:
         seen[name] = lineno
         entries.append(SeriesEntry(name, lineno))
     return entries
-
-
-def render_series(filenames: list[str], comment: str) -> str:
-    head = "".join(f"# {c}\n" if c else "#\n" for c in comment.splitlines())
-    return head + "".join(f"{f}\n" for f in filenames)

@@ -288,10 +288,6 @@ def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -
     )
 
 
-def expected_files(files_label: str) -> tuple[lbl.FileLabel, ...]:
-    return tuple(lbl.parse_files(files_label))
-
-
 def summary(reports: Sequence[SmokeReport]) -> str:
     total = sum(len(r.checks) for r in reports)
     failed = sum(len(r.failures) for r in reports)

@@ -223,7 +223,3 @@ def materialize_wheel(repo: GitRepo, wheel: Path, package_root: str, ref: str, v
 
 def open_pinned(pin: UpstreamPin) -> Resolved:
     return Mirror(pin.source, pin.package_root).resolve_pin(pin)
-
-
-def reachable_error(exc: GitError) -> UpstreamError:
-    return UpstreamError(str(exc))
