@@ -54,17 +54,27 @@ class Upstream:
         git(self.path, "tag", tag)
         return git(self.path, "rev-parse", "HEAD").strip()
 
-    def diff(self, base: str, edits: dict[str, str]) -> str:
-        """A `git diff --full-index` of `edits` applied on top of `base`."""
+    def diff(self, base: str, edits: dict[str, str], on_top_of: dict[str, str] | None = None) -> str:
+        """A `git diff --full-index` of `edits` applied on top of `base`.
+
+        `on_top_of` is committed first (as another patch would have left the
+        files), so the diff's context and original blobs are those contents.
+        """
         git(self.path, "checkout", "-q", "--detach", base)
-        for rel, text in edits.items():
-            (self.path / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.path / rel).write_text(text)
-        git(self.path, "add", "-A")
+        if on_top_of:
+            self._stage(on_top_of)
+            git(self.path, "commit", "-qm", "on top of")
+        self._stage(edits)
         out = git(self.path, "diff", "--cached", "--full-index")
         git(self.path, "reset", "-q", "--hard")
         git(self.path, "checkout", "-q", "main")
         return out
+
+    def _stage(self, files: dict[str, str]) -> None:
+        for rel, text in files.items():
+            (self.path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.path / rel).write_text(text)
+        git(self.path, "add", "-A")
 
     def show(self, ref: str, path: str) -> str:
         return git(self.path, "show", f"{ref}:{path}")

@@ -161,7 +161,9 @@ def test_group_revert_gives_pristine_files_and_overlap_fails_clearly(tmp_path: P
 
     # A kept patch that needs the reverted one's lines: refuse, naming both.
     on_top = edit(edit(BASE, "line 3\n", "line three\n"), "line three\n", "line THREE\n")
-    dep_diff = _rebase_diff(upstream, "vllm/a.py", edit(BASE, "line 3\n", "line three\n"), on_top)
+    dep_diff = upstream.diff(
+        "v1", {"vllm/a.py": on_top}, on_top_of={"vllm/a.py": edit(BASE, "line 3\n", "line three\n")}
+    )
     proj2 = project(
         tmp_path / "two",
         upstream,
@@ -171,20 +173,6 @@ def test_group_revert_gives_pristine_files_and_overlap_fails_clearly(tmp_path: P
     )
     with pytest.raises(ApplyError, match=r"kept patch 0002-b does not apply without the left-out 0001-a"):
         proj2.plan(["mem"])
-
-
-def _rebase_diff(up: Upstream, path: str, before: str, after: str) -> str:
-    """A diff from `before` to `after` of `path` (as if written on top of another patch)."""
-    git(up.path, "checkout", "-q", "--detach", "v1")
-    (up.path / path).write_text(before)
-    git(up.path, "add", "-A")
-    git(up.path, "commit", "-qm", "tmp")
-    (up.path / path).write_text(after)
-    git(up.path, "add", "-A")
-    out = git(up.path, "diff", "--cached", "--full-index")
-    git(up.path, "reset", "-q", "--hard")
-    git(up.path, "checkout", "-q", "main")
-    return out
 
 
 def test_pin_mismatch_is_an_error(tmp_path: Path, two_releases: Upstream) -> None:
