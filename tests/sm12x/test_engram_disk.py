@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import itertools
 import json
+import mmap
 import os
 import re
 import threading
@@ -83,8 +84,12 @@ DISK_NAMES = (
     "_engram_io_pool",
     "_engram_io_pool_lock",
     "engram_io_pool",
-    "engram_row_runs",
-    "_pread_into",
+    "ENGRAM_ROWS_PER_TASK",
+    "engram_table_meta_path",
+    "_ENGRAM_DISK_DTYPES",
+    "_engram_io_workers",
+    "engram_gather_spans",
+    "_check_engram_table_meta",
     "_close_fds",
     "EngramDiskTable",
     "EngramDiskSlot",
@@ -115,6 +120,7 @@ def engram(patched_source):
     namespace = dict(
         os=os,
         np=np,
+        mmap=mmap,
         torch=_cpu_torch(),
         nn=torch.nn,
         threading=threading,
@@ -147,8 +153,18 @@ def tables(tmp_path_factory):
         stem = directory / f"layers.{layer_id}.engram.embed"
         values.tofile(f"{stem}.weight.bin")
         scales.tofile(f"{stem}.scale.bin")
+        write_meta(directory, layer_id, NUM_ROWS)
         contents[layer_id] = (values, scales)
     return directory, contents
+
+
+def write_meta(directory, layer_id: int, rows: int, weight_dtype: str = "F8_E4M3") -> None:
+    """The dtype and shape record export_engram_tables writes beside the rows."""
+    meta = {
+        "weight": {"dtype": weight_dtype, "shape": [rows, DIM]},
+        "scale": {"dtype": "F8_E8M0", "shape": [rows, DIM // QUANT_BLOCK]},
+    }
+    (Path(directory) / f"layers.{layer_id}.engram.embed.json").write_text(json.dumps(meta))
 
 
 @pytest.fixture
@@ -282,6 +298,7 @@ def test_table_files_must_match_the_model_shape(engram, tmp_path):
     stem = tmp_path / "layers.1.engram.embed"
     np.zeros((NUM_ROWS, DIM), np.uint8).tofile(f"{stem}.weight.bin")
     np.zeros((NUM_ROWS - 1, DIM // QUANT_BLOCK), np.uint8).tofile(f"{stem}.scale.bin")
+    write_meta(tmp_path, 1, NUM_ROWS)
     with pytest.raises(ValueError, match="Re-export"):
         engram["EngramDiskTable"].open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
     with pytest.raises(FileNotFoundError):
@@ -290,56 +307,77 @@ def test_table_files_must_match_the_model_shape(engram, tmp_path):
         engram["EngramDiskTable"].open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 10, NUM_ROWS)
 
 
-def test_row_runs_coalesce_consecutive_rows(engram):
-    runs = engram["engram_row_runs"]
-    assert runs(np.array([3, 4, 5, 9, 11, 12])).tolist() == [
-        [3, 3, 0],
-        [9, 1, 3],
-        [11, 2, 4],
-    ]
-    assert runs(np.array([7])).tolist() == [[7, 1, 0]]
-    assert runs(np.array([], dtype=np.int64)).shape == (0, 3)
+def test_table_meta_must_match_the_checkpoint(engram, tmp_path):
+    """Row files of another dtype or shape (a BF16 export, another model's
+    tables) are refused when a rank opens them, naming the file."""
+    stem = tmp_path / "layers.1.engram.embed"
+    np.zeros((NUM_ROWS, DIM), np.uint8).tofile(f"{stem}.weight.bin")
+    np.zeros((NUM_ROWS, DIM // QUANT_BLOCK), np.uint8).tofile(f"{stem}.scale.bin")
+    table_open = engram["EngramDiskTable"].open
+    with pytest.raises(FileNotFoundError, match="re-export"):
+        table_open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
+    write_meta(tmp_path, 1, NUM_ROWS, weight_dtype="BF16")
+    with pytest.raises(ValueError, match=r"layers\.1\.engram\.embed\.json: the weight table is BF16"):
+        table_open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
+    write_meta(tmp_path, 1, NUM_ROWS + 5)
+    with pytest.raises(ValueError, match="needs"):
+        table_open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
+    write_meta(tmp_path, 1, NUM_ROWS)
+    assert table_open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS).part_rows == NUM_ROWS
 
 
-class RecordingOs:
-    """`os` for the loaded code: preadv is recorded, and its first two calls
-    meet at a barrier, which only concurrent reads can pass."""
+@pytest.mark.parametrize("num_rows", [0, 1, 100, 16383, 16384, 50_000, 1_000_003])
+@pytest.mark.parametrize("workers", [1, 3, 16])
+def test_gather_spans_cover_every_row_once(engram, num_rows, workers):
+    spans = engram["engram_gather_spans"](num_rows, workers)
+    per_task = engram["ENGRAM_ROWS_PER_TASK"]
+    covered = [row for begin, end in spans for row in (begin, end)]
+    assert covered == sorted(covered)
+    assert sum(end - begin for begin, end in spans) == num_rows
+    assert (spans[0][0], spans[-1][1]) == (0, num_rows) if num_rows else spans == []
+    assert len(spans) <= workers
+    if len(spans) > 1:
+        assert min(end - begin for begin, end in spans) >= per_task
+
+
+def test_io_thread_count_is_checked(engram, monkeypatch):
+    monkeypatch.setenv("DSV41_ENGRAM_IO_THREADS", "4")
+    assert engram["_engram_io_workers"]() == 4
+    monkeypatch.delenv("DSV41_ENGRAM_IO_THREADS")
+    assert engram["_engram_io_workers"]() == engram["ENGRAM_IO_THREADS_DEFAULT"]
+    for bad in ("0", "many"):
+        monkeypatch.setenv("DSV41_ENGRAM_IO_THREADS", bad)
+        with pytest.raises(ValueError, match="DSV41_ENGRAM_IO_THREADS"):
+            engram["_engram_io_workers"]()
+
+
+class RecordingNumpy:
+    """`np` for the loaded code: each `take` is recorded with its thread, and
+    the first two meet at a barrier, which only concurrent gathers pass."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, int, int, int]] = []
+        self.takes: list[tuple[str, int, int]] = []
         self.lock = threading.Lock()
         self.barrier = threading.Barrier(2, timeout=20)
         self.concurrent = False
 
-    def preadv(self, fd, buffers, offset):
+    def take(self, table, rows, axis, out, mode):
         with self.lock:
-            index = len(self.calls)
-            self.calls.append(
-                (
-                    threading.current_thread().name,
-                    fd,
-                    offset,
-                    sum(memoryview(b).nbytes for b in buffers),
-                )
-            )
+            index = len(self.takes)
+            self.takes.append((threading.current_thread().name, table.shape[1], len(rows)))
         if index < 2:
             self.barrier.wait()
             self.concurrent = True
-        return os.preadv(fd, buffers, offset)
+        return np.take(table, rows, axis=axis, out=out, mode=mode)
 
     def __getattr__(self, name):
-        return getattr(os, name)
+        return getattr(np, name)
 
 
-def test_parallel_reads_fetch_exactly_the_rows_a_lookup_needs(engram, disk_env, tables, monkeypatch):
-    _, contents = tables
-    values, scales = contents[LAYER_IDS[0]]
-    embedding = make_embedding(engram, LAYER_IDS[0], tp_size=4, tp_rank=1)
-    table = embedding.disk_table
-    num_tokens = 48
-    out = torch.zeros(64, embedding.part_n_hash_cols, DIM, dtype=torch.bfloat16)
-    slot = engram["EngramDiskSlot"](
-        table,
+def make_slot(engram, embedding, max_tokens: int = 64):
+    out = torch.zeros(max_tokens, embedding.part_n_hash_cols, DIM, dtype=torch.bfloat16)
+    return engram["EngramDiskSlot"](
+        embedding.disk_table,
         0,
         embedding.head_start,
         embedding.part_n_hash_cols,
@@ -349,52 +387,82 @@ def test_parallel_reads_fetch_exactly_the_rows_a_lookup_needs(engram, disk_env, 
         QUANT_BLOCK,
         out,
     )
-    hashes = random_hashes(np.random.default_rng(1), num_tokens)
-    recorder = RecordingOs()
-    monkeypatch.setitem(engram, "os", recorder)
-    pool = engram["engram_io_pool"]()
-    for read in slot.gather(hashes, pool):
-        read.result()
 
-    needed = expected_rows(embedding, hashes)
-    distinct = sorted({row for per in needed for row in per if row is not None})
-    weight_fd, scale_fd = table._fds
-    weight_reads = [c for c in recorder.calls if c[1] == weight_fd]
-    scale_reads = [c for c in recorder.calls if c[1] == scale_fd]
-    # Only this rank's byte range, each distinct row exactly once.
-    read_rows = []
-    for _, _, offset, nbytes in weight_reads:
-        assert offset % DIM == 0 and nbytes % DIM == 0
-        first = offset // DIM
-        assert embedding.vocab_start_idx <= first
-        assert first + nbytes // DIM <= embedding.vocab_end_idx
-        read_rows += range(first, first + nbytes // DIM)
-    assert sorted(read_rows) == distinct
-    assert len(read_rows) == len(set(read_rows))
-    scale_rows = sorted(
-        row
-        for _, _, offset, nbytes in scale_reads
-        for row in range(offset // (DIM // QUANT_BLOCK), (offset + nbytes) // (DIM // QUANT_BLOCK))
-    )
-    assert scale_rows == distinct
-    # One read per run of consecutive rows, run on the shared pool's threads,
-    # two of them at once.
-    runs = engram["engram_row_runs"](np.array(distinct) - embedding.vocab_start_idx)
-    assert len(weight_reads) == len(runs) == len(scale_reads)
-    assert all(name.startswith("dsv41-engram-io") for name, *_ in recorder.calls)
-    assert recorder.concurrent
-    assert engram["engram_io_pool"]() is pool
 
-    # The host buffers hold the needed bytes, addressed by the compact ids.
+def check_host_rows(slot, embedding, hashes, values, scales) -> int:
+    """Every (token, local head) id points at the bytes of the row it needs;
+    returns how many rows were read."""
+    num_tokens = hashes.shape[0]
     ids = slot.host_ids[: slot.num_rows].numpy().reshape(num_tokens, -1)
-    assert slot.num_unique == len(distinct)
-    for t, per_head in enumerate(needed):
+    owned = 0
+    for t, per_head in enumerate(expected_rows(embedding, hashes)):
         for j, row in enumerate(per_head):
             if row is None:
                 assert ids[t, j] == -1
             else:
+                owned += 1
                 assert np.array_equal(slot.host_values[ids[t, j]].numpy(), values[row])
                 assert np.array_equal(slot.host_scales[ids[t, j]].numpy(), scales[row])
+    assert slot.num_read == owned
+    return owned
+
+
+@pytest.mark.parametrize(("tp_size", "tp_rank"), [(1, 0), (4, 1), (4, 3)])
+def test_a_gather_reads_exactly_the_rows_this_rank_owns(engram, disk_env, tables, tp_size, tp_rank):
+    _, contents = tables
+    values, scales = contents[LAYER_IDS[0]]
+    embedding = make_embedding(engram, LAYER_IDS[0], tp_size=tp_size, tp_rank=tp_rank)
+    slot = make_slot(engram, embedding)
+    hashes = random_hashes(np.random.default_rng(1), 48)
+    for read in slot.gather(hashes, engram["engram_io_pool"]()):
+        read.result()
+    assert check_host_rows(slot, embedding, hashes, values, scales) > 0
+
+
+def test_large_gathers_are_split_over_the_shared_pool(engram, disk_env, tables, monkeypatch):
+    _, contents = tables
+    values, scales = contents[LAYER_IDS[0]]
+    embedding = make_embedding(engram, LAYER_IDS[0], tp_size=1, tp_rank=0)
+    slot = make_slot(engram, embedding)
+    hashes = random_hashes(np.random.default_rng(2), 64)
+    recorder = RecordingNumpy()
+    monkeypatch.setitem(engram, "np", recorder)
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 100)
+    pool = engram["engram_io_pool"]()
+    reads = slot.gather(hashes, pool)
+    assert len(reads) > 1
+    for read in reads:
+        read.result()
+    # Each task gathers its span from both files, on the pool's threads, two at once.
+    assert sorted(width for _, width, _ in recorder.takes) == sorted([DIM, DIM // QUANT_BLOCK] * len(reads))
+    assert sum(n for _, width, n in recorder.takes if width == DIM) == slot.num_read
+    assert all(name.startswith("dsv41-engram-io") for name, *_ in recorder.takes)
+    assert recorder.concurrent
+    check_host_rows(slot, embedding, hashes, values, scales)
+
+    # A small gather (a decode step) stays on the calling thread.
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 16384)
+    recorder.takes.clear()
+    recorder.barrier = threading.Barrier(1)
+    assert slot.gather(hashes[:4], pool) == []
+    assert {name for name, *_ in recorder.takes} == {threading.current_thread().name}
+
+
+def test_a_table_that_shrinks_while_open_is_refused_before_reading(engram, tmp_path):
+    """A mapped page past a truncated file's end would kill the process
+    (SIGBUS); every gather checks the sizes first and names the file."""
+    stem = tmp_path / "layers.1.engram.embed"
+    np.ones((NUM_ROWS, DIM), np.uint8).tofile(f"{stem}.weight.bin")
+    np.ones((NUM_ROWS, DIM // QUANT_BLOCK), np.uint8).tofile(f"{stem}.scale.bin")
+    write_meta(tmp_path, 1, NUM_ROWS)
+    table = engram["EngramDiskTable"].open(str(tmp_path), 1, NUM_ROWS, DIM, QUANT_BLOCK, 0, NUM_ROWS)
+    values = np.zeros((4, DIM), np.uint8)
+    scales = np.zeros((4, DIM // QUANT_BLOCK), np.uint8)
+    assert table.read_rows(np.array([0, 5, 9, NUM_ROWS - 1]), values, scales, None) == []
+    assert values.all() and scales.all()
+    os.truncate(f"{stem}.weight.bin", 4096)
+    with pytest.raises(OSError, match=r"weight\.bin shrank to 4096 of"):
+        table.read_rows(np.array([0]), values, scales, None)
 
 
 def build_model(engram, tp_size: int, tp_rank: int, max_tokens: int):
@@ -489,7 +557,7 @@ def test_stager_fills_preallocated_buffers_without_allocating(engram, disk_env, 
                     if row is None:
                         assert compact == -1
                         continue
-                    assert 0 <= compact < slot.num_unique
+                    assert 0 <= compact < slot.num_read
                     assert np.array_equal(slot.values[compact].numpy(), values[row])
                     assert np.array_equal(slot.scales[compact].numpy(), scales[row])
 
@@ -509,6 +577,10 @@ def test_forward_has_nothing_to_look_up_on_disk(engram, disk_env):
     model = build_model(engram, tp_size=1, tp_rank=0, max_tokens=8)
     layer = model.layers[0].engram
     before = layer.staged_rows.clone()
+    # Without a stager the rows would stay zero: refused, not computed.
+    with pytest.raises(RuntimeError, match="no EngramDiskStager stages its rows"):
+        layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
+    assert engram["EngramDiskStager"].create(model) is layer.disk_stager is not None
     layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
     assert torch.equal(layer.staged_rows, before)
     with pytest.raises(RuntimeError, match="EngramDiskStager"):
@@ -520,6 +592,27 @@ def test_forward_has_nothing_to_look_up_on_disk(engram, disk_env):
     fake = SimpleNamespace(staged_rows=before, embed_tokens=host, _prefetch_stream=None)
     engram["Engram"].prepare_embeddings(fake, torch.zeros(8, 7, dtype=torch.int32))
     assert looked_up == [(8, 7)]
+
+
+@pytest.mark.parametrize("v2_runner", [True, False])
+def test_disk_mode_needs_the_v2_model_runner(engram, disk_env, monkeypatch, v2_runner):
+    """Only the V2 runner's model state stages rows; on any other runner the
+    model refuses to load instead of reading zero rows."""
+    config = SimpleNamespace(
+        engram_config=SimpleNamespace(cpu_offload=False, dp_shared_memory=False, use_thp=False),
+        use_v2_model_runner=v2_runner,
+    )
+    monkeypatch.setitem(engram, "get_current_vllm_config", lambda: config)
+    layout = SimpleNamespace(
+        num_embeddings=(NUM_ROWS,), head_dim=DIM, primes=((HEAD_SIZES,),), layer_ids=(LAYER_IDS[0],)
+    )
+    Distributed.tp_size, Distributed.tp_rank = 1, 0
+    if v2_runner:
+        embedding = engram["Engram"]._create_embedding(None, layout, 0)
+        assert embedding.disk_table is not None
+    else:
+        with pytest.raises(RuntimeError, match="V2 model runner"):
+            engram["Engram"]._create_embedding(None, layout, 0)
 
 
 def test_disk_staging_starts_zeroed(engram, monkeypatch):
@@ -582,17 +675,22 @@ def test_export_writes_the_row_files_a_rank_reads(engram, tmp_path):
     )
     out = tmp_path / "nvme"
     written = engram["export_engram_tables"](str(checkpoint), str(out))
-    assert sorted(written) == sorted(engram["engram_table_paths"](str(out), 1))
+    meta_path = engram["engram_table_meta_path"](str(out), 1)
+    assert sorted(written) == sorted([*engram["engram_table_paths"](str(out), 1), meta_path])
     assert sorted(p.name for p in out.iterdir()) == [
+        "layers.1.engram.embed.json",
         "layers.1.engram.embed.scale.bin",
         "layers.1.engram.embed.weight.bin",
     ]
+    assert json.loads(Path(meta_path).read_text()) == {
+        "scale": {"dtype": "F8_E8M0", "shape": [NUM_ROWS, DIM // QUANT_BLOCK]},
+        "weight": {"dtype": "F8_E4M3", "shape": [NUM_ROWS, DIM]},
+    }
     table = engram["EngramDiskTable"].open(str(out), 1, NUM_ROWS, DIM, QUANT_BLOCK, 200, 300)
     rows = np.array([0, 1, 2, 150, 299])
     got_values = np.zeros((len(rows), DIM), np.uint8)
     got_scales = np.zeros((len(rows), DIM // QUANT_BLOCK), np.uint8)
-    for read in table.read_rows(rows, got_values, got_scales, engram["engram_io_pool"]()):
-        read.result()
+    assert table.read_rows(rows, got_values, got_scales, engram["engram_io_pool"]()) == []
     assert np.array_equal(got_values, weight[200 + rows])
     assert np.array_equal(got_scales, scale[200 + rows])
     with pytest.raises(IndexError):

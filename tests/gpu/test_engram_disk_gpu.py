@@ -1,0 +1,331 @@
+"""Engram-on-disk (patches 0005 and 0006) on a real CUDA GPU.
+
+The patched ``engram.py`` stages rows from tables written by its own
+``export_engram_tables()``; the released ``engram.py`` looks the same rows up
+from HBM and from pinned host memory. Hashing, dequantizing and the Engram
+forward are the release's Triton kernels in both. Everything is compared bit
+for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+np = pytest.importorskip("numpy")
+
+from torch import nn  # noqa: E402
+
+from tests.gpu.engram_harness import (  # noqa: E402
+    TP,
+    Batch,
+    Shape,
+    VllmConfigHolder,
+    bits,
+    env,
+    hash_batch,
+    layout_config,
+    load_engram,
+    make_batch,
+    make_engram,
+    make_hash_state,
+    vllm_config,
+    write_checkpoint,
+)
+
+SHAPE = Shape()
+
+# query lengths per request (1 = a decode token), and the CUDA graph bucket
+CASES: dict[str, tuple[list[int], int | None]] = {
+    "decode-8x1": ([1] * 8, None),
+    "decode-13-padded-to-16": ([1] * 13, 16),
+    "mixed-545": ([1] * 33 + [512], None),
+    "prefill-8192": ([8192], None),
+}
+
+
+class World(SimpleNamespace):
+    patched: ModuleType
+    release: ModuleType
+    config: Any
+    layout: Any
+    tables: dict[int, tuple[Any, Any]]
+    table_dir: Path
+    hash_release: nn.Module
+    hash_patched: nn.Module
+    hbm: list[nn.Module]
+    host: list[nn.Module]
+    disk: list[nn.Module]
+    stager: Any
+
+
+@pytest.fixture(scope="module")
+def world(sources: Path, tmp_path_factory: pytest.TempPathFactory) -> World:
+    w = World()
+    w.patched = load_engram(sources / "patched" / "engram.py", "engram_patched")
+    w.release = load_engram(sources / "release" / "engram.py", "engram_release")
+    w.config = layout_config(SHAPE, w.release)
+    w.layout = w.release.EngramLayout(w.config)
+    root = tmp_path_factory.mktemp("engram")
+    (root / "ckpt").mkdir()
+    w.tables = write_checkpoint(root / "ckpt" / "model-00001.safetensors", w.config, SHAPE)
+    w.table_dir = root / "tables"
+    written = w.patched.export_engram_tables(str(root / "ckpt"), str(w.table_dir))
+    assert len(written) == 3 * len(SHAPE.layer_ids)  # weight, scale, meta per layer
+    w.hash_release = make_hash_state(w.release, w.layout, SHAPE)
+    w.hash_patched = make_hash_state(w.patched, w.patched.EngramLayout(w.config), SHAPE)
+    w.hbm, w.host, w.disk = [], [], []
+    for index in range(len(SHAPE.layer_ids)):
+        hbm = make_engram(w.release, w.layout, w.config, index, "hbm", None, w.tables)
+        w.hbm.append(hbm)
+        w.host.append(make_engram(w.release, w.layout, w.config, index, "host", None, w.tables, reference=hbm))
+        w.disk.append(make_engram(w.patched, w.layout, w.config, index, "disk", w.table_dir, w.tables, reference=hbm))
+    with env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(w.table_dir)):
+        w.stager = w.patched.EngramDiskStager.create(nn.ModuleList([w.hash_patched, *w.disk]))
+    assert w.stager is not None
+    return w
+
+
+def stage(w: World, batch: Batch) -> None:
+    w.stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
+
+
+def release_rows(w: World, batch: Batch) -> torch.Tensor:
+    """The release's hash ids for `batch`, with its HBM and host layers' rows looked up."""
+    hashes = hash_batch(w.hash_release, w.release, batch)
+    for index in range(len(SHAPE.layer_ids)):
+        w.hbm[index].prepare_embeddings(hashes[:, index])
+        w.host[index].prepare_embeddings(hashes[:, index])
+    return hashes
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_staged_rows_and_forward_equal_the_release_bit_for_bit(world: World, case: str) -> None:
+    query_lens, pad_to = CASES[case]
+    batch = make_batch(query_lens, seed=len(case), pad_to=pad_to)
+    n = batch.num_tokens
+    stage(world, batch)
+    hashes = release_rows(world, batch)
+    torch.cuda.synchronize()
+    assert torch.equal(world.stager._host_hashes[:n], hashes.cpu()), "the stager hashes as the forward does"
+    generator = torch.Generator(device="cuda").manual_seed(n)
+    for index in range(len(SHAPE.layer_ids)):
+        disk, hbm, host = world.disk[index], world.hbm[index], world.host[index]
+        host._ready_rows(n)  # the host lookup runs on its prefetch stream
+        torch.cuda.synchronize()
+        staged = disk.staged_rows[:n]
+        assert staged.abs().sum().item() > 0, "rows were staged, not left zero"
+        assert torch.equal(bits(staged), bits(hbm.staged_rows[:n])), f"layer {index}: disk vs HBM rows"
+        assert torch.equal(bits(staged), bits(host.staged_rows[:n])), f"layer {index}: disk vs pinned-host rows"
+        hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), generator=generator, device="cuda").to(torch.bfloat16)
+        layer_hashes = hashes[:, index]
+        disk.prepare_embeddings(layer_hashes)
+        out_disk = disk(hidden, layer_hashes)
+        out_hbm = hbm(hidden, layer_hashes)
+        out_host = host(hidden, layer_hashes)
+        assert not torch.equal(bits(out_disk), bits(hidden)), "the Engram forward changed the stream"
+        assert torch.equal(bits(out_disk), bits(out_hbm)), f"layer {index}: forward, disk vs HBM"
+        assert torch.equal(bits(out_disk), bits(out_host)), f"layer {index}: forward, disk vs pinned host"
+
+
+@pytest.mark.parametrize("tp_size", [2, 5])
+def test_each_tp_rank_stages_exactly_its_shard(world: World, tp_size: int) -> None:
+    batch = make_batch([1] * 31 + [300], seed=tp_size)
+    n = batch.num_tokens
+    hashes = hash_batch(world.hash_release, world.release, batch)
+    try:
+        TP.size = tp_size
+        for rank in range(tp_size):
+            TP.rank = rank
+            hbm = make_engram(
+                world.release, world.layout, world.config, 0, "hbm", None, world.tables, reference=world.hbm[0]
+            )
+            disk = make_engram(
+                world.patched,
+                world.layout,
+                world.config,
+                0,
+                "disk",
+                world.table_dir,
+                world.tables,
+                reference=world.hbm[0],
+            )
+            with env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(world.table_dir)):
+                stager = world.patched.EngramDiskStager.create(nn.ModuleList([world.hash_patched, disk]))
+            assert disk.embed_tokens.disk_table.row_start == hbm.embed_tokens.vocab_start_idx
+            stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
+            hbm.prepare_embeddings(hashes[:, 0])
+            torch.cuda.synchronize()
+            assert torch.equal(bits(disk.staged_rows[:n]), bits(hbm.staged_rows[:n])), f"rank {rank} of {tp_size}"
+            assert disk.staged_rows[:n].abs().sum().item() > 0
+    finally:
+        TP.size, TP.rank = 1, 0
+
+
+def test_forward_captures_in_a_cuda_graph_and_replays_after_restaging(world: World) -> None:
+    n = 64
+    disk, hbm = world.disk[0], world.hbm[0]
+    first = make_batch([1] * n, seed=100)
+    stage(world, first)
+    hashes = hash_batch(world.hash_patched, world.patched, first)[:, 0].contiguous()
+    hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up compiles the kernels outside the capture
+            disk.prepare_embeddings(hashes)
+            disk(hidden, hashes)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.set_sync_debug_mode("error")  # any host sync in the region raises
+    try:
+        with torch.cuda.graph(graph):
+            disk.prepare_embeddings(hashes)
+            out = disk(hidden, hashes)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed in (101, 102, 103):
+        batch = make_batch([1] * n, seed=seed)
+        stage(world, batch)
+        step_hashes = release_rows(world, batch)[:, 0]
+        hidden.copy_(torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16))
+        graph.replay()
+        expected = hbm(hidden, step_hashes)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(out), bits(expected)), f"replay after restaging batch {seed}"
+
+
+def test_eager_forward_after_staging_makes_no_host_sync(world: World) -> None:
+    batch = make_batch([1] * 16, seed=7)
+    stage(world, batch)
+    hashes = hash_batch(world.hash_patched, world.patched, batch)[:, 1]
+    hidden = torch.randn((16, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
+    world.disk[1](hidden, hashes)  # compile first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        world.disk[1].prepare_embeddings(hashes)
+        world.disk[1](hidden, hashes)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_buffers_keep_their_addresses_and_steps_allocate_nothing_that_stays(world: World) -> None:
+    def addresses() -> list[int]:
+        found = [world.stager._host_hashes.data_ptr()]
+        for slot in world.stager.slots:
+            found += [
+                t.data_ptr()
+                for t in (
+                    slot.host_values,
+                    slot.host_scales,
+                    slot.host_ids,
+                    slot.values,
+                    slot.scales,
+                    slot.ids,
+                    slot.out,
+                )
+            ]
+        return found
+
+    before = addresses()
+    stage(world, make_batch([1] * 8, seed=0))
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    for step in range(50):
+        lens = [[1] * 8, [1] * 64, [1] * 20 + [200], [1] * 3][step % 4]
+        stage(world, make_batch(lens, seed=step))
+    torch.cuda.synchronize()
+    assert addresses() == before
+    assert torch.cuda.memory_allocated() == allocated
+
+
+def test_disk_mode_without_a_stager_fails_loudly(world: World) -> None:
+    orphan = make_engram(
+        world.patched, world.layout, world.config, 0, "disk", world.table_dir, world.tables, reference=world.hbm[0]
+    )
+    hashes = hash_batch(world.hash_patched, world.patched, make_batch([1] * 4, seed=3))[:, 0]
+    with pytest.raises(RuntimeError, match="no EngramDiskStager stages its rows"):
+        orphan.prepare_embeddings(hashes)
+
+
+def test_disk_mode_on_another_model_runner_is_refused_at_load(world: World) -> None:
+    VllmConfigHolder.config = vllm_config(64, v2_runner=False)
+    with (
+        env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(world.table_dir)),
+        torch.device("cuda"),
+        pytest.raises(RuntimeError, match="V2 model runner"),
+    ):
+        world.patched.Engram(world.config, None, world.layout, 0, use_sequence_parallel=False, prefix="layers.0")
+
+
+def test_tables_that_do_not_match_the_checkpoint_are_refused(world: World, tmp_path: Path) -> None:
+    bad = tmp_path / "tables"
+    shutil.copytree(world.table_dir, bad)
+    layer = SHAPE.layer_ids[0]
+    meta = bad / f"layers.{layer}.engram.embed.json"
+    meta.write_text(meta.read_text().replace("F8_E4M3", "BF16"))
+    with pytest.raises(ValueError, match="BF16"):
+        make_engram(world.patched, world.layout, world.config, 0, "disk", bad, world.tables)
+    os.remove(meta)
+    with pytest.raises(FileNotFoundError, match="re-export"):
+        make_engram(world.patched, world.layout, world.config, 0, "disk", bad, world.tables)
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        make_engram(world.patched, world.layout, world.config, 0, "disk", tmp_path / "missing", world.tables)
+
+
+FAILING_STEP = textwrap.dedent(
+    """
+    import os, sys, tempfile
+    from pathlib import Path
+    import torch
+    from torch import nn
+    sys.path.insert(0, sys.argv[1])
+    from tests.gpu.engram_harness import *
+    shape = Shape(vocab_size=3000, max_tokens=64)
+    root = Path(tempfile.mkdtemp())
+    patched = load_engram(Path(sys.argv[2]), "engram_patched")
+    config = layout_config(shape, patched)
+    layout = patched.EngramLayout(config)
+    (root / "ckpt").mkdir()
+    tables = write_checkpoint(root / "ckpt" / "m.safetensors", config, shape)
+    patched.export_engram_tables(str(root / "ckpt"), str(root / "t"))
+    disk = make_engram(patched, layout, config, 0, "disk", root / "t", tables)
+    with env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(root / "t")):
+        stager = patched.EngramDiskStager.create(nn.ModuleList([make_hash_state(patched, layout, shape), disk]))
+    batch = make_batch([1] * 8, seed=1, vocab=2000)
+    stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
+    torch.cuda.synchronize()
+    print("first step staged", flush=True)
+    weight = patched.engram_table_paths(str(root / "t"), shape.layer_ids[0])[0]
+    os.truncate(weight, 4096)
+    stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
+    torch.cuda.synchronize()
+    print("the forward would have run on missing rows", flush=True)
+    """
+)
+
+
+def test_a_table_that_shrinks_under_a_running_server_stops_staging_with_its_path(sources: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_STEP, str(repo), str(sources / "patched" / "engram.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert "first step staged" in proc.stdout, out[-3000:]
+    assert proc.returncode != 0, out[-3000:]
+    assert "the forward would have run" not in proc.stdout
+    assert "OSError" in out and "shrank to 4096" in out, out[-3000:]
