@@ -53,7 +53,14 @@ def test_matrix_over_variants_and_refs(tmp_path: Path, world: Upstream) -> None:
     assert data["ok"] is False and [r["tag"] for r in data["refs"]] == ["v1", "v2", "v3"]
     variants = {v["variant"]: v for v in data["variants"]}
     assert set(variants) == {"series", "latest", "engram-mem"}
-    assert variants["engram-mem"]["patches"] == ["0002-arch-sm121", "0003-config", "0006-sm121-engram-guard"]
+    # one spelling of patch names in every JSON document: the file name, as in patches/series
+    assert variants["engram-mem"]["patches"] == [
+        "0002-arch-sm121.patch",
+        "0003-config.patch",
+        "0006-sm121-engram-guard.patch",
+    ]
+    guard = variants["engram-mem"]["results"]["v1"]["patches"]["0006-sm121-engram-guard.patch"]
+    assert guard["patch"] == "0006-sm121-engram-guard.patch" and guard["method"] == "conflict"
     md = matrix.to_markdown()
     assert "| **engram-mem** |" in md and "❌ conflict" in md and "⬆️ upstreamed" in md
 

@@ -315,7 +315,7 @@ def test_cli_rebase_round_trip(tmp_path: Path, world: Upstream, capsys: pytest.C
 
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
     code, out, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3", "--json")
-    assert code == 5 and json.loads(out)["stopped"]["filename"] == "0001-cuda-sm121.patch"
+    assert code == 5 and json.loads(out)["error"]["stopped"]["filename"] == "0001-cuda-sm121.patch"
     assert "work tree:" in err and "hint:" in err
     code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase")
     assert code == 0 and "stopped at 0001-cuda-sm121.patch" in out

@@ -80,11 +80,8 @@ class RebaseStopped(ApplyError):
     """The rebase stopped at a conflict; the work tree holds it."""
 
     def __init__(self, message: str, hint: str, info: dict[str, Any]) -> None:
-        super().__init__(message, hint)
+        super().__init__(message, hint, {"stopped": info})
         self.info = info
-
-    def to_json(self) -> dict[str, object]:
-        return {**super().to_json(), "stopped": self.info}
 
 
 @dataclass

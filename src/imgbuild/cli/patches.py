@@ -40,7 +40,7 @@ def list_(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(
             [
-                {"patch": p.name, "file": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
+                {"patch": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
                 for p in project.patches
             ]
         )
@@ -101,6 +101,7 @@ def check(
         except Exception as exc:  # noqa: BLE001 - report every variant, then fail
             variant_errors[name] = str(getattr(exc, "message", exc))
     ok = full.ok and not variant_errors and all(o.method in ("exact", "offset") for o in full.outcomes)
+    files = {p.name: p.filename for p in project.patches}
     if as_json:
         print_json(
             {
@@ -108,7 +109,7 @@ def check(
                 "ok": ok,
                 "patches": [o.to_json() for o in full.outcomes],
                 "variants": {
-                    **{n: {"ok": True, "patches": list(p.variant.selected)} for n, p in variants.items()},
+                    **{n: {"ok": True, "patches": [files[x] for x in p.variant.selected]} for n, p in variants.items()},
                     **{n: {"ok": False, "error": e} for n, e in variant_errors.items()},
                 },
                 "lint": project.lint(),
@@ -153,16 +154,16 @@ def apply(
     else:
         result = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=None)
         if not result.ok:
-            if as_json:
-                print_json({"ok": False, "patches": [o.to_json() for o in result.outcomes]})
-            else:
+            if not as_json:  # under --json the report goes inside the one error document
                 console.print(outcomes_table("apply", result.outcomes))
             bad = next(o for o in result.outcomes if not o.ok)
             from imgbuild.errors import ApplyError
 
+            why = "; ".join(f"{f.path}: {f.reason}" for f in bad.files if f.method == "conflict" and f.reason)
             raise ApplyError(
-                f"{bad.patch} does not apply ({bad.method}); nothing was written to {into}",
+                f"{bad.patch} does not apply ({bad.method}{': ' + why if why else ''}); nothing was written to {into}",
                 hint="run `imgbuild patches check` for the per-hunk report",
+                details={"ok": False, "patches": [o.to_json() for o in result.outcomes]},
             )
         changed, outcomes = result.changed, result.outcomes
     count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
