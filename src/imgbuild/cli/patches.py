@@ -79,6 +79,7 @@ def check(
     and print the variant x ref x patch matrix (--json, --markdown FILE for
     $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
+    load_project().refuse_bad_headers()
     if onto or more_refs or markdown is not None or strict:
         from imgbuild.cli import check_onto
 
