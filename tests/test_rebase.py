@@ -163,14 +163,21 @@ def test_conflict_with_nothing_changed_asks_for_skip(tmp_path: Path, world: Upst
         rebase.resume(root, "continue")
 
 
-def test_skip_drops_the_patch(tmp_path: Path, world: Upstream) -> None:
+def test_skip_drops_the_patch_from_the_series_and_keeps_it(tmp_path: Path, world: Upstream) -> None:
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0003-config.patch"], tag="v2")
+    before = (root / "patches" / "0001-cuda-sm121.patch").read_bytes()
     with pytest.raises(RebaseStopped):
         rebase.start(root, "v3", date=DATE)
-    done = rebase.resume(root, "skip")
+    said: list[str] = []
+    done = rebase.resume(root, "skip", log=said.append)
     assert [r["outcome"] for r in done.results] == ["skipped", "exact"]
+    assert any("kept in patches/skipped/0001-cuda-sm121.patch" in line for line in said)
     assert not (root / "patches" / "0001-cuda-sm121.patch").exists()
-    assert "0001-cuda-sm121.patch" not in (root / "patches" / "series").read_text()
+    assert (root / "patches" / "skipped" / "0001-cuda-sm121.patch").read_bytes() == before  # not lost
+    series = (root / "patches" / "series").read_text().splitlines()
+    assert "# skipped in the rebase onto v3: skipped/0001-cuda-sm121.patch" in series
+    assert [e.filename for e in Project.load(root).series] == ["0003-config.patch"]
+    assert done.results[0]["file"] == "moved to patches/skipped/0001-cuda-sm121.patch"
 
 
 def test_abort_restores_everything(tmp_path: Path, world: Upstream) -> None:

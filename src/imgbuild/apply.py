@@ -50,7 +50,6 @@ class PatchOutcome:
     files: tuple[FileOutcome, ...]
     filename: str = ""  # as in patches/series; the one spelling JSON uses
 
-
     @property
     def ok(self) -> bool:
         return self.method in OK_METHODS

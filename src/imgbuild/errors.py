@@ -101,7 +101,7 @@ def write_error(path: object, exc: OSError, what: str = "write") -> StateError:
         errno.EEXIST: "a component of the path is a file, not a directory; choose another path",
         errno.ENOENT: "a directory on the way does not exist and cannot be made; choose another path",
     }
-    reason = exc.strerror or str(exc)
+    reason = "a component of the path is a file" if exc.errno == errno.EEXIST else (exc.strerror or str(exc))
     return StateError(f"cannot {what} {path}: {reason}", hint=fixes.get(exc.errno or 0, "choose another path"))
 
 

@@ -43,7 +43,8 @@ def dest_lock(dest: Path) -> Iterator[None]:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise StateError(
-                f"another imgbuild is writing {dest} (pid {holder})", hint="wait for it to finish, or choose another DIR"
+                f"another imgbuild is writing {dest} (pid {holder})",
+                hint="wait for it to finish, or choose another DIR",
             ) from None
         # The holder before us may have removed the file after we opened it: lock the file that is there now.
         try:

@@ -45,8 +45,8 @@ def ensure_cache_dir(path: Path) -> Path:
     """Make a directory in the cache, or say which setting points at a place that cannot hold one."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(prefix=".probe-", dir=path)  # a dir under /proc exists yet refuses files
-        probe.close()
+        with tempfile.NamedTemporaryFile(prefix=".probe-", dir=path):  # a dir under /proc exists yet refuses files
+            pass
     except OSError as exc:
         setting = "IMGBUILD_CACHE" if os.environ.get("IMGBUILD_CACHE") else "XDG_CACHE_HOME (or HOME)"
         raise ConfigError(
@@ -133,7 +133,7 @@ class Mirror:
                     f"rebuilding it failed: {again.message}",
                     hint=f"bring the network or the wheel back (cache: {self.root}), then run the command again",
                 ) from again
-            except Exception as still:  # noqa: BLE001
+            except Exception as still:
                 raise UpstreamError(
                     f"the cache mirror {self.path} is broken and rebuilding it failed: {_one_line(still)}",
                     hint=f"remove {self.path} and run again (cache: {self.root})",
@@ -161,7 +161,9 @@ class Mirror:
 
         listed = git("for-each-ref", "--format=%(objectname)", ref)
         if listed.returncode != 0 or listed.stderr.strip():
-            raise BrokenMirror((listed.stderr.strip() or f"git for-each-ref exited {listed.returncode}").splitlines()[0])
+            raise BrokenMirror(
+                (listed.stderr.strip() or f"git for-each-ref exited {listed.returncode}").splitlines()[0]
+            )
         sha = listed.stdout.strip()
         if sha:
             readable = git("cat-file", "-e", f"{sha}^{{commit}}")

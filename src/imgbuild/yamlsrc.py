@@ -6,9 +6,9 @@ into `file:line:col`, so config errors point at the exact spot to fix.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-import difflib
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml

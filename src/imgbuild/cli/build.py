@@ -14,7 +14,7 @@ from imgbuild.build import BuildOptions
 from imgbuild.buildplan import BuildPlan
 from imgbuild.cli.options import JsonOpt
 from imgbuild.docker_engine import Engine
-from imgbuild.image_report import checks_table, file_matrix, write_junit
+from imgbuild.image_report import check_junit_path, checks_table, file_matrix, write_junit
 from imgbuild.project import Project, load_project
 from imgbuild.report import console, plan_matrix, print_json
 from imgbuild.smoke import SmokeReport
@@ -81,6 +81,8 @@ def build(
 
       imgbuild build latest engram-mem --base skeleton
     """
+    if junit is not None:
+        check_junit_path(junit)
     project = load_project()
     names = variants or sorted(project.variants, key=lambda n: (len(project.variants[n].chain), n))
     opts = options(base, repository, platform, force=force, smoke=not no_smoke, verbose=verbose)

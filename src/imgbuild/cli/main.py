@@ -11,7 +11,9 @@ from types import FrameType
 def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
     # Ctrl-C while the imports below run: nothing has started, so leave at once, without a traceback.
     if "--json" in sys.argv:
-        os.write(1, b'{"error": {"type": "Interrupted", "message": "interrupted; nothing was changed", "exit_code": 130}}\n')
+        os.write(
+            1, b'{"error": {"type": "Interrupted", "message": "interrupted; nothing was changed", "exit_code": 130}}\n'
+        )
     os.write(2, b"interrupted; nothing was changed\n")
     os._exit(130)
 

@@ -10,7 +10,7 @@ import typer
 
 from imgbuild.apply import apply_stack
 from imgbuild.cli.options import FuzzOpt, JsonOpt
-from imgbuild.errors import UsageError
+from imgbuild.errors import ImgbuildError, UsageError
 from imgbuild.materialize import write_tree
 from imgbuild.project import load_project, merge3
 from imgbuild.report import console, outcomes_table, patches_table, print_json
@@ -198,6 +198,7 @@ def status(as_json: JsonOpt = False) -> None:
         "lint": project.lint(),
     }
     if as_json:
+        info["rebase"] = _rebase_state(project.root)
         print_json(info)
         return
     console.print(f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})")
@@ -207,6 +208,24 @@ def status(as_json: JsonOpt = False) -> None:
     console.print(f"variants: {', '.join(project.variants)}")
     for problem in project.lint():
         console.print(f"[yellow]lint[/]: {problem}")
+    busy = _rebase_state(project.root)
+    if busy:
+        console.print(f"rebase:   {busy['message']}")
+        console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
+
+
+def _rebase_state(root: Path) -> dict[str, object] | None:
+    """A rebase that is stopped or was interrupted, as `patches status` shows it."""
+    from imgbuild import rebase
+
+    message = rebase.in_progress_message(root)
+    if message is None:
+        return None
+    try:
+        detail = rebase.status(root) or {}
+    except ImgbuildError:
+        detail = {}
+    return {"message": message, **detail}
 
 
 def _register_patchwork() -> None:
