@@ -104,8 +104,12 @@ class Project:
     def refuse_bad_headers(self) -> None:
         """`patches check` and `build` refuse a patch whose header cannot say what it is and where it stands,
         and, when variants pick patches by group, a patch with no group (it would silently leave its group)."""
-        groups = {p.group for p in self.patches if p.group}
-        by_group = any(w in groups for v in self.variant_configs.values() for w in (*v.revert, *(v.patches or [])))
+        patch_names = {n for p in self.patches for n in (p.name, p.filename)}
+        picked = [
+            (*v.revert, *(v.patches if isinstance(v.patches, list) else [])) for v in self.variant_configs.values()
+        ]
+        words = [w for chosen in picked for w in chosen]
+        by_group = any(w not in patch_names for w in words)  # a word that names no patch names a group
         problems = []
         for p in self.patches:
             missing = refused_fields(p)

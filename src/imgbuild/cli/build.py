@@ -84,6 +84,7 @@ def build(
     if junit is not None:
         check_junit_path(junit)
     project = load_project()
+    project.refuse_bad_headers()
     names = variants or sorted(project.variants, key=lambda n: (len(project.variants[n].chain), n))
     opts = options(base, repository, platform, force=force, smoke=not no_smoke, verbose=verbose)
     if dry_run:
