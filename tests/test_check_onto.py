@@ -114,3 +114,23 @@ def test_commit_ref_gets_its_tag(tmp_path: Path, world: Upstream) -> None:
     assert matrix.refs[0].tag == "v2" and matrix.refs[0].commit == sha
     with pytest.raises(UpstreamError):
         check_onto(proj, ["0" * 40])
+
+
+def test_table_names_the_conflicting_file_and_strict_upstreamed_is_not_a_failure(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v3")
+    assert code == 1 and "conflict: vllm/platforms/cuda.py" in out
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "--strict")
+    assert code == 1  # strict: the patch files would change
+    assert "FAIL" not in out and "does not carry" not in out and "CHANGES" in out
+    assert "every variant carries, but some patch files would change" in out
+
+
+def test_a_release_version_means_its_v_tag_for_a_git_source(tmp_path: Path, world: Upstream) -> None:
+    proj = Project.load(project(tmp_path / "p", world, ["0003-config.patch"]))
+    matrix = check_onto(proj, ["2"])  # the docs promise versions: 2 is v2 here
+    assert [(r.ref, r.tag) for r in matrix.refs] == [("2", "v2")]
+    with pytest.raises(UpstreamError, match="neither v9 nor 9 is a tag"):
+        check_onto(proj, ["9"])
