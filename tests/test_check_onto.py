@@ -53,7 +53,14 @@ def test_matrix_over_variants_and_refs(tmp_path: Path, world: Upstream) -> None:
     assert data["ok"] is False and [r["tag"] for r in data["refs"]] == ["v1", "v2", "v3"]
     variants = {v["variant"]: v for v in data["variants"]}
     assert set(variants) == {"series", "latest", "engram-mem"}
-    assert variants["engram-mem"]["patches"] == ["0002-arch-sm121", "0003-config", "0006-sm121-engram-guard"]
+    # one spelling of patch names in every JSON document: the file name, as in patches/series
+    assert variants["engram-mem"]["patches"] == [
+        "0002-arch-sm121.patch",
+        "0003-config.patch",
+        "0006-sm121-engram-guard.patch",
+    ]
+    guard = variants["engram-mem"]["results"]["v1"]["patches"]["0006-sm121-engram-guard.patch"]
+    assert guard["patch"] == "0006-sm121-engram-guard.patch" and guard["method"] == "conflict"
     md = matrix.to_markdown()
     assert "| **engram-mem** |" in md and "❌ conflict" in md and "⬆️ upstreamed" in md
 
@@ -107,3 +114,23 @@ def test_commit_ref_gets_its_tag(tmp_path: Path, world: Upstream) -> None:
     assert matrix.refs[0].tag == "v2" and matrix.refs[0].commit == sha
     with pytest.raises(UpstreamError):
         check_onto(proj, ["0" * 40])
+
+
+def test_table_names_the_conflicting_file_and_strict_upstreamed_is_not_a_failure(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v3")
+    assert code == 1 and "conflict: vllm/platforms/cuda.py" in out
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "--strict")
+    assert code == 1  # strict: the patch files would change
+    assert "FAIL" not in out and "does not carry" not in out and "CHANGES" in out
+    assert "every variant carries, but some patch files would change" in out
+
+
+def test_a_release_version_means_its_v_tag_for_a_git_source(tmp_path: Path, world: Upstream) -> None:
+    proj = Project.load(project(tmp_path / "p", world, ["0003-config.patch"]))
+    matrix = check_onto(proj, ["2"])  # the docs promise versions: 2 is v2 here
+    assert [(r.ref, r.tag) for r in matrix.refs] == [("2", "v2")]
+    with pytest.raises(UpstreamError, match="neither v9 nor 9 is a tag"):
+        check_onto(proj, ["9"])

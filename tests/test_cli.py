@@ -36,4 +36,4 @@ def test_json_error_on_stdout(tmp_path: Path) -> None:
     out = imgbuild("-C", str(tmp_path), "patches", "list", "--json")
     import json
 
-    assert json.loads(out.stdout)["exit_code"] == 3
+    assert json.loads(out.stdout)["error"]["exit_code"] == 3

@@ -163,14 +163,21 @@ def test_conflict_with_nothing_changed_asks_for_skip(tmp_path: Path, world: Upst
         rebase.resume(root, "continue")
 
 
-def test_skip_drops_the_patch(tmp_path: Path, world: Upstream) -> None:
+def test_skip_drops_the_patch_from_the_series_and_keeps_it(tmp_path: Path, world: Upstream) -> None:
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0003-config.patch"], tag="v2")
+    before = (root / "patches" / "0001-cuda-sm121.patch").read_bytes()
     with pytest.raises(RebaseStopped):
         rebase.start(root, "v3", date=DATE)
-    done = rebase.resume(root, "skip")
+    said: list[str] = []
+    done = rebase.resume(root, "skip", log=said.append)
     assert [r["outcome"] for r in done.results] == ["skipped", "exact"]
+    assert any("kept in patches/skipped/0001-cuda-sm121.patch" in line for line in said)
     assert not (root / "patches" / "0001-cuda-sm121.patch").exists()
-    assert "0001-cuda-sm121.patch" not in (root / "patches" / "series").read_text()
+    assert (root / "patches" / "skipped" / "0001-cuda-sm121.patch").read_bytes() == before  # not lost
+    series = (root / "patches" / "series").read_text().splitlines()
+    assert "# skipped in the rebase onto v3: skipped/0001-cuda-sm121.patch" in series
+    assert [e.filename for e in Project.load(root).series] == ["0003-config.patch"]
+    assert done.results[0]["file"] == "moved to patches/skipped/0001-cuda-sm121.patch"
 
 
 def test_abort_restores_everything(tmp_path: Path, world: Upstream) -> None:
@@ -315,7 +322,7 @@ def test_cli_rebase_round_trip(tmp_path: Path, world: Upstream, capsys: pytest.C
 
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
     code, out, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3", "--json")
-    assert code == 5 and json.loads(out)["stopped"]["filename"] == "0001-cuda-sm121.patch"
+    assert code == 5 and json.loads(out)["error"]["stopped"]["filename"] == "0001-cuda-sm121.patch"
     assert "work tree:" in err and "hint:" in err
     code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase")
     assert code == 0 and "stopped at 0001-cuda-sm121.patch" in out
@@ -350,3 +357,67 @@ def test_clean_three_way_merge_is_carried_and_deleted_file_stops(tmp_path: Path,
     done = rebase.resume(root, "continue")
     assert [r["outcome"] for r in done.results] == ["exact", "resolved"]
     assert "+b = 'five'  # ported from b.py" in (root / "patches" / "0002-b.patch").read_text()
+
+
+# -- work kept: untracked files, edited patches, the state shown, the details in --json -----------
+def test_an_untracked_file_in_the_work_tree_is_not_dropped_on_continue(tmp_path: Path, world: Upstream) -> None:
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3", date=DATE)
+    tree = state_dir(root, "rebase") / "tree"
+    cuda = tree / "vllm/platforms/cuda.py"
+    resolved = [
+        ln for ln in cuda.read_text().splitlines(keepends=True) if not ln.startswith(("<<<<<<<", "=======", ">>>>>>>"))
+    ]
+    cuda.write_text("".join(ln for ln in resolved if ln != "cuda 20 upstream style\n"))
+    (tree / "vllm/platforms/sm121.py").write_text("SM = (12, 1)\n")  # new, not `git add`ed
+    with pytest.raises(StateError, match=r"not added to git: vllm/platforms/sm121.py") as refused:
+        rebase.resume(root, "continue")
+    assert refused.value.hint and "git -C" in refused.value.hint
+    git(tree, "add", "vllm/platforms/sm121.py")
+    done = rebase.resume(root, "continue")
+    assert [r["outcome"] for r in done.results] == ["resolved"]
+    assert "+SM = (12, 1)" in (root / "patches" / "0001-cuda-sm121.patch").read_text()  # in the patch
+
+
+def test_a_patch_edited_while_stopped_is_caught_at_the_next_continue(tmp_path: Path, world: Upstream) -> None:
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0003-config.patch"], tag="v2")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3", date=DATE)
+    later = root / "patches" / "0003-config.patch"
+    later.write_text(later.read_text().replace("Description: change", "Description: edited"))
+    with pytest.raises(StateError, match=r"patches/0003-config.patch changed since the rebase started") as caught:
+        rebase.resume(root, "continue")  # not only after every conflict is resolved
+    assert caught.value.hint and "the the" not in caught.value.hint and "abort the rebase" in caught.value.hint
+    assert "Description: edited" in later.read_text()  # the edit is kept
+
+
+def test_patches_status_shows_a_stopped_rebase(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_check_onto import cli
+
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3", date=DATE)
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "status")
+    assert code == 0 and "stopped at 0001-cuda-sm121.patch" in out and "--continue" in out and "--abort" in out
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "status", "--json")
+    info = json.loads(out)["rebase"]
+    assert code == 0 and info["status"] == "stopped" and info["stopped"]["filename"] == "0001-cuda-sm121.patch"
+
+
+def test_rebase_json_has_moves_dropped_hunks_and_checks(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_check_onto import cli
+
+    root = project(tmp_path / "p", world, ["0003-config.patch", "0004-engram-disk.patch"])
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v2", "--json")
+    assert code == 0
+    rows = {r["patch"]: r for r in json.loads(out)["patches"]}
+    assert set(rows) == {"0003-config.patch", "0004-engram-disk.patch"}  # one spelling: the file name
+    assert rows["0004-engram-disk.patch"]["moves"][0]["new"] == f"{D41}/engram.py"
+    config = rows["0003-config.patch"]
+    assert config["outcome"] == "partly-upstreamed" and config["dropped_hunks"][0]["path"] == "vllm/config.py"
+    assert config["upstreamed_checks"] and config["upstreamed_checks"][0]["reverse_apply"] is True

@@ -48,6 +48,7 @@ class PatchOutcome:
     group: str
     method: str
     files: tuple[FileOutcome, ...]
+    filename: str = ""  # as in patches/series; the one spelling JSON uses
 
     @property
     def ok(self) -> bool:
@@ -55,7 +56,7 @@ class PatchOutcome:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "patch": self.patch,
+            "patch": self.filename or self.patch,
             "group": self.group,
             "method": self.method,
             "files": [
@@ -160,6 +161,7 @@ def _apply_file(
     base = tree.blob(fd.old_blob) if fd.old_blob else None
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
+        why = fuzz_note(split_lines(_decode(current)), fd, max_fuzz) or why
         return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
     theirs = apply_hunks(split_lines(_decode(base)), fd.hunks, 0)
     if theirs.lines is None:
@@ -168,10 +170,33 @@ def _apply_file(
     merged, conflicts = merge3(current, base, _encode(theirs.lines))
     if conflicts:
         why = f"3-way merge left {conflicts} conflict(s)"
+        note = fuzz_note(split_lines(_decode(current)), fd, max_fuzz)
+        why = f"{why}; {note}" if note else why
         return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, merged
     if merged == current:
         return FileOutcome(fd.path, src, "upstreamed", tuple(result.hunks), "3-way merge is a no-op"), {}, None
     return FileOutcome(fd.path, src, "3way", tuple(result.hunks)), {dest: merged}, None
+
+
+MAX_FUZZ = 3
+
+
+def fuzz_note(lines: Sequence[str], fd: FileDiff, max_fuzz: int) -> str:
+    """Say where failed hunks would land with more fuzz, and how to fix the patch instead."""
+    if max_fuzz >= MAX_FUZZ:
+        return ""
+    probe = apply_hunks(lines, fd.hunks, MAX_FUZZ)
+    if probe.lines is None:
+        return ""
+    fuzzy = [h for h in probe.hunks if h.method == "fuzz"]
+    if not fuzzy:
+        return ""
+    need = max(h.fuzz for h in fuzzy)
+    where = ", ".join(f"hunk #{h.hunk} `{h.header}` with fuzz {h.fuzz} at line {h.line}" for h in fuzzy)
+    return (
+        f"would apply with fuzz: {where}; `--allow-fuzz {need}` accepts it (never in CI), "
+        "`imgbuild patches rebase` or `patches edit`/`refresh` fixes the patch properly"
+    )
 
 
 def apply_patch(
@@ -191,7 +216,7 @@ def apply_patch(
             marked[fd.path] = conflict
     methods = [f.method for f in files]
     method = "conflict" if "conflict" in methods else _patch_method(methods)
-    return PatchOutcome(patch.name, patch.group, method, tuple(files)), own, marked
+    return PatchOutcome(patch.name, patch.group, method, tuple(files), patch.filename), own, marked
 
 
 def _patch_method(methods: Sequence[str]) -> str:

@@ -42,6 +42,7 @@ class Matrix:
     cells: dict[tuple[str, str, str], Carry] = field(default_factory=dict)  # (stack, ref, patch)
     strict: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
+    filenames: dict[str, str] = field(default_factory=dict)  # patch name -> file name, the spelling JSON uses
 
     def passes(self, carry: Carry) -> bool:
         return carry.outcome in STRICT_OK if self.strict else carry.ok
@@ -50,15 +51,41 @@ class Matrix:
         names = dict(self.stacks)[stack]
         return all(self.passes(self.cells[(stack, ref, n)]) for n in names)
 
+    def carries(self, stack: str, ref: str) -> bool:
+        """No patch of `stack` conflicts on `ref` (strict or not)."""
+        return all(self.cells[(stack, ref, n)].ok for n in dict(self.stacks)[stack])
+
+    def verdict(self, stack: str, ref: str) -> str:
+        """PASS; CHANGES (strict: it carries, but patch files would change); FAIL (a patch conflicts)."""
+        if self.stack_ok(stack, ref):
+            return "PASS"
+        return "CHANGES" if self.carries(stack, ref) else "FAIL"
+
     @property
     def ok(self) -> bool:
         return all(self.stack_ok(s, r.ref) for s, _ in self.stacks for r in self.refs)
 
+    @property
+    def summary(self) -> str:
+        if self.ok:
+            return "every variant carries"
+        if all(self.carries(s, r.ref) for s, _ in self.stacks for r in self.refs):
+            return "every variant carries, but some patch files would change (strict: exact or offset only)"
+        return "some variants do not carry"
+
     def label(self, carry: Carry) -> str:
         text = carry.outcome
+        if carry.outcome == "conflict":
+            where = [f.path for f in carry.files if f.method == "conflict"]
+            text += f": {', '.join(where)}" if where else ""
+        elif self.strict and carry.outcome not in STRICT_OK:
+            text += " (file would change)"
         if carry.moves:
             text += " (moved)"
         return text
+
+    def _file(self, name: str) -> str:
+        return self.filenames.get(name, name)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -72,11 +99,12 @@ class Matrix:
             "variants": [
                 {
                     "variant": stack,
-                    "patches": list(names),
+                    "patches": [self._file(n) for n in names],
                     "results": {
                         r.ref: {
                             "ok": self.stack_ok(stack, r.ref),
-                            "patches": {n: self.cells[(stack, r.ref, n)].to_json() for n in names},
+                            "verdict": self.verdict(stack, r.ref),
+                            "patches": {self._file(n): self.cells[(stack, r.ref, n)].to_json() for n in names},
                         }
                         for r in self.refs
                     },
@@ -89,7 +117,7 @@ class Matrix:
         refs = self.refs
         head = "| variant | patch | " + " | ".join(f"`{r.tag}`" for r in refs) + " |"
         rule = "|---|---|" + "---|" * len(refs)
-        verdict = "all variants carry" if self.ok else "some variants do not carry"
+        verdict = "all variants carry" if self.ok else self.summary
         lines = [
             f"## imgbuild patches check: {self.upstream}",
             "",
@@ -101,7 +129,7 @@ class Matrix:
             rule,
         ]
         for stack, names in self.stacks:
-            cells = ["**PASS**" if self.stack_ok(stack, r.ref) else "**FAIL**" for r in refs]
+            cells = [f"**{self.verdict(stack, r.ref)}**" for r in refs]
             lines.append(f"| **{stack}** | ({len(names)} patches) | " + " | ".join(cells) + " |")
             for n in names:
                 row = []
@@ -124,11 +152,12 @@ class Matrix:
         for r in self.refs:
             table.add_column(r.tag if r.tag == r.ref else f"{r.ref} ({r.tag})")
         style = {"exact": "green", "offset": "yellow", "3way": "yellow", "conflict": "bold red"}
+        look = {"PASS": "green", "CHANGES": "yellow", "FAIL": "bold red"}
         for stack, names in self.stacks:
             table.add_row(
                 f"[bold]{stack}[/]",
                 f"({len(names)} patches)",
-                *["[green]PASS[/]" if self.stack_ok(stack, r.ref) else "[bold red]FAIL[/]" for r in self.refs],
+                *[f"[{look[self.verdict(stack, r.ref)]}]{self.verdict(stack, r.ref)}[/]" for r in self.refs],
             )
             for n in names:
                 cells = []
@@ -149,6 +178,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
         f"{pin.name} (pinned {pin.tag})", [RefInfo(r, x.tag, x.commit) for r, x in resolved], stacks, strict=strict
     )
     by_name = {p.name: p for p in project.patches}
+    matrix.filenames = {p.name: p.filename for p in project.patches}
     raws = {
         p.name: (project.patches_dir / p.filename).read_bytes().decode("utf-8", errors="surrogateescape")
         for p in project.patches

@@ -22,6 +22,21 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 NAME = r"^[a-z0-9][a-z0-9._-]*$"
 
 
+# What the stand-in skeleton and the vLLM release images serve.
+KNOWN_PLATFORMS = ("linux/arm64", "linux/amd64")
+PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)(/v8)?$")
+
+
+def check_platform(value: str | None, *, allow_all: bool = False) -> str | None:
+    """A --platform value: a known platform (or `all` where a command takes it)."""
+    if value is None or (allow_all and value == "all") or PLATFORM_RE.match(value):
+        return value
+    from imgbuild.errors import UsageError
+
+    known = ", ".join((*KNOWN_PLATFORMS, *(("all",) if allow_all else ())))
+    raise UsageError(f"--platform {value}: unsupported platform; known: {known}")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -83,8 +98,8 @@ class ImageSpec(Strict):
     @classmethod
     def _platforms(cls, value: list[str] | None) -> list[str] | None:
         for p in value or []:
-            if not re.match(r"^linux/(amd64|arm64)(/v8)?$", p):
-                raise ValueError(f"unsupported platform {p!r}; expected linux/arm64 or linux/amd64")
+            if not PLATFORM_RE.match(p):
+                raise ValueError(f"unsupported platform {p!r}; known: {', '.join(KNOWN_PLATFORMS)}")
         return value
 
 

@@ -14,19 +14,21 @@ import io
 import os
 import platform as host_platform
 import shlex
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import docker
 import docker.errors
 import requests
 
+import docker
 from imgbuild.errors import DockerError
 
 START_HINT = (
@@ -37,6 +39,7 @@ BINFMT_FIX = (
     "install and enable emulation: `sudo apt-get install qemu-user-static binfmt-support && "
     "sudo update-binfmts --enable qemu-{qemu}` (or run .ci/setup-host.sh)"
 )
+CONTAINER_LABEL = "imgbuild.container-of"  # on every container imgbuild creates: the pid that created it
 ARCH_NAMES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 QEMU_NAMES = {"arm64": "aarch64", "amd64": "x86_64"}
 
@@ -143,7 +146,21 @@ class Engine:
             raise DockerError(
                 f"cannot reach the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
             ) from exc
-        return cls(client, os.environ.get("IMGBUILD_DOCKER", "docker"))
+        engine = cls(client, os.environ.get("IMGBUILD_DOCKER", "docker"))
+        engine.remove_leftovers()
+        return engine
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove containers an imgbuild created and could not remove itself (it was killed)."""
+        removed = []
+        with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+            for c in self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}):
+                owner = (c.get("Labels") or {}).get(CONTAINER_LABEL, "")
+                if owner.isdigit() and _alive(int(owner)):
+                    continue
+                self.client.api.remove_container(c["Id"], force=True)
+                removed.append(str(c["Id"]))
+        return removed
 
     @property
     def arch(self) -> str:
@@ -289,14 +306,20 @@ class Engine:
         """
         echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
         api = self.client.api
-        cid = self._call(api.create_container, ref, command=["imgbuild-read-only"], platform=platform)["Id"]
+        cid = None
         try:
+            with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
+                cid = self._call(
+                    api.create_container, ref, command=["imgbuild-read-only"], platform=platform, labels=_owner()
+                )["Id"]
             out: dict[str, bytes | None] = {}
             for path in paths:
                 out[path] = self._read_one(cid, path)
             return out
         finally:
-            self._call(api.remove_container, cid, force=True)
+            if cid is not None:
+                with held_interrupts():
+                    self._call(api.remove_container, cid, force=True)
 
     def _read_one(self, cid: str, path: str) -> bytes | None:
         try:
@@ -325,14 +348,17 @@ class Engine:
         opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
         echo(["docker", "run", "--rm", *opts, ref, *argv])
         api = self.client.api
-        cid = self._call(
-            api.create_container,
-            ref,
-            command=list(argv),
-            platform=platform,
-            entrypoint=list(entrypoint) if entrypoint is not None else None,
-        )["Id"]
+        cid = None
         try:
+            with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
+                cid = self._call(
+                    api.create_container,
+                    ref,
+                    command=list(argv),
+                    platform=platform,
+                    entrypoint=list(entrypoint) if entrypoint is not None else None,
+                    labels=_owner(),
+                )["Id"]
             try:
                 api.start(cid)
             except docker.errors.APIError as exc:  # e.g. the entrypoint does not exist in the image
@@ -348,9 +374,40 @@ class Engine:
             stdout = self._call(api.logs, cid, stdout=True, stderr=False).decode(errors="replace")
             stderr = self._call(api.logs, cid, stdout=False, stderr=True).decode(errors="replace")
         finally:
-            with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
-                api.remove_container(cid, force=True)
+            with (
+                held_interrupts(),
+                contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException),
+            ):
+                if cid is not None:
+                    api.remove_container(cid, force=True)
         return RunResult(code, stdout, stderr, timed_out)
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block is done; it is delivered right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _owner() -> dict[str, str]:
+    return {CONTAINER_LABEL: str(os.getpid())}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _short(exc: BaseException) -> str:

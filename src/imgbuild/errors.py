@@ -27,18 +27,15 @@ class ExitCode:
 class ImgbuildError(Exception):
     exit_code: int = ExitCode.FAILURE
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = details or {}  # more for --json (e.g. the per-patch report of a failed apply)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "error": type(self).__name__,
-            "message": self.message,
-            "hint": self.hint,
-            "exit_code": self.exit_code,
-        }
+        """The one JSON document a failed `--json` run prints: `{"error": {...}}`."""
+        return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
 
 
 class UsageError(ImgbuildError):
@@ -75,6 +72,37 @@ class RegistryError(ImgbuildError):
 
 class StateError(ImgbuildError):
     exit_code = ExitCode.STATE
+
+
+class Interrupted(BaseException):
+    """Ctrl-C. Not a KeyboardInterrupt, which typer would turn into a bare exit 130 without a word."""
+
+
+INTERRUPTED = "interrupted; nothing was changed"
+
+
+def error_json(
+    kind: str, message: str, hint: str | None, exit_code: int, details: dict[str, object] | None = None
+) -> dict[str, object]:
+    return {"error": {"type": kind, "message": message, "hint": hint, "exit_code": exit_code, **(details or {})}}
+
+
+def write_error(path: object, exc: OSError, what: str = "write") -> StateError:
+    """A one-line error for a path the OS refused, with the fix for the usual causes."""
+    import errno
+
+    fixes = {
+        errno.EROFS: "the file system is read-only; choose a path on a writable one",
+        errno.ENOSPC: "the disk is full; free some space or choose another place",
+        errno.EDQUOT: "the disk quota is exceeded; free some space or choose another place",
+        errno.EACCES: "permission denied; choose a path you can write",
+        errno.EPERM: "permission denied; choose a path you can write",
+        errno.ENOTDIR: "a component of the path is a file, not a directory; choose another path",
+        errno.EEXIST: "a component of the path is a file, not a directory; choose another path",
+        errno.ENOENT: "a directory on the way does not exist and cannot be made; choose another path",
+    }
+    reason = "a component of the path is a file" if exc.errno == errno.EEXIST else (exc.strerror or str(exc))
+    return StateError(f"cannot {what} {path}: {reason}", hint=fixes.get(exc.errno or 0, "choose another path"))
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

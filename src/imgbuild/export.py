@@ -371,5 +371,5 @@ def check_unchanged(root: Path, recorded: Mapping[str, str | None], what: str) -
     if changed:
         raise StateError(
             f"{', '.join(sorted(changed))} changed since {what} started; imgbuild will not overwrite that work",
-            hint=f"restore the file(s), or abort the {what} and start again",
+            hint=f"restore the file(s), or abort {what} and start again",
         )

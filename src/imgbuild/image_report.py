@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.table import Table
 
+from imgbuild.errors import UsageError, write_error
 from imgbuild.report import short_name
 from imgbuild.smoke import FileRow, SmokeReport
 
@@ -84,6 +87,22 @@ def junit(reports: Sequence[SmokeReport]) -> bytes:
     return text + b"\n"
 
 
+def check_junit_path(path: Path) -> None:
+    """Refuse an unwritable --junit FILE before anything is built, not after."""
+    parent = Path(os.path.abspath(path)).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(prefix=f".{path.name}.", dir=parent):
+            pass
+    except OSError as exc:
+        raise write_error(path, exc, "write the JUnit report to") from exc
+    if path.is_dir():
+        raise UsageError(f"--junit {path} is a directory", hint="pass a file name, e.g. smoke.xml")
+
+
 def write_junit(path: Path, reports: Sequence[SmokeReport]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(junit(reports))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(junit(reports))
+    except OSError as exc:
+        raise write_error(path, exc, "write the JUnit report to") from exc

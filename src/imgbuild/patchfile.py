@@ -167,6 +167,57 @@ def _hunk_from(h: Any, index: int, first_line: int) -> Hunk:
     )
 
 
+STRUCTURE = ("diff --git ", "index ", "--- ", "+++ ", "@@ ")
+HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _check_line_ends(name: str, diff: str, first: int) -> None:
+    """A patch saved with CRLF ends breaks every header line; say so instead of 'missing index line'."""
+    for i, line in enumerate(diff.split("\n"), start=first):
+        if line.endswith("\r") and line.startswith(STRUCTURE):
+            raise PatchError(
+                f"{name}:{i}: the patch file has CRLF (Windows) line endings",
+                hint=f"convert it back to LF: `sed -i 's/\\r$//' patches/{name}` (or dos2unix), "
+                "or regenerate it with `git diff --full-index`",
+            )
+
+
+def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
+    """Each hunk must hold as many lines as its @@ header says (unidiff says only 'shorter than expected')."""
+    lines = diff.split("\n")
+    i = 0
+    while i < len(lines):
+        m = HUNK_RE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        header_at, header = i, lines[i].rstrip("\r")
+        want_old = int(m.group(2)) if m.group(2) is not None else 1
+        want_new = int(m.group(4)) if m.group(4) is not None else 1
+        old = new = 0
+        i += 1
+        while i < len(lines) and (old < want_old or new < want_new):
+            kind = lines[i][:1]
+            if kind in (" ", ""):
+                if kind == "" and i == len(lines) - 1:
+                    break  # the end of the file, not an empty context line
+                old, new = old + 1, new + 1
+            elif kind == "-":
+                old += 1
+            elif kind == "+":
+                new += 1
+            elif kind != "\\":
+                break
+            i += 1
+        if old < want_old or new < want_new:
+            end = "the end of the file" if i >= len(lines) - 1 else f"line {first + i}"
+            raise PatchError(
+                f"{name}:{first + header_at}: hunk `{header}` is shorter than its header says: "
+                f"{want_old} old and {want_new} new lines expected, {old} and {new} found before {end}",
+                hint="the patch was edited by hand or cut short; regenerate it with `git diff --full-index`",
+            )
+
+
 def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
     try:
         raw = path.read_bytes()
@@ -183,6 +234,8 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
         raise PatchError(f"{name}: no 'diff --git' section found", hint="write the diff with `git diff --full-index`")
     header, diff = text[:start], text[start:]
     header_lines = header.count("\n")
+    _check_line_ends(name, diff, header_lines + 1)
+    _check_hunk_lengths(name, diff, header_lines + 1)
 
     in_file_header = False
     for i, line in enumerate(diff.splitlines(), start=header_lines + 1):
@@ -254,6 +307,14 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
         files=tuple(files),
         sha256=hashlib.sha256(raw).hexdigest(),
     )
+
+
+def refused_fields(patch: Patch) -> list[str]:
+    """DEP-3 fields without which `patches check` and `build` refuse a patch (Yocto's patch-status rule)."""
+    missing = [] if patch.fields.get("Description", "").strip() else ["Description"]
+    if not (patch.fields.get("Upstream-Status", "").strip() or patch.fields.get("Forwarded", "").strip()):
+        missing.append("Upstream-Status or Forwarded")
+    return missing
 
 
 def missing_fields(patch: Patch) -> list[str]:

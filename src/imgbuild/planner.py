@@ -65,6 +65,20 @@ def _expand(variant: str, key: str, words: Sequence[str], names: Mapping[str, li
     return out
 
 
+def _refuse_groupless(variant: str, reverted: Sequence[str], patches: Sequence[Patch], kept: set[str]) -> None:
+    """A variant that reverts a group must not keep a group-less patch that changes that group's files."""
+    for group in reverted:
+        files = {path for p in patches if p.group == group for path in p.paths}
+        for p in patches:
+            touched = sorted(files.intersection(p.paths))
+            if not p.group and p.name in kept and touched:
+                raise ConfigError(
+                    f"images/{variant}.yaml: revert: {group}: {p.filename} has no Group: line but changes "
+                    f"{', '.join(touched)}, a file of group {group!r}; {variant} would carry it patched",
+                    hint=f"add `Group: {group}` to the header of patches/{p.filename} (or a group of its own)",
+                )
+
+
 def resolve_variants(configs: Mapping[str, VariantConfig], patches: Sequence[Patch]) -> dict[str, ResolvedVariant]:
     order = [p.name for p in patches]
     names = patch_names(patches)
@@ -88,6 +102,7 @@ def resolve_variants(configs: Mapping[str, VariantConfig], patches: Sequence[Pat
             chosen = set(parent.selected if parent else ())
             chosen |= _expand(name, "patches", cfg.patches or [], names)
         chosen -= _expand(name, "revert", cfg.revert, names)
+        _refuse_groupless(name, cfg.revert, patches, chosen)
         rv = ResolvedVariant(
             name=name,
             description=cfg.description,

@@ -276,7 +276,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
                 f"the pin moved to {project.pin.tag} since `patches edit` (the work tree is on {state['tag']})",
                 hint="discard the work tree (`imgbuild patches edit --discard --force`) and edit again",
             )
-        check_unchanged(root, state["inputs"], "`patches edit`")
+        check_unchanged(root, state["inputs"], "the `patches edit`")
         dirty = status_porcelain(scratch)
         if dirty:
             raise StateError(

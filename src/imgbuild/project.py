@@ -11,7 +11,7 @@ from pathlib import Path
 from imgbuild.config import UpstreamPin, VariantConfig, load_pin, load_variant
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.gitio import CommitTree, merge_file
-from imgbuild.patchfile import Patch, missing_fields, parse_patch
+from imgbuild.patchfile import Patch, missing_fields, parse_patch, refused_fields
 from imgbuild.planner import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
 from imgbuild.series import SeriesEntry, parse_series
 from imgbuild.upstream import Resolved, open_pinned
@@ -101,6 +101,29 @@ class Project:
                 problems.append(f"{path.name}: not listed in patches/series")
         return problems
 
+    def refuse_bad_headers(self) -> None:
+        """`patches check` and `build` refuse a patch whose header cannot say what it is and where it stands,
+        and, when variants pick patches by group, a patch with no group (it would silently leave its group)."""
+        patch_names = {n for p in self.patches for n in (p.name, p.filename)}
+        picked = [
+            (*v.revert, *(v.patches if isinstance(v.patches, list) else [])) for v in self.variant_configs.values()
+        ]
+        words = [w for chosen in picked for w in chosen]
+        by_group = any(w not in patch_names for w in words)  # a word that names no patch names a group
+        problems = []
+        for p in self.patches:
+            missing = refused_fields(p)
+            if by_group and not p.group:
+                missing.append("Group (variants pick patches by group)")
+            if missing:
+                problems.append(f"{self.patches_dir / p.filename}: DEP-3 header lacks {', '.join(missing)}")
+        if problems:
+            raise PatchError(
+                "\n".join(problems),
+                hint="add the fields above the diff (Description:, Upstream-Status: or Forwarded:, Group:); "
+                "see docs/patch-workflow.md",
+            )
+
     @cached_property
     def upstream(self) -> Resolved:
         return open_pinned(self.pin)
@@ -114,6 +137,7 @@ class Project:
         return CommitTree(self.upstream.repo, self.upstream.commit)
 
     def plan(self, names: list[str] | None = None, max_fuzz: int = 0) -> list[VariantPlan]:
+        self.refuse_bad_headers()
         chosen = [self.variant(n) for n in names] if names else list(self.variants.values())
         tree = self.tree()
         return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz) for v in chosen]

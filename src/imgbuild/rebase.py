@@ -68,6 +68,7 @@ from imgbuild.series import parse_series
 from imgbuild.workdir import create_dir, locked, read_state, sha256_file, state_dir, write_json
 
 KIND = "rebase"
+SKIPPED = "skipped"  # patches/skipped/: patches dropped with --skip, kept for later
 BRANCH = "imgbuild-rebase"
 Log = Callable[[str], None]
 
@@ -80,11 +81,8 @@ class RebaseStopped(ApplyError):
     """The rebase stopped at a conflict; the work tree holds it."""
 
     def __init__(self, message: str, hint: str, info: dict[str, Any]) -> None:
-        super().__init__(message, hint)
+        super().__init__(message, hint, {"stopped": info})
         self.info = info
-
-    def to_json(self) -> dict[str, object]:
-        return {**super().to_json(), "stopped": self.info}
 
 
 @dataclass
@@ -158,13 +156,15 @@ def resume(root: Path, action: str, *, log: Log = _quiet) -> RebaseDone:
         if state["status"] == "committing":
             log("finishing the interrupted write of patches/")
             return _commit(root, state)
+        # A patch or the series edited while the rebase was stopped: say so now, not after the last conflict.
+        check_unchanged(root, state["inputs"], "the rebase")
         if action == "skip":
             if state["status"] != "stopped":
                 raise StateError("nothing to skip: the rebase is not stopped at a conflict", hint="use --continue")
             item = state["items"][state["next"]]
             state["results"].append({**_base_result(item), "outcome": "skipped", "reason": "skipped by the user"})
             state["next"] += 1
-            log(f"{item['filename']}: skipped")
+            log(f"{item['filename']}: skipped; it is kept in patches/{SKIPPED}/{item['filename']}")
         elif state["status"] == "stopped":
             _take_resolution(root, state, log)
         else:
@@ -469,6 +469,13 @@ def _take_resolution(root: Path, state: dict[str, Any], log: Log) -> None:
             f"the work tree {tree} is no longer on the rebase (HEAD {current} does not descend from {head[:12]})",
             hint="check out the rebase branch again, or `imgbuild patches rebase --abort`",
         )
+    untracked = [p for p in scratch.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
+    if untracked:
+        raise StateError(
+            f"new file(s) in the work tree that are not added to git: {', '.join(untracked[:10])}; "
+            f"--continue would leave them out of {state['stopped']['filename']}",
+            hint=f"`git -C {tree} add FILE` to put a file in the patch, or delete it; then run --continue again",
+        )
     scratch.run("add", "-u")
     changed = [p for p in scratch.run("diff", "--cached", "--name-only", "-z", head).split("\0") if p]
     left = []
@@ -551,9 +558,10 @@ def _finish(root: Path, state: dict[str, Any], log: Log) -> RebaseDone:
             line_ops[item["line"]] = dormant_line(onto["tag"], filename)
             row["file"] = f"moved to patches/upstreamed/{filename}"
         elif res["outcome"] == "skipped":
+            journal.write(f"patches/{SKIPPED}/{filename}", orig_bytes)  # skipped work is kept, not deleted
             journal.delete(item["path"])
-            line_ops[item["line"]] = None
-            row["file"] = "deleted"
+            line_ops[item["line"]] = f"# skipped in the rebase onto {onto['tag']}: {SKIPPED}/{filename}"
+            row["file"] = f"moved to patches/{SKIPPED}/{filename}"
         elif dormant:
             row["outcome"] = (
                 "still upstreamed"
@@ -579,7 +587,8 @@ def _finish(root: Path, state: dict[str, Any], log: Log) -> RebaseDone:
     state["status"] = "committing"
     state["written"] = journal.dests
     state["warnings"] = warnings
-    state["rows"] = [{k: r[k] for k in ("filename", "outcome", "file", "reason")} for r in rows]
+    keys = ("filename", "outcome", "file", "reason", "moves", "dropped_hunks", "upstreamed_checks")
+    state["rows"] = [{"patch": r["filename"], **{k: r.get(k, []) for k in keys}} for r in rows]
     _save(root, state)
     for line in warnings:
         log(f"warning: {line}")

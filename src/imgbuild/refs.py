@@ -86,7 +86,7 @@ def resolve_ref(pin: UpstreamPin, ref: str) -> Resolved:
             hint="pass a version like 0.33.0 or v0.33.0",
         )
     try:
-        resolved = mirror.resolve(ref)
+        resolved = _resolve_git(mirror, ref) if isinstance(pin.source, GitSource) else mirror.resolve(ref)
     except GitError as exc:
         raise UpstreamError(str(exc)) from exc
     if resolved.tag == ref and SHA_RE.match(ref):
@@ -94,6 +94,22 @@ def resolve_ref(pin: UpstreamPin, ref: str) -> Resolved:
         if tag:
             return Resolved(resolved.repo, resolved.commit, tag)
     return resolved
+
+
+def _resolve_git(mirror: Mirror, ref: str) -> Resolved:
+    """A release version (0.33.0) is the tag v0.33.0 of a git source; a tag spelled as given wins."""
+    if not RELEASE_RE.match(ref) or ref.startswith("v"):
+        return mirror.resolve(ref)
+    try:
+        return mirror.resolve(f"v{ref}")
+    except UpstreamError as first:
+        try:
+            return mirror.resolve(ref)
+        except UpstreamError:
+            raise UpstreamError(
+                f"neither v{ref} nor {ref} is a tag of {mirror.source.url}",
+                hint="check the release version, or pass the tag or commit itself",
+            ) from first
 
 
 def _tag_for(repo: GitRepo, commit: str) -> str | None:

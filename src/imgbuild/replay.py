@@ -100,7 +100,9 @@ class Carry:
         return self.outcome in CARRIED
 
     def to_json(self) -> dict[str, object]:
-        detail = PatchOutcome(self.patch.name, self.patch.group, self.outcome, self.files).to_json()
+        detail = PatchOutcome(
+            self.patch.name, self.patch.group, self.outcome, self.files, self.patch.filename
+        ).to_json()
         return {
             **detail,
             "reason": self.reason,

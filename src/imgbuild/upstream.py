@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from urllib.parse import urlparse
 
 from imgbuild.config import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
-from imgbuild.errors import UpstreamError
+from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
 from imgbuild.gitio import GitError, GitRepo
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
@@ -38,6 +39,25 @@ def cache_dir() -> Path:
         return Path(os.environ["IMGBUILD_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "imgbuild"
+
+
+def ensure_cache_dir(path: Path) -> Path:
+    """Make a directory in the cache, or say which setting points at a place that cannot hold one."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(prefix=".probe-", dir=path):  # a dir under /proc exists yet refuses files
+            pass
+    except OSError as exc:
+        setting = "IMGBUILD_CACHE" if os.environ.get("IMGBUILD_CACHE") else "XDG_CACHE_HOME (or HOME)"
+        raise ConfigError(
+            f"the cache directory {path} cannot be used: {exc.strerror or exc}",
+            hint=f"point {setting} at a writable directory (now {cache_dir()})",
+        ) from exc
+    return path
+
+
+class BrokenMirror(Exception):
+    """The cache mirror is damaged (missing objects, broken refs or packs)."""
 
 
 def source_key(source: GitSource | WheelSource) -> str:
@@ -76,9 +96,8 @@ class Mirror:
                     return repo
             except GitError:
                 pass
-            _log(f"imgbuild: cache mirror {self.path} is not valid; setting it aside and recreating it")
-            shutil.move(str(self.path), f"{self.path}.broken-{os.getpid()}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.set_aside("it is not an imgbuild mirror")
+        ensure_cache_dir(self.path.parent)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.path.parent))
         repo = GitRepo.init_bare(staging)
         repo.run("config", "imgbuild.source", source_key(self.source))
@@ -88,15 +107,102 @@ class Mirror:
             shutil.rmtree(staging, ignore_errors=True)  # another process won the race
         return GitRepo(self.path)
 
+    def set_aside(self, why: str) -> Path:
+        aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
+        _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
+        shutil.move(str(self.path), aside)
+        return aside
+
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
-        """The pinned commit, present in the mirror, and checked against the tag."""
+        """The pinned commit, present and whole in the mirror, checked against the tag and the wheel's sha256.
+
+        A damaged mirror is set aside and rebuilt (from the cached wheel, or by fetching again)."""
+        try:
+            if self.path.exists():
+                self._check_tag(pin.tag)
+            resolved = self._resolve_pin(pin)
+        except ImgbuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - gitpython fails in many ways on a damaged repository
+            aside = self.set_aside(_one_line(exc))
+            try:
+                resolved = self._resolve_pin(pin)
+            except UpstreamError as again:
+                raise UpstreamError(
+                    f"the cache mirror {self.path} was broken ({_one_line(exc)}; set aside as {aside}), and "
+                    f"rebuilding it failed: {again.message}",
+                    hint=f"bring the network or the wheel back (cache: {self.root}), then run the command again",
+                ) from again
+            except Exception as still:
+                raise UpstreamError(
+                    f"the cache mirror {self.path} is broken and rebuilding it failed: {_one_line(still)}",
+                    hint=f"remove {self.path} and run again (cache: {self.root})",
+                ) from still
+        return resolved
+
+    def _resolve_pin(self, pin: UpstreamPin) -> Resolved:
         resolved = self.resolve(pin.tag)
+        self._check_whole(resolved.repo, resolved.commit)
+        if isinstance(self.source, WheelSource):
+            self._check_wheel_digest(resolved.repo, resolved.tag)
         if resolved.commit != pin.commit:
             raise UpstreamError(
                 f"tag {pin.tag} resolves to {resolved.commit}, but patches/upstream.yaml pins {pin.commit}",
                 hint="the tag moved upstream or the pin is wrong; check the release and fix `commit:` deliberately",
             )
         return resolved
+
+    def _check_tag(self, tag: str) -> None:
+        """A tag the mirror has must point at a readable commit (a broken ref or pack is not 'missing')."""
+        ref = f"refs/tags/v{tag.removeprefix('v')}" if isinstance(self.source, WheelSource) else f"refs/tags/{tag}"
+
+        def git(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["git", *args], cwd=self.path, capture_output=True, text=True, check=False)
+
+        listed = git("for-each-ref", "--format=%(objectname)", ref)
+        if listed.returncode != 0 or listed.stderr.strip():
+            raise BrokenMirror(
+                (listed.stderr.strip() or f"git for-each-ref exited {listed.returncode}").splitlines()[0]
+            )
+        sha = listed.stdout.strip()
+        if sha:
+            readable = git("cat-file", "-e", f"{sha}^{{commit}}")
+            if readable.returncode != 0:
+                raise BrokenMirror(f"{ref} points at {sha}, which cannot be read")
+            self._check_whole(GitRepo(self.path), sha)
+
+    def _check_whole(self, repo: GitRepo, commit: str) -> None:
+        """Every object of `commit` is there and readable (a few ms for a release tree)."""
+        proc = subprocess.run(
+            ["git", "fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit],
+            cwd=repo.path, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        bad = [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "fatal", "missing", "broken"))]
+        if proc.returncode != 0 or bad:
+            raise BrokenMirror(bad[0] if bad else f"git fsck exited {proc.returncode}")
+
+    def _check_wheel_digest(self, repo: GitRepo, tag: str) -> None:
+        """The cached release must come from the wheel the pin names (its sha256)."""
+        assert isinstance(self.source, WheelSource)
+        if tag.removeprefix("v") != self.source.version:
+            return
+        key = f"imgbuild.{tag}.sha256"
+        try:
+            recorded = repo.run("config", "--get", key).strip()
+        except GitError:
+            recorded = ""
+        if not recorded:  # a mirror made before digests were recorded: check the wheel it came from, if kept
+            if not self.wheel_path(self.source.version).exists():
+                return
+            recorded = sha256_file(self.fetch_wheel(self.source.version))
+            repo.run("config", key, recorded)
+        if recorded != self.source.sha256:
+            raise UpstreamError(
+                f"patches/upstream.yaml pins sha256 {self.source.sha256} for {self.source.filename}, but the cached "
+                f"release {tag} in {self.path} was made from a wheel with sha256 {recorded}",
+                hint="if the new sha256 is right, remove the mirror and the cached wheel so both are made again; "
+                "otherwise restore the pin's sha256",
+            )
 
     def resolve(self, ref: str) -> Resolved:
         """A tag, a commit or a release version, fetched or materialized if missing."""
@@ -153,8 +259,7 @@ class Mirror:
         src = self.source
         path = self.wheel_path(version)
         if not path.exists():
-            dest = self.root / "wheels"
-            dest.mkdir(parents=True, exist_ok=True)
+            dest = ensure_cache_dir(self.root / "wheels")
             _log(f"imgbuild: downloading {src.project}=={version} ({src.platform}) with pip")
             cmd = [
                 sys.executable, "-m", "pip", "download", f"{src.project}=={version}", "--no-deps",
@@ -182,7 +287,9 @@ class Mirror:
     def _materialize(self, repo: GitRepo, version: str) -> str:
         wheel = self.fetch_wheel(version)
         _log(f"imgbuild: committing {self.package_root}/ of {wheel.name} into the cache")
-        return materialize_wheel(repo, wheel, self.package_root, f"refs/tags/v{version}", version)
+        commit = materialize_wheel(repo, wheel, self.package_root, f"refs/tags/v{version}", version)
+        repo.run("config", f"imgbuild.v{version}.sha256", sha256_file(wheel))
+        return commit
 
 
 def _looks_like_sha(ref: str) -> bool:
@@ -214,11 +321,16 @@ def materialize_wheel(repo: GitRepo, wheel: Path, package_root: str, ref: str, v
             cwd=repo.path, stdin=stream, capture_output=True, check=False,
         )  # fmt: skip
     if proc.returncode != 0:
-        raise UpstreamError(f"git fast-import failed for {wheel.name}: {proc.stderr.decode(errors='replace')[-400:]}")
+        raise BrokenMirror(f"git fast-import failed for {wheel.name}: {proc.stderr.decode(errors='replace')[-400:]}")
     commit = repo.resolve_commit(ref)
     if commit is None:
-        raise UpstreamError(f"materializing {wheel.name} produced no {ref}")
+        raise BrokenMirror(f"committing {wheel.name} produced no {ref}")
     return commit
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 def open_pinned(pin: UpstreamPin) -> Resolved:

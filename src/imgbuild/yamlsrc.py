@@ -6,9 +6,10 @@ into `file:line:col`, so config errors point at the exact spot to fix.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -24,7 +25,7 @@ class YamlDoc:
 
     def where(self, loc: tuple[int | str, ...]) -> str:
         node = self.root
-        for key in loc:
+        for key in without_tags(self.root, loc):
             child = _child(node, key)
             if child is None:
                 break
@@ -33,6 +34,18 @@ class YamlDoc:
             return str(self.path)
         mark = node.start_mark
         return f"{self.path}:{mark.line + 1}:{mark.column + 1}"
+
+
+def without_tags(root: yaml.Node | None, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """`loc` without the union tags pydantic puts in it (source.wheel.x is `source: {kind: wheel, x: ...}`)."""
+    node, kept = root, []
+    for key in loc:
+        child = _child(node, key)
+        if child is None and isinstance(node, yaml.MappingNode) and any(v.value == key for _, v in node.value):
+            continue  # the value of the discriminator, not a key
+        kept.append(key)
+        node = child
+    return tuple(kept)
 
 
 def _child(node: yaml.Node | None, key: int | str) -> yaml.Node | None:
@@ -56,35 +69,71 @@ def load_yaml(path: Path) -> YamlDoc:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
+        mark, opened = exc.problem_mark, exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(
-            f"{where}: invalid YAML: {exc.problem}" + (f" ({exc.context})" if exc.context else ""),
-            hint="fix the YAML syntax at that line and column",
-        ) from exc
+        context = f" ({exc.context})" if exc.context else ""
+        hint = "fix the YAML syntax at that line and column"
+        if opened is not None and (mark is None or opened.line < mark.line):
+            # PyYAML gives up where the scalar or block ends (often the end of the file); the cause is where it opened.
+            context = f" ({exc.context} that opens at {path}:{opened.line + 1}:{opened.column + 1})"
+            hint = f"close what opens at line {opened.line + 1} (a quote, bracket or brace)"
+        raise ConfigError(f"{where}: invalid YAML: {exc.problem}{context}", hint=hint) from exc
+    _refuse_duplicate_keys(path, root)
     return YamlDoc(path, data, root)
+
+
+def _refuse_duplicate_keys(path: Path, node: yaml.Node | None) -> None:
+    """YAML says keys are unique; PyYAML keeps the last one silently. Refuse, naming both lines."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, yaml.Node] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name in seen:
+                first = seen[name].start_mark.line + 1
+                raise ConfigError(
+                    f"{path}:{key.start_mark.line + 1}:{key.start_mark.column + 1}: duplicate key {name!r} "
+                    f"(first at line {first})",
+                    hint=f"keep one of lines {first} and {key.start_mark.line + 1}; YAML keys must be unique",
+                )
+            if name is not None:
+                seen[name] = key
+            _refuse_duplicate_keys(path, value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(path, item)
 
 
 M = TypeVar("M", bound=BaseModel)
 
 
+def _tagged(models: list[type[BaseModel]], tag: str) -> type[BaseModel] | None:
+    """The member of a tagged union whose Literal field has the value `tag`."""
+    for m in models:
+        for f in m.model_fields.values():
+            if get_origin(f.annotation) is Literal and tag in get_args(f.annotation):
+                return m
+    return None
+
+
 def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """Field names (and aliases) of the (nested) model that `loc` points into."""
-    current: Any = model
+    current: list[type[BaseModel]] = [model]
     for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if isinstance(part, int) or not current:
             continue
-        field_info = current.model_fields.get(str(part))
-        if field_info is None:
-            field_info = next((f for f in current.model_fields.values() if f.alias == part), None)
+        member = _tagged(current, str(part)) if len(current) > 1 else None
+        if member is not None:
+            current = [member]
+            continue
+        fields = current[0].model_fields
+        field_info = fields.get(str(part)) or next((f for f in fields.values() if f.alias == part), None)
         if field_info is None:
             break
-        annotation = field_info.annotation
-        nested = [a for a in (*get_args(annotation), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        current = nested[0] if nested else None
-    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        annotation: Any = field_info.annotation
+        current = [a for a in (*get_args(annotation), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    if len(current) != 1:
         return []
-    return [f.alias or name for name, f in current.model_fields.items()]
+    return [f.alias or name for name, f in current[0].model_fields.items()]
 
 
 def validate(doc: YamlDoc, model: type[M]) -> M:
@@ -94,10 +143,19 @@ def validate(doc: YamlDoc, model: type[M]) -> M:
     try:
         return model.model_validate(doc.data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
+        errors = exc.errors()
+        meant: set[tuple[int | str, ...]] = set()  # required fields an unknown key is a misspelling of
+        for err in errors:
             loc = tuple(err["loc"])
-            dotted = ".".join(str(p) for p in loc) or "(top level)"
+            if err["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1, cutoff=0.6)
+                meant.update((*loc[:-1], c) for c in close)
+        lines = []
+        for err in errors:
+            loc = tuple(err["loc"])
+            if err["type"] == "missing" and loc in meant:
+                continue  # said once, at the misspelled key's own line
+            dotted = ".".join(str(p) for p in without_tags(doc.root, loc)) or "(top level)"
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 known = _fields_at(model, loc[:-1])

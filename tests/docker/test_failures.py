@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.docker_engine import Engine
+from imgbuild.docker_engine import CONTAINER_LABEL, Engine
 from imgbuild.dockerfile import context_tar
 from tests.docker.conftest import Built, Cli, MakeProject
 from tests.synth import Upstream
@@ -109,9 +109,12 @@ def test_interrupted_build_leaves_no_half_tagged_image(
             break
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 130, "".join(seen) + rest
+    assert "interrupted; nothing was changed" in rest and "Traceback" not in rest  # not a bare exit 130
     assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
     label = f"imgbuild.upstream.url={synth_upstream.url}"
     assert engine.client.containers.list(all=True, filters={"label": label}) == []  # the smoke container is gone
+    owned = f"{CONTAINER_LABEL}={proc.pid}"
+    assert engine.client.containers.list(all=True, filters={"label": owned}) == []
 
 
 def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:

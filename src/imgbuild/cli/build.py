@@ -13,8 +13,9 @@ from imgbuild import dockerfile, layers
 from imgbuild.build import BuildOptions
 from imgbuild.buildplan import BuildPlan
 from imgbuild.cli.options import JsonOpt
+from imgbuild.config import check_platform
 from imgbuild.docker_engine import Engine
-from imgbuild.image_report import checks_table, file_matrix, write_junit
+from imgbuild.image_report import check_junit_path, checks_table, file_matrix, write_junit
 from imgbuild.project import Project, load_project
 from imgbuild.report import console, plan_matrix, print_json
 from imgbuild.smoke import SmokeReport
@@ -43,6 +44,7 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the buil
 
 
 def options(base: str | None, repository: str | None, platform: str | None, **kw: bool) -> BuildOptions:
+    check_platform(platform, allow_all=True)
     return BuildOptions(
         base=base or os.environ.get("IMGBUILD_BASE") or None, repository=repository, platform=platform, **kw
     )
@@ -81,7 +83,10 @@ def build(
 
       imgbuild build latest engram-mem --base skeleton
     """
+    if junit is not None:
+        check_junit_path(junit)
     project = load_project()
+    project.refuse_bad_headers()
     names = variants or sorted(project.variants, key=lambda n: (len(project.variants[n].chain), n))
     opts = options(base, repository, platform, force=force, smoke=not no_smoke, verbose=verbose)
     if dry_run:

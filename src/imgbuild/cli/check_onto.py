@@ -52,6 +52,6 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
         console.print(matrix.table())
         for ref in matrix.refs:
             console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
-        console.print("[green]every variant carries[/]" if matrix.ok else "[bold red]some variants do not carry[/]")
+        console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
     if not matrix.ok:
         raise typer.Exit(1)

@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
+import signal
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from types import FrameType
 
-import typer
-from typer.core import TyperGroup
 
-from imgbuild import __version__
-from imgbuild.errors import ImgbuildError
+def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
+    # Ctrl-C while the imports below run: nothing has started, so leave at once, without a traceback.
+    if "--json" in sys.argv:
+        os.write(
+            1, b'{"error": {"type": "Interrupted", "message": "interrupted; nothing was changed", "exit_code": 130}}\n'
+        )
+    os.write(2, b"interrupted; nothing was changed\n")
+    os._exit(130)
+
+
+try:
+    _PREVIOUS_SIGINT = signal.signal(signal.SIGINT, _interrupted_at_start)
+except ValueError:  # not the main thread (imported by a test runner): leave signals alone
+    _PREVIOUS_SIGINT = None
+
+import importlib  # noqa: E402 - after the handler, so Ctrl-C during imports is answered
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Any  # noqa: E402
+
+import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+from imgbuild import __version__  # noqa: E402
+from imgbuild.errors import INTERRUPTED, ImgbuildError, Interrupted, error_json  # noqa: E402
 
 # Subcommands, imported only when used: `patches check` then never pays for
 # the docker and registry clients, which keeps start-up well under a second.
@@ -84,18 +103,58 @@ def main(
         os.environ["IMGBUILD_PROJECT"] = str(project.resolve())
 
 
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted()
+
+
+def _fail(as_json: bool, kind: str, message: str, hint: str | None, code: int, details: dict[str, object]) -> None:
+    if as_json:
+        print(json.dumps(error_json(kind, message, hint, code, details), indent=2), flush=True)
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    sys.exit(code)
+
+
 def run() -> None:
-    """Entry point. Usage errors are click's (exit 2); ours are printed here."""
+    """Entry point. Every error, click's usage errors included, is printed here, and under
+    --json as the one JSON document on stdout."""
+    try:
+        previous = signal.signal(signal.SIGINT, _raise_interrupted)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        _run()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _run() -> None:
     as_json = "--json" in sys.argv
     try:
-        app()
+        code = app(standalone_mode=False)
     except ImgbuildError as exc:
+        _fail(as_json, type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details)
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click)
+        exit_code = int(getattr(exc, "exit_code", 2))
         if as_json:
-            print(json.dumps(exc.to_json(), indent=2))
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted; nothing was changed", file=sys.stderr)
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            print(json.dumps(error_json("UsageError", message, None, exit_code), indent=2))
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
+        sys.exit(exit_code)
+    except (Interrupted, KeyboardInterrupt, typer.Abort):
+        if as_json:
+            print(json.dumps(error_json("Interrupted", INTERRUPTED, None, 130)), flush=True)
+        print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)
+    except OSError as exc:  # a path the OS refused that no command foresaw: still one line, no traceback
+        where = f": {exc.filename}" if exc.filename else ""
+        _fail(as_json, "OSError", f"{exc.strerror or exc}{where}", "check the path and the disk", 1, {})
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if _PREVIOUS_SIGINT is not None:
+    signal.signal(signal.SIGINT, _PREVIOUS_SIGINT)

@@ -10,7 +10,7 @@ import typer
 
 from imgbuild.apply import apply_stack
 from imgbuild.cli.options import FuzzOpt, JsonOpt
-from imgbuild.errors import UsageError
+from imgbuild.errors import ImgbuildError, UsageError
 from imgbuild.materialize import write_tree
 from imgbuild.project import load_project, merge3
 from imgbuild.report import console, outcomes_table, patches_table, print_json
@@ -40,7 +40,7 @@ def list_(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(
             [
-                {"patch": p.name, "file": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
+                {"patch": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
                 for p in project.patches
             ]
         )
@@ -79,6 +79,7 @@ def check(
     and print the variant x ref x patch matrix (--json, --markdown FILE for
     $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
+    load_project().refuse_bad_headers()
     if onto or more_refs or markdown is not None or strict:
         from imgbuild.cli import check_onto
 
@@ -101,6 +102,7 @@ def check(
         except Exception as exc:  # noqa: BLE001 - report every variant, then fail
             variant_errors[name] = str(getattr(exc, "message", exc))
     ok = full.ok and not variant_errors and all(o.method in ("exact", "offset") for o in full.outcomes)
+    files = {p.name: p.filename for p in project.patches}
     if as_json:
         print_json(
             {
@@ -108,7 +110,7 @@ def check(
                 "ok": ok,
                 "patches": [o.to_json() for o in full.outcomes],
                 "variants": {
-                    **{n: {"ok": True, "patches": list(p.variant.selected)} for n, p in variants.items()},
+                    **{n: {"ok": True, "patches": [files[x] for x in p.variant.selected]} for n, p in variants.items()},
                     **{n: {"ok": False, "error": e} for n, e in variant_errors.items()},
                 },
                 "lint": project.lint(),
@@ -153,16 +155,16 @@ def apply(
     else:
         result = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=None)
         if not result.ok:
-            if as_json:
-                print_json({"ok": False, "patches": [o.to_json() for o in result.outcomes]})
-            else:
+            if not as_json:  # under --json the report goes inside the one error document
                 console.print(outcomes_table("apply", result.outcomes))
             bad = next(o for o in result.outcomes if not o.ok)
             from imgbuild.errors import ApplyError
 
+            why = "; ".join(f"{f.path}: {f.reason}" for f in bad.files if f.method == "conflict" and f.reason)
             raise ApplyError(
-                f"{bad.patch} does not apply ({bad.method}); nothing was written to {into}",
+                f"{bad.patch} does not apply ({bad.method}{': ' + why if why else ''}); nothing was written to {into}",
                 hint="run `imgbuild patches check` for the per-hunk report",
+                details={"ok": False, "patches": [o.to_json() for o in result.outcomes]},
             )
         changed, outcomes = result.changed, result.outcomes
     count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
@@ -196,6 +198,7 @@ def status(as_json: JsonOpt = False) -> None:
         "lint": project.lint(),
     }
     if as_json:
+        info["rebase"] = _rebase_state(project.root)
         print_json(info)
         return
     console.print(f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})")
@@ -205,6 +208,24 @@ def status(as_json: JsonOpt = False) -> None:
     console.print(f"variants: {', '.join(project.variants)}")
     for problem in project.lint():
         console.print(f"[yellow]lint[/]: {problem}")
+    busy = _rebase_state(project.root)
+    if busy:
+        console.print(f"rebase:   {busy['message']}")
+        console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
+
+
+def _rebase_state(root: Path) -> dict[str, object] | None:
+    """A rebase that is stopped or was interrupted, as `patches status` shows it."""
+    from imgbuild import rebase
+
+    message = rebase.in_progress_message(root)
+    if message is None:
+        return None
+    try:
+        detail = rebase.status(root) or {}
+    except ImgbuildError:
+        detail = {}
+    return {"message": message, **detail}
 
 
 def _register_patchwork() -> None:

@@ -10,6 +10,7 @@ from imgbuild import build as engine
 from imgbuild import skeleton as skel
 from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
+from imgbuild.config import check_platform
 from imgbuild.docker_engine import Engine
 from imgbuild.project import load_project
 from imgbuild.report import print_json
@@ -41,6 +42,7 @@ def skeleton(
     if site_packages is None:
         sites = {v.image.site_packages for v in project.variants.values() if v.image.site_packages}
         site_packages = sites.pop() if len(sites) == 1 else None
+    check_platform(platform)
     spec = engine.skeleton_spec(project, site_packages, platform)
     info = skel.ensure_skeleton(
         Engine.connect(), spec, project.upstream.repo, cache_dir(), force=force, verbose=verbose

@@ -11,7 +11,7 @@ from imgbuild.cli.build import BaseOpt, JunitOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
 from imgbuild.docker_engine import Engine
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError
-from imgbuild.image_report import checks_table, file_matrix, write_junit
+from imgbuild.image_report import check_junit_path, checks_table, file_matrix, write_junit
 from imgbuild.labels import PREFIX
 from imgbuild.project import Project, load_project
 from imgbuild.remote import localize
@@ -50,6 +50,8 @@ def smoke_cmd(
       imgbuild smoke vllm-dsv41:latest --json
     """
     eng = Engine.connect()
+    if junit is not None:
+        check_junit_path(junit)
     project = _project()
     opts = options(base, repository, platform)
     reports: list[SmokeReport] = []
