@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import docker
 import docker.errors
 import requests
 
-import docker
 from imgbuild.errors import DockerError
 
 START_HINT = (
