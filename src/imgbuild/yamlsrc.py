@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -71,8 +71,10 @@ M = TypeVar("M", bound=BaseModel)
 def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """Field names (and aliases) of the (nested) model that `loc` points into."""
     current: Any = model
+    keyed = False  # the previous field was a dict: this part is one of its keys
     for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if keyed or isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            keyed = False
             continue
         field_info = current.model_fields.get(str(part))
         if field_info is None:
@@ -80,6 +82,7 @@ def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
         if field_info is None:
             break
         annotation = field_info.annotation
+        keyed = get_origin(annotation) is dict
         nested = [a for a in (*get_args(annotation), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
         current = nested[0] if nested else None
     if not (isinstance(current, type) and issubclass(current, BaseModel)):

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("imgbuild.cli.lock", "lock"),
     "bake": ("imgbuild.cli.bake", "bake"),
     "publish": ("imgbuild.cli.publish", "publish"),
+    "recipe": ("imgbuild.cli.recipe", "recipe"),
 }
 
 
