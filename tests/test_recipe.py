@@ -1,4 +1,4 @@
-"""`imgbuild recipe`: launch profiles, pinning and rendering (fast tier; sparkrun, compose and a real run are in tests/docker)."""
+"""`imgbuild recipe`: profiles, pinning, rendering (fast tier; sparkrun, compose and a real run: tests/docker)."""
 
 from __future__ import annotations
 
