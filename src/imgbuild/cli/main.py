@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bake": ("imgbuild.cli.bake", "bake"),
     "publish": ("imgbuild.cli.publish", "publish"),
     "recipe": ("imgbuild.cli.recipe", "recipe"),
+    "ship": ("imgbuild.cli.ship", "ship_cmd"),
 }
 
 
