@@ -88,9 +88,23 @@ class NodeEngine(Engine):
                 raise DockerError(f"node {self.name}: docker load failed: {problem}")
         return messages
 
+    def containerd_store(self) -> bool:
+        """Whether the node keeps images in containerd (docker 24+ with containerd-snapshotter)."""
+        status = self._call(self.client.info).get("DriverStatus") or []
+        return any(pair[:2] == ["driver-type", "io.containerd.snapshotter.v1"] for pair in status)
+
     def tag_image(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         self._call(self.client.api.tag, image_id, repo, tag)
+
+
+def loaded_id(messages: Iterable[dict[str, Any]]) -> str | None:
+    """The image id a daemon reports for an untagged load ("Loaded image ID: sha256:...")."""
+    for m in messages:
+        text = str(m.get("stream", ""))
+        if "Loaded image ID: " in text:
+            return text.split("Loaded image ID: ", 1)[1].strip()
+    return None
 
 
 def save_chunks(engine: Engine, image_id: str) -> Iterator[bytes]:

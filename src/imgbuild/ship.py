@@ -33,7 +33,7 @@ from typing import Any
 
 from imgbuild.docker_engine import Engine, ImageInfo
 from imgbuild.errors import DockerError, ImgbuildError
-from imgbuild.node_engine import NodeEngine, copy_save
+from imgbuild.node_engine import NodeEngine, copy_save, loaded_id
 
 CHUNK = 1 << 20
 Progress = Callable[[str, int], None]  # (node, bytes sent so far)
@@ -70,9 +70,14 @@ class NodePlan:
     send: tuple[int, ...]  # indexes of the layers to send
 
 
-def plan_node(node: str, info: ImageInfo, chains: Sequence[Sequence[str]], has_id: bool, with_base: bool) -> NodePlan:
+def plan_node(
+    node: str, info: ImageInfo, chains: Sequence[Sequence[str]], has_id: bool, with_base: bool, *, whole: bool = False
+) -> NodePlan:
+    """What to send. `whole`: the node's `docker load` needs every layer (the containerd image store)."""
     if has_id:
         return NodePlan(node, True, len(info.layers), ())
+    if whole:
+        return NodePlan(node, False, 0, tuple(range(len(info.layers))))
     held = held_prefix(info.layers, chains)
     base = base_layers(info)
     if held < base and not with_base:
@@ -162,6 +167,8 @@ class NodeResult:
     seconds: float = 0.0
     error: str = ""
     hint: str = ""
+    note: str = ""
+    image_id: str = ""
     tags: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
@@ -175,6 +182,8 @@ class NodeResult:
             "seconds": round(self.seconds, 3),
             "error": self.error,
             "hint": self.hint,
+            "note": self.note,
+            "image_id": self.image_id,
             "tags": self.tags,
         }
 
@@ -191,9 +200,13 @@ def ship_node(
     result = NodeResult(node, False, "failed")
     try:
         remote = NodeEngine.connect_node(node)
-        has = remote.image(info.id)
-        plan = plan_node(node, info, [] if has else remote.layer_chains(), has is not None, with_base)
+        whole = remote.containerd_store()
+        has = None if whole else remote.image(info.id)
+        plan = plan_node(node, info, [] if has else remote.layer_chains(), has is not None, with_base, whole=whole)
         result.layers_held, result.layers_sent = plan.held, len(plan.send)
+        if whole:
+            result.note = "containerd image store: its docker load needs every layer, so the whole image was sent"
+        target = info.id
         if not plan.present:
             sent = 0
 
@@ -205,16 +218,19 @@ def ship_node(
                     yield chunk
 
             try:
-                remote.load_stream(counted())
+                messages = remote.load_stream(counted())
             finally:
                 result.bytes_sent = sent
-        landed = remote.image(info.id)
+            # the containerd store names images by manifest digest, which the archive does not fix
+            target = (loaded_id(messages) or info.id) if whole else info.id
+        landed = remote.image(target)
         if landed is None:
-            raise DockerError(f"node {node}: the load finished but image {info.id[:19]} is not there")
-        if imgbuild_labels(landed.labels) != imgbuild_labels(info.labels):
-            raise DockerError(f"node {node}: image {info.id[:19]} has other labels than here; no tag was moved")
+            raise DockerError(f"node {node}: the load finished but image {target[:19]} is not there")
+        if landed.layers != info.layers or imgbuild_labels(landed.labels) != imgbuild_labels(info.labels):
+            raise DockerError(f"node {node}: image {target[:19]} differs from {info.id[:19]} here; no tag was moved")
         for ref in tags:
-            remote.tag_image(info.id, ref)
+            remote.tag_image(target, ref)
+        result.image_id = target
         result.ok, result.status, result.tags = True, "present" if plan.present else "shipped", list(tags)
     except ImgbuildError as exc:
         result.error, result.hint = exc.message, exc.hint or ""

@@ -11,7 +11,7 @@ import pytest
 
 from imgbuild.docker_engine import Engine
 from tests.docker.conftest import Built
-from tests.node_daemon import Node, node_daemon
+from tests.node_daemon import DOCKERD26, Node, node_daemon
 from tests.tcpproxy import Proxy
 
 pytestmark = pytest.mark.docker
@@ -88,3 +88,19 @@ def test_dead_node_is_named_and_the_others_finish(built: Built, node: Node, tmp_
     assert by_node[node.socket]["ok"]
     proc = built.cli("ship", "engram-mem", "--to", dead)
     assert proc.returncode == 7 and f"shipping failed on 1 of 1 node(s): {dead}" in proc.stderr
+
+
+@pytest.mark.skipif(not Path(DOCKERD26).exists(), reason=f"no dockerd 26 at {DOCKERD26} (IMGBUILD_DOCKERD26)")
+def test_containerd_store_node_gets_the_whole_image(built: Built, engine: Engine, tmp_path: Path) -> None:
+    """Measured: a containerd-store daemon's `docker load` refuses an archive without layers
+    ("failed to resolve layers: layer .../layer.tar not found"), so such a node gets every layer."""
+    mem = engine.require(f"{built.repo}:engram-mem")
+    with node_daemon(tmp_path / "c26", f"br14c{os.getpid() % 10000}", containerd_store=True) as c26:
+        code, data, _ = ship(built, "engram-mem", "--to", c26.socket)
+        assert code == 0, data
+        result = data["nodes"][0]  # type: ignore[index]
+        assert "containerd image store" in result["note"] and result["layers_sent"] == len(mem.layers)
+        there = on_node(c26, f"{built.repo}:engram-mem")
+        assert there is not None and there["Id"] == result["image_id"]
+        assert there["RootFS"]["Layers"] == list(mem.layers)  # type: ignore[index]
+        assert there["Config"]["Labels"] == mem.labels  # type: ignore[index]

@@ -82,6 +82,9 @@ def ship_cmd(
                 f"{r.seconds:.2f}", r.error + (f" ({r.hint})" if r.hint else ""),
             )  # fmt: skip
         console.print(table)
+        for r in done.results:
+            if r.note:
+                console.print(f"[yellow]note[/]: {r.node}: {r.note}")
     failed = [r.node for r in done.results if not r.ok]
     if failed and as_json:
         raise typer.Exit(ExitCode.DOCKER)  # the JSON above names them
