@@ -19,6 +19,7 @@ import requests
 
 from imgbuild.docker_engine import Engine
 from imgbuild.errors import DockerError
+from imgbuild.ssh_dial import SSHDial
 
 SCHEMES = ("ssh://", "tcp://", "unix://", "npipe://", "http://", "https://")
 
@@ -45,25 +46,32 @@ def resolve_node(spec: str) -> str:
 class NodeEngine(Engine):
     """One node's daemon."""
 
-    def __init__(self, client: docker.DockerClient, cli: str, name: str, url: str) -> None:
+    def __init__(self, client: docker.DockerClient, cli: str, name: str, url: str, dial: SSHDial | None = None) -> None:
         super().__init__(client, cli)
         self.name = name
         self.url = url
+        self._dial = dial
 
     @classmethod
     def connect_node(cls, name: str, timeout: float = 30.0) -> NodeEngine:
         url = resolve_node(name)
+        dial = SSHDial(url) if url.startswith("ssh://") else None
         try:
-            client = docker.DockerClient(
-                base_url=url, version="auto", timeout=int(timeout), use_ssh_client=url.startswith("ssh://")
-            )
+            client = docker.DockerClient(base_url=dial.url if dial else url, version="auto", timeout=int(timeout))
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            if dial is not None:
+                dial.close()
             raise DockerError(
                 f"node {name}: cannot reach its Docker daemon at {url}: {exc}",
                 hint="check that the node is up and that `docker -H URL info` works from here",
             ) from exc
-        return cls(client, "docker", name, url)
+        return cls(client, "docker", name, url, dial)
+
+    def close(self) -> None:
+        self.client.close()
+        if self._dial is not None:
+            self._dial.close()
 
     def layer_chains(self) -> list[tuple[str, ...]]:
         """The diff-id list of every image the node holds (what `docker load` will not need again)."""

@@ -198,6 +198,7 @@ def ship_node(
 ) -> NodeResult:  # fmt: skip
     started = time.perf_counter()
     result = NodeResult(node, False, "failed")
+    remote: NodeEngine | None = None
     try:
         remote = NodeEngine.connect_node(node)
         whole = remote.containerd_store()
@@ -234,6 +235,9 @@ def ship_node(
         result.ok, result.status, result.tags = True, "present" if plan.present else "shipped", list(tags)
     except ImgbuildError as exc:
         result.error, result.hint = exc.message, exc.hint or ""
+    finally:
+        if remote is not None:
+            remote.close()
     result.seconds = time.perf_counter() - started
     return result
 

@@ -12,6 +12,7 @@ import pytest
 from imgbuild.docker_engine import Engine
 from tests.docker.conftest import Built
 from tests.node_daemon import DOCKERD26, Node, node_daemon
+from tests.sshd import SSHD, sshd_to
 from tests.tcpproxy import Proxy
 
 pytestmark = pytest.mark.docker
@@ -104,3 +105,21 @@ def test_containerd_store_node_gets_the_whole_image(built: Built, engine: Engine
         assert there is not None and there["Id"] == result["image_id"]
         assert there["RootFS"]["Layers"] == list(mem.layers)  # type: ignore[index]
         assert there["Config"]["Labels"] == mem.labels  # type: ignore[index]
+
+
+def test_ship_over_ssh(built: Built, node: Node, engine: Engine, tmp_path: Path) -> None:
+    """docker's ssh transport as the docker CLI does it: `ssh ... docker system dial-stdio`, to an sshd on loopback."""
+    assert Path(SSHD).exists(), f"{SSHD} is missing: run `bash .ci/setup-sshd.sh`"
+    mem = engine.require(f"{built.repo}:engram-mem")
+    node.client().api.remove_image(mem.id, force=True)  # the node keeps latest, so only the config must go
+    with sshd_to(tmp_path / "sshd", node.socket) as sshd:
+        env = {"IMGBUILD_SSH": str(sshd.ssh)}
+        proc = built.cli("ship", "engram-mem", "--to", sshd.url, "--json", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        result = json.loads(proc.stdout)["nodes"][0]
+        assert result["node"] == sshd.url and result["status"] == "shipped" and 0 < result["bytes_sent"] < 100_000
+        there = on_node(node, f"{built.repo}:engram-mem")
+        assert there is not None and there["Id"] == mem.id
+        dead = sshd.url.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
+        proc = built.cli("ship", "engram-mem", "--to", dead, "--json", env=env)
+        assert proc.returncode == 7 and dead in json.loads(proc.stdout)["nodes"][0]["error"]
