@@ -12,7 +12,7 @@ import pytest
 from imgbuild import backport, importer, rebase
 from imgbuild.checkmatrix import check_onto
 from imgbuild.cli.main import run
-from imgbuild.errors import ApplyError, PatchError, UpstreamError, UsageError
+from imgbuild.errors import ApplyError, PatchError, StateError, UpstreamError, UsageError
 from imgbuild.importer import AlreadyUpstream
 from imgbuild.patchfile import parse_patch
 from imgbuild.project import Project
@@ -261,6 +261,10 @@ def test_non_backport_conflict_still_stops_the_rebase(tmp_path: Path, world: Wor
     path.write_text(path.read_text().replace("Upstream-Status: Backport", "Upstream-Status: Pending"))
     with pytest.raises(rebase.RebaseStopped):
         rebase.start(root, "v3", date=DATE)
+    before = snapshot(root)
+    with pytest.raises(StateError, match="a rebase onto v3 is in progress"):  # import waits for the rebase
+        importer.import_patch(root, str(world.up.path), rev=world.fix2, date=DATE)
+    assert snapshot(root) == before
     rebase.abort(root)
 
 

@@ -195,3 +195,31 @@ def test_compose_up_starts_engram_mem_under_qemu_with_the_limits(written: dict[s
     if clamped != asked:  # the file's own values are passed to the runtime, which refuses them here
         code, out, _ = up_check(written, tmp_path, "", "asked")
         assert code != 0 and "error setting rlimit" in out, out
+
+
+def test_registry_pins_the_published_digest(
+    written: dict[str, Any], built: Built, engine: Engine, tmp_path: Path
+) -> None:
+    """--registry: the digest the registry serves for the variant's tag (pushed here with `docker push`)."""
+    from tests.registry_env import RegistryProcess
+
+    registry = RegistryProcess.start(tmp_path / "registry")
+    pushed = f"{registry.host}/{built.repo}:engram-mem"
+    try:
+        engine.tag(engine.require(f"{built.repo}:engram-mem").id, pushed)
+        push = subprocess.run(["docker", "push", pushed], capture_output=True, text=True, check=False)
+        assert push.returncode == 0, push.stderr
+        digest = next(w for w in push.stdout.split() if w.startswith("sha256:"))
+        out = tmp_path / "out"
+        proc = built.cli(
+            "recipe", "engram-mem", "--profile", "TP8-300K", "--registry", registry.host, "--out", str(out), "--json"
+        )
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["image"] == f"{registry.host}/{built.repo}@{digest}" and data["image_id"] is None
+        assert yaml.safe_load(Path(data["recipe"]).read_text())["container"] == data["image"]
+        missing = built.cli("recipe", "latest", "--profile", "TP8-1M", "--registry", registry.host, "--out", str(out))
+        assert missing.returncode == 9 and "is not in the registry" in missing.stderr
+    finally:
+        engine.untag(pushed)
+        registry.stop()
