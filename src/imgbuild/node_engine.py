@@ -101,18 +101,39 @@ class NodeEngine(Engine):
         status = self._call(self.client.info).get("DriverStatus") or []
         return any(pair[:2] == ["driver-type", "io.containerd.snapshotter.v1"] for pair in status)
 
+    def pull_ref(self, ref: str) -> None:
+        """Pull `ref` (REGISTRY/REPO@sha256:...) into the node."""
+        repo, _, digest = ref.partition("@")
+        try:
+            for m in self.client.api.pull(repo, tag=digest, stream=True, decode=True):
+                if m.get("error") or m.get("errorDetail"):
+                    raise DockerError(f"node {self.name}: docker pull {ref} failed: {m.get('error')}")
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise DockerError(f"node {self.name}: docker pull {ref} failed: {exc}") from exc
+
     def tag_image(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         self._call(self.client.api.tag, image_id, repo, tag)
 
 
-def loaded_id(messages: Iterable[dict[str, Any]]) -> str | None:
-    """The image id a daemon reports for an untagged load ("Loaded image ID: sha256:...")."""
-    for m in messages:
-        text = str(m.get("stream", ""))
-        if "Loaded image ID: " in text:
-            return text.split("Loaded image ID: ", 1)[1].strip()
-    return None
+def push_local(engine: Engine, image_id: str, ref: str) -> str:
+    """Tag `image_id` as `ref` here, push it, untag it; the manifest digest the registry has."""
+    engine.tag(image_id, ref)
+    digest = None
+    try:
+        repo, _, tag = ref.rpartition(":")
+        for m in engine.client.api.push(repo, tag=tag, stream=True, decode=True):
+            if m.get("error") or m.get("errorDetail"):
+                raise DockerError(f"docker push {ref} failed: {m.get('error')}")
+            aux = m.get("aux") or {}
+            digest = aux.get("Digest") or digest
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise DockerError(f"docker push {ref} failed: {exc}") from exc
+    finally:
+        engine.untag(ref)
+    if not digest:
+        raise DockerError(f"docker push {ref}: the daemon reported no digest")
+    return str(digest)
 
 
 def save_chunks(engine: Engine, image_id: str) -> Iterator[bytes]:

@@ -18,6 +18,7 @@ still finish.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -33,7 +34,8 @@ from typing import Any
 
 from imgbuild.docker_engine import Engine, ImageInfo
 from imgbuild.errors import DockerError, ImgbuildError
-from imgbuild.node_engine import NodeEngine, copy_save, loaded_id
+from imgbuild.node_engine import NodeEngine, copy_save, push_local
+from imgbuild.ship_tunnel import REPOSITORY, Forward, loopback_registry, node_path
 
 CHUNK = 1 << 20
 Progress = Callable[[str, int], None]  # (node, bytes sent so far)
@@ -70,14 +72,9 @@ class NodePlan:
     send: tuple[int, ...]  # indexes of the layers to send
 
 
-def plan_node(
-    node: str, info: ImageInfo, chains: Sequence[Sequence[str]], has_id: bool, with_base: bool, *, whole: bool = False
-) -> NodePlan:
-    """What to send. `whole`: the node's `docker load` needs every layer (the containerd image store)."""
+def plan_node(node: str, info: ImageInfo, chains: Sequence[Sequence[str]], has_id: bool, with_base: bool) -> NodePlan:
     if has_id:
         return NodePlan(node, True, len(info.layers), ())
-    if whole:
-        return NodePlan(node, False, 0, tuple(range(len(info.layers))))
     held = held_prefix(info.layers, chains)
     base = base_layers(info)
     if held < base and not with_base:
@@ -192,41 +189,37 @@ def imgbuild_labels(labels: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k.startswith(("imgbuild.", "org.opencontainers.image."))}
 
 
+@dataclass
+class Sources:
+    """What nodes are fed from, made on first use and shared: the archive, and the loopback registry."""
+
+    archive: Callable[[], Archive]
+    registry: Callable[[], tuple[int, str]]  # (port here, manifest digest) of the image pushed there
+
+
 def ship_node(
-    node: str, info: ImageInfo, archive: Callable[[], Archive], tags: Sequence[str], *, with_base: bool,
-    progress: Progress,
-) -> NodeResult:  # fmt: skip
+    node: str, info: ImageInfo, sources: Sources, tags: Sequence[str], *, with_base: bool, progress: Progress
+) -> NodeResult:
     started = time.perf_counter()
     result = NodeResult(node, False, "failed")
     remote: NodeEngine | None = None
+    pulled = None  # the registry name a containerd node pulled under; dropped at the end
     try:
         remote = NodeEngine.connect_node(node)
-        whole = remote.containerd_store()
-        has = None if whole else remote.image(info.id)
-        plan = plan_node(node, info, [] if has else remote.layer_chains(), has is not None, with_base, whole=whole)
+        store = remote.containerd_store()
+        has = find_same(remote, info) if store else remote.image(info.id)
+        chains = [] if has else remote.layer_chains()
+        plan = plan_node(node, info, chains, has is not None, with_base)
         result.layers_held, result.layers_sent = plan.held, len(plan.send)
-        if whole:
-            result.note = "containerd image store: its docker load needs every layer, so the whole image was sent"
-        target = info.id
-        if not plan.present:
-            sent = 0
-
-            def counted() -> Iterator[bytes]:
-                nonlocal sent
-                for chunk in archive().stream(plan.send):
-                    sent += len(chunk)
-                    progress(node, sent)
-                    yield chunk
-
-            try:
-                messages = remote.load_stream(counted())
-            finally:
-                result.bytes_sent = sent
-            # the containerd store names images by manifest digest, which the archive does not fix
-            target = (loaded_id(messages) or info.id) if whole else info.id
+        target = has.id if has else info.id
+        if not plan.present and store:
+            result.note = "containerd image store: pulled from a loopback registry (its docker load wants every layer)"
+            target, pulled = _pull_via_registry(remote, sources, result, progress)
+        elif not plan.present:
+            _load_archive(remote, plan, sources, result, progress)
         landed = remote.image(target)
         if landed is None:
-            raise DockerError(f"node {node}: the load finished but image {target[:19]} is not there")
+            raise DockerError(f"node {node}: the transfer finished but image {target[:19]} is not there")
         if landed.layers != info.layers or imgbuild_labels(landed.labels) != imgbuild_labels(info.labels):
             raise DockerError(f"node {node}: image {target[:19]} differs from {info.id[:19]} here; no tag was moved")
         for ref in tags:
@@ -237,9 +230,55 @@ def ship_node(
         result.error, result.hint = exc.message, exc.hint or ""
     finally:
         if remote is not None:
+            if pulled is not None:
+                with contextlib.suppress(ImgbuildError):  # after the tags (or on failure: no half image stays)
+                    remote.untag(pulled)
             remote.close()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def find_same(remote: NodeEngine, info: ImageInfo) -> ImageInfo | None:
+    """On a containerd-store node (ids are manifest digests): an image with our tag, layers and labels."""
+    for ref in info.tags:
+        there = remote.image(ref)
+        if there and there.layers == info.layers and imgbuild_labels(there.labels) == imgbuild_labels(info.labels):
+            return there
+    return None
+
+
+def _load_archive(remote: NodeEngine, plan: NodePlan, sources: Sources, result: NodeResult, progress: Progress) -> None:
+    sent = 0
+
+    def counted() -> Iterator[bytes]:
+        nonlocal sent
+        for chunk in sources.archive().stream(plan.send):
+            sent += len(chunk)
+            progress(remote.name, sent)
+            yield chunk
+
+    try:
+        remote.load_stream(counted())
+    finally:
+        result.bytes_sent = sent
+
+
+def _pull_via_registry(remote: NodeEngine, sources: Sources, result: NodeResult, progress: Progress) -> tuple[str, str]:
+    """(image id there, the name it was pulled under)."""
+    port, digest = sources.registry()
+    forward = Forward(port)
+    try:
+        with node_path(remote.url, forward.port) as there:
+            ref = f"127.0.0.1:{there}/{REPOSITORY}@{digest}"
+            remote.pull_ref(ref)
+            progress(remote.name, forward.bytes_down)
+        landed = remote.image(ref)
+        if landed is None:
+            raise DockerError(f"node {remote.name}: pulled {ref}, but it is not there")
+        return landed.id, ref
+    finally:
+        result.bytes_sent = forward.bytes_down
+        forward.close()
 
 
 # -- all nodes ---------------------------------------------------------------------------
@@ -279,12 +318,23 @@ def ship(
                     spool.append(Archive.save(engine, info.id, Path(tmp)))
                 return spool[0]
 
-        report = progress or (lambda node, sent: None)
-        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(nodes)))) as pool:
-            futures = [
-                pool.submit(ship_node, n, info, archive, tags, with_base=with_base, progress=report) for n in nodes
-            ]
-            results = [f.result() for f in futures]
+        with contextlib.ExitStack() as stack:
+            pushed: list[tuple[int, str]] = []
+
+            def registry() -> tuple[int, str]:  # one loopback registry and one push, only for containerd nodes
+                with lock:
+                    if not pushed:
+                        port = stack.enter_context(loopback_registry())
+                        pushed.append((port, push_local(engine, info.id, f"127.0.0.1:{port}/{REPOSITORY}:ship")))
+                    return pushed[0]
+
+            sources = Sources(archive, registry)
+            report = progress or (lambda node, sent: None)
+            with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(nodes)))) as pool:
+                futures = [
+                    pool.submit(ship_node, n, info, sources, tags, with_base=with_base, progress=report) for n in nodes
+                ]
+                results = [f.result() for f in futures]
         full = spool[0].size if spool else _saved_size(engine, info.id)
     return Shipped(ref, info.id, full, results)
 

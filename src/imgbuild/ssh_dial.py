@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 from imgbuild.errors import DockerError
 
 
-def ssh_command(url: str) -> list[str]:
-    """The ssh argv for `url` (pure)."""
+def ssh_base(url: str) -> list[str]:
+    """`ssh` with the user and port of `url`, options still to come (pure)."""
     parts = urlsplit(url)
     if parts.scheme != "ssh" or not parts.hostname:
         raise DockerError(f"{url}: not an ssh://[user@]host[:port] URL")
@@ -32,7 +32,12 @@ def ssh_command(url: str) -> list[str]:
         argv += ["-l", parts.username]
     if parts.port:
         argv += ["-p", str(parts.port)]
-    return [*argv, "--", parts.hostname, "docker", "system", "dial-stdio"]
+    return argv
+
+
+def ssh_command(url: str) -> list[str]:
+    """The ssh argv that reaches the docker daemon behind `url` (pure)."""
+    return [*ssh_base(url), "--", str(urlsplit(url).hostname), "docker", "system", "dial-stdio"]
 
 
 class SSHDial:

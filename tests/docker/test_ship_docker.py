@@ -92,19 +92,32 @@ def test_dead_node_is_named_and_the_others_finish(built: Built, node: Node, tmp_
 
 
 @pytest.mark.skipif(not Path(DOCKERD26).exists(), reason=f"no dockerd 26 at {DOCKERD26} (IMGBUILD_DOCKERD26)")
-def test_containerd_store_node_gets_the_whole_image(built: Built, engine: Engine, tmp_path: Path) -> None:
+def test_containerd_store_node_pulls_from_a_loopback_registry(built: Built, engine: Engine, tmp_path: Path) -> None:
     """Measured: a containerd-store daemon's `docker load` refuses an archive without layers
-    ("failed to resolve layers: layer .../layer.tar not found"), so such a node gets every layer."""
+    ("failed to resolve layers: layer .../layer.tar not found"); such a node pulls from a short-lived
+    loopback registry instead, which sends only the blobs it lacks."""
+    latest = engine.require(f"{built.repo}:latest")
     mem = engine.require(f"{built.repo}:engram-mem")
     with node_daemon(tmp_path / "c26", f"br14c{os.getpid() % 10000}", containerd_store=True) as c26:
+        code, data, _ = ship(built, "latest", "--to", c26.socket)
+        assert code == 7 and "lacks the base" in data["nodes"][0]["error"]  # type: ignore[index]
+        code, data, _ = ship(built, "latest", "--to", c26.socket, "--with-base")
+        assert code == 0, data
+        first = data["nodes"][0]  # type: ignore[index]
+        assert "loopback registry" in first["note"] and first["bytes_sent"] > 1_000_000
         code, data, _ = ship(built, "engram-mem", "--to", c26.socket)
         assert code == 0, data
-        result = data["nodes"][0]  # type: ignore[index]
-        assert "containerd image store" in result["note"] and result["layers_sent"] == len(mem.layers)
-        there = on_node(c26, f"{built.repo}:engram-mem")
-        assert there is not None and there["Id"] == result["image_id"]
-        assert there["RootFS"]["Layers"] == list(mem.layers)  # type: ignore[index]
-        assert there["Config"]["Labels"] == mem.labels  # type: ignore[index]
+        second = data["nodes"][0]  # type: ignore[index]
+        assert second["status"] == "shipped" and second["bytes_sent"] < 100_000
+        for info, result in ((latest, first), (mem, second)):
+            there = on_node(c26, f"{built.repo}:{info.labels['imgbuild.variant']}")
+            assert there is not None and there["Id"] == result["image_id"]
+            assert there["RootFS"]["Layers"] == list(info.layers)  # type: ignore[index]
+            assert there["Config"]["Labels"] == info.labels  # type: ignore[index]
+        names = [t for img in c26.client().images.list() for t in img.tags]
+        assert not any("imgbuild-ship" in t for t in names)  # the registry's name is gone again
+        code, data, _ = ship(built, "engram-mem", "--to", c26.socket)
+        assert code == 0 and data["nodes"][0]["status"] == "present"  # type: ignore[index]
 
 
 def test_ship_over_ssh(built: Built, node: Node, engine: Engine, tmp_path: Path) -> None:
