@@ -3,7 +3,7 @@
 main: v1 -> pre (three lines at the top of block_pool.py) -> FIX (#44237: the
 leak fix in block_pool.py) -> TESTS (vllm/other.py and tests/) -> CTX (sched.py
 line 8) -> FIX2 (sched.py line 10, its context has CTX's line) -> tag v2 ->
-AGAIN (the FIX line changed once more) -> tag v3.
+AGAIN (the FIX line changed once more) -> tag v3 -> the fix reverted -> tag v4.
 """
 
 from __future__ import annotations
@@ -81,4 +81,7 @@ def build(path: Path) -> World:
     git(up.path, "tag", "v2")
     again = commit(up, {"vllm/core/block_pool.py": edit(pool, "pool 20 freed\n", "pool 20 freed twice\n")}, "again")
     git(up.path, "tag", "v3")
+    # v4: upstream reverts the fix (block_pool.py back to before it)
+    commit(up, {"vllm/core/block_pool.py": numbered(3, "header") + POOL}, "Revert the fix")
+    git(up.path, "tag", "v4")
     return World(up, fix, tests, fix2, again)

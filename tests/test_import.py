@@ -14,7 +14,7 @@ from imgbuild.checkmatrix import check_onto
 from imgbuild.cli.main import run
 from imgbuild.errors import ApplyError, PatchError, StateError, UpstreamError, UsageError
 from imgbuild.importer import AlreadyUpstream
-from imgbuild.patchfile import parse_patch
+from imgbuild.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
 from tests.backport_world import FIX_SUBJECT, World, build
 from tests.rebase_world import snapshot
@@ -44,6 +44,10 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         sys.argv = old
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def parse_patch_text(data: bytes) -> dict[str, str]:
+    return parse_header(data.decode().split("diff --git", 1)[0])
 
 
 def series_names(root: Path) -> list[str]:
@@ -252,6 +256,30 @@ def test_rebase_finds_a_fix_changed_again_upstream_by_patch_id(tmp_path: Path, w
     result = rebase.start(root, "v3", date=DATE)
     assert [r["outcome"] for r in result.results] == ["upstreamed"]
     assert parse_patch(root / "patches" / "upstreamed" / done.filename).fields["Applied-Upstream"] == "v3"
+
+
+def test_backport_that_a_later_release_reverts_comes_back_with_applied_upstream_emptied(
+    tmp_path: Path, world: World
+) -> None:
+    root = proj(tmp_path, world)
+    done = importer.import_patch(root, str(world.up.path), rev=world.fix, date=DATE)
+    original = (root / "patches" / done.filename).read_bytes()
+    git(tmp_path, "init", "-q", str(root))  # rebase wants patches/ committed
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "import")
+    rebase.start(root, "v2", date=DATE)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "onto v2")
+    result = rebase.start(root, "v4", date=DATE)
+    assert [r["outcome"] for r in result.results] == ["reinstated"]
+    back = root / "patches" / done.filename
+    assert parse_patch(back).fields["Applied-Upstream"] == ""
+    assert not (root / "patches" / "upstreamed" / done.filename).exists()
+    before, after = parse_patch_text(original), parse_patch(back).fields
+    assert {k: v for k, v in after.items() if k != "Last-Update"} == {
+        k: v for k, v in before.items() if k != "Last-Update"
+    }
+    assert series_names(root) == [done.filename]
 
 
 def test_non_backport_conflict_still_stops_the_rebase(tmp_path: Path, world: World) -> None:
