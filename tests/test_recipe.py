@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,13 @@ def test_one_node_profile_has_no_multi_node_flags(synth: Path, tmp_path: Path) -
 def test_flag_rendering_matches_sparkruns_spelling() -> None:
     args = launch.flag_args({"tensor_parallel": 8, "speculative_config": {"a": 1, "b": False}, "x_y": 0.8})
     assert args == ["-tp", "8", "--speculative-config", '{"a":1,"b":false}', "--x-y", "0.8"]
+
+
+@pytest.mark.parametrize("command", [["recipe"], ["ship"], ["patches", "import"]])
+def test_new_commands_have_help_with_examples(command: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "imgbuild", *command, "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0 and "Examples:" in proc.stdout and "--json" in proc.stdout
+    listed = subprocess.run([sys.executable, "-m", "imgbuild", "--help"], capture_output=True, text=True, check=False)
+    assert command[0] in listed.stdout
