@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from rich.table import Table
 
+from imgbuild.backport import is_backport
+from imgbuild.backport_check import recognise
 from imgbuild.gitio import CommitTree
 from imgbuild.project import Project
 from imgbuild.refs import resolve_ref
@@ -82,6 +84,8 @@ class Matrix:
             text += " (file would change)"
         if carry.moves:
             text += " (moved)"
+        if carry.outcome == "upstreamed" and is_backport(carry.patch.fields):
+            text += " (backport)"
         return text
 
     def _file(self, name: str) -> str:
@@ -104,7 +108,7 @@ class Matrix:
                         r.ref: {
                             "ok": self.stack_ok(stack, r.ref),
                             "verdict": self.verdict(stack, r.ref),
-                            "patches": {self._file(n): self.cells[(stack, r.ref, n)].to_json() for n in names},
+                            "patches": {self._file(n): _cell_json(self.cells[(stack, r.ref, n)], r.tag) for n in names},
                         }
                         for r in self.refs
                     },
@@ -169,6 +173,14 @@ class Matrix:
         return table
 
 
+def _cell_json(carry: Carry, tag: str) -> dict[str, object]:
+    data = carry.to_json()
+    if is_backport(carry.patch.fields):
+        data["backport"] = True
+        data["applied_upstream"] = tag if carry.outcome == "upstreamed" else None
+    return data
+
+
 def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Matrix:
     pin = project.pin
     resolved = [(ref, resolve_ref(pin, ref)) for ref in refs]
@@ -208,6 +220,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
                         blobs=blobs.for_patch(name),
                         label=f"upstream {res.tag}",
                     )
+                    carry = recognise(carry, raws[name], res.repo, pinned_commit(), res.commit, res.tag)
                     memo[key] = (carry, dict(carry.changes))
                 carry, own = memo[key]
                 matrix.cells[(stack, ref, name)] = carry

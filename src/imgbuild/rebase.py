@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imgbuild import backport, backport_check
 from imgbuild.apply import apply_stack
 from imgbuild.config import load_pin, load_variant
 from imgbuild.errors import ApplyError, StateError
@@ -373,6 +374,7 @@ def _run(root: Path, state: dict[str, Any], log: Log) -> RebaseDone:
             blobs=blobs,
             label=f"upstream {onto['tag']}",
         )
+        carry = backport_check.recognise(carry, decode(raw), scratch, old_commit, onto["commit"], onto["tag"])
         result = _result(item, carry)
         if carry.carried and carry.changes:
             commit = commit_files(scratch, head, carry.changes, _message(item["filename"]))
@@ -542,7 +544,7 @@ def _finish(root: Path, state: dict[str, Any], log: Log) -> RebaseDone:
             )
             data = exported.data
             if dormant:
-                data = data or orig_bytes
+                data = backport.applied_upstream_bytes(data or orig_bytes, orig.fields, "")
                 journal.delete(item["path"])
                 line_ops[item["line"]] = filename
                 row["outcome"] = "reinstated"
@@ -553,7 +555,9 @@ def _finish(root: Path, state: dict[str, Any], log: Log) -> RebaseDone:
             if item["old_commit"] and data is not None:
                 row["range_diff"] = _range_diff(scratch, item, res)
         elif res["outcome"] == "upstreamed" and not dormant:
-            journal.write(f"patches/upstreamed/{filename}", orig_bytes)
+            journal.write(
+                f"patches/upstreamed/{filename}", backport.applied_upstream_bytes(orig_bytes, orig.fields, onto["tag"])
+            )
             journal.delete(item["path"])
             line_ops[item["line"]] = dormant_line(onto["tag"], filename)
             row["file"] = f"moved to patches/upstreamed/{filename}"

@@ -118,8 +118,10 @@ def _tagged(models: list[type[BaseModel]], tag: str) -> type[BaseModel] | None:
 def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """Field names (and aliases) of the (nested) model that `loc` points into."""
     current: list[type[BaseModel]] = [model]
+    keyed = False  # the previous field was a dict: this part is one of its keys
     for part in loc:
-        if isinstance(part, int) or not current:
+        if keyed or isinstance(part, int) or not current:
+            keyed = False
             continue
         member = _tagged(current, str(part)) if len(current) > 1 else None
         if member is not None:
@@ -130,6 +132,7 @@ def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
         if field_info is None:
             break
         annotation: Any = field_info.annotation
+        keyed = get_origin(annotation) is dict
         current = [a for a in (*get_args(annotation), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
     if len(current) != 1:
         return []

@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("imgbuild.cli.lock", "lock"),
     "bake": ("imgbuild.cli.bake", "bake"),
     "publish": ("imgbuild.cli.publish", "publish"),
+    "recipe": ("imgbuild.cli.recipe", "recipe"),
+    "ship": ("imgbuild.cli.ship", "ship_cmd"),
 }
 
 

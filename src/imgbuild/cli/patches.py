@@ -232,6 +232,9 @@ def _register_patchwork() -> None:
     from imgbuild.cli import patchwork
 
     patchwork.register(app)  # patches rebase / edit / refresh
+    from imgbuild.cli import patch_import
+
+    patch_import.register(app)  # patches import
 
 
 _register_patchwork()

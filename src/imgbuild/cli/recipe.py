@@ -1,0 +1,62 @@
+"""`imgbuild recipe VARIANT --profile NAME`: forwards to recipes.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imgbuild.cli.options import JsonOpt
+from imgbuild.project import load_project
+from imgbuild.recipes import write_recipe
+from imgbuild.report import console, print_json
+
+
+def recipe(
+    variant: Annotated[str, typer.Argument(metavar="VARIANT", help="Image variant (a file in images/).")],
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Launch profile from deploy/profiles.yaml.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Directory to write the two files to (default: deploy/out).")
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image", help="Image to pin instead of the variant's local tag (tag, image id or REF@sha256:...)."
+        ),
+    ] = None,
+    registry: Annotated[
+        str | None, typer.Option("--registry", help="Pin the index digest published in this registry instead.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a sparkrun recipe and a docker compose file for VARIANT with a launch profile.
+
+    The image is pinned by digest, never by a moving tag: the local image id of
+    the variant's tag (default), the image given with --image, or the published
+    index digest with --registry. Env comes from the variant's image spec plus
+    the profile's; the profile adds container limits (ulimits, cap_add, memory)
+    and the `vllm serve` arguments. Multi-node compose files have a `head`
+    service (rank 0) and a `worker` service (compose profile `worker`, rank
+    from $NODE_RANK); both need $MASTER_ADDR.
+
+    Examples:
+
+      imgbuild recipe latest --profile TP8-1M
+
+      imgbuild recipe engram-mem --profile TP8-300K --out /tmp/launch --json
+
+      imgbuild recipe latest --profile TP8-1M --registry 127.0.0.1:5000
+
+    Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`, or on each
+    node `MASTER_ADDR=10.0.0.1 docker compose -f deploy/out/latest-tp8-1m.compose.yaml up`.
+    """
+    project = load_project()
+    target = out if out is not None else project.root / "deploy" / "out"
+    written = write_recipe(project, variant, profile, out=target, image=image, registry=registry)
+    if as_json:
+        print_json(written.to_json())
+        return
+    console.print(f"image:   {written.launch.image.ref} ({written.launch.image.source})")
+    console.print(f"recipe:  {written.recipe}")
+    console.print(f"compose: {written.compose}")
