@@ -165,7 +165,7 @@ def test_pin_that_has_the_fix_reports_upstreamed(
     with pytest.raises(AlreadyUpstream, match="upstreamed: the pinned release v2"):
         importer.import_patch(root, str(world.up.path), rev=world.fix)
     code, out, _ = cli(capsys, "-C", str(root), "patches", "import", str(world.up.path), "--rev", world.fix, "--json")
-    assert code == 4 and json.loads(out)["outcome"] == "upstreamed"
+    assert code == 4 and json.loads(out)["error"]["outcome"] == "upstreamed"
     assert snapshot(root) == before
 
 
@@ -235,7 +235,7 @@ def test_rebase_onto_release_with_the_fix_moves_it_to_upstreamed(tmp_path: Path,
     root = proj(tmp_path, world)
     done = importer.import_patch(root, str(world.up.path), rev=world.fix, date=DATE)
     matrix = check_onto(Project.load(root), ["v2"])
-    cell = matrix.to_json()["variants"][0]["results"]["v2"]["patches"][done.filename.removesuffix(".patch")]  # type: ignore[index]
+    cell = matrix.to_json()["variants"][0]["results"]["v2"]["patches"][done.filename]  # type: ignore[index]
     assert cell["method"] == "upstreamed" and cell["backport"] is True and cell["applied_upstream"] == "v2"
     result = rebase.start(root, "v2", date=DATE)
     assert [r["outcome"] for r in result.results] == ["upstreamed"]

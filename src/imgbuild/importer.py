@@ -39,10 +39,10 @@ FETCH_TIMEOUT = 20.0
 
 
 class AlreadyUpstream(PatchError):
-    """The pinned release already has the change."""
+    """The pinned release already has the change (`--json`: `error.outcome` is "upstreamed")."""
 
-    def to_json(self) -> dict[str, object]:
-        return {**super().to_json(), "outcome": "upstreamed"}
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint, details={"outcome": "upstreamed"})
 
 
 @dataclass(frozen=True)
