@@ -81,6 +81,11 @@ def source_date(last_updates: Sequence[str], upstream_commit_time: int) -> str:
     return max(dates).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def epoch(created: str) -> int:
+    """SOURCE_DATE_EPOCH for a `created` value (`source_date`'s format)."""
+    return int(dt.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
+
+
 def compact(data: object) -> str:
     return json.dumps(data, separators=(",", ":"), sort_keys=False)
 
