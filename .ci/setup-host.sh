@@ -207,8 +207,10 @@ if [ "$ENGINE" = 26 ]; then
             chmod 0755 /usr/sbin/policy-rc.d
             POLICY_CREATED=1
         fi
-        # Both at once: docker-cli takes /usr/bin/docker over from a 20.10 docker.io.
-        dpkg -i "$TMP_ROOT"/engine/*.deb >/dev/null || die "dpkg -i of docker.io/docker-cli 26.1 failed"
+        # docker.io first: docker-cli Breaks a 20.10 docker.io (which still holds /usr/bin/docker).
+        for p in docker.io docker-cli; do
+            dpkg -i "$TMP_ROOT"/engine/"${p}"_*.deb >/dev/null || die "dpkg -i of $p 26.1 failed"
+        done
         [[ "$(pkgver docker.io)" == 26.1.* ]] || die "docker.io is $(pkgver docker.io) after installing 26.1"
         log "engine: docker.io $(pkgver docker.io) installed"
     fi
@@ -249,15 +251,21 @@ docker_answers() {
     return 1
 }
 
+# alive PID: a live process, not a zombie (an exited daemon stays one until reaped).
+alive() {
+    local state
+    state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 # pid_is NAME PIDFILE: the pid file names a live (not zombie) process called NAME.
 pid_is() {
-    local pid state
+    local pid
     [ -s "$2" ] || return 1
     pid="$(tr -dc '0-9' < "$2")"
     [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 1
-    state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)"
-    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+    alive "$pid"
 }
 
 # server_engine: "VERSION STORE" of the daemon on the default socket (STORE: containerd or classic).
@@ -300,7 +308,7 @@ stop_dockerd() {
     fi
     t0=$SECONDS
     while ((SECONDS - t0 < DOCKERD_WAIT)); do
-        if { [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; } && ! docker_answers; then
+        if { [ -z "$pid" ] || ! alive "$pid"; } && ! docker_answers; then
             log "dockerd: stopped after $((SECONDS - t0))s"
             return 0
         fi
@@ -341,7 +349,7 @@ else
     t0=$SECONDS
     while ((SECONDS - t0 < DOCKERD_WAIT)); do
         docker_answers && break
-        if [ -n "${started_pid:-}" ] && ! kill -0 "$started_pid" 2>/dev/null; then
+        if [ -n "${started_pid:-}" ] && ! alive "$started_pid"; then
             tail -n 20 "$DOCKERD_LOG" >&2 || true
             die "dockerd exited during start-up; see $DOCKERD_LOG"
         fi
