@@ -324,7 +324,7 @@ def test_bake_file_builds_both_variants_with_a_shared_layer(world: World, tmp_pa
     assert printed.returncode == 0, printed.stderr
     resolved = json.loads(printed.stdout)
     assert "FROM ${BASE}" in resolved["target"]["latest"]["dockerfile-inline"]
-    assert resolved["target"]["latest"]["tags"][1] == "docker.io/library/vllm-dsv41:latest"
+    assert resolved["target"]["latest"]["tags"][1] == "localhost:5000/vllm-dsv41:latest"  # the default REGISTRY
     env = {**os.environ, "REGISTRY": "imgbuild-test-bake"}
     build = subprocess.run(
         [

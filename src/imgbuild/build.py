@@ -21,11 +21,13 @@ import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from imgbuild import labels, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
+from imgbuild.gitio import GitError, GitRepo
 from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.planner import VariantPlan
 from imgbuild.project import Project
@@ -117,7 +119,22 @@ def project_inputs(project: Project) -> ProjectInputs:
         package_root=project.pin.package_root,
         series_digest=project.series_digest,
         created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
+        source=project_source(project.root),
     )
+
+
+def project_source(root: Path) -> labels.Source:
+    """This project's repository URL (its `origin`) and commit, as far as git knows them."""
+    try:
+        repo = GitRepo(root)
+        revision = repo.run("rev-parse", "--verify", "-q", "HEAD").strip()
+    except GitError:
+        return labels.Source()
+    try:
+        remote = repo.run("remote", "get-url", "origin").strip()
+    except GitError:
+        remote = ""
+    return labels.Source(labels.source_url(remote) if remote else None, revision or None)
 
 
 ALL_PLATFORMS = "all"
@@ -179,7 +196,7 @@ def dry_bases(
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
             image_id = info.id if info else "unresolved"
             out[(plan.variant.name, platform)] = BaseInfo(
-                ref, image_id, info.digest if info else image_id, platform, site
+                ref, image_id, info.registry_digest if info else None, platform, site
             )
     return out
 
@@ -214,7 +231,7 @@ class Bases:
                 )
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
-        return BaseInfo(ref, info.id, info.digest, platform, site, skeleton=labels.SKELETON in info.labels)
+        return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
 
     def _image(self, ref: str, platform: str) -> ImageInfo:
         if (ref, platform) not in self._info:

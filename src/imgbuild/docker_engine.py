@@ -100,7 +100,12 @@ class ImageInfo:
     @property
     def digest(self) -> str:
         """The repo digest when the image came from a registry, else the image id."""
-        return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else self.id
+        return self.registry_digest or self.id
+
+    @property
+    def registry_digest(self) -> str | None:
+        """The manifest digest of the image in a registry it came from; None for a local build or load."""
+        return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else None
 
 
 @dataclass(frozen=True)

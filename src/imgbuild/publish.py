@@ -288,12 +288,14 @@ def _platform_image(ib: ImageBuild, base: RemoteBase, layers: tuple[Layer, ...],
     base_config = manifest.get("config")
     config_type = str(base_config.get("mediaType")) if isinstance(base_config, dict) else ""
     new_layers = [{"mediaType": LAYER_TYPES[media], "size": lay.blob.size, "digest": lay.blob.digest} for lay in layers]
-    body = {
+    body: dict[str, object] = {
         "schemaVersion": 2,
         "mediaType": media,
         "config": {"mediaType": config_type, "size": config_blob.size, "digest": config_blob.digest},
         "layers": [*base.layers, *new_layers],
     }
+    if media == OCI_MANIFEST:  # Docker's schema 2 has no annotations
+        body["annotations"] = labels.oci_annotations(ib.labels)
     return PlatformImage(ib, base, layers, config_blob, Blob.of(canonical_json(body)), media)
 
 
@@ -307,7 +309,7 @@ def _variant(
         raise RegistryError(f"variant {name}: the bases mix manifest types ({', '.join(sorted(media))})")
     index_type = INDEX_OF[media.pop()]
     ordered = sorted(images, key=lambda pi: pi.build.platform)
-    body = {
+    body: dict[str, object] = {
         "schemaVersion": 2,
         "mediaType": index_type,
         "manifests": [
@@ -320,6 +322,9 @@ def _variant(
             for pi in ordered
         ],
     }
+    if index_type == OCI_INDEX:  # the keys every platform agrees on (base.digest differs, for one)
+        per = [labels.oci_annotations(pi.build.labels) for pi in ordered]
+        body["annotations"] = {k: v for k, v in per[0].items() if all(a.get(k) == v for a in per)}
     first = ordered[0].build
     if len(ordered) == 1:
         inputs = first.inputs_digest
