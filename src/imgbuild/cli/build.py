@@ -34,8 +34,9 @@ PlatformOpt = Annotated[
     str | None,
     typer.Option(
         "--platform",
-        help="Platform to build, e.g. linux/amd64 (default: the variant's first platform); "
-        "'all' builds every declared platform, with -<arch> tag suffixes.",
+        help="Platform to build, e.g. linux/amd64 (default: the variant's first platform); 'all' (every "
+        "declared platform) or a comma list: on Docker 26 with the containerd image store one multi-platform "
+        "image per tag, built in one call; on older engines one platform at a time, with -<arch> tag suffixes.",
     ),
 ]
 JunitOpt = Annotated[Path | None, typer.Option("--junit", help="Write the smoke results as JUnit XML to FILE.")]
@@ -112,8 +113,11 @@ def build(
     shared = engine.sharing(result.images)
     for ir in result.images:
         status = "built" if ir.built else "reused, unchanged inputs (no docker build)"
-        tags = ", ".join([ir.immutable, *(ir.moving if ir.moved or not ir.built else ())])
+        moving = ir.moving if ir.moved or not ir.built else ()
+        tags = ", ".join([ir.immutable, *(() if ir.index_ref else moving)])
         console.print(f"[bold]{ir.variant}[/] ({ir.platform}): {status}; {ir.image_id[7:19]}; tags {tags}")
+        if ir.index_ref:  # one platform of a multi-platform image
+            console.print(f"  in {', '.join([ir.index_ref, *moving])} ({ir.index[7:19]}, every platform)")
         console.print(f"  layers: {shared[f'{ir.variant} {ir.platform}']}")
         if ir.note:
             console.print(f"  note: {ir.note}")
