@@ -12,7 +12,7 @@
 #     A dockerd that answers there but is not the wanted engine (a 20.10 from
 #     an earlier run) is stopped and replaced; its containers stop with it, and
 #     its images (overlay2) are not visible in the containerd image store.
-#   - buildx + compose v2 CLI plugins, taken from the next suite too
+#   - buildx + compose v2 CLI plugins and cosign 2.5, taken from the next suite too
 #   - arm64 emulation through binfmt_misc (qemu-aarch64)
 # Idempotent: every step checks its state first and skips what is done.
 # Network: only the package sources already configured in /etc/apt are used.
@@ -404,6 +404,16 @@ for c in docker "${DOCKER_CLIENTS[@]}"; do
 done
 log "plugins: 'docker buildx' and 'docker compose' work"
 
+# cosign (publish --sign/--sbom, inspect --key): trixie's 2.5 needs only libc.
+if command -v cosign >/dev/null 2>&1 && cosign version >/dev/null 2>&1; then
+    log "cosign: already installed ($(pkgver cosign))"
+else
+    log "cosign: installing from suite '$NEXT_SUITE'"
+    next_suite_download "$TMP_ROOT/cosign" cosign
+    dpkg -i "$TMP_ROOT"/cosign/cosign_*.deb >/dev/null || die "dpkg -i of cosign failed"
+    log "cosign: $(pkgver cosign) installed"
+fi
+
 # ---------------------------------------------------------------- 5. arm64 emulation
 BINFMT=/proc/sys/fs/binfmt_misc
 if ! mountpoint -q "$BINFMT"; then
@@ -438,5 +448,6 @@ printf '  %-22s %s\n' \
     "qemu-user-static" "$(pkgver qemu-user-static) (binfmt flags: $flags)" \
     "mmdebstrap" "$(first_line mmdebstrap --version)" \
     "docker-registry" "$(pkgver docker-registry)" \
+    "cosign" "$(pkgver cosign)" \
     "apache2-utils" "$(pkgver apache2-utils) (htpasswd)"
 log "done"

@@ -29,9 +29,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from imgbuild import build as buildmod
-from imgbuild import labels, reference
+from imgbuild import labels, reference, signing
+from imgbuild import sbom as sbommod
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, LayerBuild, make_build_plan
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.lock import Lock, LockedBase, load_lock, missing_platforms, normalize_platform
@@ -392,6 +394,34 @@ def _push_image(reg: Registry, regs: Registries, repo: str, pi: PlatformImage, s
         reg.ensure_blob(repo, layer.blob.digest, layer.blob.data)
     reg.ensure_blob(repo, pi.config.digest, pi.config.data)
     reg.put_manifest(repo, pi.manifest.digest, pi.manifest.data, pi.media_type)
+
+
+def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
+    """After the push: an SPDX SBOM attested on each platform manifest, then a signature on each index."""
+    done = []
+    for vp in plan:
+        if sbom:
+            for pi in vp.images:
+                facts = sbommod.ImageFacts(
+                    name=vp.target.name,
+                    title=pi.build.labels.get(f"{labels.OCI}title", vp.variant),
+                    platform=pi.build.platform,
+                    manifest_digest=pi.manifest.digest,
+                    labels=pi.build.labels,
+                    base_name=labels.qualified(pi.base.info.ref),
+                    base_digest=pi.base.manifest.digest,
+                    site_packages=pi.base.info.site_packages,
+                )
+                ref = f"{vp.target.name}@{pi.manifest.digest}"
+                signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
+                done.append(f"sbom {ref}")
+                say(f"{vp.variant} {pi.build.platform}: SPDX SBOM attested on {pi.manifest.digest[:19]}")
+        if sign:
+            ref = f"{vp.target.name}@{vp.index.digest}"
+            signing.sign(ref, key)
+            done.append(f"signature {ref}")
+            say(f"{vp.variant}: index {vp.index.digest[:19]} signed")
+    return done
 
 
 def publish(

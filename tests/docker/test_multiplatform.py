@@ -87,6 +87,11 @@ def test_one_call_per_image_for_every_platform_shared_layers_and_smoke(
         assert states == {**dict.fromkeys(SM121, "patched"), **dict.fromkeys(ENGRAM, engram)}
         assert any(c["name"] == "run-directly" and c["status"] == "pass" for c in r["checks"])
 
+    one = cli(project, "smoke", f"{repo}:latest", "--platform", "linux/arm64", "--json")  # one platform of the tag
+    assert one.returncode == 0, one.stdout + one.stderr
+    (report,) = json.loads(one.stdout)["reports"]
+    assert report["platform"] == "linux/arm64" and report["image"].endswith("-arm64"), report["image"]
+
     again = cli(project, "build", "--base", "skeleton", "--platform", "all", env={"IMGBUILD_ECHO": "1"})
     assert again.returncode == 0 and buildx_calls(again.stderr) == [], again.stderr
     assert digests(engine, repo) == tags
