@@ -50,6 +50,7 @@ class BuildOptions:
     force: bool = False
     smoke: bool = True
     verbose: bool = False
+    builder: str | None = None  # a buildx builder (remote or multi-node BuildKit); default: buildx's own choice
 
 
 @dataclass
@@ -369,6 +370,7 @@ class Runner:
             verbose=self.options.verbose,
             epoch=self.epoch,
             platform_tags=refs,
+            builder=self.options.builder,
         )
 
     def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:

@@ -198,6 +198,7 @@ class Engine:
         self._buildx_checked = False
         self._arch: str | None = None
         self._features: EngineFeatures | None = None
+        self._contexts: dict[str, bool] = {}  # builder name -> is a docker context
 
     @classmethod
     def connect(cls) -> Engine:
@@ -316,6 +317,7 @@ class Engine:
         verbose: bool = False,
         epoch: int | None = None,
         platform_tags: Mapping[str, str] | None = None,
+        builder: str | None = None,
     ) -> str:
         """Build a context tar for `platform` (comma-separated for several); returns the image id.
 
@@ -323,7 +325,8 @@ class Engine:
         exporter with SOURCE_DATE_EPOCH=`epoch` and is loaded; `platform_tags`
         (platform -> ref) then also names each platform's own manifest. The
         image id is the manifest or index digest there, the config digest on
-        the classic store.
+        the classic store. `builder` names a buildx builder to build on (its
+        output comes back to this daemon as the OCI tar; it resolves bases itself).
         """
         self._check_buildx()
         if not tags:
@@ -335,8 +338,10 @@ class Engine:
                 "image store (`.ci/setup-host.sh` installs it)",
             )
         with tempfile.TemporaryDirectory(prefix="imgbuild-build-") as tmp:
-            args = [self.cli, "buildx", "build", "--platform", platform, "--progress", "plain"]
+            args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
             env = dict(os.environ)
+            if builder:
+                env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
             out = Path(tmp) / "image.tar"
             iid = Path(tmp) / "iid"
             if self.features.modern:
@@ -362,6 +367,19 @@ class Engine:
                 raise DockerError(f"buildx finished but left no image for {', '.join(tags)}")
             image_id = info.id
         return image_id
+
+    def _builder_args(self, builder: str | None) -> list[str]:
+        """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
+
+        buildx refuses a docker context (another dockerd, e.g. a native arm64 node) as `--builder`;
+        the CLI's `--context` selects its docker-driver builder instead.
+        """
+        if not builder:
+            return ["buildx"]
+        if builder not in self._contexts:
+            proc = subprocess.run([self.cli, "context", "inspect", builder], capture_output=True, check=False)
+            self._contexts[builder] = proc.returncode == 0
+        return ["--context", builder, "buildx"] if self._contexts[builder] else ["buildx", "--builder", builder]
 
     def _buildx(self, args: list[str], context: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
         proc = subprocess.Popen(

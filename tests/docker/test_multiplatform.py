@@ -7,7 +7,9 @@ all` keeps building one platform per call under -<arch> tags (tested last).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,38 @@ def test_classic_engine_builds_platforms_one_by_one(engine: Engine, make_project
     for arch in ("amd64", "arm64"):  # the image once per platform, under -<arch> tags
         assert any(ln.startswith("latest: building") and ln.endswith(f"-{arch} for linux/{arch}") for ln in lines)
     assert not any(", linux/" in ln for ln in lines if "building" in ln), proc.stderr  # never two in one build
+
+
+def test_builder_is_passed_through_and_makes_the_same_image(
+    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str, tmp_path: Path
+) -> None:
+    engine = modern
+    # A second builder: a docker context (another dockerd, as a native arm64 node would be).
+    # This one reaches the daemon under test through a context of its own, in its own docker config.
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    env = {"DOCKER_CONFIG": str(config)}
+    name = f"{prefix}-node"
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    made = subprocess.run(
+        ["docker", "context", "create", name, "--docker", f"host={host}"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    project = two_platforms(make_project, "builder")
+    repo = f"{prefix}-builder"
+    assert cli(project, "build", "--base", "skeleton", "--platform", "all", "--no-smoke").returncode == 0
+    before = digests(engine, repo)
+    args = ("build", "--base", "skeleton", "--platform", "all", "--no-smoke", "--force")
+    proc = cli(project, *args, "--builder", name, env={**env, "IMGBUILD_ECHO": "1"})
+    assert proc.returncode == 0, proc.stderr
+    calls = buildx_calls(proc.stderr)
+    assert len(calls) == 4 and all(c.startswith(f"+ docker --context {name} buildx build") for c in calls), calls
+    assert digests(engine, repo) == before  # built on the other builder, loaded here: the same image
+    via_env = cli(project, *args, env={**env, "BUILDX_BUILDER": f"{prefix}-absent"})
+    assert via_env.returncode == 7, via_env.stderr
+    assert f'no builder "{prefix}-absent" found' in via_env.stderr, via_env.stderr
+    assert digests(engine, repo) == before  # a failed build moves no tag

@@ -43,9 +43,25 @@ JunitOpt = Annotated[Path | None, typer.Option("--junit", help="Write the smoke 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the buildx and mmdebstrap output.")]
 
 
-def options(base: str | None, repository: str | None, platform: str | None, **kw: bool) -> BuildOptions:
+BuilderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--builder",
+        help="buildx builder to build on (e.g. a remote or multi-node one with native arm64 nodes; default: "
+        "$BUILDX_BUILDER, else buildx's current builder). It resolves the bases itself.",
+    ),
+]
+
+
+def options(
+    base: str | None, repository: str | None, platform: str | None, builder: str | None = None, **kw: bool
+) -> BuildOptions:
     return BuildOptions(
-        base=base or os.environ.get("IMGBUILD_BASE") or None, repository=repository, platform=platform, **kw
+        base=base or os.environ.get("IMGBUILD_BASE") or None,
+        repository=repository,
+        platform=platform,
+        builder=builder or os.environ.get("BUILDX_BUILDER") or None,
+        **kw,
     )
 
 
@@ -67,6 +83,7 @@ def build(
     ] = False,
     junit: JunitOpt = None,
     verbose: VerboseOpt = False,
+    builder: BuilderOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Build variant images with BuildKit and tag them after they pass their smoke test.
@@ -81,10 +98,12 @@ def build(
       imgbuild build --dry-run
 
       imgbuild build latest engram-mem --base skeleton
+
+      imgbuild build --platform all --builder spark-farm
     """
     project = load_project()
     names = variants or sorted(project.variants, key=lambda n: (len(project.variants[n].chain), n))
-    opts = options(base, repository, platform, force=force, smoke=not no_smoke, verbose=verbose)
+    opts = options(base, repository, platform, builder, force=force, smoke=not no_smoke, verbose=verbose)
     if dry_run:
         plan, asked = engine.dry_run(project, names, opts)
         _print_dry_run(project, plan, asked, as_json)
