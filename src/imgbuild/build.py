@@ -620,8 +620,11 @@ def build(
     return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch).run()
 
 
-def dry_run(project: Project, variants: Sequence[str], options: BuildOptions) -> tuple[BuildPlan, bool]:
-    """The build plan without building; asks the daemon about bases only if it answers."""
+def dry_run(
+    project: Project, variants: Sequence[str], options: BuildOptions
+) -> tuple[BuildPlan, bool, MultiPlan | None]:
+    """The build plan without building (and the multi-platform one the engine would run); asks the daemon
+    about bases only if it answers."""
     for name in variants:
         project.variant(name)
     try:
@@ -631,4 +634,4 @@ def dry_run(project: Project, variants: Sequence[str], options: BuildOptions) ->
     plans = variant_plans(project, options.platform)
     bases = dry_bases(project, plans, options, engine)
     plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
-    return plan, engine is not None
+    return plan, engine is not None, multi_plan(engine, project, plan) if engine else None

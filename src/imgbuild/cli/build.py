@@ -15,6 +15,7 @@ from imgbuild.buildplan import BuildPlan
 from imgbuild.cli.options import JsonOpt
 from imgbuild.docker_engine import Engine
 from imgbuild.image_report import checks_table, file_matrix, write_junit
+from imgbuild.multiplan import MultiPlan
 from imgbuild.project import Project, load_project
 from imgbuild.report import console, plan_matrix, print_json
 from imgbuild.smoke import SmokeReport
@@ -105,8 +106,8 @@ def build(
     names = variants or sorted(project.variants, key=lambda n: (len(project.variants[n].chain), n))
     opts = options(base, repository, platform, builder, force=force, smoke=not no_smoke, verbose=verbose)
     if dry_run:
-        plan, asked = engine.dry_run(project, names, opts)
-        _print_dry_run(project, plan, asked, as_json)
+        plan, asked, multi = engine.dry_run(project, names, opts)
+        _print_dry_run(project, plan, asked, as_json, multi)
         return
     reports: list[SmokeReport] = []
 
@@ -142,10 +143,40 @@ def build(
             console.print(f"  note: {ir.note}")
 
 
-def _print_dry_run(project: Project, plan: BuildPlan, asked: bool, as_json: bool) -> None:
+def _multi_json(multi: MultiPlan) -> dict[str, object]:
+    return {
+        "layers": [
+            {"tag": ml.tag, "digest": ml.digest, "platforms": list(ml.platforms), "files": list(ml.files),
+             "dockerfile": ml.dockerfile}
+            for ml in multi.layers
+        ],
+        "images": [
+            {"variant": mi.variant, "platforms": list(mi.platforms), "immutable": mi.immutable_ref,
+             "moving": list(mi.moving_refs), "platform_refs": mi.platform_refs, "inputs_digest": mi.inputs_digest,
+             "dockerfile": mi.dockerfile}
+            for mi in multi.images
+        ],
+    }  # fmt: skip
+
+
+def _print_multi(multi: MultiPlan) -> None:
+    console.rule("this engine builds each of these in one call, for every platform")
+    for ml in multi.layers:
+        console.rule(f"layer {ml.tag} ({', '.join(ml.platforms)})")
+        console.print(ml.dockerfile, markup=False, highlight=False, soft_wrap=True)
+    for mi in multi.images:
+        refs = f"{mi.immutable_ref} -> {', '.join(mi.moving_refs)}"
+        console.rule(f"image {mi.variant} ({', '.join(mi.platforms)}): {refs}")
+        console.print(mi.dockerfile, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_dry_run(
+    project: Project, plan: BuildPlan, asked: bool, as_json: bool, multi: MultiPlan | None = None
+) -> None:
     if as_json:
         print_json(
             {
+                **({"multi_platform": _multi_json(multi)} if multi else {}),
                 "layers": [
                     {
                         "tag": lb.tag,
@@ -194,3 +225,5 @@ def _print_dry_run(project: Project, plan: BuildPlan, asked: bool, as_json: bool
         console.rule(f"image {ib.variant} ({ib.platform}): {ib.immutable_ref} -> {', '.join(ib.moving_refs)}")
         console.print(ib.dockerfile, markup=False, highlight=False, soft_wrap=True)
         console.print(f"context: {', '.join(str(e) for e in dockerfile.listing(ib.context))}", markup=False)
+    if multi is not None:
+        _print_multi(multi)
