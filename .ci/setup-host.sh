@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Prepare a Debian bookworm host (run as root) for imgbuild's docker test tier:
-#   - Debian packages: docker.io (20.10), qemu-user-static, binfmt-support,
-#     mmdebstrap (+ arch-test), docker-registry (distribution 2.8), apache2-utils
-#   - a running dockerd (log: /var/log/dockerd.log)
-#   - buildx + compose v2 CLI plugins, taken from Debian's next suite (trixie)
+#   - Debian packages: qemu-user-static, binfmt-support, mmdebstrap (+ arch-test),
+#     docker-registry (distribution 2.8), apache2-utils, and the engine's
+#     dependencies from bookworm (containerd 1.6, runc 1.1, tini, iptables)
+#   - the engine: docker.io + docker-cli 26.1 from Debian's next suite (trixie),
+#     with the containerd image store (/etc/docker/daemon.json:
+#     {"features":{"containerd-snapshotter":true}}): multi-platform builds in
+#     one call, the oci exporter, reproducible digests.
+#     IMGBUILD_DOCKER_ENGINE=20.10 keeps bookworm's docker.io 20.10 instead.
+#   - a running dockerd on /var/run/docker.sock (log: /var/log/dockerd.log).
+#     A dockerd that answers there but is not the wanted engine (a 20.10 from
+#     an earlier run) is stopped and replaced; its containers stop with it, and
+#     its images (overlay2) are not visible in the containerd image store.
+#   - buildx + compose v2 CLI plugins and cosign 2.5, taken from the next suite too
 #   - arm64 emulation through binfmt_misc (qemu-aarch64)
 # Idempotent: every step checks its state first and skips what is done.
 # Network: only the package sources already configured in /etc/apt are used.
@@ -14,8 +23,19 @@ die() { printf '[setup-host] ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 export DEBIAN_FRONTEND=noninteractive
+# This script manages the daemon on the default socket, whatever the caller's
+# environment points the docker client at.
+export DOCKER_HOST=unix:///var/run/docker.sock
+unset DOCKER_CONTEXT
 
 NEXT_SUITE="${NEXT_SUITE:-trixie}"
+ENGINE="${IMGBUILD_DOCKER_ENGINE:-26}"
+case "$ENGINE" in
+    26) ENGINE_PREFIX=26.1. ;;
+    20.10) ENGINE_PREFIX=20.10. ;;
+    *) die "IMGBUILD_DOCKER_ENGINE must be 26 or 20.10, not '$ENGINE'" ;;
+esac
+DAEMON_JSON=/etc/docker/daemon.json
 PLUGIN_DIRS=(/usr/local/lib/docker/cli-plugins "${HOME:-/root}/.docker/cli-plugins")
 if [ -n "${DOCKER_CONFIG:-}" ] && [ "${DOCKER_CONFIG%/}" != "${HOME:-/root}/.docker" ]; then
     PLUGIN_DIRS+=("${DOCKER_CONFIG%/}/cli-plugins")
@@ -34,8 +54,12 @@ cleanup() {
 trap cleanup EXIT
 
 # ---------------------------------------------------------------- 1. packages
+# docker.io 26.1 comes from the next suite (section 2); these are its
+# dependencies, all satisfied from bookworm.
+ENGINE_DEPS=(containerd runc tini iptables adduser libsystemd0 sysvinit-utils)
+if [ "$ENGINE" = 20.10 ]; then ENGINE_DEPS=(docker.io); fi
 PACKAGES=(
-    docker.io qemu-user-static binfmt-support
+    "${ENGINE_DEPS[@]}" qemu-user-static binfmt-support
     mmdebstrap arch-test gpg libdpkg-perl mount uidmap xz-utils
     docker-registry apache2-utils
     ca-certificates curl python3
@@ -64,83 +88,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     log "apt: all ${#PACKAGES[@]} packages already installed"
 fi
-
-# ---------------------------------------------------------------- 2. dockerd
-DOCKER_CLIENTS=(/usr/bin/docker /usr/local/bin/docker)
-
-docker_answers() {
-    local c
-    for c in "${DOCKER_CLIENTS[@]}"; do
-        if [ -x "$c" ] && timeout 10 "$c" info >/dev/null 2>&1; then
-            return 0
-        fi
-    done
-    return 1
-}
-
-# pid_is NAME PIDFILE: the pid file names a live (not zombie) process called NAME.
-pid_is() {
-    local pid state
-    [ -s "$2" ] || return 1
-    pid="$(tr -dc '0-9' < "$2")"
-    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 1
-    state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)"
-    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
-
-if docker_answers; then
-    log "dockerd: already running"
-else
-    if pid_is dockerd "$DOCKERD_PIDFILE"; then
-        log "dockerd: pid $(cat "$DOCKERD_PIDFILE") alive but not answering yet; waiting"
-    else
-        # Stale pid files from a killed daemon would make dockerd (or its
-        # managed containerd) refuse to start or talk to the wrong process.
-        if [ -e "$DOCKERD_PIDFILE" ]; then
-            log "dockerd: removing stale $DOCKERD_PIDFILE"
-            rm -f "$DOCKERD_PIDFILE"
-        fi
-        cpid=/var/run/docker/containerd/containerd.pid
-        if [ -e "$cpid" ] && ! pid_is containerd "$cpid"; then
-            log "dockerd: removing stale $cpid"
-            rm -f "$cpid"
-        fi
-        DOCKERD="$(command -v /usr/sbin/dockerd dockerd 2>/dev/null | head -n1 || true)"
-        [ -n "$DOCKERD" ] || die "dockerd not found (is docker.io installed?)"
-        log "dockerd: starting $DOCKERD (log: $DOCKERD_LOG)"
-        printf '\n==== %s setup-host.sh starts dockerd\n' "$(date -u +%FT%TZ)" >> "$DOCKERD_LOG"
-        setsid nohup "$DOCKERD" >> "$DOCKERD_LOG" 2>&1 < /dev/null &
-        started_pid=$!
-    fi
-    t0=$SECONDS
-    while ((SECONDS - t0 < DOCKERD_WAIT)); do
-        docker_answers && break
-        if [ -n "${started_pid:-}" ] && ! kill -0 "$started_pid" 2>/dev/null; then
-            tail -n 20 "$DOCKERD_LOG" >&2 || true
-            die "dockerd exited during start-up; see $DOCKERD_LOG"
-        fi
-        sleep 1
-    done
-    if ! docker_answers; then
-        tail -n 20 "$DOCKERD_LOG" >&2 || true
-        die "dockerd (pid file $DOCKERD_PIDFILE) did not answer on /var/run/docker.sock within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
-    fi
-    log "dockerd: up after $((SECONDS - t0))s"
-fi
-
-# ---------------------------------------------------------------- 3. buildx + compose plugins
-PLUGINS=(docker-buildx docker-compose)
-
-plugins_ok() {
-    local d p
-    for d in "${PLUGIN_DIRS[@]}"; do
-        for p in "${PLUGINS[@]}"; do
-            [ -x "$d/$p" ] || return 1
-            "$d/$p" docker-cli-plugin-metadata >/dev/null 2>&1 || return 1
-        done
-    done
-}
 
 # Print the machine's Debian apt sources as one deb822 file, keeping only
 # "deb" entries for this release's main suite, renamed to $1.
@@ -216,16 +163,14 @@ print("\n\n".join(out))
 PYEOF
 }
 
-if plugins_ok; then
-    log "plugins: buildx and compose already installed"
-else
-    log "plugins: fetching docker-buildx and docker-compose from suite '$NEXT_SUITE'"
-    A="$TMP_ROOT/apt"
-    mkdir -p "$A/parts" "$A/lists/partial" "$A/cache/archives/partial" "$A/debs" "$A/root"
-    : > "$A/sources.list"
-    next_suite_sources "$NEXT_SUITE" > "$A/parts/next.sources" \
-        || die "could not derive $NEXT_SUITE sources from /etc/apt"
-    APT_OPTS=(
+# next_suite_download DIR PKG...: download PKGs (no dependencies) from
+# $NEXT_SUITE into DIR, through a temporary apt configuration; the machine's
+# own apt state is not touched.
+NEXT_APT_READY=0
+next_suite_download() {
+    local dest="$1"; shift
+    local A="$TMP_ROOT/apt"
+    NEXT_APT_OPTS=(
         -o "Dir::Etc::SourceList=$A/sources.list"
         -o "Dir::Etc::SourceParts=$A/parts"
         -o "Dir::State::Lists=$A/lists"
@@ -233,10 +178,211 @@ else
         -o "APT::Get::List-Cleanup=0"
         -o "APT::Sandbox::User=root"
     )
-    apt-get "${APT_OPTS[@]}" update -qq \
-        || log "plugins: warning: apt-get update for $NEXT_SUITE reported errors; trying anyway"
-    (cd "$A/debs" && apt-get "${APT_OPTS[@]}" download -qq "${PLUGINS[@]}") \
-        || die "apt-get download ${PLUGINS[*]} from $NEXT_SUITE failed"
+    if [ "$NEXT_APT_READY" = 0 ]; then
+        mkdir -p "$A/parts" "$A/lists/partial" "$A/cache/archives/partial"
+        : > "$A/sources.list"
+        next_suite_sources "$NEXT_SUITE" > "$A/parts/next.sources" \
+            || die "could not derive $NEXT_SUITE sources from /etc/apt"
+        apt-get "${NEXT_APT_OPTS[@]}" update -qq \
+            || log "apt: warning: apt-get update for $NEXT_SUITE reported errors; trying anyway"
+        NEXT_APT_READY=1
+    fi
+    mkdir -p "$dest"
+    (cd "$dest" && apt-get "${NEXT_APT_OPTS[@]}" download -qq "$@") \
+        || die "apt-get download $* from $NEXT_SUITE failed"
+}
+
+# ---------------------------------------------------------------- 2. the engine
+pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'; }
+
+if [ "$ENGINE" = 26 ]; then
+    if [[ "$(pkgver docker.io)" == 26.1.* ]] && [[ "$(pkgver docker-cli)" == 26.1.* ]] && is_installed docker.io \
+        && is_installed docker-cli; then
+        log "engine: docker.io $(pkgver docker.io) and docker-cli $(pkgver docker-cli) already installed"
+    else
+        log "engine: installing docker.io and docker-cli 26.1 from suite '$NEXT_SUITE' (was: docker.io $(pkgver docker.io))"
+        next_suite_download "$TMP_ROOT/engine" docker.io docker-cli
+        if [ ! -e /usr/sbin/policy-rc.d ]; then  # this script starts dockerd itself
+            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+            chmod 0755 /usr/sbin/policy-rc.d
+            POLICY_CREATED=1
+        fi
+        # docker.io first: docker-cli Breaks a 20.10 docker.io (which still holds /usr/bin/docker).
+        for p in docker.io docker-cli; do
+            dpkg -i "$TMP_ROOT"/engine/"${p}"_*.deb >/dev/null || die "dpkg -i of $p 26.1 failed"
+        done
+        [[ "$(pkgver docker.io)" == 26.1.* ]] || die "docker.io is $(pkgver docker.io) after installing 26.1"
+        log "engine: docker.io $(pkgver docker.io) installed"
+    fi
+    # The containerd image store, merged into any existing daemon.json.
+    mkdir -p "$(dirname "$DAEMON_JSON")"
+    "$PY" - "$DAEMON_JSON" <<'PYEOF'
+import json, os, sys
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        cfg = json.load(f)
+except FileNotFoundError:
+    cfg = {}
+except ValueError as e:
+    sys.exit(f"{path}: not valid JSON ({e}); fix or remove it")
+feats = cfg.setdefault("features", {})
+if feats.get("containerd-snapshotter") is not True:
+    feats["containerd-snapshotter"] = True
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    print(f"[setup-host] engine: {path}: containerd-snapshotter enabled")
+PYEOF
+fi
+
+# ---------------------------------------------------------------- 3. dockerd
+DOCKER_CLIENTS=(/usr/bin/docker /usr/local/bin/docker)
+
+docker_answers() {
+    local c
+    for c in "${DOCKER_CLIENTS[@]}"; do
+        if [ -x "$c" ] && timeout 10 "$c" info >/dev/null 2>&1; then
+            return 0
+        fi
+    done
+    return 1
+}
+
+# alive PID: a live process, not a zombie (an exited daemon stays one until reaped).
+alive() {
+    local state
+    state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+# pid_is NAME PIDFILE: the pid file names a live (not zombie) process called NAME.
+pid_is() {
+    local pid
+    [ -s "$2" ] || return 1
+    pid="$(tr -dc '0-9' < "$2")"
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 1
+    alive "$pid"
+}
+
+# server_engine: "VERSION STORE" of the daemon on the default socket (STORE: containerd or classic).
+server_engine() {
+    local c v store
+    for c in "${DOCKER_CLIENTS[@]}"; do
+        [ -x "$c" ] || continue
+        v="$(timeout 10 "$c" version --format '{{.Server.Version}}' 2>/dev/null)" || continue
+        [ -n "$v" ] || continue
+        store=classic
+        if timeout 10 "$c" info --format '{{range .DriverStatus}}{{index . 1}} {{end}}' 2>/dev/null \
+            | grep -q 'io.containerd.snapshotter.v1'; then
+            store=containerd
+        fi
+        echo "$v $store"
+        return 0
+    done
+    return 1
+}
+
+engine_ok() {
+    local e
+    e="$(server_engine)" || return 1
+    [[ "$e" == "$ENGINE_PREFIX"* ]] || return 1
+    [ "$ENGINE" != 26 ] || [[ "$e" == *" containerd" ]]
+}
+
+# stop_dockerd: stop the daemon on the default socket and wait until it is gone.
+stop_dockerd() {
+    local pid="" t0
+    if pid_is dockerd "$DOCKERD_PIDFILE"; then
+        pid="$(tr -dc '0-9' < "$DOCKERD_PIDFILE")"
+        log "dockerd: stopping pid $pid (its containers stop with it)"
+        kill -TERM "$pid"
+    elif command -v systemctl >/dev/null 2>&1 && systemctl is-active -q docker 2>/dev/null; then
+        log "dockerd: stopping the systemd unit docker"
+        systemctl stop docker docker.socket
+    else
+        die "a docker daemon answers on /var/run/docker.sock, but not from $DOCKERD_PIDFILE or systemd; stop it, then run this again"
+    fi
+    t0=$SECONDS
+    while ((SECONDS - t0 < DOCKERD_WAIT)); do
+        if { [ -z "$pid" ] || ! alive "$pid"; } && ! docker_answers; then
+            log "dockerd: stopped after $((SECONDS - t0))s"
+            return 0
+        fi
+        sleep 1
+    done
+    die "dockerd${pid:+ (pid $pid)} did not stop within ${DOCKERD_WAIT}s"
+}
+
+if docker_answers && ! engine_ok; then
+    log "dockerd: running $(server_engine || echo '?'), but this host wants docker $ENGINE_PREFIX*$([ "$ENGINE" = 26 ] && echo ' with the containerd image store'); replacing it"
+    stop_dockerd
+fi
+
+if docker_answers; then
+    log "dockerd: already running ($(server_engine))"
+else
+    if pid_is dockerd "$DOCKERD_PIDFILE"; then
+        log "dockerd: pid $(cat "$DOCKERD_PIDFILE") alive but not answering yet; waiting"
+    else
+        # Stale pid files from a killed daemon would make dockerd (or its
+        # managed containerd) refuse to start or talk to the wrong process.
+        if [ -e "$DOCKERD_PIDFILE" ]; then
+            log "dockerd: removing stale $DOCKERD_PIDFILE"
+            rm -f "$DOCKERD_PIDFILE"
+        fi
+        cpid=/var/run/docker/containerd/containerd.pid
+        if [ -e "$cpid" ] && ! pid_is containerd "$cpid"; then
+            log "dockerd: removing stale $cpid"
+            rm -f "$cpid"
+        fi
+        DOCKERD="$(command -v /usr/sbin/dockerd dockerd 2>/dev/null | head -n1 || true)"
+        [ -n "$DOCKERD" ] || die "dockerd not found (is docker.io installed?)"
+        log "dockerd: starting $DOCKERD (log: $DOCKERD_LOG)"
+        printf '\n==== %s setup-host.sh starts dockerd\n' "$(date -u +%FT%TZ)" >> "$DOCKERD_LOG"
+        setsid nohup "$DOCKERD" >> "$DOCKERD_LOG" 2>&1 < /dev/null &
+        started_pid=$!
+    fi
+    t0=$SECONDS
+    while ((SECONDS - t0 < DOCKERD_WAIT)); do
+        docker_answers && break
+        if [ -n "${started_pid:-}" ] && ! alive "$started_pid"; then
+            tail -n 20 "$DOCKERD_LOG" >&2 || true
+            die "dockerd exited during start-up; see $DOCKERD_LOG"
+        fi
+        sleep 1
+    done
+    if ! docker_answers; then
+        tail -n 20 "$DOCKERD_LOG" >&2 || true
+        die "dockerd (pid file $DOCKERD_PIDFILE) did not answer on /var/run/docker.sock within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
+    fi
+    log "dockerd: up after $((SECONDS - t0))s"
+    engine_ok || die "dockerd answers as $(server_engine || echo '?'), not docker $ENGINE_PREFIX*$([ "$ENGINE" = 26 ] && echo ' with the containerd image store'); see $DOCKERD_LOG and $DAEMON_JSON"
+fi
+
+# ---------------------------------------------------------------- 4. buildx + compose plugins
+PLUGINS=(docker-buildx docker-compose)
+
+plugins_ok() {
+    local d p
+    for d in "${PLUGIN_DIRS[@]}"; do
+        for p in "${PLUGINS[@]}"; do
+            [ -x "$d/$p" ] || return 1
+            "$d/$p" docker-cli-plugin-metadata >/dev/null 2>&1 || return 1
+        done
+    done
+}
+
+if plugins_ok; then
+    log "plugins: buildx and compose already installed"
+else
+    log "plugins: fetching docker-buildx and docker-compose from suite '$NEXT_SUITE'"
+    A="$TMP_ROOT/plugins"
+    next_suite_download "$A/debs" "${PLUGINS[@]}"
+    mkdir -p "$A/root"
     for deb in "$A"/debs/*.deb; do
         dpkg -x "$deb" "$A/root"
     done
@@ -258,7 +404,17 @@ for c in docker "${DOCKER_CLIENTS[@]}"; do
 done
 log "plugins: 'docker buildx' and 'docker compose' work"
 
-# ---------------------------------------------------------------- 4. arm64 emulation
+# cosign (publish --sign/--sbom, inspect --key): trixie's 2.5 needs only libc.
+if command -v cosign >/dev/null 2>&1 && cosign version >/dev/null 2>&1; then
+    log "cosign: already installed ($(pkgver cosign))"
+else
+    log "cosign: installing from suite '$NEXT_SUITE'"
+    next_suite_download "$TMP_ROOT/cosign" cosign
+    dpkg -i "$TMP_ROOT"/cosign/cosign_*.deb >/dev/null || die "dpkg -i of cosign failed"
+    log "cosign: $(pkgver cosign) installed"
+fi
+
+# ---------------------------------------------------------------- 5. arm64 emulation
 BINFMT=/proc/sys/fs/binfmt_misc
 if ! mountpoint -q "$BINFMT"; then
     log "binfmt: mounting binfmt_misc on $BINFMT"
@@ -280,18 +436,18 @@ case "$flags" in
     *) die "qemu-aarch64 binfmt lacks the F (fix-binary) flag ('$flags'); containers cannot find the interpreter" ;;
 esac
 
-# ---------------------------------------------------------------- 5. summary
-pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'; }
+# ---------------------------------------------------------------- 6. summary
 first_line() { "$@" 2>&1 | head -n1 || true; }
 log "summary:"
 printf '  %-22s %s\n' \
     "docker client (PATH)" "$(docker version --format '{{.Client.Version}}' 2>/dev/null || echo '?') ($(command -v docker))" \
     "docker client (deb)" "$(/usr/bin/docker version --format '{{.Client.Version}}' 2>/dev/null || echo '?') (/usr/bin/docker)" \
-    "docker server" "$(/usr/bin/docker version --format '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null || echo '?'), storage $(/usr/bin/docker info --format '{{.Driver}}' 2>/dev/null || echo '?')" \
+    "docker server" "$(/usr/bin/docker version --format '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null || echo '?'), storage $(/usr/bin/docker info --format '{{.Driver}}' 2>/dev/null || echo '?') ($(server_engine | cut -d' ' -f2) image store)" \
     "buildx" "$(first_line docker buildx version)" \
     "compose" "$(first_line docker compose version)" \
     "qemu-user-static" "$(pkgver qemu-user-static) (binfmt flags: $flags)" \
     "mmdebstrap" "$(first_line mmdebstrap --version)" \
     "docker-registry" "$(pkgver docker-registry)" \
+    "cosign" "$(pkgver cosign)" \
     "apache2-utils" "$(pkgver apache2-utils) (htpasswd)"
 log "done"

@@ -206,6 +206,43 @@ def test_cli_publish_json_and_dry_run(world: World) -> None:
     assert done["variants"][0]["state"] == "published" and done["stats"]["blobs_uploaded"] == 3  # 1 layer + 2 configs
 
 
+def _key_pair(directory: Path) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "COSIGN_PASSWORD": ""}
+    subprocess.run(["cosign", "generate-key-pair"], cwd=directory, env=env, capture_output=True, check=True)
+    return directory / "cosign.key", directory / "cosign.pub"
+
+
+def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World, tmp_path: Path) -> None:
+    if shutil.which("cosign") is None:
+        pytest.skip("cosign is not installed (.ci/setup-host.sh installs trixie's cosign 2.5)")
+    key, pub_key = _key_pair(tmp_path / "keys")
+    host, env = world.registry.host, {"COSIGN_PASSWORD": ""}
+    args = ("publish", "engram-mem", "-r", host, "--repository", "t6/vllm-dsv41", "--json")
+    proc = imgbuild(world.project, *args, "--sbom", "--sign", "--key", str(key), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = json.loads(proc.stdout)
+    index = done["variants"][0]["index"]
+    assert sorted(a.split()[0] for a in done["attached"]) == ["sbom", "sbom", "signature"]
+    assert f"signature {host}/t6/vllm-dsv41@{index}" in done["attached"]
+    ref = f"{host}/t6/vllm-dsv41:engram-mem"
+    for platform in PLATFORMS:
+        proc = imgbuild(world.project, "inspect", ref, "--platform", platform, "--key", str(pub_key), "--json")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        chain = json.loads(proc.stdout)["supply_chain"]
+        assert chain["ok"] and chain["signature"]["verified"] and chain["sbom"]["verified"], chain
+        assert chain["sbom"]["problems"] == []  # its files and sha256 and its base digest match the image
+    text = imgbuild(world.project, "inspect", ref, "--platform", "linux/arm64", "--key", str(pub_key)).stdout
+    assert "signature" in text and "verified" in text
+    _, other = _key_pair(tmp_path / "other")
+    proc = imgbuild(world.project, "inspect", ref, "--platform", "linux/arm64", "--key", str(other), "--json")
+    assert proc.returncode == 1
+    chain = json.loads(proc.stdout)["supply_chain"]
+    assert not chain["signature"]["verified"] and not chain["sbom"]["verified"]
+    unsigned = imgbuild(world.project, *args[:-1], "--sbom")  # --sbom without --key: usage error, nothing pushed
+    assert unsigned.returncode == 2 and "--key" in unsigned.stderr
+
+
 def _htpasswd(path: Path, user: str, password: str) -> None:
     out = subprocess.run(["htpasswd", "-Bbn", user, password], capture_output=True, text=True, check=True).stdout
     path.write_text(out)
@@ -324,7 +361,7 @@ def test_bake_file_builds_both_variants_with_a_shared_layer(world: World, tmp_pa
     assert printed.returncode == 0, printed.stderr
     resolved = json.loads(printed.stdout)
     assert "FROM ${BASE}" in resolved["target"]["latest"]["dockerfile-inline"]
-    assert resolved["target"]["latest"]["tags"][1] == "docker.io/library/vllm-dsv41:latest"
+    assert resolved["target"]["latest"]["tags"][1] == "localhost:5000/vllm-dsv41:latest"  # the default REGISTRY
     env = {**os.environ, "REGISTRY": "imgbuild-test-bake"}
     build = subprocess.run(
         [

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imgbuild import dockerfile, labels
-from imgbuild.buildplan import ProjectInputs, repository_of
+from imgbuild.buildplan import ProjectInputs, repository_of, title_of
 from imgbuild.errors import ConfigError
 from imgbuild.layers import LayerFile, overlay_files, plan_layers
 from imgbuild.lock import Lock
@@ -48,7 +48,9 @@ CONTEXT_DIR = "buildkit/context"
 BAKE_FORMAT = "imgbuild-bake/1"
 LAYER_FORMAT = "imgbuild-bake-layer/1"
 STAMP = ".imgbuild-context"
-DEFAULT_REGISTRY = "docker.io/library"
+# A loopback registry: pushable when one runs (.ci/start-registry.sh), never a namespace of
+# somebody else; CI and users set REGISTRY (e.g. ghcr.io/OWNER).
+DEFAULT_REGISTRY = "localhost:5000"
 RUNNERS = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
 
 
@@ -111,15 +113,15 @@ def render_dockerfile(base: str, site: str, layer_dirs: Sequence[str], env: Sequ
     return "\n".join(lines) + "\n"
 
 
-def _base_ref(plan: VariantPlan, lock: Lock | None) -> tuple[str, str, bool]:
-    """(BASE default, base digest label, locked?)."""
+def _base_ref(plan: VariantPlan, lock: Lock | None) -> tuple[str, str | None, bool]:
+    """(BASE default, base digest label (None: unknown, so absent), locked?)."""
     v = plan.variant
     if not v.image.base:
         raise ConfigError(f"images/{v.name}.yaml: image.base is not set (nor inherited through from:)")
     if lock is not None and v.name in lock.variants and lock.variants[v.name].base == v.image.base:
         locked = lock.bases[v.image.base]
         return locked.pinned(), locked.digest, True
-    return v.image.base, "unlocked", False
+    return v.image.base, None, False
 
 
 def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | None) -> Bake:
@@ -167,6 +169,9 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         site_packages=site,
         layer_digests=chain,
         user=dict(v.image.labels),
+        title=title_of(repository_of(plan, None), v.name, v.image.tags),
+        # No source/revision: the committed file cannot name the commit that holds it.
+        # CI adds them at build time (images.yml); `imgbuild build` and `publish` write them.
     )
     digest = _digest([BAKE_FORMAT, *v.image.platforms, base, text, json.dumps(image_labels, sort_keys=True)])
     final = dict(sorted({**image_labels, labels.INPUTS: digest}.items()))

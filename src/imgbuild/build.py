@@ -21,11 +21,14 @@ import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from imgbuild import labels, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
+from imgbuild.gitio import GitError, GitRepo
+from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.planner import VariantPlan
 from imgbuild.project import Project
 from imgbuild.smoke import Expected, SmokeReport, smoke
@@ -47,6 +50,7 @@ class BuildOptions:
     force: bool = False
     smoke: bool = True
     verbose: bool = False
+    builder: str | None = None  # a buildx builder (remote or multi-node BuildKit); default: buildx's own choice
 
 
 @dataclass
@@ -75,6 +79,8 @@ class ImageResult:
     smoke: SmokeReport | None = None
     note: str = ""
     base_layers: int = 0
+    index: str = ""  # the multi-platform image this platform's image is part of (Docker 26 path)
+    index_ref: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -88,6 +94,8 @@ class ImageResult:
             "moved": self.moved,
             "rootfs_layers": list(self.layers),
             "base_layers": self.base_layers,
+            "index": self.index or None,
+            "index_ref": self.index_ref or None,
             "note": self.note,
             "smoke": self.smoke.to_json() if self.smoke else None,
         }
@@ -112,26 +120,43 @@ def project_inputs(project: Project) -> ProjectInputs:
         package_root=project.pin.package_root,
         series_digest=project.series_digest,
         created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
+        source=project_source(project.root),
     )
+
+
+def project_source(root: Path) -> labels.Source:
+    """This project's repository URL (its `origin`) and commit, as far as git knows them."""
+    try:
+        repo = GitRepo(root)
+        revision = repo.run("rev-parse", "--verify", "-q", "HEAD").strip()
+    except GitError:
+        return labels.Source()
+    try:
+        remote = repo.run("remote", "get-url", "origin").strip()
+    except GitError:
+        remote = ""
+    return labels.Source(labels.source_url(remote) if remote else None, revision or None)
 
 
 ALL_PLATFORMS = "all"
 
 
 def variant_plans(project: Project, platform: str | None) -> list[VariantPlan]:
-    """Plans narrowed to the platform a local build makes.
+    """Plans narrowed to the platforms a local build makes.
 
-    A local image store holds one platform per tag, so by default a build makes
-    the variant's first platform under the plain tags (`vllm-dsv41:latest`).
-    `--platform all` builds every declared platform, with `-<arch>` tag suffixes;
-    multi-arch tags are made by `imgbuild publish` and CI, not locally.
+    By default a build makes the variant's first platform under the plain tags
+    (`vllm-dsv41:latest`). `--platform all` builds every declared platform,
+    `--platform a,b` those. On Docker 26 with the containerd image store they
+    become one multi-platform image per tag (multiplan.py); on older engines
+    each platform is built on its own under `-<arch>` tag suffixes.
     """
     plans = project.plan()
     if platform == ALL_PLATFORMS:
         return plans
+    wanted = tuple(p.strip() for p in (platform or "").split(",") if p.strip())
     out = []
     for p in plans:
-        image = dataclasses.replace(p.variant.image, platforms=(platform or p.variant.image.platforms[0],))
+        image = dataclasses.replace(p.variant.image, platforms=wanted or (p.variant.image.platforms[0],))
         out.append(dataclasses.replace(p, variant=dataclasses.replace(p.variant, image=image)))
     return out
 
@@ -172,7 +197,7 @@ def dry_bases(
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
             image_id = info.id if info else "unresolved"
             out[(plan.variant.name, platform)] = BaseInfo(
-                ref, image_id, info.digest if info else image_id, platform, site
+                ref, image_id, info.registry_digest if info else None, platform, site
             )
     return out
 
@@ -207,7 +232,7 @@ class Bases:
                 )
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
-        return BaseInfo(ref, info.id, info.digest, platform, site, skeleton=labels.SKELETON in info.labels)
+        return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
 
     def _image(self, ref: str, platform: str) -> ImageInfo:
         if (ref, platform) not in self._info:
@@ -276,12 +301,19 @@ def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: dict[tuple[
         )
 
 
-def check_collisions(engine: Engine, plan: BuildPlan) -> None:
+def check_collisions(engine: Engine, plan: BuildPlan, multi: MultiPlan | None = None) -> None:
     """Refuse before any build when a tag we would write names an image imgbuild did not build."""
     clashes = []
-    wanted: list[tuple[str, str]] = [(lb.tag, labels.LAYER) for lb in plan.layers]
-    for ib in plan.images:
-        wanted += [(ib.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in ib.moving_refs)]
+    wanted: list[tuple[str, str]] = []
+    if multi is None:
+        wanted += [(lb.tag, labels.LAYER) for lb in plan.layers]
+        for ib in plan.images:
+            wanted += [(ib.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in ib.moving_refs)]
+    else:
+        wanted += [(ml.tag, labels.LAYER) for ml in multi.layers]
+        for mi in multi.images:
+            refs = [mi.immutable_ref, *mi.platform_refs.values(), *mi.moving_refs]
+            wanted += [(r, labels.INPUTS) for r in refs]
     for ref, key in wanted:
         info = engine.image(ref)
         if info is not None and key not in info.labels:
@@ -295,35 +327,86 @@ def check_collisions(engine: Engine, plan: BuildPlan) -> None:
         )
 
 
+def multi_plan(engine: Engine, project: Project, plan: BuildPlan) -> MultiPlan | None:
+    """The multi-platform plan when the engine builds several platforms in one call and the plan has several."""
+    if not engine.features.modern or len(platforms_of(plan)) < 2:
+        return None
+    return make_multi_plan(project_inputs(project), plan)
+
+
+def smoke_images(engine: Engine, project: Project, plan: BuildPlan) -> tuple[ImageBuild, ...]:
+    """The single-platform images a smoke test of `plan` runs on (each platform of a multi-platform image)."""
+    multi = multi_plan(engine, project, plan)
+    return plan.images if multi is None else tuple(p for mi in multi.images for p in mi.parts)
+
+
 # -- executing --------------------------------------------------------------
 OnSmoke = Callable[[SmokeReport], None]
 
 
 class Runner:
     def __init__(
-        self, engine: Engine, plan: BuildPlan, options: BuildOptions, say: Say, on_smoke: OnSmoke | None = None
+        self,
+        engine: Engine,
+        plan: BuildPlan,
+        options: BuildOptions,
+        say: Say,
+        on_smoke: OnSmoke | None = None,
+        *,
+        multi: MultiPlan | None = None,
+        epoch: int | None = None,
     ) -> None:
         self.engine, self.plan, self.options, self.say = engine, plan, options, say
         self.on_smoke = on_smoke
+        self.multi, self.epoch = multi, epoch
         self.result = BuildResult(plan)
 
+    def _build(self, context: bytes, tag: str, platforms: Sequence[str], refs: dict[str, str] | None = None) -> str:
+        return self.engine.build(
+            context,
+            tags=[tag],
+            platform=",".join(platforms),
+            no_cache=self.options.force,
+            verbose=self.options.verbose,
+            epoch=self.epoch,
+            platform_tags=refs,
+            builder=self.options.builder,
+        )
+
+    def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:
+        existing = self.engine.image(tag)
+        what = f"layer {tag} ({len(files)} file{'s' if len(files) != 1 else ''})"
+        if existing is not None and existing.labels.get(labels.LAYER) == digest and not self.options.force:
+            self.say(f"{what}: unchanged, reused (no docker build)")
+            self.result.layers.append(LayerResult(digest, tag, existing.id, files, False))
+            return
+        self.say(f"{what}: building for {', '.join(platforms)}")
+        image_id = self._build(context, tag, platforms)
+        self.result.layers.append(LayerResult(digest, tag, image_id, files, True))
+
     def layers(self) -> None:
+        if self.multi is not None:
+            for ml in self.multi.layers:
+                self._layer(ml.digest, ml.tag, ml.files, ml.platforms, ml.context)
+            return
         for lb in self.plan.layers:
-            existing = self.engine.image(lb.tag)
-            what = f"layer {lb.tag} ({len(lb.files)} file{'s' if len(lb.files) != 1 else ''})"
-            if existing is not None and existing.labels.get(labels.LAYER) == lb.digest and not self.options.force:
-                self.say(f"{what}: unchanged, reused (no docker build)")
-                self.result.layers.append(LayerResult(lb.digest, lb.tag, existing.id, lb.files, False))
-                continue
-            self.say(f"{what}: building for {lb.platform}")
-            image_id = self.engine.build(
-                lb.context,
-                tags=[lb.tag],
-                platform=lb.platform,
-                no_cache=self.options.force,
-                verbose=self.options.verbose,
+            self._layer(lb.digest, lb.tag, lb.files, [lb.platform], lb.context)
+
+    def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str]) -> SmokeReport:
+        self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
+        report = smoke(self.engine, image_id, expected_for(ib))
+        report.image, report.name = ib.immutable_ref, name
+        if self.on_smoke is not None:
+            self.on_smoke(report)
+        if not report.ok:
+            raise SmokeError(
+                f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
+                + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
+                + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
+                hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
+                f"{image_id[:19]} for `imgbuild inspect`",
             )
-            self.result.layers.append(LayerResult(lb.digest, lb.tag, image_id, lb.files, True))
+        return report
 
     def image(self, ib: ImageBuild) -> ImageResult:
         eng = self.engine
@@ -353,32 +436,14 @@ class Runner:
             self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
         try:
             if not reuse:
-                result.image_id = eng.build(
-                    ib.context,
-                    tags=[ib.immutable_ref],
-                    platform=ib.platform,
-                    no_cache=self.options.force,
-                    verbose=self.options.verbose,
-                )
+                result.image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
             pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
             if not self.options.smoke:
                 result.note = "not smoke-tested (--no-smoke): moving tags left alone"
                 self.say(f"{ib.variant}: {result.note}")
             elif pending or result.built:
-                self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
-                result.smoke = smoke(eng, result.image_id, expected_for(ib))
-                result.smoke.image = ib.immutable_ref
-                result.smoke.name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
-                if self.on_smoke is not None:
-                    self.on_smoke(result.smoke)
-                if not result.smoke.ok:
-                    raise SmokeError(
-                        f"{ib.immutable_ref} failed its smoke test ({len(result.smoke.failures)} failing checks: "
-                        + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in result.smoke.failures[:4])
-                        + f"); {', '.join(ib.moving_refs) or 'no moving tag'} left unchanged",
-                        hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
-                        f"{result.image_id[:19]} for `imgbuild inspect`",
-                    )
+                name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
+                result.smoke = self._smoke(ib, result.image_id, name, ib.moving_refs)
                 for ref in pending:
                     eng.tag(result.image_id, ref)
                 result.moved = bool(pending)
@@ -386,21 +451,96 @@ class Runner:
                 self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
         except BaseException:
             if result.built:  # put the immutable tag back as it was (best effort: the daemon may be gone)
-                with contextlib.suppress(DockerError):
-                    if previous is not None:
-                        eng.tag(previous, ib.immutable_ref)
-                    else:
-                        eng.untag(ib.immutable_ref)
+                _restore(eng, {ib.immutable_ref: previous})
             raise
         result.layers = eng.require(result.image_id).layers
         result.base_layers = len(eng.require(ib.base.image_id).layers)
         return result
 
+    def multi_image(self, mi: MultiImage) -> list[ImageResult]:
+        """One BuildKit call for every platform of `mi`; each platform smoke-tested before the moving tags move."""
+        eng = self.engine
+        refs = mi.platform_refs
+        existing = eng.image(mi.immutable_ref)
+        reuse = (
+            existing is not None
+            and existing.labels.get(labels.INPUTS) == mi.inputs_digest
+            and all(eng.image(r) is not None for r in refs.values())
+            and not self.options.force
+        )
+        previous = {r: _image_id(eng, r) for r in (mi.immutable_ref, *refs.values())}
+        results = [
+            ImageResult(
+                p.variant,
+                p.platform,
+                "",
+                p.immutable_ref,
+                mi.moving_refs,
+                mi.inputs_digest,
+                built=not reuse,
+                moved=False,
+                layers=(),
+                index_ref=mi.immutable_ref,
+            )
+            for p in mi.parts
+        ]
+        platforms = ", ".join(mi.platforms)
+        try:
+            if reuse:
+                assert existing is not None
+                index_id = existing.id
+                self.say(
+                    f"{mi.variant}: {mi.immutable_ref} ({platforms}) unchanged (inputs {mi.inputs_digest[:12]}), "
+                    "reused (no docker build)"
+                )
+            else:
+                self.say(f"{mi.variant}: building {mi.immutable_ref} for {platforms} in one call")
+                index_id = self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
+            for r in results:
+                r.image_id, r.index = eng.require(r.immutable).id, index_id
+            pending = [r for r in mi.moving_refs if _image_id(eng, r) != index_id]
+            if not self.options.smoke:
+                for r in results:
+                    r.note = "not smoke-tested (--no-smoke): moving tags left alone"
+                self.say(f"{mi.variant}: {results[0].note}")
+            elif pending or not reuse:
+                name = mi.moving_refs[0] if mi.moving_refs else mi.immutable_ref
+                for r, part in zip(results, mi.parts, strict=True):
+                    r.smoke = self._smoke(part, r.image_id, f"{name} {part.platform}", mi.moving_refs)
+                for ref in pending:
+                    eng.tag(index_id, ref)
+                for r in results:
+                    r.moved = bool(pending)
+            else:
+                self.say(f"{mi.variant}: {', '.join(mi.moving_refs) or 'no moving tag'}: already up to date")
+        except BaseException:
+            if not reuse:
+                _restore(eng, previous)
+            raise
+        for r, part in zip(results, mi.parts, strict=True):
+            r.layers = eng.require(r.image_id).layers
+            r.base_layers = len(eng.require(part.base.image_id).layers)
+        return results
+
     def run(self) -> BuildResult:
         self.layers()
+        if self.multi is not None:
+            for mi in self.multi.images:
+                self.result.images.extend(self.multi_image(mi))
+            return self.result
         for ib in self.plan.images:
             self.result.images.append(self.image(ib))
         return self.result
+
+
+def _restore(engine: Engine, previous: dict[str, str | None]) -> None:
+    """Put tags back as they were (best effort: the daemon may be gone)."""
+    for ref, image_id in previous.items():
+        with contextlib.suppress(DockerError):
+            if image_id is not None:
+                engine.tag(image_id, ref)
+            else:
+                engine.untag(ref)
 
 
 def sharing(images: Sequence[ImageResult]) -> dict[str, str]:
@@ -451,14 +591,17 @@ def prepare(
     resolver = Bases(engine, project, options, say)
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
     plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
-    if options.force or not all(_current(engine, ib) for ib in plan.images):
+    multi = multi_plan(engine, project, plan)
+    wanted = [(ib.immutable_ref, ib.inputs_digest) for ib in plan.images] if multi is None else []
+    wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
+    if options.force or not all(_current(engine, ref, inputs) for ref, inputs in wanted):
         check_drift(engine, plans, bases)
     return plan, plans, bases
 
 
-def _current(engine: Engine, ib: ImageBuild) -> bool:
-    info = engine.image(ib.immutable_ref)
-    return info is not None and info.labels.get(labels.INPUTS) == ib.inputs_digest
+def _current(engine: Engine, ref: str, inputs: str) -> bool:
+    info = engine.image(ref)
+    return info is not None and info.labels.get(labels.INPUTS) == inputs
 
 
 def build(
@@ -469,13 +612,19 @@ def build(
     say: Say = _stderr,
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
+    say(engine.features.describe())
     plan, _, _ = prepare(engine, project, variants, options, say)
-    check_collisions(engine, plan)
-    return Runner(engine, plan, options, say, on_smoke).run()
+    multi = multi_plan(engine, project, plan)
+    check_collisions(engine, plan, multi)
+    epoch = labels.epoch(project_inputs(project).created)
+    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch).run()
 
 
-def dry_run(project: Project, variants: Sequence[str], options: BuildOptions) -> tuple[BuildPlan, bool]:
-    """The build plan without building; asks the daemon about bases only if it answers."""
+def dry_run(
+    project: Project, variants: Sequence[str], options: BuildOptions
+) -> tuple[BuildPlan, bool, MultiPlan | None]:
+    """The build plan without building (and the multi-platform one the engine would run); asks the daemon
+    about bases only if it answers."""
     for name in variants:
         project.variant(name)
     try:
@@ -485,4 +634,4 @@ def dry_run(project: Project, variants: Sequence[str], options: BuildOptions) ->
     plans = variant_plans(project, options.platform)
     bases = dry_bases(project, plans, options, engine)
     plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
-    return plan, engine is not None
+    return plan, engine is not None, multi_plan(engine, project, plan) if engine else None

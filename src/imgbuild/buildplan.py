@@ -34,7 +34,7 @@ class BaseInfo:
 
     ref: str
     image_id: str  # sha256:..., or "unresolved" in a dry run without the image
-    digest: str  # a repo digest when the image has one, else its image id
+    digest: str | None  # its manifest digest in a registry (a repo digest, or the lock's); None if unknown
     platform: str
     site_packages: str
     skeleton: bool = False
@@ -46,6 +46,7 @@ class ProjectInputs:
     package_root: str
     series_digest: str
     created: str
+    source: labels.Source = field(default_factory=labels.Source)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,11 @@ def repository_of(plan: VariantPlan, override: str | None) -> str:
             hint="set image.repository, e.g. vllm-dsv41, in the root variant",
         )
     return repo
+
+
+def title_of(repository: str, variant: str, tags: Sequence[str] | None) -> str:
+    """`org.opencontainers.image.title`: the image as users name it, e.g. vllm-dsv41:latest."""
+    return f"{repository}:{tags[0]}" if tags else f"{repository} ({variant})"
 
 
 def make_build_plan(
@@ -224,6 +230,8 @@ def _image(
         site_packages=base.site_packages,
         layer_digests=chain,
         user=dict(v.image.labels),
+        title=title_of(repo, v.name, v.image.tags),
+        source=project.source,
     )
     pre = dockerfile.render_variant(from_ref, v.image.env, image_labels)
     inputs = _sha(IMAGE_FORMAT, platform, base.image_id, pre)

@@ -28,13 +28,18 @@ PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)(/v8)?$")
 
 
 def check_platform(value: str | None, *, allow_all: bool = False) -> str | None:
-    """A --platform value: a known platform (or `all` where a command takes it)."""
-    if value is None or (allow_all and value == "all") or PLATFORM_RE.match(value):
+    """A --platform value: a known platform, or where a command takes several
+    (`allow_all`), `all` or a comma-separated list of known platforms."""
+    if value is None or (allow_all and value == "all"):
+        return value
+    items = value.split(",") if allow_all else [value]
+    bad = [item for item in items if not PLATFORM_RE.match(item.strip())]
+    if not bad:
         return value
     from imgbuild.errors import UsageError
 
     known = ", ".join((*KNOWN_PLATFORMS, *(("all",) if allow_all else ())))
-    raise UsageError(f"--platform {value}: unsupported platform; known: {known}")
+    raise UsageError(f"--platform {', '.join(bad)}: unsupported platform; known: {known}")
 
 
 class Strict(BaseModel):

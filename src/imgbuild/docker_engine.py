@@ -1,7 +1,17 @@
 """Every docker call goes through this module.
 
 Builds run through BuildKit with the `docker buildx build` CLI (the docker
-driver, `--load`, one `--platform` per build, the context tar on stdin).
+driver, the context tar on stdin). The engine's version and image store are
+read once (`Engine.features`) and pick the build path:
+
+- Docker 26+ with the containerd image store: one call builds every platform
+  (`--platform a,b`) through the `oci` exporter with `rewrite-timestamp` and
+  SOURCE_DATE_EPOCH, so equal inputs give equal digests; the OCI tar is then
+  `docker load`ed, a multi-platform index under the tags plus one tag per
+  platform (Docker 26 cannot inspect one platform of an index).
+- anything older (Debian's 20.10, BuildKit v0.8): `--load`, one platform per
+  call, digests not reproducible.
+
 Everything else (inspect, tag, run, read files, load, pull) goes through the
 docker SDK. With IMGBUILD_ECHO=1 each operation is echoed as the docker
 command it amounts to. Failures become DockerError with a hint.
@@ -11,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import platform as host_platform
+import re
 import shlex
 import signal
 import subprocess
@@ -20,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -29,6 +41,7 @@ import docker
 import docker.errors
 import requests
 
+from imgbuild import reference
 from imgbuild.errors import DockerError
 
 START_HINT = (
@@ -90,7 +103,12 @@ class ImageInfo:
     @property
     def digest(self) -> str:
         """The repo digest when the image came from a registry, else the image id."""
-        return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else self.id
+        return self.registry_digest or self.id
+
+    @property
+    def registry_digest(self) -> str | None:
+        """The manifest digest of the image in a registry it came from; None for a local build or load."""
+        return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else None
 
 
 @dataclass(frozen=True)
@@ -99,6 +117,52 @@ class RunResult:
     stdout: str
     stderr: str
     timed_out: bool = False
+
+
+CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
+# rewrite-timestamp needs BuildKit v0.13, which Docker 26 embeds.
+OCI_EXPORT_MIN = (26, 0)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a docker version such as '26.1.5+dfsg1'; (0, 0, 0) if unreadable."""
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class EngineFeatures:
+    """What the daemon can do, read once from `docker version` and `docker info`."""
+
+    version: str
+    api_version: str
+    containerd_store: bool
+
+    @classmethod
+    def from_daemon(cls, version: dict[str, Any], info: dict[str, Any]) -> EngineFeatures:
+        status = info.get("DriverStatus") or []
+        snapshotter = any(
+            isinstance(row, list | tuple) and len(row) == 2 and row[1] == CONTAINERD_SNAPSHOTTER for row in status
+        )
+        return cls(str(version.get("Version", "")), str(version.get("ApiVersion", "")), snapshotter)
+
+    @property
+    def modern(self) -> bool:
+        """Multi-platform builds in one call, the oci exporter, reproducible digests."""
+        return self.containerd_store and parse_version(self.version)[:2] >= OCI_EXPORT_MIN
+
+    def describe(self) -> str:
+        store = "containerd image store" if self.containerd_store else "classic image store"
+        if self.modern:
+            return (
+                f"engine: docker {self.version} ({store}): multi-platform images in one BuildKit call, "
+                "oci exporter with rewrite-timestamp (reproducible digests)"
+            )
+        why = "" if self.containerd_store else "; Docker 26+ with the containerd image store builds them in one call"
+        return (
+            f"engine: docker {self.version} ({store}): one platform per BuildKit call, "
+            f"several platforms under -<arch> tags, digests not reproducible{why}"
+        )
 
 
 def _daemon_address() -> str:
@@ -136,6 +200,8 @@ class Engine:
         self.cli = cli
         self._buildx_checked = False
         self._arch: str | None = None
+        self._features: EngineFeatures | None = None
+        self._contexts: dict[str, bool] = {}  # builder name -> is a docker context
 
     @classmethod
     def connect(cls) -> Engine:
@@ -168,6 +234,13 @@ class Engine:
         if self._arch is None:
             self._arch = host_arch(str(self._call(self.client.info).get("Architecture", "")))
         return self._arch
+
+    @property
+    def features(self) -> EngineFeatures:
+        """The daemon's version and image store, asked once per Engine."""
+        if self._features is None:
+            self._features = EngineFeatures.from_daemon(self._call(self.client.version), self._call(self.client.info))
+        return self._features
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -259,44 +332,111 @@ class Engine:
         platform: str,
         no_cache: bool = False,
         verbose: bool = False,
+        epoch: int | None = None,
+        platform_tags: Mapping[str, str] | None = None,
+        builder: str | None = None,
     ) -> str:
-        """`docker buildx build --load` of a context tar; returns the image id."""
+        """Build a context tar for `platform` (comma-separated for several); returns the image id.
+
+        On a modern engine (see `features`) the image goes through the oci
+        exporter with SOURCE_DATE_EPOCH=`epoch` and is loaded; `platform_tags`
+        (platform -> ref) then also names each platform's own manifest. The
+        image id is the manifest or index digest there, the config digest on
+        the classic store. `builder` names a buildx builder to build on (its
+        output comes back to this daemon as the OCI tar; it resolves bases itself).
+        """
         self._check_buildx()
+        if not tags:
+            raise ValueError("build needs a tag")
+        if "," in platform and not self.features.modern:
+            raise DockerError(
+                f"{self.features.describe()}: it cannot build {platform} in one call",
+                hint="build one platform at a time (--platform linux/arm64), or use Docker 26+ with the containerd "
+                "image store (`.ci/setup-host.sh` installs it)",
+            )
         with tempfile.TemporaryDirectory(prefix="imgbuild-build-") as tmp:
+            args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
+            env = dict(os.environ)
+            if builder:
+                env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
+            out = Path(tmp) / "image.tar"
             iid = Path(tmp) / "iid"
-            args = [self.cli, "buildx", "build", "--platform", platform, "--load", "--progress", "plain"]
-            args += ["--iidfile", str(iid)]
-            for t in tags:
-                args += ["--tag", t]
+            if self.features.modern:
+                args += ["--provenance=false", "--output", f"type=oci,dest={out},name={tags[0]},rewrite-timestamp=true"]
+                if epoch is not None:
+                    env["SOURCE_DATE_EPOCH"] = str(epoch)
+            else:
+                args += ["--load", "--iidfile", str(iid), *(a for t in tags for a in ("--tag", t))]
             if no_cache:
                 args.append("--no-cache")
             args.append("-")
             echo(args)
-            proc = subprocess.Popen(
-                args,
-                stdin=subprocess.PIPE,
-                stdout=None if verbose else subprocess.PIPE,
-                stderr=None if verbose else subprocess.STDOUT,
-            )
-            try:
-                out, _ = proc.communicate(context)
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            if proc.returncode != 0:
-                text = (out or b"").decode(errors="replace")
-                raise DockerError(
-                    f"docker buildx build for {platform} ({', '.join(tags)}) failed:\n{_tail(text)}",
-                    hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
-                )
+            self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
+            if self.features.modern:
+                image_id = self._load_oci(out, tags[0], platform_tags or {})
+                for t in tags[1:]:
+                    self.tag(image_id, t)
+                return image_id
             image_id = iid.read_text().strip() if iid.exists() else ""
         if not image_id.startswith("sha256:"):
-            info = self.image(tags[0]) if tags else None
+            info = self.image(tags[0])
             if info is None:
                 raise DockerError(f"buildx finished but left no image for {', '.join(tags)}")
             image_id = info.id
         return image_id
+
+    def _builder_args(self, builder: str | None) -> list[str]:
+        """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
+
+        buildx refuses a docker context (another dockerd, e.g. a native arm64 node) as `--builder`;
+        the CLI's `--context` selects its docker-driver builder instead.
+        """
+        if not builder:
+            return ["buildx"]
+        if builder not in self._contexts:
+            proc = subprocess.run([self.cli, "context", "inspect", builder], capture_output=True, check=False)
+            self._contexts[builder] = proc.returncode == 0
+        return ["--context", builder, "buildx"] if self._contexts[builder] else ["buildx", "--builder", builder]
+
+    def _buildx(self, args: list[str], context: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=None if verbose else subprocess.PIPE,
+            stderr=None if verbose else subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            out, _ = proc.communicate(context)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.returncode != 0:
+            text = (out or b"").decode(errors="replace")
+            raise DockerError(
+                f"{what} failed:\n{_tail(text)}",
+                hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
+            )
+
+    def _load_oci(self, archive: Path, tag: str, platform_tags: Mapping[str, str]) -> str:
+        """`docker load` an oci exporter tar; name each platform's manifest too. Returns the top digest."""
+        top, manifests = oci_manifests(archive)
+        with archive.open("rb") as fh:
+            self.load(fh)
+        missing = sorted(set(platform_tags) - set(manifests))
+        if missing:
+            raise DockerError(f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
+        if platform_tags:
+            entries = [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
+            self.load(io.BytesIO(name_manifests(entries)))
+        info = self.image(tag)
+        if info is None or info.id != top["digest"]:
+            raise DockerError(
+                f"loaded the build of {tag}, but the store has {info.id if info else 'nothing'} under that name, "
+                f"not {top['digest']}"
+            )
+        return str(top["digest"])
 
     # -- containers -------------------------------------------------------
     def read_files(self, ref: str, paths: Sequence[str], platform: str | None = None) -> dict[str, bytes | None]:
@@ -408,6 +548,67 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+OCI_INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
+
+
+def oci_manifests(archive: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The top descriptor of an OCI layout tar, and platform -> manifest descriptor below it."""
+    with tarfile.open(archive) as tar:
+
+        def blob(name: str) -> dict[str, Any]:
+            fh = tar.extractfile(name)
+            if fh is None:
+                raise DockerError(f"{archive}: no {name} in the oci exporter's output")
+            data: dict[str, Any] = json.loads(fh.read())
+            return data
+
+        top = (blob("index.json").get("manifests") or [None])[0]
+        if not isinstance(top, dict) or not str(top.get("digest", "")).startswith("sha256:"):
+            raise DockerError(f"{archive}: index.json names no image")
+        digest = str(top["digest"])
+        if top.get("mediaType") != OCI_INDEX_TYPE:
+            config = blob(f"blobs/sha256/{str(blob(f'blobs/sha256/{digest[7:]}')['config']['digest'])[7:]}")
+            return top, {f"{config.get('os')}/{config.get('architecture')}": top}
+        out = {}
+        for m in blob(f"blobs/sha256/{digest[7:]}").get("manifests") or []:
+            plat = m.get("platform") or {}
+            out[f"{plat.get('os')}/{plat.get('architecture')}"] = m
+        return top, out
+
+
+def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
+    """An OCI layout tar without blobs that names manifests already in the store: (descriptor, ref) pairs."""
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX_TYPE,
+        "manifests": [
+            {
+                "mediaType": desc.get("mediaType", OCI_MANIFEST_TYPE),
+                "digest": desc["digest"],
+                "size": desc["size"],
+                "annotations": {
+                    "io.containerd.image.name": _full_name(reference.parse(ref)),
+                    "org.opencontainers.image.ref.name": reference.parse(ref).tag or "latest",
+                },
+            }
+            for desc, ref in entries
+        ],
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("oci-layout", OCI_LAYOUT), ("index.json", json.dumps(index).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _full_name(ref: reference.Reference) -> str:
+    return f"{ref.name}:{ref.tag or 'latest'}"
 
 
 def _short(exc: BaseException) -> str:

@@ -50,8 +50,32 @@ def render_layer(parent_ref: str, package_root: str, site_packages: str, labels:
     return "\n".join(lines) + "\n"
 
 
-def render_variant(from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> str:
-    lines = ["# imgbuild image: metadata only, on top of its layers", f"FROM {from_ref}"]
+def render_multi_layer(
+    parents: Mapping[str, str], package_root: str, site_packages: str, labels: Mapping[str, str]
+) -> str:
+    """A layer for several platforms: arch -> parent through stage aliases (BuildKit refuses `FROM x:${TARGETARCH}`)."""
+    dest = f"{site_packages.rstrip('/')}/{package_root}/"
+    lines = ["# imgbuild layer: the files below, on top of each platform's parent"]
+    lines += [f"FROM {ref} AS parent-{arch}" for arch, ref in sorted(parents.items())]
+    lines += ["FROM parent-${TARGETARCH}", f"COPY {package_root}/ {dest}", *_label_lines(labels)]
+    return "\n".join(lines) + "\n"
+
+
+def render_multi_variant(stages: Mapping[str, str]) -> str:
+    """A variant image for several platforms: arch -> that platform's `render_variant(..., stage=image-<arch>)`."""
+    lines = ["# imgbuild image for several platforms: one stage per arch, picked by TARGETARCH"]
+    lines += [stages[arch].rstrip("\n") for arch in sorted(stages)]
+    lines.append("FROM image-${TARGETARCH}")
+    return "\n".join(lines) + "\n"
+
+
+def render_variant(
+    from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str], stage: str | None = None
+) -> str:
+    lines = [
+        "# imgbuild image: metadata only, on top of its layers",
+        f"FROM {from_ref}" + (f" AS {stage}" if stage else ""),
+    ]
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
@@ -84,6 +108,17 @@ def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
         if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
             raise ValueError(f"bad context path {path!r}")
     return layer_tar({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
+
+
+def context_files(context: bytes) -> dict[str, bytes]:
+    """The files of a context tar made by `context_tar`, without the Dockerfile."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        for m in tar.getmembers():
+            fh = tar.extractfile(m) if m.isfile() and m.name != DOCKERFILE else None
+            if fh is not None:
+                out[m.name] = fh.read()
+    return out
 
 
 def listing(context: bytes) -> list[ContextEntry]:

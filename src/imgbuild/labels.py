@@ -2,7 +2,11 @@
 
 Standard OCI keys (org.opencontainers.image.*) plus an `imgbuild.` namespace
 with the upstream pin, the series digest, each patch's state and each file's
-state and sha256. Everything is derived from the inputs, `created` included
+state and sha256. As the OCI spec defines them, `source` and `revision` name
+this project's repository and commit (the source that built the image; the
+vLLM release is in `imgbuild.upstream.*`), `base.name` is a fully qualified
+reference, and `source`, `revision` and `base.digest` are absent when unknown
+rather than a placeholder. Everything is derived from the inputs, `created` included
 (the newest patch Last-Update or the upstream commit date, never the wall
 clock), so equal inputs give byte-equal image configs. Values are compact
 JSON where structured; the whole set stays around 1-2 KB.
@@ -12,9 +16,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from imgbuild import reference
 from imgbuild.config import GitSource, UpstreamPin
 from imgbuild.errors import ConfigError
 from imgbuild.planner import VariantPlan
@@ -25,12 +32,10 @@ FORMAT = "1"
 
 # Keys every image built by imgbuild carries; smoke and inspect rely on them.
 REQUIRED = (
-    f"{OCI}source",
-    f"{OCI}revision",
     f"{OCI}version",
     f"{OCI}created",
     f"{OCI}base.name",
-    f"{OCI}base.digest",
+    f"{OCI}title",
     f"{PREFIX}format",
     f"{PREFIX}variant",
     f"{PREFIX}upstream.url",
@@ -42,6 +47,8 @@ REQUIRED = (
     f"{PREFIX}layers",
     f"{PREFIX}inputs",
 )
+# vLLM's license and this project's; image.labels may override it.
+LICENSES = "Apache-2.0"
 INPUTS = f"{PREFIX}inputs"
 LAYER = f"{PREFIX}layer"
 SKELETON = f"{PREFIX}skeleton"
@@ -65,6 +72,34 @@ class Upstream:
         return cls(url=url, tag=pin.tag, version=pin.version, commit=pin.commit)
 
 
+@dataclass(frozen=True)
+class Source:
+    """This project's repository and commit, when known (OCI `source` and `revision`)."""
+
+    url: str | None = None
+    revision: str | None = None
+
+
+def qualified(ref: str) -> str:
+    """A reference as docker resolves it: `vllm/vllm-openai:v1` -> `docker.io/vllm/vllm-openai:v1`."""
+    return str(reference.parse(ref))
+
+
+def source_url(remote: str) -> str | None:
+    """A git remote as a browsable https URL, credentials dropped; None if it is not a network remote."""
+    text = remote.strip()
+    m = re.match(r"^[\w.-]+@([\w.-]+):(.+)$", text)  # scp-like: git@host:owner/repo.git
+    if m and "://" not in text:
+        text = f"https://{m[1]}/{m[2]}"
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("https", "http", "ssh") or not parts.hostname:
+        return None
+    keep_port = parts.port and parts.scheme != "ssh"  # an ssh port is not the web server's
+    host = parts.hostname + (f":{parts.port}" if keep_port else "")
+    path = parts.path.removesuffix(".git").rstrip("/")
+    return f"https://{host}{path}"
+
+
 def parse_last_update(value: str) -> dt.datetime | None:
     """A DEP-3 Last-Update (YYYY-MM-DD), as midnight UTC; None if unparseable."""
     try:
@@ -79,6 +114,11 @@ def source_date(last_updates: Sequence[str], upstream_commit_time: int) -> str:
     dates = [d for d in (parse_last_update(v) for v in last_updates) if d is not None]
     dates.append(dt.datetime.fromtimestamp(upstream_commit_time, tz=dt.UTC))
     return max(dates).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(created: str) -> int:
+    """SOURCE_DATE_EPOCH for a `created` value (`source_date`'s format)."""
+    return int(dt.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
 
 
 def compact(data: object) -> str:
@@ -131,10 +171,12 @@ def image_labels(
     series_digest: str,
     created: str,
     base_ref: str,
-    base_digest: str,
+    base_digest: str | None,
     site_packages: str,
     layer_digests: Sequence[str],
     user: Mapping[str, str],
+    title: str,
+    source: Source | None = None,
 ) -> dict[str, str]:
     """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
     for key in user:
@@ -143,13 +185,19 @@ def image_labels(
                 f"images/{plan.variant.name}.yaml: image.labels: {key!r} is reserved (imgbuild.* labels are computed)",
                 hint="choose another key",
             )
+    known = {
+        f"{OCI}source": source.url if source else None,
+        f"{OCI}revision": source.revision if source else None,
+        f"{OCI}base.digest": base_digest,
+        f"{OCI}description": plan.variant.description or None,
+    }
     labels = {
-        f"{OCI}source": upstream.url,
-        f"{OCI}revision": upstream.commit,
         f"{OCI}version": upstream.version,
         f"{OCI}created": created,
-        f"{OCI}base.name": base_ref,
-        f"{OCI}base.digest": base_digest,
+        f"{OCI}title": title,
+        f"{OCI}licenses": LICENSES,
+        f"{OCI}base.name": qualified(base_ref) if base_ref else "",
+        **{k: v for k, v in known.items() if v},
         **user,
         f"{PREFIX}format": FORMAT,
         f"{PREFIX}variant": plan.variant.name,
@@ -168,3 +216,8 @@ def image_labels(
 
 def missing_required(labels: Mapping[str, str]) -> list[str]:
     return [k for k in REQUIRED if k not in labels]
+
+
+def oci_annotations(labels: Mapping[str, str]) -> dict[str, str]:
+    """The OCI keys of `labels`, as manifest annotations (what docker/metadata-action writes)."""
+    return {k: v for k, v in sorted(labels.items()) if k.startswith(OCI)}

@@ -29,9 +29,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from imgbuild import build as buildmod
-from imgbuild import labels, reference
+from imgbuild import labels, reference, signing
+from imgbuild import sbom as sbommod
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, LayerBuild, make_build_plan
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.lock import Lock, LockedBase, load_lock, missing_platforms, normalize_platform
@@ -288,12 +290,14 @@ def _platform_image(ib: ImageBuild, base: RemoteBase, layers: tuple[Layer, ...],
     base_config = manifest.get("config")
     config_type = str(base_config.get("mediaType")) if isinstance(base_config, dict) else ""
     new_layers = [{"mediaType": LAYER_TYPES[media], "size": lay.blob.size, "digest": lay.blob.digest} for lay in layers]
-    body = {
+    body: dict[str, object] = {
         "schemaVersion": 2,
         "mediaType": media,
         "config": {"mediaType": config_type, "size": config_blob.size, "digest": config_blob.digest},
         "layers": [*base.layers, *new_layers],
     }
+    if media == OCI_MANIFEST:  # Docker's schema 2 has no annotations
+        body["annotations"] = labels.oci_annotations(ib.labels)
     return PlatformImage(ib, base, layers, config_blob, Blob.of(canonical_json(body)), media)
 
 
@@ -307,7 +311,7 @@ def _variant(
         raise RegistryError(f"variant {name}: the bases mix manifest types ({', '.join(sorted(media))})")
     index_type = INDEX_OF[media.pop()]
     ordered = sorted(images, key=lambda pi: pi.build.platform)
-    body = {
+    body: dict[str, object] = {
         "schemaVersion": 2,
         "mediaType": index_type,
         "manifests": [
@@ -320,6 +324,9 @@ def _variant(
             for pi in ordered
         ],
     }
+    if index_type == OCI_INDEX:  # the keys every platform agrees on (base.digest differs, for one)
+        per = [labels.oci_annotations(pi.build.labels) for pi in ordered]
+        body["annotations"] = {k: v for k, v in per[0].items() if all(a.get(k) == v for a in per)}
     first = ordered[0].build
     if len(ordered) == 1:
         inputs = first.inputs_digest
@@ -387,6 +394,34 @@ def _push_image(reg: Registry, regs: Registries, repo: str, pi: PlatformImage, s
         reg.ensure_blob(repo, layer.blob.digest, layer.blob.data)
     reg.ensure_blob(repo, pi.config.digest, pi.config.data)
     reg.put_manifest(repo, pi.manifest.digest, pi.manifest.data, pi.media_type)
+
+
+def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
+    """After the push: an SPDX SBOM attested on each platform manifest, then a signature on each index."""
+    done = []
+    for vp in plan:
+        if sbom:
+            for pi in vp.images:
+                facts = sbommod.ImageFacts(
+                    name=vp.target.name,
+                    title=pi.build.labels.get(f"{labels.OCI}title", vp.variant),
+                    platform=pi.build.platform,
+                    manifest_digest=pi.manifest.digest,
+                    labels=pi.build.labels,
+                    base_name=labels.qualified(pi.base.info.ref),
+                    base_digest=pi.base.manifest.digest,
+                    site_packages=pi.base.info.site_packages,
+                )
+                ref = f"{vp.target.name}@{pi.manifest.digest}"
+                signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
+                done.append(f"sbom {ref}")
+                say(f"{vp.variant} {pi.build.platform}: SPDX SBOM attested on {pi.manifest.digest[:19]}")
+        if sign:
+            ref = f"{vp.target.name}@{vp.index.digest}"
+            signing.sign(ref, key)
+            done.append(f"signature {ref}")
+            say(f"{vp.variant}: index {vp.index.digest[:19]} signed")
+    return done
 
 
 def publish(

@@ -8,6 +8,7 @@ daemon then knows as a local image. Local names are returned unchanged.
 
 from __future__ import annotations
 
+from imgbuild import labels as lbl
 from imgbuild import reference
 from imgbuild.docker_engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError
@@ -35,11 +36,32 @@ def platform_digest(ref: reference.Reference, platform: str, reg: Registry) -> s
     raise RegistryError(f"{ref} has no {platform} image (it has {', '.join(found) or 'none'})")
 
 
+def platform_name(engine: Engine, text: str, labels: dict[str, str], platform: str) -> str | None:
+    """One platform of a local multi-platform image imgbuild built: `<version>-<inputs>-<arch>` names it.
+
+    Docker 26 inspects an index as one platform only, so `build` names each one (multiplan.py).
+    """
+    inputs, version = labels.get(f"{lbl.PREFIX}inputs"), labels.get(f"{lbl.OCI}version")
+    if not inputs or not version:
+        return None
+    try:
+        ref = reference.parse(text)
+    except ConfigError:
+        return None
+    named = str(ref.with_tag(f"{version}-{inputs[:12]}-{normalize_platform(platform).split('/')[1]}"))
+    info = engine.image(named)
+    return named if info is not None and normalize_platform(info.platform) == normalize_platform(platform) else None
+
+
 def localize(engine: Engine, text: str, platform: str | None = None) -> str:
     """A reference the daemon has: local names as they are, registry references pulled by digest."""
     local = engine.image(text)
     if local is not None and (platform is None or normalize_platform(local.platform) == normalize_platform(platform)):
         return text
+    if local is not None and platform is not None:
+        named = platform_name(engine, text, local.labels, platform)
+        if named is not None:
+            return named
     if not is_registry_ref(text):
         return text
     try:

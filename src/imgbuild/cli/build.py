@@ -16,6 +16,7 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.config import check_platform
 from imgbuild.docker_engine import Engine
 from imgbuild.image_report import check_junit_path, checks_table, file_matrix, write_junit
+from imgbuild.multiplan import MultiPlan
 from imgbuild.project import Project, load_project
 from imgbuild.report import console, plan_matrix, print_json
 from imgbuild.smoke import SmokeReport
@@ -35,18 +36,35 @@ PlatformOpt = Annotated[
     str | None,
     typer.Option(
         "--platform",
-        help="Platform to build, e.g. linux/amd64 (default: the variant's first platform); "
-        "'all' builds every declared platform, with -<arch> tag suffixes.",
+        help="Platform to build, e.g. linux/amd64 (default: the variant's first platform); 'all' (every "
+        "declared platform) or a comma list: on Docker 26 with the containerd image store one multi-platform "
+        "image per tag, built in one call; on older engines one platform at a time, with -<arch> tag suffixes.",
     ),
 ]
 JunitOpt = Annotated[Path | None, typer.Option("--junit", help="Write the smoke results as JUnit XML to FILE.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the buildx and mmdebstrap output.")]
 
 
-def options(base: str | None, repository: str | None, platform: str | None, **kw: bool) -> BuildOptions:
+BuilderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--builder",
+        help="buildx builder to build on (e.g. a remote or multi-node one with native arm64 nodes; default: "
+        "$BUILDX_BUILDER, else buildx's current builder). It resolves the bases itself.",
+    ),
+]
+
+
+def options(
+    base: str | None, repository: str | None, platform: str | None, builder: str | None = None, **kw: bool
+) -> BuildOptions:
     check_platform(platform, allow_all=True)
     return BuildOptions(
-        base=base or os.environ.get("IMGBUILD_BASE") or None, repository=repository, platform=platform, **kw
+        base=base or os.environ.get("IMGBUILD_BASE") or None,
+        repository=repository,
+        platform=platform,
+        builder=builder or os.environ.get("BUILDX_BUILDER") or None,
+        **kw,
     )
 
 
@@ -68,6 +86,7 @@ def build(
     ] = False,
     junit: JunitOpt = None,
     verbose: VerboseOpt = False,
+    builder: BuilderOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Build variant images with BuildKit and tag them after they pass their smoke test.
@@ -82,16 +101,18 @@ def build(
       imgbuild build --dry-run
 
       imgbuild build latest engram-mem --base skeleton
+
+      imgbuild build --platform all --builder spark-farm
     """
     if junit is not None:
         check_junit_path(junit)
     project = load_project()
     project.refuse_bad_headers()
     names = variants or sorted(project.variants, key=lambda n: (len(project.variants[n].chain), n))
-    opts = options(base, repository, platform, force=force, smoke=not no_smoke, verbose=verbose)
+    opts = options(base, repository, platform, builder, force=force, smoke=not no_smoke, verbose=verbose)
     if dry_run:
-        plan, asked = engine.dry_run(project, names, opts)
-        _print_dry_run(project, plan, asked, as_json)
+        plan, asked, multi = engine.dry_run(project, names, opts)
+        _print_dry_run(project, plan, asked, as_json, multi)
         return
     reports: list[SmokeReport] = []
 
@@ -117,17 +138,50 @@ def build(
     shared = engine.sharing(result.images)
     for ir in result.images:
         status = "built" if ir.built else "reused, unchanged inputs (no docker build)"
-        tags = ", ".join([ir.immutable, *(ir.moving if ir.moved or not ir.built else ())])
+        moving = ir.moving if ir.moved or not ir.built else ()
+        tags = ", ".join([ir.immutable, *(() if ir.index_ref else moving)])
         console.print(f"[bold]{ir.variant}[/] ({ir.platform}): {status}; {ir.image_id[7:19]}; tags {tags}")
+        if ir.index_ref:  # one platform of a multi-platform image
+            console.print(f"  in {', '.join([ir.index_ref, *moving])} ({ir.index[7:19]}, every platform)")
         console.print(f"  layers: {shared[f'{ir.variant} {ir.platform}']}")
         if ir.note:
             console.print(f"  note: {ir.note}")
 
 
-def _print_dry_run(project: Project, plan: BuildPlan, asked: bool, as_json: bool) -> None:
+def _multi_json(multi: MultiPlan) -> dict[str, object]:
+    return {
+        "layers": [
+            {"tag": ml.tag, "digest": ml.digest, "platforms": list(ml.platforms), "files": list(ml.files),
+             "dockerfile": ml.dockerfile}
+            for ml in multi.layers
+        ],
+        "images": [
+            {"variant": mi.variant, "platforms": list(mi.platforms), "immutable": mi.immutable_ref,
+             "moving": list(mi.moving_refs), "platform_refs": mi.platform_refs, "inputs_digest": mi.inputs_digest,
+             "dockerfile": mi.dockerfile}
+            for mi in multi.images
+        ],
+    }  # fmt: skip
+
+
+def _print_multi(multi: MultiPlan) -> None:
+    console.rule("this engine builds each of these in one call, for every platform")
+    for ml in multi.layers:
+        console.rule(f"layer {ml.tag} ({', '.join(ml.platforms)})")
+        console.print(ml.dockerfile, markup=False, highlight=False, soft_wrap=True)
+    for mi in multi.images:
+        refs = f"{mi.immutable_ref} -> {', '.join(mi.moving_refs)}"
+        console.rule(f"image {mi.variant} ({', '.join(mi.platforms)}): {refs}")
+        console.print(mi.dockerfile, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_dry_run(
+    project: Project, plan: BuildPlan, asked: bool, as_json: bool, multi: MultiPlan | None = None
+) -> None:
     if as_json:
         print_json(
             {
+                **({"multi_platform": _multi_json(multi)} if multi else {}),
                 "layers": [
                     {
                         "tag": lb.tag,
@@ -176,3 +230,5 @@ def _print_dry_run(project: Project, plan: BuildPlan, asked: bool, as_json: bool
         console.rule(f"image {ib.variant} ({ib.platform}): {ib.immutable_ref} -> {', '.join(ib.moving_refs)}")
         console.print(ib.dockerfile, markup=False, highlight=False, soft_wrap=True)
         console.print(f"context: {', '.join(str(e) for e in dockerfile.listing(ib.context))}", markup=False)
+    if multi is not None:
+        _print_multi(multi)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from imgbuild import signing
 from imgbuild.cli.options import JsonOpt
 from imgbuild.docker_engine import Engine
+from imgbuild.errors import UsageError
 from imgbuild.image_report import file_matrix
 from imgbuild.inspect_image import inspect_image
 from imgbuild.labels import OCI, PREFIX
-from imgbuild.remote import localize
+from imgbuild.remote import is_registry_ref, localize
 from imgbuild.report import console, print_json
 
 
@@ -21,6 +24,14 @@ def inspect(
         str | None,
         typer.Option("--platform", help="For a registry reference: the platform to pull (default: the daemon's)."),
     ] = None,
+    pub_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="cosign public key: also verify the signature of what the reference names and the platform "
+            "image's SPDX SBOM (registry references; see `publish --sign --sbom`).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what an image says it carries, re-hash its files, and name every disagreement.
@@ -28,10 +39,16 @@ def inspect(
     Prints the upstream pin, the patch states and the file matrix read from the image.
     Exit status 1 when labels and contents disagree (or the image was not built by imgbuild).
     """
+    if pub_key is not None and not is_registry_ref(image):
+        raise UsageError(f"--key checks what a registry holds; {image!r} is a local name", hint="pass host/repo:tag")
+    if pub_key is not None:
+        signing.key_file(pub_key, "--key")
     engine = Engine.connect()
-    report = inspect_image(engine, localize(engine, image, platform))
+    pinned = localize(engine, image, platform)
+    report = inspect_image(engine, pinned)
+    chain = signing.check_published(image, pinned, pub_key, report.info.labels) if pub_key is not None else None
     if as_json:
-        print_json(report.to_json())
+        print_json({**report.to_json(), **({"supply_chain": chain.to_json()} if chain else {})})
     else:
         info = report.info
         lab = info.labels
@@ -50,5 +67,11 @@ def inspect(
             console.print(f"[bold red]disagree[/]: {d}")
         if report.ok:
             console.print(f"[green]labels and contents agree[/] ({len(report.files)} files)")
-    if not report.ok:
+        if chain is not None:
+            for what, v in (("signature", chain.signature), ("sbom", chain.sbom)):
+                mark = "[green]verified[/]" if v.ok else "[bold red]missing or not verified[/]"
+                console.print(f"{what:16} {mark}: {v.detail}", highlight=False)
+            for problem in chain.problems:
+                console.print(f"[bold red]disagree[/]: {problem}")
+    if not report.ok or (chain is not None and not chain.ok):
         raise typer.Exit(1)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from imgbuild import publish as pub
+from imgbuild import signing
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError
+from imgbuild.errors import ConfigError, UsageError
 from imgbuild.lock import load_lock
 from imgbuild.project import load_project
 from imgbuild.report import console, print_json
@@ -30,6 +32,15 @@ def publish(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Compute digests and print the plan; write nothing.")
     ] = False,
+    sbom: Annotated[
+        bool,
+        typer.Option("--sbom", help="Attest an SPDX SBOM on each platform image (cosign; needs --key)."),
+    ] = False,
+    sign: Annotated[bool, typer.Option("--sign", help="Sign each index with cosign (needs --key).")] = False,
+    key: Annotated[
+        Path | None,
+        typer.Option("--key", help="cosign private key (cosign generate-key-pair; its password in COSIGN_PASSWORD)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Publish each variant's platform images and a multi-arch index, without pulling the base.
@@ -46,7 +57,13 @@ def publish(
       imgbuild publish latest engram-mem --registry ghcr.io/acme
 
       imgbuild publish engram-mem -r 127.0.0.1:5000 --platform linux/arm64 --json
+
+      imgbuild publish latest -r 127.0.0.1:5000 --sbom --sign --key cosign.key
     """
+    if (sbom or sign) and key is None:
+        raise UsageError("--sbom and --sign need --key (a cosign private key)", hint="cosign generate-key-pair")
+    if key is not None:
+        signing.key_file(key, "--key")
     project = load_project()
     t0 = time.perf_counter()
     if dry_run:
@@ -65,12 +82,14 @@ def publish(
             _refs(plan)
         return
     plan, outcomes, stats = pub.publish(project, variants, registry, repository=repository, platforms=platform)
+    attached = pub.attach(plan, key, sbom=sbom, sign=sign) if key is not None and (sbom or sign) else []
     seconds = time.perf_counter() - t0
     if as_json:
         print_json(
             {
                 "variants": [{**vp.to_json(), **o.to_json()} for vp, o in zip(plan, outcomes, strict=True)],
                 "stats": stats.to_json(),
+                "attached": attached,
                 "seconds": round(seconds, 3),
             }
         )

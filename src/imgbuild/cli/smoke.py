@@ -59,7 +59,7 @@ def smoke_cmd(
     if variant_names:
         assert project is not None
         plan, _, _ = engine.prepare(eng, project, variant_names, opts)
-        for ib in plan.images:
+        for ib in engine.smoke_images(eng, project, plan):  # each platform of a multi-platform image
             if eng.image(ib.immutable_ref) is None:
                 raise SmokeError(
                     f"{ib.variant}: no image {ib.immutable_ref} for the current inputs",
