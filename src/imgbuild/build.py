@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild import labels, skeleton
-from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
+from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
+from imgbuild.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.planner import VariantPlan
 from imgbuild.project import Project
 from imgbuild.smoke import Expected, SmokeReport, smoke
@@ -101,20 +102,6 @@ class BuildResult:
 
 
 # -- planning ---------------------------------------------------------------
-def project_inputs(project: Project) -> ProjectInputs:
-    up = project.upstream
-    try:
-        when = int(up.repo.run("show", "-s", "--format=%ct", up.commit).strip() or 0)
-    except Exception:  # noqa: BLE001 - a commit without a readable date counts as the epoch
-        when = 0
-    return ProjectInputs(
-        upstream=labels.Upstream.from_pin(project.pin),
-        package_root=project.pin.package_root,
-        series_digest=project.series_digest,
-        created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
-    )
-
-
 ALL_PLATFORMS = "all"
 
 
