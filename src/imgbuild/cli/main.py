@@ -136,7 +136,7 @@ class LazyGroup(TyperGroup):
                 close = difflib.get_close_matches(args[0], list(COMMANDS))
                 if close:
                     suggestion = ", ".join(map(repr, close))
-                    exc.message = f"{message.rstrip('.')}. Did you mean {suggestion}?"  # type: ignore[attr-defined]
+                    exc.message = f"{message.rstrip('.')}. Did you mean {suggestion}?"
             raise
 
 
