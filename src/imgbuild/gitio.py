@@ -191,14 +191,21 @@ class CommitTree:
         # A commit never changes, so lookups and contents can be kept.
         self._items: dict[str, git.objects.base.IndexObject | None] = {}
         self._data: dict[str, bytes | None] = {}
+        self._dirs: dict[str, dict[str, git.objects.base.IndexObject]] = {}
 
     def _item(self, path: str) -> git.objects.base.IndexObject | None:
+        # One directory at a time, each tree parsed once: gitpython's `tree / path`
+        # parses every tree on the way down again on each call.
         if path not in self._items:
-            try:
-                self._items[path] = self._tree / path
-            except KeyError:
-                self._items[path] = None
+            parent, _, name = path.rpartition("/")
+            tree = self._tree if not parent else self._item(parent)
+            self._items[path] = self._entries(tree).get(name) if tree is not None and tree.type == "tree" else None
         return self._items[path]
+
+    def _entries(self, tree: git.objects.base.IndexObject) -> dict[str, git.objects.base.IndexObject]:
+        if tree.hexsha not in self._dirs:
+            self._dirs[tree.hexsha] = {str(item.name): item for item in tree}
+        return self._dirs[tree.hexsha]
 
     def read(self, path: str) -> bytes | None:
         if path not in self._data:

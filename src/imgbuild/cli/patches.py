@@ -79,7 +79,8 @@ def check(
     and print the variant x ref x patch matrix (--json, --markdown FILE for
     $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
-    load_project().refuse_bad_headers()
+    project = load_project()
+    project.refuse_bad_headers()
     if onto or more_refs or markdown is not None or strict:
         from imgbuild.cli import check_onto
 
@@ -88,7 +89,6 @@ def check(
             raise UsageError("--markdown and --strict go with --onto REF")
         check_onto.run(refs, as_json=as_json, markdown=markdown, strict=strict, allow_fuzz=allow_fuzz)
         return
-    project = load_project()
     from imgbuild.cli.check_onto import note_rebase
 
     note_rebase(project.root)
@@ -98,7 +98,7 @@ def check(
     variant_errors = {}
     for name in project.variants:
         try:
-            variants[name] = project.plan([name], max_fuzz=allow_fuzz)[0]
+            variants[name] = project.plan([name], max_fuzz=allow_fuzz, full=full)[0]  # derived, not re-applied
         except Exception as exc:  # noqa: BLE001 - report every variant, then fail
             variant_errors[name] = str(getattr(exc, "message", exc))
     ok = full.ok and not variant_errors and all(o.method in ("exact", "offset") for o in full.outcomes)
