@@ -153,6 +153,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=LazyGroup,
+    rich_markup_mode=None,  # plain click help at the top: rich.markdown and pygments cost more than the rest of --help
 )
 
 
