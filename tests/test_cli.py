@@ -84,3 +84,11 @@ def test_unknown_command_suggests_the_closest() -> None:
     out = imgbuild("buil")
     assert out.returncode == 2
     assert "Did you mean 'build'?" in out.stderr
+
+
+def test_short_names_disambiguate_only_shared_file_names() -> None:
+    from imgbuild.report import short_name, short_names
+
+    paths = ["vllm/x/m.py", "vllm/y/m.py", "vllm/z.py"]
+    assert short_names(paths) == {"vllm/x/m.py": "x/m.py", "vllm/y/m.py": "y/m.py", "vllm/z.py": "z.py"}
+    assert [short_name(p, paths) for p in paths] == ["x/m.py", "y/m.py", "z.py"]
