@@ -213,6 +213,30 @@ class CommitTree:
             self._data[path] = None if item is None or item.type != "blob" else bytes(item.data_stream.read())
         return self._data[path]
 
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """Read the blobs of `paths` with one `git cat-file --batch` instead of a round trip each.
+        Anything unexpected leaves them to `read`, one at a time."""
+        wanted: dict[str, list[str]] = {}
+        for path in paths:
+            item = None if path in self._data else self._item(path)
+            if item is not None and item.type == "blob":
+                wanted.setdefault(str(item.hexsha), []).append(path)
+        if len(wanted) < 2:
+            return
+        proc = _run_bare(
+            ["cat-file", "--batch"], stdin="".join(f"{sha}\n" for sha in wanted).encode(), cwd=self.repo.path
+        )
+        out, pos = proc.stdout, 0
+        for sha, where in wanted.items():  # answered in the order asked
+            end = out.find(b"\n", pos)
+            header = out[pos:end].split()
+            if proc.returncode != 0 or len(header) != 3 or header[:2] != [sha.encode(), b"blob"]:
+                return
+            start, size = end + 1, int(header[2])
+            for path in where:
+                self._data[path] = out[start : start + size]
+            pos = start + size + 1
+
     def blob_sha(self, path: str) -> str | None:
         item = self._item(path)
         return None if item is None or item.type != "blob" else str(item.hexsha)

@@ -12,6 +12,7 @@ from imgbuild.apply import apply_stack
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import ImgbuildError, UsageError
 from imgbuild.materialize import write_tree
+from imgbuild.planner import touched_paths
 from imgbuild.project import load_project, merge3
 from imgbuild.report import console, outcomes_table, patches_table, print_json
 
@@ -93,6 +94,7 @@ def check(
 
     note_rebase(project.root)
     tree = project.tree()
+    tree.prefetch(touched_paths(project.patches))
     full = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=merge3)
     variants = {}
     variant_errors = {}
