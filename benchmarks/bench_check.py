@@ -26,6 +26,21 @@ With --cold it also times the first run on an empty cache (the pinned wheel
 file already downloaded): `imgbuild patches check` has to commit the wheel's
 `vllm/` tree into a new mirror first. The plain alternative is unzipping the
 wheel's `vllm/` tree and running `git apply --check` per patch.
+
+With --pairs (issue 13) it runs side-by-side comparisons instead, each pair
+interleaved (A B, then B A, ...) for --rounds rounds, whole commands with
+interpreter start-up and a warm bytecode cache (PYTHONPYCACHEPREFIX), and
+prints median, min-max and the ratio of medians against its target:
+
+    python benchmarks/bench_check.py --pairs startup scaling cold --rounds 9
+
+- startup: `imgbuild --help` vs `imgbuild --version` (target 2.0x);
+- scaling: `imgbuild patches check --json` over a copy of the project whose
+  series has --patches (200) small patches (benchmarks/many_patches.py) vs a
+  `git apply --check` loop over the same files in a checked-out release
+  (target 1.0x);
+- cold: the first `patches check` on an empty cache, wheel present, vs unzip
+  of the wheel's vllm/ + `git apply --check` of the series (target 1.0x).
 """
 
 from __future__ import annotations
@@ -46,6 +61,7 @@ from imgbuild.project import Project, find_root
 from imgbuild.refs import resolve_ref
 
 TARGET = 0.5
+PAIRS = ("startup", "scaling", "cold")
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
@@ -68,7 +84,15 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--project", type=Path, default=None)
     parser.add_argument("--cold", action="store_true", help="also time the first run on an empty cache")
+    parser.add_argument("--pairs", nargs="+", choices=sorted(PAIRS), help="run these interleaved pairs instead")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds per pair (with --pairs)")
+    parser.add_argument("--patches", type=int, default=200, help="series length for the scaling pair")
     args = parser.parse_args()
+    if args.pairs:
+        from bench_pairs import run_pairs
+
+        root = (args.project or find_root(Path(__file__).parent)).resolve()
+        return run_pairs(root, args.pairs, args.rounds, args.patches)
 
     root = (args.project or find_root(Path(__file__).parent)).resolve()
     project = Project.load(root)

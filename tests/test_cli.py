@@ -37,3 +37,58 @@ def test_json_error_on_stdout(tmp_path: Path) -> None:
     import json
 
     assert json.loads(out.stdout)["error"]["exit_code"] == 3
+
+
+def test_static_summaries_match_each_commands_own_help() -> None:
+    # `--help` prints the summaries from COMMANDS without importing the commands;
+    # a summary that drifts from the command's docstring would show the old text.
+    from imgbuild.cli.main import COMMANDS, load_command
+
+    for name, spec in COMMANDS.items():
+        command = load_command(name)
+        own = command.short_help or (command.help or "").split("\n\n")[0].strip()
+        assert spec.help == own, f"COMMANDS[{name!r}].help differs from the command's help: {own!r}"
+
+
+IMPORTED = (
+    "import runpy, sys\n"
+    "sys.argv = ['imgbuild', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('imgbuild', run_name='__main__')\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+)
+
+
+def imported_by(*args: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", IMPORTED, *args], capture_output=True, text=True, check=False)
+    return set(out.stderr.strip().splitlines()[-1].split())
+
+
+def test_help_imports_no_subcommand_module() -> None:
+    modules = imported_by("--help")
+    assert "imgbuild.cli.main" in modules
+    assert not {m for m in modules if m.startswith("imgbuild.cli.") and m != "imgbuild.cli.main"}
+    assert not {"git", "pydantic", "docker", "imgbuild.project"} & modules
+
+
+def test_publish_and_patches_import_no_docker_sdk() -> None:
+    for args in (("publish", "--help"), ("bake", "--help"), ("patches", "check", "--help")):
+        modules = imported_by(*args)
+        assert "imgbuild.cli." + args[0] in modules  # the command really loaded
+        assert not {"docker", "imgbuild.build", "imgbuild.docker_engine"} & modules, args
+
+
+def test_unknown_command_suggests_the_closest() -> None:
+    out = imgbuild("buil")
+    assert out.returncode == 2
+    assert "Did you mean 'build'?" in out.stderr
+
+
+def test_short_names_disambiguate_only_shared_file_names() -> None:
+    from imgbuild.report import short_name, short_names
+
+    paths = ["vllm/x/m.py", "vllm/y/m.py", "vllm/z.py"]
+    assert short_names(paths) == {"vllm/x/m.py": "x/m.py", "vllm/y/m.py": "y/m.py", "vllm/z.py": "z.py"}
+    assert [short_name(p, paths) for p in paths] == ["x/m.py", "y/m.py", "z.py"]

@@ -59,6 +59,21 @@ def test_commit_is_reproducible_and_text_only(tmp_path: Path) -> None:
     assert Mirror(pinned.source, "vllm", tmp_path / "c1").resolve_pin(pinned).commit == first.commit
 
 
+def test_binaries_are_told_from_their_first_block_and_late_nul_bytes_still_count(tmp_path: Path) -> None:
+    big_text = b"".join(b"line %d of a long module\n" % i for i in range(20000))  # several first blocks long
+    files = {
+        "vllm/big.py": big_text,
+        "vllm/late_nul.dat": b"a" * 200_000 + b"\0tail",  # a NUL past the first block: still a binary
+        "vllm/_big.abi3.so": b"\x7fELF\2\1\1\0" + bytes(8 << 20),  # never inflated past its first block
+        "vllm/ok.py": b"y = 2\n",
+    }
+    wheel = tmp_path / "vllm-1.0.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    pin = pin_for(wheel, make_wheel(wheel, files))
+    got = Mirror(pin.source, "vllm", tmp_path / "c").resolve(pin.tag)
+    assert got.repo.run("ls-tree", "-r", "--name-only", got.commit).split() == ["vllm/big.py", "vllm/ok.py"]
+    assert got.repo.read_blob(got.repo.run("rev-parse", f"{got.commit}:vllm/big.py").strip()) == big_text
+
+
 def test_wheel_sha256_mismatch_is_refused(tmp_path: Path) -> None:
     wheel = tmp_path / "vllm-1.0.0-cp38-abi3-manylinux_2_28_aarch64.whl"
     make_wheel(wheel, FILES)

@@ -79,6 +79,8 @@ class StackResult:
     outcomes: list[PatchOutcome] = field(default_factory=list)
     changed: dict[str, bytes | None] = field(default_factory=dict)  # None: deleted
     conflicts: dict[str, bytes] = field(default_factory=dict)  # files with conflict markers
+    own: list[dict[str, bytes | None]] = field(default_factory=list, repr=False)  # each patch's own changes
+    max_fuzz: int = 0
 
     @property
     def ok(self) -> bool:
@@ -179,6 +181,7 @@ def _apply_file(
 
 
 MAX_FUZZ = 3
+NOOP_MERGE = "3-way merge is a no-op"
 
 
 def fuzz_note(lines: Sequence[str], fd: FileDiff, max_fuzz: int) -> str:
@@ -237,14 +240,57 @@ def apply_stack(
     keep_going: bool = True,
 ) -> StackResult:
     """Apply `patches` in order. A patch that fails changes nothing."""
-    result = StackResult()
+    result = StackResult(max_fuzz=max_fuzz)
     for patch in patches:
         outcome, own, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
-        result.outcomes.append(outcome)
-        if outcome.ok:
-            result.changed.update(own)
-        else:
-            result.conflicts.update(marked)
-            if not keep_going:
-                break
+        _record(result, outcome, own, marked)
+        if not outcome.ok and not keep_going:
+            break
+    return result
+
+
+def _record(result: StackResult, outcome: PatchOutcome, own: dict[str, bytes | None], marked: dict[str, bytes]) -> None:
+    result.outcomes.append(outcome)
+    result.own.append(own)
+    if outcome.ok:
+        result.changed.update(own)
+    else:
+        result.conflicts.update(marked)
+
+
+def _merge_free(outcome: PatchOutcome) -> bool:
+    """True when every file of the outcome came from its hunks alone, so no 3-way merge setting changes it."""
+    return outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
+
+
+def derive_stack(
+    full: StackResult,
+    series: Sequence[Patch],
+    keep: Sequence[str],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+) -> StackResult:
+    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with
+    keep_going) for every kept patch whose files no left-out or re-applied patch has touched before it.
+
+    A patch's outcome depends only on the contents of its own files; those are the same as in the full
+    run until a patch that is left out (or that had to be applied again) changes one of them.
+    """
+    if len(full.own) != len(series) or full.max_fuzz != max_fuzz:
+        return apply_stack([p for p in series if p.name in set(keep)], tree, max_fuzz=max_fuzz, merge3=merge3)
+    kept = set(keep)
+    result = StackResult(max_fuzz=max_fuzz)
+    dirty: set[str] = set()  # files whose content may differ from the full run's at this point
+    for patch, outcome, own in zip(series, full.outcomes, full.own, strict=True):
+        if patch.name not in kept:
+            dirty.update(patch.paths)
+            continue
+        if dirty.isdisjoint(patch.paths) and _merge_free(outcome):
+            _record(result, outcome, own, {})
+            continue
+        again, own_again, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
+        _record(result, again, own_again, marked)
+        dirty.update(patch.paths)
     return result

@@ -21,13 +21,12 @@ import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from imgbuild import labels, skeleton
-from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
+from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
-from imgbuild.gitio import GitError, GitRepo
+from imgbuild.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.planner import VariantPlan
 from imgbuild.project import Project
@@ -109,35 +108,6 @@ class BuildResult:
 
 
 # -- planning ---------------------------------------------------------------
-def project_inputs(project: Project) -> ProjectInputs:
-    up = project.upstream
-    try:
-        when = int(up.repo.run("show", "-s", "--format=%ct", up.commit).strip() or 0)
-    except Exception:  # noqa: BLE001 - a commit without a readable date counts as the epoch
-        when = 0
-    return ProjectInputs(
-        upstream=labels.Upstream.from_pin(project.pin),
-        package_root=project.pin.package_root,
-        series_digest=project.series_digest,
-        created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
-        source=project_source(project.root),
-    )
-
-
-def project_source(root: Path) -> labels.Source:
-    """This project's repository URL (its `origin`) and commit, as far as git knows them."""
-    try:
-        repo = GitRepo(root)
-        revision = repo.run("rev-parse", "--verify", "-q", "HEAD").strip()
-    except GitError:
-        return labels.Source()
-    try:
-        remote = repo.run("remote", "get-url", "origin").strip()
-    except GitError:
-        remote = ""
-    return labels.Source(labels.source_url(remote) if remote else None, revision or None)
-
-
 ALL_PLATFORMS = "all"
 
 

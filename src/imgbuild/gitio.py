@@ -191,20 +191,51 @@ class CommitTree:
         # A commit never changes, so lookups and contents can be kept.
         self._items: dict[str, git.objects.base.IndexObject | None] = {}
         self._data: dict[str, bytes | None] = {}
+        self._dirs: dict[str, dict[str, git.objects.base.IndexObject]] = {}
 
     def _item(self, path: str) -> git.objects.base.IndexObject | None:
+        # One directory at a time, each tree parsed once: gitpython's `tree / path`
+        # parses every tree on the way down again on each call.
         if path not in self._items:
-            try:
-                self._items[path] = self._tree / path
-            except KeyError:
-                self._items[path] = None
+            parent, _, name = path.rpartition("/")
+            tree = self._tree if not parent else self._item(parent)
+            self._items[path] = self._entries(tree).get(name) if tree is not None and tree.type == "tree" else None
         return self._items[path]
+
+    def _entries(self, tree: git.objects.base.IndexObject) -> dict[str, git.objects.base.IndexObject]:
+        if tree.hexsha not in self._dirs:
+            self._dirs[tree.hexsha] = {str(item.name): item for item in tree}
+        return self._dirs[tree.hexsha]
 
     def read(self, path: str) -> bytes | None:
         if path not in self._data:
             item = self._item(path)
             self._data[path] = None if item is None or item.type != "blob" else bytes(item.data_stream.read())
         return self._data[path]
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """Read the blobs of `paths` with one `git cat-file --batch` instead of a round trip each.
+        Anything unexpected leaves them to `read`, one at a time."""
+        wanted: dict[str, list[str]] = {}
+        for path in paths:
+            item = None if path in self._data else self._item(path)
+            if item is not None and item.type == "blob":
+                wanted.setdefault(str(item.hexsha), []).append(path)
+        if len(wanted) < 2:
+            return
+        proc = _run_bare(
+            ["cat-file", "--batch"], stdin="".join(f"{sha}\n" for sha in wanted).encode(), cwd=self.repo.path
+        )
+        out, pos = proc.stdout, 0
+        for sha, where in wanted.items():  # answered in the order asked
+            end = out.find(b"\n", pos)
+            header = out[pos:end].split()
+            if proc.returncode != 0 or len(header) != 3 or header[:2] != [sha.encode(), b"blob"]:
+                return
+            start, size = end + 1, int(header[2])
+            for path in where:
+                self._data[path] = out[start : start + size]
+            pos = start + size + 1
 
     def blob_sha(self, path: str) -> str | None:
         item = self._item(path)

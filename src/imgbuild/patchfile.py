@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -73,7 +74,7 @@ class Patch:
     def description(self) -> str:
         return self.fields.get("Description", "").splitlines()[0] if self.fields.get("Description") else ""
 
-    @property
+    @cached_property  # asked for in every planner loop; a Patch never changes
     def paths(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p for f in self.files for p in (f.old_path, f.new_path) if p))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from imgbuild.apply import Merge3, PatchOutcome, Tree, apply_stack
+from imgbuild.apply import Merge3, PatchOutcome, StackResult, Tree, apply_stack, derive_stack
 from imgbuild.config import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
 from imgbuild.gitio import blob_id, sha256
@@ -194,20 +194,32 @@ def plan_variant(
     *,
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
+    full: StackResult | None = None,
 ) -> VariantPlan:
-    """Apply the variant's patches to pristine `tree` and describe every touched file."""
+    """Apply the variant's patches to pristine `tree` and describe every touched file.
+
+    `full`, the whole series already applied to `tree` (keep_going), is reused for the
+    patches that left-out ones do not affect, so each variant costs only its differences."""
     by_name = {p.name: p for p in patches}
     selected = [by_name[n] for n in variant.selected]
-    result = apply_stack(selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    if full is None:
+        result = apply_stack(selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    else:
+        result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
     failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
     if failed:
         raise _selection_error(variant, failed[0], patches)
     files: list[PlannedFile] = []
     contents: dict[str, bytes] = {}
+    touching_by_path: dict[str, list[Patch]] = {}
+    for p in patches:
+        for path in p.paths:
+            touching_by_path.setdefault(path, []).append(p)
+    kept = set(variant.selected)
     for path in touched_paths(patches):
         pristine = tree.read(path)
         data = result.changed.get(path, pristine)
-        touching = tuple(p.name for p in selected if path in p.paths)
+        touching = tuple(p.name for p in touching_by_path[path] if p.name in kept)
         if data is None:
             continue  # deleted by the variant, or created only by left-out patches
         changed = path in result.changed and data != pristine
@@ -219,7 +231,7 @@ def plan_variant(
                 path=path,
                 state="patched" if changed else "original",
                 patches=touching if changed else (),
-                groups=tuple(dict.fromkeys(p.group for p in patches if path in p.paths)),
+                groups=tuple(dict.fromkeys(p.group for p in touching_by_path[path])),
                 sha256=sha256(data),
                 blob=blob_id(data),
                 pristine_blob=blob_id(pristine) if pristine is not None else None,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from imgbuild.apply import StackResult
 from imgbuild.config import UpstreamPin, VariantConfig, load_pin, load_variant
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.gitio import CommitTree, merge_file
@@ -136,11 +137,14 @@ class Project:
     def _tree(self) -> CommitTree:
         return CommitTree(self.upstream.repo, self.upstream.commit)
 
-    def plan(self, names: list[str] | None = None, max_fuzz: int = 0) -> list[VariantPlan]:
+    def plan(
+        self, names: list[str] | None = None, max_fuzz: int = 0, full: StackResult | None = None
+    ) -> list[VariantPlan]:
+        """`full`: the whole series already applied to `tree()` with this max_fuzz, to derive the variants from."""
         self.refuse_bad_headers()
         chosen = [self.variant(n) for n in names] if names else list(self.variants.values())
         tree = self.tree()
-        return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz) for v in chosen]
+        return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz, full=full) for v in chosen]
 
 
 def load_project() -> Project:

@@ -31,11 +31,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imgbuild import build as buildmod
 from imgbuild import labels, reference, signing
 from imgbuild import sbom as sbommod
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, LayerBuild, make_build_plan
 from imgbuild.errors import ConfigError, RegistryError
+from imgbuild.inputs import project_inputs
 from imgbuild.lock import Lock, LockedBase, load_lock, missing_platforms, normalize_platform
 from imgbuild.ocilayer import Blob, Layer, canonical_json, derive_config, make_layer
 from imgbuild.planner import VariantPlan
@@ -233,7 +233,7 @@ def plan_publish(
         locked = lock.base_of(p.variant.name)
         for platform in p.variant.image.platforms:
             bases[(p.variant.name, platform)] = fetch_base(regs, locked, platform, p.variant.image.site_packages)
-    inputs = buildmod.project_inputs(project)
+    inputs = project_inputs(project)
     # Digests and labels are planned with the configured repository (a layer's
     # FROM names it), so publishing elsewhere with --repository changes where
     # the image goes, not what it is.

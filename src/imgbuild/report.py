@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -41,10 +42,15 @@ def _m(method: str) -> str:
 
 def short_name(path: str, all_paths: Sequence[str]) -> str:
     """The file name, or more of the path when two files share a name."""
-    base = path.rsplit("/", 1)[-1]
-    if sum(1 for p in all_paths if p.rsplit("/", 1)[-1] == base) == 1:
-        return base
-    return "/".join(path.split("/")[-2:])
+    return short_names(all_paths)[path] if path in all_paths else "/".join(path.split("/")[-2:])
+
+
+def short_names(all_paths: Sequence[str]) -> dict[str, str]:
+    """short_name of every path at once (one pass; a series of hundreds of patches stays linear)."""
+    bases = Counter(p.rsplit("/", 1)[-1] for p in all_paths)
+    return {
+        p: p.rsplit("/", 1)[-1] if bases[p.rsplit("/", 1)[-1]] == 1 else "/".join(p.split("/")[-2:]) for p in all_paths
+    }
 
 
 def patches_table(patches: Sequence[Patch]) -> Table:
@@ -61,12 +67,12 @@ def outcomes_table(title: str, outcomes: Sequence[PatchOutcome]) -> Table:
     table = Table(title=title)
     for col in ("patch", "group", "result", "file", "hunk", "method", "offset", "line", "note"):
         table.add_column(col, justify="right" if col in ("hunk", "offset", "line") else "left")
-    paths = [f.path for o in outcomes for f in o.files]
+    names = short_names([f.path for o in outcomes for f in o.files])
     for o in outcomes:
         first = True
         for f in o.files:
             rows = f.hunks or ()
-            name = short_name(f.path, paths)
+            name = names[f.path]
             head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
             if not rows:
                 table.add_row(*head, name, "-", _m(f.method), "", "", f.reason)

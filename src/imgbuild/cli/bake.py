@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from imgbuild import bake as bakemod
-from imgbuild import build as buildmod
 from imgbuild import reference
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ImgbuildError
+from imgbuild.inputs import project_inputs
 from imgbuild.lock import load_lock
 from imgbuild.project import load_project
 from imgbuild.registry import Registry
@@ -52,7 +52,7 @@ def bake(
     """
     project = load_project()
     lock = load_lock(project.root)
-    result = bakemod.make_bake(buildmod.project_inputs(project), project.plan(), lock)
+    result = bakemod.make_bake(project_inputs(project), project.plan(), lock)
     unlocked = [t.variant for t in result.targets if not t.locked]
     if unlocked and not matrix:
         err_console.print(

@@ -23,50 +23,131 @@ try:
 except ValueError:  # not the main thread (imported by a test runner): leave signals alone
     _PREVIOUS_SIGINT = None
 
-import importlib  # noqa: E402 - after the handler, so Ctrl-C during imports is answered
+import difflib  # noqa: E402 - after the handler, so Ctrl-C during imports is answered
+import importlib  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
+from typing import Annotated, Any, NamedTuple  # noqa: E402
 
 import typer  # noqa: E402
-from typer.core import TyperGroup  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 from imgbuild import __version__  # noqa: E402
 from imgbuild.errors import INTERRUPTED, ImgbuildError, Interrupted, error_json  # noqa: E402
 
-# Subcommands, imported only when used: `patches check` then never pays for
-# the docker and registry clients, which keeps start-up well under a second.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "quickstart": ("imgbuild.cli.quickstart", "quickstart"),
-    "plan": ("imgbuild.cli.plan", "plan"),
-    "patches": ("imgbuild.cli.patches", "app"),
-    "build": ("imgbuild.cli.build", "build"),
-    "smoke": ("imgbuild.cli.smoke", "smoke_cmd"),
-    "inspect": ("imgbuild.cli.inspect", "inspect"),
-    "skeleton": ("imgbuild.cli.skeleton", "skeleton"),
-    "lock": ("imgbuild.cli.lock", "lock"),
-    "bake": ("imgbuild.cli.bake", "bake"),
-    "publish": ("imgbuild.cli.publish", "publish"),
-    "recipe": ("imgbuild.cli.recipe", "recipe"),
-    "ship": ("imgbuild.cli.ship", "ship_cmd"),
+
+class Command(NamedTuple):
+    """A subcommand, imported only when it runs: `module:attr` is a function or a typer app.
+    `help` is its one-line summary, kept here so that `imgbuild --help` imports no subcommand
+    module (tests/test_cli.py checks it matches the command's own docstring)."""
+
+    module: str
+    attr: str
+    help: str
+
+
+# Register a subcommand with one line here. `patches check` then never pays for the
+# docker and registry clients, and `--help` for none of them.
+COMMANDS: dict[str, Command] = {
+    "quickstart": Command(
+        "imgbuild.cli.quickstart",
+        "quickstart",
+        "Build the stand-in base, then build, smoke-test and tag every variant on it.",
+    ),
+    "plan": Command("imgbuild.cli.plan", "plan", "Show which files each image variant carries patched or original."),
+    "patches": Command(
+        "imgbuild.cli.patches",
+        "app",
+        "Work with the patch stack in patches/ (a quilt series of DEP-3 headed git diffs).",
+    ),
+    "build": Command(
+        "imgbuild.cli.build",
+        "build",
+        "Build variant images with BuildKit and tag them after they pass their smoke test.",
+    ),
+    "smoke": Command(
+        "imgbuild.cli.smoke",
+        "smoke_cmd",
+        "Smoke-test images: config, file states, then runtime (under qemu if the arch differs).",
+    ),
+    "inspect": Command(
+        "imgbuild.cli.inspect",
+        "inspect",
+        "Show what an image says it carries, re-hash its files, and name every disagreement.",
+    ),
+    "skeleton": Command(
+        "imgbuild.cli.skeleton",
+        "skeleton",
+        "Build the skeleton base: a Debian rootfs with python3 plus the pinned release's vllm/ tree.",
+    ),
+    "lock": Command(
+        "imgbuild.cli.lock", "lock", "Resolve each variant's base tag to a digest per platform and write images.lock."
+    ),
+    "bake": Command(
+        "imgbuild.cli.bake", "bake", "Generate buildkit/docker-bake.json (committed) and buildkit/context/ (generated)."
+    ),
+    "publish": Command(
+        "imgbuild.cli.publish",
+        "publish",
+        "Publish each variant's platform images and a multi-arch index, without pulling the base.",
+    ),
+    "recipe": Command(
+        "imgbuild.cli.recipe",
+        "recipe",
+        "Write a sparkrun recipe and a docker compose file for VARIANT with a launch profile.",
+    ),
+    "ship": Command(
+        "imgbuild.cli.ship",
+        "ship_cmd",
+        "Put a variant's image on every node, sending only the layers a node does not have.",
+    ),
 }
 
 
+def load_command(name: str) -> Any:
+    """Import the subcommand's module and build its click command."""
+    spec = COMMANDS[name]
+    target = getattr(importlib.import_module(spec.module), spec.attr)
+    if not isinstance(target, typer.Typer):
+        function = target
+        target = typer.Typer()
+        target.command(name)(function)
+    command = typer.main.get_command(target)
+    command.name = name
+    return command
+
+
 class LazyGroup(TyperGroup):
+    """Subcommands are imported when resolved to run; the help listing uses the static summaries."""
+
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in COMMANDS:
             return None
-        module, attr = COMMANDS[cmd_name]
-        target = getattr(importlib.import_module(module), attr)
-        if not isinstance(target, typer.Typer):
-            target = typer.Typer()
-            target.command(cmd_name)(getattr(importlib.import_module(module), attr))
-        command = typer.main.get_command(target)
-        command.name = cmd_name
-        return command
+        if getattr(ctx, "_imgbuild_listing", False):
+            return TyperCommand(cmd_name, short_help=COMMANDS[cmd_name].help)
+        return load_command(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        ctx._imgbuild_listing = True  # only the listing calls get_command while help is formatted
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            ctx._imgbuild_listing = False
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.TyperException as exc:  # typer suggests from self.commands, which a lazy group leaves empty
+            message = getattr(exc, "message", None)
+            if args and isinstance(message, str) and "Did you mean" not in message:
+                close = difflib.get_close_matches(args[0], list(COMMANDS))
+                if close:
+                    suggestion = ", ".join(map(repr, close))
+                    exc.message = f"{message.rstrip('.')}. Did you mean {suggestion}?"
+            raise
 
 
 app = typer.Typer(
@@ -82,6 +163,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=LazyGroup,
+    rich_markup_mode=None,  # plain click help at the top: rich.markdown and pygments cost more than the rest of --help
 )
 
 

@@ -12,6 +12,7 @@ from imgbuild.apply import apply_stack
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import ImgbuildError, UsageError
 from imgbuild.materialize import write_tree
+from imgbuild.planner import touched_paths
 from imgbuild.project import load_project, merge3
 from imgbuild.report import console, outcomes_table, patches_table, print_json
 
@@ -79,7 +80,8 @@ def check(
     and print the variant x ref x patch matrix (--json, --markdown FILE for
     $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
-    load_project().refuse_bad_headers()
+    project = load_project()
+    project.refuse_bad_headers()
     if onto or more_refs or markdown is not None or strict:
         from imgbuild.cli import check_onto
 
@@ -88,17 +90,17 @@ def check(
             raise UsageError("--markdown and --strict go with --onto REF")
         check_onto.run(refs, as_json=as_json, markdown=markdown, strict=strict, allow_fuzz=allow_fuzz)
         return
-    project = load_project()
     from imgbuild.cli.check_onto import note_rebase
 
     note_rebase(project.root)
     tree = project.tree()
+    tree.prefetch(touched_paths(project.patches))
     full = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=merge3)
     variants = {}
     variant_errors = {}
     for name in project.variants:
         try:
-            variants[name] = project.plan([name], max_fuzz=allow_fuzz)[0]
+            variants[name] = project.plan([name], max_fuzz=allow_fuzz, full=full)[0]  # derived, not re-applied
         except Exception as exc:  # noqa: BLE001 - report every variant, then fail
             variant_errors[name] = str(getattr(exc, "message", exc))
     ok = full.ok and not variant_errors and all(o.method in ("exact", "offset") for o in full.outcomes)

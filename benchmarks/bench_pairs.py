@@ -1,0 +1,178 @@
+"""Interleaved side-by-side pairs for bench_check.py --pairs (issue 13's targets).
+
+Each pair is two whole commands, A (imgbuild) and B (the alternative), run in
+alternating order round after round, so that load from other processes on the
+machine falls on both alike. Reported: median and min-max of each, and the
+ratio of the medians against the target.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from many_patches import make_project
+
+from imgbuild.config import WheelSource
+from imgbuild.project import Project
+from imgbuild.upstream import Mirror
+
+
+@dataclass
+class Pair:
+    name: str
+    a_label: str
+    a: Callable[[], None]
+    b_label: str
+    b: Callable[[], None]
+    target: float
+    a_prep: Callable[[], None] = lambda: None  # untimed, before each run (e.g. remove the last run's output)
+    b_prep: Callable[[], None] = lambda: None
+
+
+def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, check: bool = True) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, check=False)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-400:]}")
+
+
+def seconds(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def interleave(pair: Pair, rounds: int) -> tuple[list[float], list[float]]:
+    for prep, fn in ((pair.a_prep, pair.a), (pair.b_prep, pair.b)):  # warm: bytecode, page cache
+        prep()
+        fn()
+    a_times: list[float] = []
+    b_times: list[float] = []
+    for i in range(rounds):
+        order = [(pair.a_prep, pair.a, a_times), (pair.b_prep, pair.b, b_times)]
+        for prep, fn, out in order if i % 2 == 0 else reversed(order):
+            prep()
+            out.append(seconds(fn))
+    return a_times, b_times
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores"
+
+
+def run_pairs(root: Path, names: list[str], rounds: int, n_patches: int) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-pairs-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")  # a warm bytecode cache, as an installed package has
+    imgbuild = [sys.executable, "-m", "imgbuild"]
+    try:
+        print(f"start: {load()}; {rounds} interleaved rounds per pair")
+        pairs = [build_pair(name, root, work, env, imgbuild, n_patches) for name in names]
+        rows = []
+        for pair in pairs:
+            a, b = interleave(pair, rounds)
+            rows.append((pair, a, b))
+            print(f"  {pair.name}: done ({load()})", flush=True)
+        print()
+        header = f"{'pair':<8} {'what':<52} {'median s':>9} {'min-max s':>13} {'ratio':>6} {'target':>7}"
+        print(header)
+        print("-" * len(header))
+        failed = 0
+        for pair, a, b in rows:
+            ratio = statistics.median(a) / statistics.median(b)
+            verdict = "ok" if ratio <= pair.target else "MISSES"
+            failed += verdict != "ok"
+            print(f"{pair.name:<8} {pair.a_label:<52} {statistics.median(a):>9.3f} {spread(a):>13}")
+            print(f"{'':<8} {pair.b_label:<52} {statistics.median(b):>9.3f} {spread(b):>13}", end="")
+            print(f" {ratio:>6.2f} {pair.target:>6.1f}x {verdict}")
+        print(f"\nend: {load()}")
+        return 1 if failed else 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def spread(xs: list[float]) -> str:
+    return f"{min(xs):.3f}-{max(xs):.3f}"
+
+
+def build_pair(name: str, root: Path, work: Path, env: dict[str, str], imgbuild: list[str], n: int) -> Pair:
+    if name == "startup":
+        return Pair(
+            name,
+            "imgbuild --help",
+            lambda: run([*imgbuild, "--help"], env=env),
+            "imgbuild --version",
+            lambda: run([*imgbuild, "--version"], env=env),
+            2.0,
+        )
+    if name == "scaling":
+        return scaling_pair(root, work, env, imgbuild, n)
+    if name == "cold":
+        return cold_pair(root, work, env, imgbuild)
+    raise SystemExit(f"unknown pair {name}")
+
+
+def scaling_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str], n: int) -> Pair:
+    project = make_project(root, work / "many", n)
+    files = [str(project.patches_dir / p.filename) for p in project.patches]
+    up = project.upstream
+    tree = work / "tree"
+    run(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
+    run(["git", "checkout", "-q", "-f", "--detach", up.commit], cwd=tree)
+
+    def git_loop() -> None:
+        for f in files:  # each patch on its own, against the checked-out release
+            run(["git", "apply", "--check", f], cwd=tree)
+
+    return Pair(
+        "scaling",
+        f"imgbuild patches check --json ({len(files)} patches)",
+        lambda: run([*imgbuild, "-C", str(project.root), "patches", "check", "--json"], env=env),
+        f"git apply --check x{len(files)} (checked-out tree)",
+        git_loop,
+        1.0,
+    )
+
+
+def cold_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str]) -> Pair:
+    project = Project.load(root)
+    source = project.pin.source
+    if not isinstance(source, WheelSource):
+        raise SystemExit("the cold pair needs a wheel pin")
+    wheel = Mirror(source, project.pin.package_root).fetch_wheel(source.version)
+    files = [str(project.patches_dir / p.filename) for p in project.patches]
+
+    cache = work / "cold-cache"
+    dest = work / "unzipped"
+
+    def empty_cache() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+        (cache / "wheels").mkdir(parents=True)
+        (cache / "wheels" / wheel.name).symlink_to(wheel)
+
+    def imgbuild_cold() -> None:
+        run([*imgbuild, "-C", str(root), "patches", "check", "--json"], env={**env, "IMGBUILD_CACHE": str(cache)})
+
+    def plain_cold() -> None:
+        run(["unzip", "-q", str(wheel), f"{project.pin.package_root}/*", "-d", str(dest)])
+        for f in files:
+            run(["git", "apply", "--check", f], cwd=dest)
+
+    return Pair(
+        "cold",
+        "imgbuild patches check, empty cache (wheel present)",
+        imgbuild_cold,
+        f"unzip {project.pin.package_root}/ + git apply --check x{len(files)}",
+        plain_cold,
+        1.0,
+        a_prep=empty_cache,
+        b_prep=lambda: shutil.rmtree(dest, ignore_errors=True),
+    )
