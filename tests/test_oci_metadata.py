@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from imgbuild import labels, publish
-from imgbuild.build import project_inputs, project_source, variant_plans
+from imgbuild.build import variant_plans
 from imgbuild.buildplan import BaseInfo, make_build_plan
+from imgbuild.inputs import project_inputs, project_source
 from imgbuild.ocilayer import canonical_json, make_layer
 from imgbuild.project import Project
 from imgbuild.registry import OCI_INDEX, OCI_MANIFEST, Manifest
