@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -48,7 +49,22 @@ def _run(*args: str) -> None:
     subprocess.run(list(args), check=True, capture_output=True)
 
 
-DOCKERD26 = os.environ.get("IMGBUILD_DOCKERD26", "/opt/docker26/usr/sbin/dockerd")
+def _dockerd26() -> str:
+    """A dockerd 26+ for a containerd-store node: $IMGBUILD_DOCKERD26, an unpacked
+    one in /opt/docker26, or the host's own when .ci/setup-host.sh installed 26."""
+    if "IMGBUILD_DOCKERD26" in os.environ:
+        return os.environ["IMGBUILD_DOCKERD26"]
+    unpacked = "/opt/docker26/usr/sbin/dockerd"
+    host = shutil.which("dockerd")
+    if not Path(unpacked).exists() and host:
+        out = subprocess.run([host, "--version"], capture_output=True, text=True, check=False).stdout
+        found = re.search(r"version (\d+)\.", out)
+        if found and int(found.group(1)) >= 26:
+            return host
+    return unpacked
+
+
+DOCKERD26 = _dockerd26()
 
 
 @contextlib.contextmanager

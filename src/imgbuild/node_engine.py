@@ -9,6 +9,7 @@ that names it.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
@@ -116,6 +117,9 @@ class NodeEngine(Engine):
         self._call(self.client.api.tag, image_id, repo, tag)
 
 
+_DIGEST_IN_STATUS = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
 def push_local(engine: Engine, image_id: str, ref: str) -> str:
     """Tag `image_id` as `ref` here, push it, untag it; the manifest digest the registry has."""
     engine.tag(image_id, ref)
@@ -126,7 +130,10 @@ def push_local(engine: Engine, image_id: str, ref: str) -> str:
             if m.get("error") or m.get("errorDetail"):
                 raise DockerError(f"docker push {ref} failed: {m.get('error')}")
             aux = m.get("aux") or {}
-            digest = aux.get("Digest") or digest
+            # 20.10 reports the digest in `aux`; 26 with the containerd store only
+            # in the final status line ("TAG: digest: sha256:... size: N").
+            found = _DIGEST_IN_STATUS.search(str(m.get("status") or ""))
+            digest = aux.get("Digest") or (found.group(1) if found else None) or digest
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise DockerError(f"docker push {ref} failed: {exc}") from exc
     finally:
