@@ -195,6 +195,9 @@ class Sources:
 
     archive: Callable[[], Archive]
     registry: Callable[[], tuple[int, str]]  # (port here, manifest digest) of the image pushed there
+    # This host keeps images in containerd: its ids are manifest digests and its `docker save`
+    # an OCI layout, so every node pulls from the loopback registry.
+    here_containerd: bool = False
 
 
 def ship_node(
@@ -206,14 +209,19 @@ def ship_node(
     pulled = None  # the registry name a containerd node pulled under; dropped at the end
     try:
         remote = NodeEngine.connect_node(node)
-        store = remote.containerd_store()
+        node_store = remote.containerd_store()
+        store = node_store or sources.here_containerd
         has = find_same(remote, info) if store else remote.image(info.id)
         chains = [] if has else remote.layer_chains()
         plan = plan_node(node, info, chains, has is not None, with_base)
         result.layers_held, result.layers_sent = plan.held, len(plan.send)
         target = has.id if has else info.id
         if not plan.present and store:
-            result.note = "containerd image store: pulled from a loopback registry (its docker load wants every layer)"
+            result.note = (
+                "containerd image store: pulled from a loopback registry (its docker load wants every layer)"
+                if node_store
+                else "this host's containerd image store: pulled from a loopback registry (image ids differ by store)"
+            )
             target, pulled = _pull_via_registry(remote, sources, result, progress)
         elif not plan.present:
             _load_archive(remote, plan, sources, result, progress)
@@ -328,7 +336,7 @@ def ship(
                         pushed.append((port, push_local(engine, info.id, f"127.0.0.1:{port}/{REPOSITORY}:ship")))
                     return pushed[0]
 
-            sources = Sources(archive, registry)
+            sources = Sources(archive, registry, here_containerd=engine.features.containerd_store)
             report = progress or (lambda node, sent: None)
             with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(nodes)))) as pool:
                 futures = [

@@ -37,7 +37,15 @@ def on_node(node: Node, ref: str) -> dict[str, object] | None:
     return attrs
 
 
+# The archive path (`docker save` filtered to the layers a node lacks) is the classic-store host's;
+# a containerd-store host sends every node through the loopback registry (the test after these).
+def archive_path(engine: Engine) -> None:
+    if engine.features.containerd_store:
+        pytest.skip("this host uses the containerd image store: every node pulls from the loopback registry")
+
+
 def test_ship_to_a_node(built: Built, node: Node, engine: Engine, tmp_path: Path) -> None:
+    archive_path(engine)
     latest = engine.require(f"{built.repo}:latest")
     mem = engine.require(f"{built.repo}:engram-mem")
 
@@ -92,13 +100,19 @@ def test_dead_node_is_named_and_the_others_finish(built: Built, node: Node, tmp_
 
 
 @pytest.mark.skipif(not Path(DOCKERD26).exists(), reason=f"no dockerd 26 at {DOCKERD26} (IMGBUILD_DOCKERD26)")
-def test_containerd_store_node_pulls_from_a_loopback_registry(built: Built, engine: Engine, tmp_path: Path) -> None:
+@pytest.mark.parametrize("node_store", ["containerd", "classic"])
+def test_registry_path_to_a_node(built: Built, engine: Engine, tmp_path: Path, node_store: str) -> None:
     """Measured: a containerd-store daemon's `docker load` refuses an archive without layers
     ("failed to resolve layers: layer .../layer.tar not found"); such a node pulls from a short-lived
-    loopback registry instead, which sends only the blobs it lacks."""
+    loopback registry instead, which sends only the blobs it lacks. So does every node of a host that
+    itself keeps images in containerd (its ids are manifest digests, a classic node's config digests)."""
+    here_containerd = engine.features.containerd_store
+    if node_store == "classic" and not here_containerd:
+        pytest.skip("a classic-store host ships classic nodes through the archive path (test_ship_to_a_node)")
     latest = engine.require(f"{built.repo}:latest")
     mem = engine.require(f"{built.repo}:engram-mem")
-    with node_daemon(tmp_path / "c26", f"br14c{os.getpid() % 10000}", containerd_store=True) as c26:
+    root, bridge = tmp_path / "n26", f"br14{node_store[:2]}{os.getpid() % 10000}"
+    with node_daemon(root, bridge, containerd_store=node_store == "containerd") as c26:
         code, data, _ = ship(built, "latest", "--to", c26.socket)
         assert code == 7 and "lacks the base" in data["nodes"][0]["error"]  # type: ignore[index]
         code, data, _ = ship(built, "latest", "--to", c26.socket, "--with-base")
@@ -121,18 +135,28 @@ def test_containerd_store_node_pulls_from_a_loopback_registry(built: Built, engi
 
 
 def test_ship_over_ssh(built: Built, node: Node, engine: Engine, tmp_path: Path) -> None:
-    """docker's ssh transport as the docker CLI does it: `ssh ... docker system dial-stdio`, to an sshd on loopback."""
+    """docker's ssh transport as the docker CLI does it: `ssh ... docker system dial-stdio`, to an sshd on loopback.
+    On a containerd-store host the node pulls through `ssh -R` from the loopback registry."""
     assert Path(SSHD).exists(), f"{SSHD} is missing: run `bash .ci/setup-sshd.sh`"
     mem = engine.require(f"{built.repo}:engram-mem")
-    node.client().api.remove_image(mem.id, force=True)  # the node keeps latest, so only the config must go
+    ref = f"{built.repo}:engram-mem"
+    for variant in ("latest", "engram-mem"):
+        code, data, _ = ship(built, variant, "--to", node.socket, "--with-base")
+        assert code == 0, data
+    there = on_node(node, ref)
+    assert there is not None
+    node.client().api.remove_image(there["Id"], force=True)  # the node keeps latest, so only the config must go
     with sshd_to(tmp_path / "sshd", node.socket) as sshd:
         env = {"IMGBUILD_SSH": str(sshd.ssh)}
         proc = built.cli("ship", "engram-mem", "--to", sshd.url, "--json", env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         result = json.loads(proc.stdout)["nodes"][0]
         assert result["node"] == sshd.url and result["status"] == "shipped" and 0 < result["bytes_sent"] < 100_000
-        there = on_node(node, f"{built.repo}:engram-mem")
-        assert there is not None and there["Id"] == mem.id
+        there = on_node(node, ref)
+        assert there is not None and there["Id"] == result["image_id"]
+        assert there["RootFS"]["Layers"] == list(mem.layers) and there["Config"]["Labels"] == mem.labels  # type: ignore[index]
+        if not engine.features.containerd_store:
+            assert there["Id"] == mem.id  # the archive path keeps the image id itself
         dead = sshd.url.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
         proc = built.cli("ship", "engram-mem", "--to", dead, "--json", env=env)
         assert proc.returncode == 7 and dead in json.loads(proc.stdout)["nodes"][0]["error"]
