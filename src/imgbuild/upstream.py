@@ -87,6 +87,7 @@ class Mirror:
         self.package_root = package_root
         self.root = root or cache_dir()
         self.path = self.root / "mirrors" / f"{source_key(source)}.git"
+        self._whole: set[tuple[str, str]] = set()  # (repo, commit) that fsck found whole in this process
 
     # -- the mirror itself ----------------------------------------------
     def open(self) -> GitRepo:
@@ -113,6 +114,7 @@ class Mirror:
         aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
         _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
+        self._whole.clear()
         return aside
 
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
@@ -175,6 +177,9 @@ class Mirror:
 
     def _check_whole(self, repo: GitRepo, commit: str) -> None:
         """Every object of `commit` is there and readable (a few ms for a release tree)."""
+        key = (str(repo.path), commit)
+        if key in self._whole:  # the tag check and the pin resolve ask for the same commit
+            return
         proc = subprocess.run(
             ["git", "fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit],
             cwd=repo.path, capture_output=True, text=True, check=False,
@@ -182,6 +187,7 @@ class Mirror:
         bad = [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "fatal", "missing", "broken"))]
         if proc.returncode != 0 or bad:
             raise BrokenMirror(bad[0] if bad else f"git fsck exited {proc.returncode}")
+        self._whole.add(key)
 
     def _check_wheel_digest(self, repo: GitRepo, tag: str) -> None:
         """The cached release must come from the wheel the pin names (its sha256)."""
