@@ -238,7 +238,7 @@ def test_rebase_onto_release_with_the_fix_moves_it_to_upstreamed(tmp_path: Path,
     cell = matrix.to_json()["variants"][0]["results"]["v2"]["patches"][done.filename]  # type: ignore[index]
     assert cell["method"] == "upstreamed" and cell["backport"] is True and cell["applied_upstream"] == "v2"
     result = rebase.start(root, "v2", date=DATE)
-    assert [r["outcome"] for r in result.results] == ["upstreamed"]
+    assert [r.outcome for r in result.results] == ["upstreamed"]
     moved = root / "patches" / "upstreamed" / done.filename
     assert not (root / "patches" / done.filename).exists()
     f = parse_patch(moved).fields
@@ -254,7 +254,7 @@ def test_rebase_finds_a_fix_changed_again_upstream_by_patch_id(tmp_path: Path, w
     cell = matrix.cells[("series", "v3", stem)]
     assert cell.outcome == "upstreamed" and world.fix[:12] in cell.reason and "patch-id" in cell.reason
     result = rebase.start(root, "v3", date=DATE)
-    assert [r["outcome"] for r in result.results] == ["upstreamed"]
+    assert [r.outcome for r in result.results] == ["upstreamed"]
     assert parse_patch(root / "patches" / "upstreamed" / done.filename).fields["Applied-Upstream"] == "v3"
 
 
@@ -271,7 +271,7 @@ def test_backport_that_a_later_release_reverts_comes_back_with_applied_upstream_
     git(root, "add", "-A")
     git(root, "commit", "-qm", "onto v2")
     result = rebase.start(root, "v4", date=DATE)
-    assert [r["outcome"] for r in result.results] == ["reinstated"]
+    assert [r.outcome for r in result.results] == ["reinstated"]
     back = root / "patches" / done.filename
     assert parse_patch(back).fields["Applied-Upstream"] == ""
     assert not (root / "patches" / "upstreamed" / done.filename).exists()

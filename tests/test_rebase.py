@@ -39,7 +39,7 @@ def test_offset_carried_with_context_refreshed_and_header_kept(tmp_path: Path, w
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"])
     old = (root / "patches" / "0001-cuda-sm121.patch").read_text()
     done = rebase.start(root, "v2", date=DATE)
-    assert [r["outcome"] for r in done.results] == ["offset"]
+    assert [r.outcome for r in done.results] == ["offset"]
     new = (root / "patches" / "0001-cuda-sm121.patch").read_text()
     old_header, new_header = old[: old.index("diff --git")], new[: new.index("diff --git")]
     assert header_without_date(old_header) == header_without_date(new_header)
@@ -62,7 +62,7 @@ def test_same_commit_rebase_changes_nothing(tmp_path: Path, world: Upstream) -> 
     root = project(tmp_path / "p", world, list(PATCHES))
     before = snapshot(root)
     done = rebase.start(root, "v1", date=DATE)
-    assert {r["outcome"] for r in done.results} == {"exact"}
+    assert {r.outcome for r in done.results} == {"exact"}
     assert done.written == []
     assert snapshot(root) == before
 
@@ -71,7 +71,7 @@ def test_upstreamed_patch_is_dropped_then_revived_when_reverted(tmp_path: Path, 
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
     original = (root / "patches" / "0002-arch-sm121.patch").read_bytes()
     done = rebase.start(root, "v2", date=DATE)
-    assert [r["outcome"] for r in done.results] == ["offset", "upstreamed"]
+    assert [r.outcome for r in done.results] == ["offset", "upstreamed"]
     assert not (root / "patches" / "0002-arch-sm121.patch").exists()
     assert (root / "patches" / "upstreamed" / "0002-arch-sm121.patch").read_bytes() == original
     series = (root / "patches" / "series").read_text()
@@ -83,7 +83,7 @@ def test_upstreamed_patch_is_dropped_then_revived_when_reverted(tmp_path: Path, 
     with pytest.raises(RebaseStopped):  # 0001 conflicts on v3 (covered elsewhere); skip it
         rebase.start(root, "v3", date=DATE)
     done = rebase.resume(root, "skip")
-    outcomes = {r["filename"]: r["outcome"] for r in done.results}
+    outcomes = {r.filename: r.outcome for r in done.results}
     assert outcomes == {"0001-cuda-sm121.patch": "skipped", "0002-arch-sm121.patch": "reinstated"}
     assert (root / "patches" / "0002-arch-sm121.patch").read_bytes() == original
     assert not (root / "patches" / "upstreamed").exists()
@@ -93,7 +93,7 @@ def test_upstreamed_patch_is_dropped_then_revived_when_reverted(tmp_path: Path, 
 def test_partly_upstreamed_patch_shrinks(tmp_path: Path, world: Upstream) -> None:
     root = project(tmp_path / "p", world, ["0003-config.patch"])
     done = rebase.start(root, "v2", date=DATE)
-    assert done.results[0]["outcome"] == "partly-upstreamed"
+    assert done.results[0].outcome == "partly-upstreamed"
     patch = parse_patch(root / "patches" / "0003-config.patch")
     assert [len(f.hunks) for f in patch.files] == [1]
     assert "+cfg ten" in (root / "patches" / "0003-config.patch").read_text()
@@ -107,7 +107,7 @@ def test_directory_and_file_renames_are_followed(tmp_path: Path, world: Upstream
     names = ["0004-engram-disk.patch", "0005-engram-disk-module.patch", "0007-flash-backend.patch"]
     root = project(tmp_path / "p", world, names)
     done = rebase.start(root, "v2", date=DATE)
-    assert [r["outcome"] for r in done.results] == ["exact", "exact", "exact"]
+    assert [r.outcome for r in done.results] == ["exact", "exact", "exact"]
     texts = {n: (root / "patches" / n).read_text() for n in names}
     assert f"diff --git a/{D41}/engram.py b/{D41}/engram.py" in texts[names[0]]
     assert f"+++ b/{D41}/engram_disk.py" in texts[names[1]]  # a created file follows its directory
@@ -144,7 +144,7 @@ def test_conflict_stops_then_continue(tmp_path: Path, world: Upstream) -> None:
     )
     (tree / "vllm/platforms/cuda.py").write_text(resolved)
     done = rebase.resume(root, "continue")
-    assert [r["outcome"] for r in done.results] == ["resolved", "exact"]
+    assert [r.outcome for r in done.results] == ["resolved", "exact"]
     text = (root / "patches" / "0001-cuda-sm121.patch").read_text()
     assert "-cuda 20 upstream style\n+cuda 20 upstream style sm121\n" in text
     assert (root / "patches" / "0003-config.patch").read_bytes() == before[
@@ -170,14 +170,14 @@ def test_skip_drops_the_patch_from_the_series_and_keeps_it(tmp_path: Path, world
         rebase.start(root, "v3", date=DATE)
     said: list[str] = []
     done = rebase.resume(root, "skip", log=said.append)
-    assert [r["outcome"] for r in done.results] == ["skipped", "exact"]
+    assert [r.outcome for r in done.results] == ["skipped", "exact"]
     assert any("kept in patches/skipped/0001-cuda-sm121.patch" in line for line in said)
     assert not (root / "patches" / "0001-cuda-sm121.patch").exists()
     assert (root / "patches" / "skipped" / "0001-cuda-sm121.patch").read_bytes() == before  # not lost
     series = (root / "patches" / "series").read_text().splitlines()
     assert "# skipped in the rebase onto v3: skipped/0001-cuda-sm121.patch" in series
     assert [e.filename for e in Project.load(root).series] == ["0003-config.patch"]
-    assert done.results[0]["file"] == "moved to patches/skipped/0001-cuda-sm121.patch"
+    assert done.results[0].file == "moved to patches/skipped/0001-cuda-sm121.patch"
 
 
 def test_abort_restores_everything(tmp_path: Path, world: Upstream) -> None:
@@ -214,7 +214,7 @@ def test_crash_mid_replay_is_detected_and_resumed(
     assert str(state_dir(root, "rebase") / "tree") in refused.value.message
     assert "interrupted" in (rebase.in_progress_message(root) or "")
     done = rebase.resume(root, "continue")
-    assert [r["outcome"] for r in done.results] == ["offset", "partly-upstreamed", "upstreamed"]
+    assert [r.outcome for r in done.results] == ["offset", "partly-upstreamed", "upstreamed"]
 
 
 @pytest.mark.parametrize("finish", ["abort", "continue"])
@@ -312,7 +312,7 @@ def test_engram_overlap_is_warned_in_the_report(tmp_path: Path, world: Upstream)
     names = ["0004-engram-disk.patch", "0006-sm121-engram-guard.patch"]
     root = project(tmp_path / "p", world, names, variants=True)
     done = rebase.start(root, "v2", date=DATE)
-    assert [r["outcome"] for r in done.results] == ["exact", "exact"]
+    assert [r.outcome for r in done.results] == ["exact", "exact"]
     assert any("engram-mem" in w and "0006-sm121-engram-guard" in w for w in done.warnings)
     assert header_of(root, names[1]).startswith("Description: change 0006")
 
@@ -346,7 +346,7 @@ def test_clean_three_way_merge_is_carried_and_deleted_file_stops(tmp_path: Path,
         tmp_path / "p", upstream, "v1", [("0001-a.patch", "sm121", diff_a), ("0002-b.patch", "x", diff_b)]
     )
     done = rebase.start(root, "v2", date=DATE)
-    assert [r["outcome"] for r in done.results] == ["3way", "exact"]
+    assert [r.outcome for r in done.results] == ["3way", "exact"]
     text = (root / "patches" / "0001-a.patch").read_text()
     assert "+line 20 patched\n" in text and " line 22 upstream\n" in text  # context refreshed from v2
     with pytest.raises(RebaseStopped) as stopped:
@@ -355,7 +355,7 @@ def test_clean_three_way_merge_is_carried_and_deleted_file_stops(tmp_path: Path,
     tree = state_dir(root, "rebase") / "tree"
     (tree / "vllm/a.py").write_text((tree / "vllm/a.py").read_text() + "b = 'five'  # ported from b.py\n")
     done = rebase.resume(root, "continue")
-    assert [r["outcome"] for r in done.results] == ["exact", "resolved"]
+    assert [r.outcome for r in done.results] == ["exact", "resolved"]
     assert "+b = 'five'  # ported from b.py" in (root / "patches" / "0002-b.patch").read_text()
 
 
@@ -376,7 +376,7 @@ def test_an_untracked_file_in_the_work_tree_is_not_dropped_on_continue(tmp_path:
     assert refused.value.hint and "git -C" in refused.value.hint
     git(tree, "add", "vllm/platforms/sm121.py")
     done = rebase.resume(root, "continue")
-    assert [r["outcome"] for r in done.results] == ["resolved"]
+    assert [r.outcome for r in done.results] == ["resolved"]
     assert "+SM = (12, 1)" in (root / "patches" / "0001-cuda-sm121.patch").read_text()  # in the patch
 
 

@@ -85,7 +85,7 @@ def test_rebase_onto_the_same_commit_is_byte_identical(
         root = make_project(work / "proj", shared_upstream, "v1", patches)
         before = snapshot(root)
         done = rebase.start(root, "v1", date="2099-12-31")
-        assert {r["outcome"] for r in done.results} == {"exact"}
+        assert {r.outcome for r in done.results} == {"exact"}
         assert done.written == []
         assert snapshot(root) == before
         # The same commit spelled differently changes nothing either.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,6 @@ from imgbuild.gitio import (
     commit_raw,
     diff_commits,
     head_commit,
-    init_scratch,
     is_ancestor,
     read_commit,
     rev_list,
@@ -57,7 +55,7 @@ from imgbuild.gitio import (
 from imgbuild.patchfile import Patch, parse_header
 from imgbuild.project import Project
 from imgbuild.replay import replay_series
-from imgbuild.workdir import create_dir, locked, read_state, sha256_file, state_dir, write_json
+from imgbuild.workdir import Session, state_dir, write_json
 
 KIND = "pq"
 BRANCH = "patches"
@@ -187,28 +185,30 @@ def new_filename(subject: str, taken: set[str]) -> str:
     return name
 
 
+def session(root: Path) -> Session:
+    return Session(root, KIND)
+
+
 # -- edit ---------------------------------------------------------------------------------
 def open_queue(root: Path) -> Opened:
-    with locked(root):
+    work = session(root)
+    with work.locked():
         rebase_dir = state_dir(root, "rebase")
         if rebase_dir.exists():
             raise StateError(
                 f"a rebase is in progress (work tree {rebase_dir / 'tree'})",
                 hint="finish it (`imgbuild patches rebase --continue`) or `--abort` it first",
             )
-        directory = state_dir(root, KIND)
-        state = read_state(directory, KIND)
+        state = work.read()
         if state is not None:
-            scratch = GitRepo(directory / "tree")
-            count = len(rev_list(scratch, state["base"], "HEAD"))
-            return Opened(directory / "tree", state["base"], state["tag"], count, False)
+            count = len(rev_list(work.scratch(), state["base"], "HEAD"))
+            return Opened(work.tree, state["base"], state["tag"], count, False)
         project = Project.load(root)
         upstream = project.upstream
         token = uuid.uuid4().hex
         entries: list[dict[str, Any]] = []
 
-        def build(staging: Path) -> None:
-            scratch = init_scratch(staging / "tree", upstream.repo.path / "objects", token)
+        def fill(scratch: GitRepo, staging: Path) -> None:
             head = upstream.commit
             for step in replay_series(project.patches, CommitTree(scratch, upstream.commit)):
                 if not step.outcome.ok or step.outcome.method == "fuzz":
@@ -220,56 +220,53 @@ def open_queue(root: Path) -> Opened:
                 head = commit_files(scratch, head, step.own, to_message(step.patch.header, step.patch.filename))
                 entries.append({"filename": step.patch.filename, "commit": head})
             checkout_branch(scratch, BRANCH, head)
-            write_json(staging / "state.json", _state(root, token, upstream.commit, project.pin.tag, entries))
+            write_json(staging / "state.json", _state(work, token, upstream.commit, project.pin.tag, entries))
 
-        create_dir(directory, build)
-        return Opened(directory / "tree", upstream.commit, project.pin.tag, len(entries), True)
+        work.create(upstream.repo.path / "objects", token, fill)
+        return Opened(work.tree, upstream.commit, project.pin.tag, len(entries), True)
 
 
-def _state(root: Path, token: str, base: str, tag: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    inputs = {
-        "patches/series": sha256_file(root / "patches" / "series"),
-        "patches/upstream.yaml": sha256_file(root / "patches" / "upstream.yaml"),
-    }
-    inputs |= {f"patches/{e['filename']}": sha256_file(root / "patches" / e["filename"]) for e in entries}
+def _state(work: Session, token: str, base: str, tag: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    inputs = work.inputs(f"patches/{e['filename']}" for e in entries)
     return {"kind": KIND, "version": 1, "token": token, "base": base, "tag": tag, "patches": entries, "inputs": inputs}
 
 
 def discard(root: Path, *, force: bool = False) -> str:
-    with locked(root):
-        directory = state_dir(root, KIND)
-        state = read_state(directory, KIND)
+    work = session(root)
+    with work.locked():
+        directory = work.directory
+        state = work.read()
         if state is None:
             return "no `patches edit` work tree is open"
-        scratch = GitRepo(directory / "tree")
+        scratch = work.scratch()
         if not force:
             dirty = status_porcelain(scratch)
             synced = state.get("synced") or (state["patches"][-1]["commit"] if state["patches"] else state["base"])
             if dirty or head_commit(scratch) != synced:
                 raise StateError(
-                    f"the work tree {directory / 'tree'} has work that is not in patches/ yet",
+                    f"the work tree {work.tree} has work that is not in patches/ yet",
                     hint="run `imgbuild patches refresh` first, or pass --force to throw it away",
                 )
-        shutil.rmtree(directory)
+        work.remove()
         return f"removed {directory}"
 
 
 # -- refresh -------------------------------------------------------------------------------
 def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refreshed:
     date = date or today()
-    with locked(root):
-        directory = state_dir(root, KIND)
-        state = read_state(directory, KIND)
+    work = session(root)
+    with work.locked():
+        state = work.read()
         if state is None:
             raise StateError("no `patches edit` work tree is open", hint="run `imgbuild patches edit` first")
-        journal = Journal.load(root, directory / "txn")
+        journal = Journal.load(root, work.txn)
         if journal is not None:  # an earlier refresh died while writing patches/: finish it
             journal.apply()
             journal.discard()
-            state.update(_state(root, state["token"], state["base"], state["tag"], state["patches"]))
-            write_json(directory / "state.json", state)
-        tree = directory / "tree"
-        scratch = GitRepo(tree)
+            state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+            work.save(state)
+        tree = work.tree
+        scratch = work.scratch()
         project = Project.load(root)
         if project.pin.commit != state["base"]:
             raise StateError(
@@ -289,19 +286,19 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
                 f"HEAD of {tree} does not descend from the pinned release {state['tag']} ({state['base'][:12]})",
                 hint=f"rebase your commits onto {state['base'][:12]} in the work tree",
             )
-        result, commits, journal = _export(root, project, scratch, state, head, date)
+        result, commits, journal = _export(work, project, scratch, state, head, date)
         journal.prepare()
         state["patches"] = [{"filename": name, "commit": info.sha} for info, name, _ in commits if name]
-        write_json(directory / "state.json", state)  # the journal is prepared: a crash now is finished later
+        work.save(state)  # the journal is prepared: a crash now is finished later
         journal.apply()
         journal.discard()
         renamed = _sync_messages(scratch, state["base"], commits)
         state["patches"] = [{"filename": name, "commit": sha} for name, sha in renamed]
-        state.update(_state(root, state["token"], state["base"], state["tag"], state["patches"]))
+        state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
         state["synced"] = head_commit(scratch)
-        write_json(directory / "state.json", state)
+        work.save(state)
         if close:
-            shutil.rmtree(directory)
+            work.remove()
             result.closed = True
         return result
 
@@ -310,11 +307,12 @@ Final = tuple[CommitInfo, str | None, str | None]  # commit, its patch file, the
 
 
 def _export(
-    root: Path, project: Project, scratch: GitRepo, state: dict[str, Any], head: str, date: str
+    work: Session, project: Project, scratch: GitRepo, state: dict[str, Any], head: str, date: str
 ) -> tuple[Refreshed, list[Final], Journal]:
+    root = work.root
     package_root = project.pin.package_root
     originals = {p.filename: p for p in project.patches}
-    journal = Journal(root, state_dir(root, KIND) / "txn")
+    journal = Journal(root, work.txn)
     result = Refreshed()
     order: list[str] = []
     commits: list[Final] = []
@@ -344,7 +342,7 @@ def _export(
             orig_bytes = (project.patches_dir / original.filename).read_bytes()
             unchanged_header = same_header(header, original.header)
             exported, diff = export_best(
-                functools.partial(_diff, scratch, info.parents[0], sha),
+                functools.partial(Session.diff, scratch, info.parents[0], sha),
                 orig_bytes,
                 original,
                 original.header if unchanged_header else _ensure_nl(header),
@@ -410,10 +408,6 @@ def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tu
     if rewriting:
         scratch.run("update-ref", "-m", "imgbuild patches refresh", "HEAD", parent)
     return out
-
-
-def _diff(repo: GitRepo, old: str, new: str, context: int) -> str:
-    return diff_commits(repo, old, new, context=context)
 
 
 def _ensure_nl(text: str) -> str:

@@ -8,18 +8,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imgbuild.workdir import work_root
+
+if TYPE_CHECKING:
+    from imgbuild.rebase_state import RebaseState, Row
 
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def report_paths(root: Path, state: dict[str, Any]) -> tuple[Path, Path]:
-    if state.get("report"):
-        md = Path(state["report"])
+def report_paths(root: Path, state: RebaseState) -> tuple[Path, Path]:
+    if state.report:
+        md = Path(state.report)
         return md, md.with_suffix(".json")
-    name = f"rebase-{SAFE.sub('_', state['old']['tag'])}-to-{SAFE.sub('_', state['onto']['tag'])}"
+    name = f"rebase-{SAFE.sub('_', state.old.tag)}-to-{SAFE.sub('_', state.onto.tag)}"
     base = work_root(root) / "reports"
     return base / f"{name}.md", base / f"{name}.json"
 
@@ -32,15 +35,16 @@ def _fence(text: str) -> str:
 
 
 def render_report(
-    state: dict[str, Any], rows: Sequence[dict[str, Any]], warnings: Sequence[str]
+    state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]
 ) -> tuple[str, dict[str, Any]]:
-    old, onto = state["old"], state["onto"]
+    old, onto = state.old.to_json(), state.onto.to_json()
+    rows = [r.to_report_json() for r in typed_rows]
     lines = [
         f"# Rebase of the patch series: {old['tag']} → {onto['tag']}",
         "",
         f"- old pin: `{old['tag']}` `{old['commit']}`",
-        f"- new pin: `{onto['tag']}` `{onto['commit']}` (asked for `{state.get('ref', onto['tag'])}`)",
-        f"- Last-Update of re-exported patches: {state['today']}",
+        f"- new pin: `{onto['tag']}` `{onto['commit']}` (asked for `{state.ref}`)",
+        f"- Last-Update of re-exported patches: {state.today}",
         "",
         "| patch | outcome | file | notes |",
         "|---|---|---|---|",
@@ -76,8 +80,8 @@ def render_report(
     data = {
         "old": old,
         "onto": onto,
-        "today": state["today"],
-        "patches": [dict(r) for r in rows],
+        "today": state.today,
+        "patches": rows,
         "warnings": list(warnings),
     }
     return md, data

@@ -16,16 +16,18 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from imgbuild import digests
 from imgbuild.errors import StateError
-from imgbuild.gitio import scratch_marker
+from imgbuild.gitio import GitRepo, diff_commits, init_scratch, scratch_marker
 
 WORK = ".imgbuild-work"
 KINDS = {"rebase": "patches rebase", "pq": "patches edit"}
+INPUTS = ("patches/series", "patches/upstream.yaml")  # what every session hashes, besides its patches
 
 
 def work_root(root: Path) -> Path:
@@ -113,3 +115,64 @@ def sha256_file(path: Path) -> str | None:
         return digests.sha256_file(path)
     except FileNotFoundError:
         return None
+
+
+@dataclass(frozen=True)
+class Session:
+    """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): what both do the same way.
+
+    The lock, `state.json`, the scratch work tree that borrows the cache
+    mirror's objects, the hashes of the inputs it started from, and the diffs
+    it exports patches from.
+    """
+
+    root: Path
+    kind: str
+
+    @property
+    def directory(self) -> Path:
+        return state_dir(self.root, self.kind)
+
+    @property
+    def tree(self) -> Path:
+        return self.directory / "tree"
+
+    @property
+    def txn(self) -> Path:
+        """Where the journal of its write to patches/ lives (export.Journal)."""
+        return self.directory / "txn"
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.root)
+
+    def read(self) -> dict[str, Any] | None:
+        return read_state(self.directory, self.kind)
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        write_json(self.directory / "state.json", data)
+
+    def scratch(self) -> GitRepo:
+        return GitRepo(self.tree)
+
+    def create(self, objects: Path, token: str, fill: Callable[[GitRepo, Path], None]) -> None:
+        """Make the state dir in one step: a scratch repo on `objects`, filled by `fill(repo, staging)`."""
+
+        def build(staging: Path) -> None:
+            fill(init_scratch(staging / "tree", objects, token), staging)
+
+        try:
+            create_dir(self.directory, build)
+        except FileExistsError as exc:
+            raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory)
+
+    def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
+        """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
+        return {p: sha256_file(self.root / p) for p in (*INPUTS, *patch_paths)}
+
+    @staticmethod
+    def diff(repo: GitRepo, old: str, new: str, context: int) -> str:
+        """The diff a patch is exported from (export.export_best calls it with the context it wants)."""
+        return diff_commits(repo, old, new, context=context)

@@ -224,10 +224,10 @@ def _rebase_state(root: Path) -> dict[str, object] | None:
     if message is None:
         return None
     try:
-        detail = rebase.status(root) or {}
-    except ImgbuildError:
-        detail = {}
-    return {"message": message, **detail}
+        info = rebase.status(root)
+    except ImgbuildError:  # a state the message above already calls unreadable
+        info = None
+    return {"message": message, **(info.to_json() if info else {})}
 
 
 def _register_patchwork() -> None:

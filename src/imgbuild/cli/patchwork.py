@@ -70,7 +70,7 @@ def rebase_cmd(
     else:
         info = rebase.status(root)
         if as_json:
-            print_json({"in_progress": info is not None, "rebase": info})
+            print_json({"in_progress": info is not None, "rebase": info.to_json() if info else None})
         elif info is None:
             console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
         else:
@@ -80,15 +80,15 @@ def rebase_cmd(
     if as_json:
         print_json(done.to_json())
         return
-    table = Table(title=f"rebase {done.old['tag']} -> {done.onto['tag']}")
+    table = Table(title=f"rebase {done.old.tag} -> {done.onto.tag}")
     for col in ("patch", "outcome", "file", "notes"):
         table.add_column(col)
     for row in done.results:
-        table.add_row(row["filename"], row["outcome"], row["file"], row.get("reason", ""))
+        table.add_row(row.filename, row.shown, row.file, row.reason)
     console.print(table)
     for w in done.warnings:
         console.print(f"[yellow]warning[/]: {w}")
-    console.print(f"pin: {done.onto['tag']} @ {done.onto['commit']}")
+    console.print(f"pin: {done.onto.tag} @ {done.onto.commit}")
     console.print(f"review report: {done.report}")
 
 
