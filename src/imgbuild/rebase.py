@@ -413,9 +413,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     current = work.directory / "current.patch"
     current.write_bytes(raw)
     unresolved = tuple(
-        Unresolved(f.path, f.reason)
-        for f in carry.files
-        if f.method == "conflict" and f.path not in carry.conflicts
+        Unresolved(f.path, f.reason) for f in carry.files if f.method == "conflict" and f.path not in carry.conflicts
     )
     stopped = Stopped(
         filename=item.filename,

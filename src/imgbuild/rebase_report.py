@@ -34,9 +34,7 @@ def _fence(text: str) -> str:
     return f"{ticks}diff\n{text.rstrip()}\n{ticks}\n"
 
 
-def render_report(
-    state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]
-) -> tuple[str, dict[str, Any]]:
+def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
     old, onto = state.old.to_json(), state.onto.to_json()
     rows = [r.to_report_json() for r in typed_rows]
     lines = [
