@@ -92,3 +92,24 @@ def test_short_names_disambiguate_only_shared_file_names() -> None:
     paths = ["vllm/x/m.py", "vllm/y/m.py", "vllm/z.py"]
     assert short_names(paths) == {"vllm/x/m.py": "x/m.py", "vllm/y/m.py": "y/m.py", "vllm/z.py": "z.py"}
     assert [short_name(p, paths) for p in paths] == ["x/m.py", "y/m.py", "z.py"]
+
+
+def test_exit_1_is_reached_only_through_check_failed() -> None:
+    """Each exit code has one error class: nothing raises the base class or leaves with a bare exit 1."""
+    import re
+
+    src = ROOT / "src" / "imgbuild"
+    bare = re.compile(r"raise ImgbuildError\(|typer\.Exit\((code=)?1\)|sys\.exit\(1\)")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted(src.rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]  # fmt: skip
+    assert found == []
+    from imgbuild import errors
+
+    classes = [
+        c
+        for c in vars(errors).values()
+        if isinstance(c, type) and issubclass(c, errors.ImgbuildError) and c is not errors.ImgbuildError
+    ]
+    codes = {c.exit_code: c.__name__ for c in classes}
+    assert len(codes) == len(classes)  # one class per exit code
+    assert codes[errors.ExitCode.FAILURE] == "CheckFailed" and codes[errors.ExitCode.USAGE] == "UsageError"

@@ -94,6 +94,15 @@ def test_lock_check_cli_without_a_lock_fails(root: Path) -> None:
     proc = _imgbuild(root, "lock", "--check", "--offline")
     assert proc.returncode == 1
     assert "images.lock is missing" in proc.stderr
+    # under --json the report is the one document on stdout (a failed check adds no error document)
+    proc = _imgbuild(root, "lock", "--check", "--offline", "--json")
+    assert proc.returncode == 1 and "images.lock is missing" in proc.stderr
+    assert json.loads(proc.stdout) == {"ok": False, "problems": ["images.lock is missing; run `imgbuild lock`"]}
+
+
+def test_bake_matrix_without_registry_is_a_usage_error(root: Path) -> None:
+    proc = _imgbuild(root, "bake", "--matrix")
+    assert proc.returncode == 2 and "--matrix needs --registry" in proc.stderr
 
 
 def _bake(root: Path) -> bakemod.Bake:

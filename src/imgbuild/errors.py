@@ -25,6 +25,9 @@ class ExitCode:
 
 
 class ImgbuildError(Exception):
+    """The base of every error below; never raised itself (tests/test_cli.py checks), so that each
+    exit code has one class and exit 1 means exactly "a check found problems" (CheckFailed)."""
+
     exit_code: int = ExitCode.FAILURE
 
     def __init__(self, message: str, hint: str | None = None, details: dict[str, object] | None = None) -> None:
@@ -36,6 +39,22 @@ class ImgbuildError(Exception):
     def to_json(self) -> dict[str, object]:
         """The one JSON document a failed `--json` run prints: `{"error": {...}}`."""
         return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
+
+
+class CheckFailed(ImgbuildError):
+    """A check ran and found problems: exit 1, the only way to it.
+
+    `reported`: the command already printed its report (under --json, the one
+    JSON document on stdout), so only the `error:` line is added, on stderr.
+    """
+
+    exit_code = ExitCode.FAILURE
+
+    def __init__(
+        self, message: str, hint: str | None = None, details: dict[str, object] | None = None, *, reported: bool = False
+    ) -> None:
+        super().__init__(message, hint, details)
+        self.reported = reported
 
 
 class UsageError(ImgbuildError):

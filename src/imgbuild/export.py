@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import yaml
 
 from imgbuild.config import UpstreamPin
@@ -232,7 +233,7 @@ def rewrite_pin(text: str, pin: UpstreamPin, values: Mapping[str, str | None], s
     try:
         data = yaml.safe_load(out)
         check = UpstreamPin.model_validate(data)
-    except Exception as exc:  # noqa: BLE001 - fall back to a full rewrite below
+    except (yaml.YAMLError, pydantic.ValidationError) as exc:  # the in-place edit broke it: full rewrite below
         check = None
         problem = str(exc)
     else:
@@ -251,7 +252,7 @@ def rewrite_pin(text: str, pin: UpstreamPin, values: Mapping[str, str | None], s
     rewritten = comments + yaml.safe_dump(data, sort_keys=False)
     try:
         UpstreamPin.model_validate(yaml.safe_load(rewritten))
-    except Exception as exc:
+    except (yaml.YAMLError, pydantic.ValidationError) as exc:
         raise ConfigError(f"cannot rewrite patches/upstream.yaml ({problem or exc})") from exc
     return rewritten
 

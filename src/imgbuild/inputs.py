@@ -18,7 +18,7 @@ def project_inputs(project: Project) -> ProjectInputs:
     up = project.upstream
     try:
         when = int(up.repo.run("show", "-s", "--format=%ct", up.commit).strip() or 0)
-    except Exception:  # noqa: BLE001 - a commit without a readable date counts as the epoch
+    except (GitError, ValueError):  # a commit without a readable date counts as the epoch
         when = 0
     return ProjectInputs(
         upstream=labels.Upstream.from_pin(project.pin),

@@ -18,9 +18,21 @@ from imgbuild.series import SeriesEntry, parse_series
 from imgbuild.upstream import Resolved, open_pinned
 
 
+def _chosen() -> Path | None:
+    """`--project` of the running command: typer's context object (cli.main.CliOptions, set by
+    cli.main.main); None outside a command. Read here so every command's load_project() sees it."""
+    from typer._click.globals import get_current_context  # typer vendors click: its own context stack
+
+    ctx = get_current_context(silent=True)
+    project = getattr(ctx.find_root().obj, "project", None) if ctx is not None else None
+    return project if isinstance(project, Path) else None
+
+
 def find_root(start: Path | None = None) -> Path:
-    if os.environ.get("IMGBUILD_PROJECT"):
-        root = Path(os.environ["IMGBUILD_PROJECT"]).resolve()
+    """The project: --project, else $IMGBUILD_PROJECT, else the nearest parent of `start` with patches/series."""
+    chosen = _chosen() or (Path(os.environ["IMGBUILD_PROJECT"]) if os.environ.get("IMGBUILD_PROJECT") else None)
+    if chosen is not None:
+        root = chosen.resolve()
         if not (root / "patches" / "series").is_file():
             raise ConfigError(
                 f"{root} is not an imgbuild project (no patches/series)",

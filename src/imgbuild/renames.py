@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from imgbuild.errors import ImgbuildError
 from imgbuild.gitio import CommitTree, GitError, GitRepo, name_status
 from imgbuild.patchfile import FileDiff, Patch
 
@@ -77,7 +78,7 @@ class RenameFinder:
             self._old_known = True
             try:
                 self._old = self._old_fn()
-            except Exception:  # noqa: BLE001 - no old release means no rename data, not a failure
+            except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
                 self._old = None
         return self._old
 

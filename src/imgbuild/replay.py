@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.apply import METHODS, FileOutcome, PatchOutcome, Tree, apply_patch
-from imgbuild.gitio import diff_no_index, merge_file, patch_id
+from imgbuild.errors import ImgbuildError
+from imgbuild.gitio import GitError, diff_no_index, merge_file, patch_id
 from imgbuild.hunks import apply_hunks, split_lines
 from imgbuild.patchfile import FileDiff, Hunk, Patch
 from imgbuild.renames import Move, RenameFinder, rewrite
@@ -194,7 +195,7 @@ class LazyBlobs:
         if self._by_patch is None:
             try:
                 tree = self._tree()
-            except Exception:  # noqa: BLE001 - without the pinned release, 3-way merges use what the cache has
+            except (ImgbuildError, GitError):  # no pinned release: 3-way merges use what the cache has
                 tree = None
             steps = replay_series(self._patches, tree) if tree is not None else []
             self._by_patch = {s.patch.name: s.pre for s in steps}

@@ -137,7 +137,7 @@ class Mirror:
                     f"rebuilding it failed: {again.message}",
                     hint=f"bring the network or the wheel back (cache: {self.root}), then run the command again",
                 ) from again
-            except Exception as still:
+            except Exception as still:  # as above: a damaged repository fails in gitpython's many ways
                 raise UpstreamError(
                     f"the cache mirror {self.path} is broken and rebuilding it failed: {_one_line(still)}",
                     hint=f"remove {self.path} and run again (cache: {self.root})",

@@ -10,7 +10,7 @@ import typer
 from imgbuild import bake as bakemod
 from imgbuild import reference
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ImgbuildError
+from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.inputs import project_inputs
 from imgbuild.lock import load_lock
 from imgbuild.project import load_project
@@ -18,7 +18,7 @@ from imgbuild.registry import Registry
 from imgbuild.report import console, err_console, print_json
 
 
-class BakeStale(ImgbuildError):
+class BakeStale(CheckFailed):
     """`bake --check` found the committed file out of date (exit 1)."""
 
 
@@ -62,7 +62,7 @@ def bake(
         )
     if matrix:
         if registry is None:
-            raise ImgbuildError("--matrix needs --registry", hint="e.g. --registry ghcr.io/acme")
+            raise UsageError("--matrix needs --registry", hint="e.g. --registry ghcr.io/acme")
         present = {} if all_variants else _present(result.targets, registry)
         print(json.dumps(bakemod.matrix(result.targets, registry, present), separators=(",", ":")))
         return
@@ -74,6 +74,7 @@ def bake(
             raise BakeStale(
                 "\n  ".join(["the bake file is stale:", *problems]),
                 hint="run `imgbuild bake` and commit buildkit/docker-bake.json",
+                reported=as_json,
             )
         if not as_json:
             console.print(f"{bakemod.BAKE_FILE} is up to date ({len(result.targets)} targets)")

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import typer
-
 from imgbuild.checkmatrix import check_onto
-from imgbuild.errors import UsageError
+from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.project import load_project
 from imgbuild.report import console, err_console, print_json
 
@@ -54,4 +52,4 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
             console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
         console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
     if not matrix.ok:
-        raise typer.Exit(1)
+        raise CheckFailed(matrix.summary, hint="`imgbuild patches rebase --onto REF` carries the stack", reported=True)

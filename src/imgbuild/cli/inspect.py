@@ -10,7 +10,7 @@ import typer
 from imgbuild import signing
 from imgbuild.cli.options import JsonOpt
 from imgbuild.docker_engine import Engine
-from imgbuild.errors import UsageError
+from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.image_report import file_matrix
 from imgbuild.inspect_image import inspect_image
 from imgbuild.labels import OCI, PREFIX
@@ -74,4 +74,6 @@ def inspect(
             for problem in chain.problems:
                 console.print(f"[bold red]disagree[/]: {problem}")
     if not report.ok or (chain is not None and not chain.ok):
-        raise typer.Exit(1)
+        problems = [*report.disagreements, *(chain.problems if chain is not None else ())]
+        first = problems[0] if problems else "the signature or the SBOM is not verified"
+        raise CheckFailed(f"{image}: {first} ({max(len(problems), 1)} problem(s))", reported=True)

@@ -8,12 +8,12 @@ import typer
 
 from imgbuild import lock as lockmod
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ImgbuildError
+from imgbuild.errors import CheckFailed
 from imgbuild.project import load_project
 from imgbuild.report import console, print_json
 
 
-class LockStale(ImgbuildError):
+class LockStale(CheckFailed):
     """`lock --check` found problems (exit 1)."""
 
 
@@ -55,6 +55,7 @@ def lock(
             raise LockStale(
                 f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
                 hint="run `imgbuild lock` and commit images.lock",
+                reported=as_json,
             )
         if not as_json:
             console.print(f"{lockmod.FILENAME} is up to date ({len(variants)} variants)")

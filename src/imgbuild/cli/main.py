@@ -26,6 +26,7 @@ except ValueError:  # not the main thread (imported by a test runner): leave sig
 import difflib  # noqa: E402 - after the handler, so Ctrl-C during imports is answered
 import importlib  # noqa: E402
 import json  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Annotated, Any, NamedTuple  # noqa: E402
 
@@ -33,7 +34,15 @@ import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 from imgbuild import __version__  # noqa: E402
-from imgbuild.errors import INTERRUPTED, ImgbuildError, Interrupted, error_json  # noqa: E402
+from imgbuild.errors import INTERRUPTED, CheckFailed, ExitCode, ImgbuildError, Interrupted, error_json  # noqa: E402
+
+
+@dataclass(frozen=True)
+class CliOptions:
+    """What `imgbuild`'s own options choose for every subcommand: typer's context object (`ctx.obj`).
+    project.find_root reads `project` from it."""
+
+    project: Path | None = None
 
 
 class Command(NamedTuple):
@@ -175,6 +184,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     project: Annotated[
         Path | None,
         typer.Option("--project", "-C", help="Project directory (default: the nearest parent with patches/series)."),
@@ -183,8 +193,7 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    if project is not None:
-        os.environ["IMGBUILD_PROJECT"] = str(project.resolve())
+    ctx.obj = CliOptions(project=project.resolve() if project is not None else None)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
@@ -218,6 +227,8 @@ def _run() -> None:
     as_json = "--json" in sys.argv
     try:
         code = app(standalone_mode=False)
+    except CheckFailed as exc:  # under --json the command printed its report: that is the one document
+        _fail(as_json and not exc.reported, type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details)
     except ImgbuildError as exc:
         _fail(as_json, type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details)
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
@@ -236,7 +247,7 @@ def _run() -> None:
         sys.exit(130)
     except OSError as exc:  # a path the OS refused that no command foresaw: still one line, no traceback
         where = f": {exc.filename}" if exc.filename else ""
-        _fail(as_json, "OSError", f"{exc.strerror or exc}{where}", "check the path and the disk", 1, {})
+        _fail(as_json, "OSError", f"{exc.strerror or exc}{where}", "check the path and the disk", ExitCode.STATE, {})
     sys.exit(code if isinstance(code, int) else 0)
 
 

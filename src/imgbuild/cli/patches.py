@@ -8,12 +8,10 @@ from typing import Annotated
 
 import typer
 
-from imgbuild.apply import apply_stack
+from imgbuild.checkstack import SeriesRefused, apply_into, check_series
 from imgbuild.cli.options import FuzzOpt, JsonOpt
-from imgbuild.errors import ImgbuildError, UsageError
-from imgbuild.materialize import write_tree
-from imgbuild.planner import touched_paths
-from imgbuild.project import load_project, merge3
+from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
+from imgbuild.project import load_project
 from imgbuild.report import console, outcomes_table, patches_table, print_json
 
 app = typer.Typer(
@@ -93,42 +91,24 @@ def check(
     from imgbuild.cli.check_onto import note_rebase
 
     note_rebase(project.root)
-    tree = project.tree()
-    tree.prefetch(touched_paths(project.patches))
-    full = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=merge3)
-    variants = {}
-    variant_errors = {}
-    for name in project.variants:
-        try:
-            variants[name] = project.plan([name], max_fuzz=allow_fuzz, full=full)[0]  # derived, not re-applied
-        except Exception as exc:  # noqa: BLE001 - report every variant, then fail
-            variant_errors[name] = str(getattr(exc, "message", exc))
-    ok = full.ok and not variant_errors and all(o.method in ("exact", "offset") for o in full.outcomes)
-    files = {p.name: p.filename for p in project.patches}
+    result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
     if as_json:
-        print_json(
-            {
-                "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
-                "ok": ok,
-                "patches": [o.to_json() for o in full.outcomes],
-                "variants": {
-                    **{n: {"ok": True, "patches": [files[x] for x in p.variant.selected]} for n, p in variants.items()},
-                    **{n: {"ok": False, "error": e} for n, e in variant_errors.items()},
-                },
-                "lint": project.lint(),
-            }
-        )
+        print_json(result.to_json())
     else:
-        console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", full.outcomes))
-        for n, p in variants.items():
+        console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
+        for n, p in result.variants.items():
             console.print(f"variant [bold]{n}[/]: ok ({len(p.variant.selected)} patches)")
-        for n, e in variant_errors.items():
+        for n, e in result.variant_errors.items():
             console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
-        for problem in project.lint():
+        for problem in result.lint:
             console.print(f"[yellow]lint[/]: {problem}")
-        console.print("[green]all patches apply[/]" if ok else "[bold red]the stack does not apply cleanly[/]")
-    if not ok:
-        raise typer.Exit(1)
+        console.print("[green]all patches apply[/]" if result.ok else "[bold red]the stack does not apply cleanly[/]")
+    if not result.ok:
+        raise CheckFailed(
+            "the stack does not apply cleanly to the pinned release",
+            hint="`imgbuild patches check` shows each hunk; `imgbuild patches rebase` or `patches edit` fixes it",
+            reported=True,
+        )
 
 
 @app.command()
@@ -149,34 +129,17 @@ def apply(
     when every patch applied. Neither the cache nor any existing file changes.
     """
     project = load_project()
-    tree = project.tree()
-    if variant:
-        plan = project.plan([variant], max_fuzz=_fuzz(allow_fuzz))[0]
-        changed: dict[str, bytes | None] = {f.path: plan.contents[f.path] for f in plan.files if f.state == "patched"}
-        outcomes = list(plan.outcomes)
-    else:
-        result = apply_stack(project.patches, tree, max_fuzz=_fuzz(allow_fuzz), merge3=None)
-        if not result.ok:
-            if not as_json:  # under --json the report goes inside the one error document
-                console.print(outcomes_table("apply", result.outcomes))
-            bad = next(o for o in result.outcomes if not o.ok)
-            from imgbuild.errors import ApplyError
-
-            why = "; ".join(f"{f.path}: {f.reason}" for f in bad.files if f.method == "conflict" and f.reason)
-            raise ApplyError(
-                f"{bad.patch} does not apply ({bad.method}{': ' + why if why else ''}); nothing was written to {into}",
-                hint="run `imgbuild patches check` for the per-hunk report",
-                details={"ok": False, "patches": [o.to_json() for o in result.outcomes]},
-            )
-        changed, outcomes = result.changed, result.outcomes
-    count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
+    try:
+        done = apply_into(project, into, variant=variant, max_fuzz=_fuzz(allow_fuzz), only_changed=only_changed)
+    except SeriesRefused as exc:
+        if not as_json:  # under --json the report goes inside the one error document
+            console.print(outcomes_table("apply", exc.outcomes))
+        raise
     if as_json:
-        print_json(
-            {"ok": True, "into": str(into.resolve()), "files": count, "patches": [o.to_json() for o in outcomes]}
-        )
+        print_json(done.to_json())
     else:
-        console.print(outcomes_table(f"applied onto {project.pin.tag}", outcomes))
-        console.print(f"wrote {count} files to {into.resolve()}")
+        console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
+        console.print(f"wrote {done.files} files to {done.into}")
 
 
 @app.command()
