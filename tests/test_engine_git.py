@@ -272,7 +272,7 @@ def test_interrupted_apply_leaves_no_trace(
     res = apply_stack(proj.patches, proj.tree())
     mirror_refs = git(proj.upstream.repo.path, "show-ref")
 
-    def interrupted(self: Path, data: bytes) -> int:
+    def interrupted(_self: Path, _data: bytes) -> int:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Path, "write_bytes", interrupted)

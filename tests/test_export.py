@@ -135,7 +135,7 @@ def test_in_process_commits_are_valid_git_objects(tmp_path: Path, upstream: Upst
 
 
 @pytest.mark.parametrize("ref", ["", " "])
-def test_empty_ref_is_refused(ref: str, tmp_path: Path, upstream: Upstream) -> None:
+def test_empty_ref_is_refused(ref: str, upstream: Upstream) -> None:
     from imgbuild.errors import UpstreamError
     from imgbuild.refs import resolve_ref
 

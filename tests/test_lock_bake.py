@@ -38,7 +38,7 @@ def _lock(project: Project, base: lockmod.LockedBase | None = None) -> lockmod.L
     pin = project.pin
     got = base or fixed()
     return lockmod.make_lock(
-        list(project.variants.values()), pin.tag, pin.commit, project.series_digest, resolve=lambda ref: got
+        list(project.variants.values()), pin.tag, pin.commit, project.series_digest, resolve=lambda _ref: got
     )
 
 
@@ -72,7 +72,7 @@ def test_check_finds_every_kind_of_staleness(root: Path) -> None:
     problems = lockmod.check(lock, variants, pin.tag, "f" * 40, "0" * 64, None)
     assert any(p.startswith("upstream:") for p in problems) and any(p.startswith("series:") for p in problems)
     moved = lockmod.LockedBase(BASE, "sha256:" + "9" * 64, lock.bases[BASE].media_type, lock.bases[BASE].platforms)
-    problems = lockmod.check(lock, variants, pin.tag, pin.commit, project.series_digest, lambda ref: moved)
+    problems = lockmod.check(lock, variants, pin.tag, pin.commit, project.series_digest, lambda _ref: moved)
     assert problems == [f"base {BASE}: locked {INDEX}, the registry now has {moved.digest}"]
     # a variant asks for a platform the lock does not have
     path = root / "images" / "latest.yaml"

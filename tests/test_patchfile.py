@@ -61,7 +61,7 @@ def test_missing_header_fields_are_reported(tmp_path: Path) -> None:
         ("other/x.py", "other/x.py", "outside the package root"),
     ],
 )
-def test_refuses_paths(tmp_path: Path, old: str, new: str, needle: str) -> None:
+def test_refuses_paths(tmp_path: Path, old: str, new: str, needle: str) -> None:  # noqa: ARG001 - table column
     body = GOOD.replace("vllm/x.py", old)
     with pytest.raises(PatchError, match=needle) as err:
         parse_patch(write(tmp_path, body))

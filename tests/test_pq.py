@@ -128,7 +128,7 @@ def test_patches_edited_behind_the_work_tree_are_not_overwritten(opened: tuple[P
     assert "Author: Someone" in target.read_text()
 
 
-def test_messages_survive_git_cleanup(tmp_path: Path) -> None:
+def test_messages_survive_git_cleanup() -> None:
     header = "Description: x\n Longer.\nAuthor: A <a@b>\n# not a comment in DEP-3\nLast-Update: 2026-01-01\n---\n"
     name, back = pq.from_message(pq.to_message(header, "0001-x.patch"))
     assert (name, back) == ("0001-x.patch", header)

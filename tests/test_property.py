@@ -27,7 +27,7 @@ class MemTree:
     def blob(self, sha: str) -> bytes | None:
         return self.blobs.get(sha)
 
-    def symlink_prefix(self, path: str) -> str | None:
+    def symlink_prefix(self, _path: str) -> str | None:
         return None
 
 

@@ -98,7 +98,7 @@ def copy_project(world: World, dest: Path) -> Path:
     return dest
 
 
-def test_publish_both_variants_for_both_platforms_and_pull_them_back(world: World, tmp_path: Path) -> None:
+def test_publish_both_variants_for_both_platforms_and_pull_them_back(world: World) -> None:
     plan, outcomes, stats = publish(world.project, world.registry.host, "t1/vllm-dsv41")
     assert [o.state for o in outcomes] == ["published", "published"]
     by = {vp.variant: vp for vp in plan}

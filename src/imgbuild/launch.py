@@ -166,7 +166,7 @@ def compose_file(launch: Launch) -> dict[str, Any]:
 class _Plain(yaml.SafeDumper):
     """No `&id001` anchors: services that share a value spell it out."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, _data: Any) -> bool:
         return True
 
 

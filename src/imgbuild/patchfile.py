@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from unidiff import PatchSet  # type: ignore[attr-defined]
+from unidiff import PatchedFile, PatchSet  # type: ignore[attr-defined]
 from unidiff.errors import UnidiffParseError
 
 from imgbuild.errors import PatchError
@@ -220,26 +220,49 @@ def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
 
 
 def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
+    """Read and check a patch file: header, then each line of the diff, then each file's hunks."""
+    name = path.name
+    raw = _read(path)
+    header, diff = _split(name, raw.decode("utf-8", errors="surrogateescape"))
+    first = header.count("\n") + 1  # the file's line number of the diff's first line
+    _check_line_ends(name, diff, first)
+    _check_hunk_lengths(name, diff, first)
+    _check_lines(name, diff, first, package_root)
+    files = _file_diffs(name, diff, first, package_root)
+    return Patch(
+        name=path.name.removesuffix(".patch").removesuffix(".diff"),
+        filename=path.name,
+        header=header,
+        fields=parse_header(header),
+        files=tuple(files),
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def _read(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise PatchError(f"{path}: patch file not found", hint="check patches/series") from exc
-    name = path.name
     if b"\0" in raw:
-        raise PatchError(f"{name}: binary data in the patch file", hint="binary patches are refused")
-    text = raw.decode("utf-8", errors="surrogateescape")
+        raise PatchError(f"{path.name}: binary data in the patch file", hint="binary patches are refused")
+    return raw
+
+
+def _split(name: str, text: str) -> tuple[str, str]:
+    """(the DEP-3 header, the diff): the diff starts at the first line that starts with `diff --git `."""
     start = text.find("diff --git ")
     while start > 0 and text[start - 1] != "\n":
         start = text.find("diff --git ", start + 1)
     if start < 0:
         raise PatchError(f"{name}: no 'diff --git' section found", hint="write the diff with `git diff --full-index`")
-    header, diff = text[:start], text[start:]
-    header_lines = header.count("\n")
-    _check_line_ends(name, diff, header_lines + 1)
-    _check_hunk_lengths(name, diff, header_lines + 1)
+    return text[:start], text[start:]
 
+
+def _check_lines(name: str, diff: str, first: int, package_root: str) -> None:
+    """Refuse, by file:line, what unidiff would accept: unsafe paths, binaries, symlinks, short index lines."""
     in_file_header = False
-    for i, line in enumerate(diff.splitlines(), start=header_lines + 1):
+    for i, line in enumerate(diff.splitlines(), start=first):
         if line.startswith("diff --git "):
             in_file_header = True
         elif line.startswith("@@"):
@@ -247,66 +270,65 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
         if in_file_header:
             for named in _header_paths(line):
                 _check_path(name, named, i, package_root)
-        if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
-            raise PatchError(f"{name}:{i}: binary diff is refused", hint="patches may only change text files")
-        if re.match(r"^(new file mode|new mode|old mode|deleted file mode) 120000$", line):
-            raise PatchError(f"{name}:{i}: symlink is refused", hint="patches may not create or change symlinks")
-        m = INDEX_RE.match(line)
-        if m and m.group(3) == "120000":
-            raise PatchError(f"{name}:{i}: symlink is refused", hint="patches may not create or change symlinks")
-        if m and (len(m.group(1)) != 40 or len(m.group(2)) != 40):
-            raise PatchError(
-                f"{name}:{i}: abbreviated index line {line!r}",
-                hint="regenerate the diff with `git diff --full-index` so 3-way merges can find the original blobs",
-            )
+        _check_line(name, line, i)
 
+
+def _check_line(name: str, line: str, i: int) -> None:
+    if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
+        raise PatchError(f"{name}:{i}: binary diff is refused", hint="patches may only change text files")
+    m = INDEX_RE.match(line)
+    if re.match(r"^(new file mode|new mode|old mode|deleted file mode) 120000$", line) or (
+        m and m.group(3) == "120000"
+    ):
+        raise PatchError(f"{name}:{i}: symlink is refused", hint="patches may not create or change symlinks")
+    if m and (len(m.group(1)) != 40 or len(m.group(2)) != 40):
+        raise PatchError(
+            f"{name}:{i}: abbreviated index line {line!r}",
+            hint="regenerate the diff with `git diff --full-index` so 3-way merges can find the original blobs",
+        )
+
+
+def _file_diffs(name: str, diff: str, first: int, package_root: str) -> list[FileDiff]:
     try:
         patchset = PatchSet(diff)
     except UnidiffParseError as exc:
         raise PatchError(f"{name}: malformed diff: {exc}", hint="regenerate it with `git diff --full-index`") from exc
-
-    files: list[FileDiff] = []
-    diff_starts = [i for i, ln in enumerate(diff.splitlines(), start=header_lines + 1) if ln.startswith("diff --git ")]
-    for pos, pf in enumerate(patchset):
-        at_line = diff_starts[pos] if pos < len(diff_starts) else header_lines + 1
-        old_blob = new_blob = None
-        for info in pf.patch_info or ():
-            m = INDEX_RE.match(info.rstrip("\n"))
-            if m:
-                old_blob, new_blob = m.group(1), m.group(2)
-        if pf.is_binary_file:
-            raise PatchError(f"{name}:{at_line}: binary diff is refused", hint="patches may only change text files")
-        old_path = None if pf.is_added_file else _strip_prefix(pf.source_file, "a/")
-        new_path = None if pf.is_removed_file else _strip_prefix(pf.target_file, "b/")
-        for p in (old_path, new_path):
-            if p is not None:
-                _check_path(name, p, at_line, package_root)
-        if old_blob is None and len(pf):
-            raise PatchError(
-                f"{name}:{at_line}: {pf.path}: missing 'index' line",
-                hint="regenerate the diff with `git diff --full-index`",
-            )
-        hunks = tuple(_hunk_from(h, i, header_lines + 1) for i, h in enumerate(pf, start=1))
-        files.append(
-            FileDiff(
-                old_path=old_path,
-                new_path=new_path,
-                old_blob=None if old_blob == ZERO else old_blob,
-                new_blob=None if new_blob == ZERO else new_blob,
-                hunks=hunks,
-                line=at_line,
-            )
-        )
+    starts = [i for i, ln in enumerate(diff.splitlines(), start=first) if ln.startswith("diff --git ")]
+    files = [
+        _file_diff(name, pf, starts[pos] if pos < len(starts) else first, first, package_root)
+        for pos, pf in enumerate(patchset)
+    ]
     if not files:
         raise PatchError(f"{name}: the diff changes no file")
-    fields = parse_header(header)
-    return Patch(
-        name=path.name.removesuffix(".patch").removesuffix(".diff"),
-        filename=path.name,
-        header=header,
-        fields=fields,
-        files=tuple(files),
-        sha256=hashlib.sha256(raw).hexdigest(),
+    return files
+
+
+def _file_diff(name: str, pf: PatchedFile, at_line: int, first: int, package_root: str) -> FileDiff:
+    """One file of the diff, starting at line `at_line` of the patch file."""
+    old_blob = new_blob = None
+    for info in pf.patch_info or ():
+        m = INDEX_RE.match(info.rstrip("\n"))
+        if m:
+            old_blob, new_blob = m.group(1), m.group(2)
+    if pf.is_binary_file:
+        raise PatchError(f"{name}:{at_line}: binary diff is refused", hint="patches may only change text files")
+    old_path = None if pf.is_added_file else _strip_prefix(pf.source_file, "a/")
+    new_path = None if pf.is_removed_file else _strip_prefix(pf.target_file, "b/")
+    for p in (old_path, new_path):
+        if p is not None:
+            _check_path(name, p, at_line, package_root)
+    if old_blob is None and len(pf):
+        raise PatchError(
+            f"{name}:{at_line}: {pf.path}: missing 'index' line",
+            hint="regenerate the diff with `git diff --full-index`",
+        )
+    return FileDiff(
+        old_path=old_path,
+        new_path=new_path,
+        old_blob=None if old_blob == ZERO else old_blob,
+        new_blob=None if new_blob == ZERO else new_blob,
+        hunks=tuple(_hunk_from(h, i, first) for i, h in enumerate(pf, start=1)),
+        line=at_line,
     )
 
 

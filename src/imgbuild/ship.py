@@ -337,7 +337,7 @@ def ship(
                     return pushed[0]
 
             sources = Sources(archive, registry, here_containerd=engine.features.containerd_store)
-            report = progress or (lambda node, sent: None)
+            report = progress or (lambda _node, _sent: None)
             with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(nodes)))) as pool:
                 futures = [
                     pool.submit(ship_node, n, info, sources, tags, with_base=with_base, progress=report) for n in nodes

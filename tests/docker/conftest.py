@@ -104,7 +104,12 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, synth_upstream: Upstream, prefix: str, skeleton_base: str) -> Built:
+def built(
+    tmp_path_factory: pytest.TempPathFactory,
+    synth_upstream: Upstream,
+    prefix: str,
+    skeleton_base: str,  # noqa: ARG001 - the skeleton image must exist before `--base skeleton` builds
+) -> Built:
     """One project with both variants built on the skeleton, shared by a module's tests."""
     root = tmp_path_factory.mktemp("built")
     repo = f"{prefix}-{root.name}"
@@ -119,7 +124,12 @@ MakeProject = Callable[..., Path]
 
 
 @pytest.fixture
-def make_project(tmp_path: Path, synth_upstream: Upstream, prefix: str, skeleton_base: str) -> MakeProject:
+def make_project(
+    tmp_path: Path,
+    synth_upstream: Upstream,
+    prefix: str,
+    skeleton_base: str,  # noqa: ARG001 - the skeleton image must exist before its projects build
+) -> MakeProject:
     """A synthetic engram-shaped project whose images go to `<prefix>-<name>`."""
 
     def make(name: str, **kw: object) -> Path:

@@ -197,9 +197,8 @@ def test_compose_up_starts_engram_mem_under_qemu_with_the_limits(written: dict[s
         assert code != 0 and "error setting rlimit" in out, out
 
 
-def test_registry_pins_the_published_digest(
-    written: dict[str, Any], built: Built, engine: Engine, tmp_path: Path
-) -> None:
+@pytest.mark.usefixtures("written")  # the recipe files exist before the registry is asked
+def test_registry_pins_the_published_digest(built: Built, engine: Engine, tmp_path: Path) -> None:
     """--registry: the digest the registry serves for the variant's tag (pushed here with `docker push`)."""
     from tests.registry_env import RegistryProcess
 

@@ -44,7 +44,7 @@ def archive_path(engine: Engine) -> None:
         pytest.skip("this host uses the containerd image store: every node pulls from the loopback registry")
 
 
-def test_ship_to_a_node(built: Built, node: Node, engine: Engine, tmp_path: Path) -> None:
+def test_ship_to_a_node(built: Built, node: Node, engine: Engine) -> None:
     archive_path(engine)
     latest = engine.require(f"{built.repo}:latest")
     mem = engine.require(f"{built.repo}:engram-mem")

@@ -8,7 +8,7 @@ import sys
 from types import FrameType
 
 
-def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
+def _interrupted_at_start(_signum: int, _frame: FrameType | None) -> None:
     # Ctrl-C while the imports below run: nothing has started, so leave at once, without a traceback.
     if "--json" in sys.argv:
         os.write(
@@ -129,7 +129,7 @@ def load_command(name: str) -> Any:
 class LazyGroup(TyperGroup):
     """Subcommands are imported when resolved to run; the help listing uses the static summaries."""
 
-    def list_commands(self, ctx: Any) -> list[str]:
+    def list_commands(self, _ctx: Any) -> list[str]:
         return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
@@ -189,14 +189,14 @@ def main(
         Path | None,
         typer.Option("--project", "-C", help="Project directory (default: the nearest parent with patches/series)."),
     ] = None,
-    version: Annotated[
+    version: Annotated[  # noqa: ARG001 - typer acts on it in its callback, _version
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     ctx.obj = CliOptions(project=project.resolve() if project is not None else None)
 
 
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+def _raise_interrupted(_signum: int, _frame: FrameType | None) -> None:
     raise Interrupted()
 
 
