@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.runner import Cli, imgbuild
 from tests.synth import Upstream
 
 TIERS = ("docker", "release")
@@ -44,3 +45,9 @@ def _isolated_cache(
 @pytest.fixture
 def upstream(tmp_path: Path) -> Upstream:
     return Upstream(tmp_path / "upstream")
+
+
+@pytest.fixture
+def cli() -> Cli:
+    """`cli(PROJECT, *ARGS, env=...)`: the command in a subprocess (tests/runner.py), for every tier."""
+    return imgbuild

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import yaml
 
 from imgbuild.gitio import blob_id
 from imgbuild.upstream import Mirror
+from tests.runner import imgbuild
 from tests.synth import header
 from tests.test_wheel_source import make_wheel, pin_for
 
@@ -25,13 +25,7 @@ FILES = {"vllm/__init__.py": b"x = 1\n", "vllm/models/m.py": OLD, "vllm/models/n
 
 
 def run(root: Path, cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imgbuild", "-C", str(root), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "IMGBUILD_CACHE": str(cache), **env},
-    )
+    return imgbuild(root, *args, IMGBUILD_CACHE=str(cache), **env)
 
 
 def wheel_project(tmp_path: Path) -> Path:

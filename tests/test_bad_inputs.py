@@ -25,20 +25,11 @@ from imgbuild.config import VariantConfig
 from imgbuild.errors import ConfigError
 from imgbuild.patchfile import parse_patch
 from imgbuild.planner import resolve_variants
+from tests.runner import imgbuild
 from tests.synth import Upstream, git, make_project, numbered
 
 BASE = numbered(30)
 PATCHED = BASE.replace("line 10\n", "line 10 patched\n")
-
-
-def cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imgbuild", "-C", str(root), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "COLUMNS": "200", **env},
-    )
 
 
 def one_json(text: str) -> dict[str, object]:
@@ -71,7 +62,7 @@ def tmpfs(path: Path, options: str) -> Iterator[Path]:
 
 # -- --json: exactly one document, errors included ----------------------------------------------
 def test_usage_error_under_json_is_one_json_document(tmp_path: Path) -> None:
-    out = cli(tmp_path, "plan", "--bogus", "--json")
+    out = imgbuild(tmp_path, "plan", "--bogus", "--json")
     assert out.returncode == 2
     error = one_json(out.stdout)["error"]
     assert isinstance(error, dict) and error["exit_code"] == 2 and "--bogus" in str(error["message"])
@@ -79,7 +70,7 @@ def test_usage_error_under_json_is_one_json_document(tmp_path: Path) -> None:
 
 def test_apply_conflict_under_json_is_one_document_with_the_report(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream, tag="v2")
-    out = cli(root, "patches", "apply", "--into", str(tmp_path / "out"), "--json")
+    out = imgbuild(root, "patches", "apply", "--into", str(tmp_path / "out"), "--json")
     assert out.returncode == 5, out.stderr
     error = one_json(out.stdout)["error"]
     assert isinstance(error, dict) and error["exit_code"] == 5
@@ -90,8 +81,8 @@ def test_apply_conflict_under_json_is_one_document_with_the_report(tmp_path: Pat
 
 def test_patch_names_are_file_names_in_every_json(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
-    listed = json.loads(cli(root, "patches", "list", "--json").stdout)
-    checked = one_json(cli(root, "patches", "check", "--json").stdout)
+    listed = json.loads(imgbuild(root, "patches", "list", "--json").stdout)
+    checked = one_json(imgbuild(root, "patches", "check", "--json").stdout)
     assert [p["patch"] for p in listed] == ["0001-a.patch"]
     assert [p["patch"] for p in checked["patches"]] == ["0001-a.patch"]  # type: ignore[attr-defined]
     assert checked["variants"]["latest"]["patches"] == ["0001-a.patch"]  # type: ignore[index]
@@ -100,11 +91,11 @@ def test_patch_names_are_file_names_in_every_json(tmp_path: Path, upstream: Upst
 # -- unclear messages made clear -----------------------------------------------------------------
 def test_a_patch_that_needs_fuzz_says_where_and_how_to_fix_it(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream, tag="v2")
-    out = cli(root, "patches", "apply", "--into", str(tmp_path / "out"))
+    out = imgbuild(root, "patches", "apply", "--into", str(tmp_path / "out"))
     assert out.returncode == 5
     assert "would apply with fuzz: hunk #1 `@@ -7,7 +7,7 @@` with fuzz 1 at line 7" in out.stderr
     assert "--allow-fuzz 1" in out.stderr and "patches rebase" in out.stderr
-    ok = cli(root, "patches", "apply", "--into", str(tmp_path / "out"), "--allow-fuzz", "1")
+    ok = imgbuild(root, "patches", "apply", "--into", str(tmp_path / "out"), "--allow-fuzz", "1")
     assert ok.returncode == 0, ok.stderr  # and the hint was right
 
 
@@ -114,7 +105,7 @@ def test_a_short_hunk_names_patch_line_and_header(tmp_path: Path, upstream: Upst
     lines = patch.read_text().splitlines(keepends=True)
     patch.write_text("".join(lines[:-1]))  # cut the last context line
     hunk_line = next(i for i, ln in enumerate(lines, start=1) if ln.startswith("@@"))
-    out = cli(root, "patches", "check")
+    out = imgbuild(root, "patches", "check")
     assert out.returncode == 4
     assert f"0001-a.patch:{hunk_line}: hunk `@@ -7,7 +7,7 @@ line 6` is shorter than its header says" in out.stderr
 
@@ -123,7 +114,7 @@ def test_crlf_line_endings_are_named(tmp_path: Path, upstream: Upstream) -> None
     root = small_project(tmp_path, upstream)
     patch = root / "patches" / "0001-a.patch"
     patch.write_bytes(patch.read_bytes().replace(b"\n", b"\r\n"))
-    out = cli(root, "patches", "check")
+    out = imgbuild(root, "patches", "check")
     assert out.returncode == 4
     assert "CRLF" in out.stderr and "missing 'index' line" not in out.stderr
 
@@ -134,10 +125,10 @@ def test_a_patch_without_dep3_header_is_refused_by_check_and_build(tmp_path: Pat
     patch = root / "patches" / "0001-a.patch"
     text = patch.read_text()
     patch.write_text(text[text.index("diff --git") :])  # a bare diff
-    listed = cli(root, "patches", "list")
+    listed = imgbuild(root, "patches", "list")
     assert listed.returncode == 0  # list shows header problems, it does not refuse
     for args in (("patches", "check"), ("build", "--dry-run", "--base", "skeleton"), ("plan",)):
-        out = cli(root, *args)
+        out = imgbuild(root, *args)
         assert out.returncode == 4, (args, out.stderr)
         assert "0001-a.patch: DEP-3 header lacks Description, Upstream-Status or Forwarded" in out.stderr
 
@@ -146,7 +137,7 @@ def test_a_patch_without_group_is_refused_when_variants_pick_groups(tmp_path: Pa
     root = small_project(tmp_path, upstream)
     patch = root / "patches" / "0001-a.patch"
     patch.write_text(patch.read_text().replace("Group: x\n", ""))
-    out = cli(root, "patches", "check")
+    out = imgbuild(root, "patches", "check")
     assert out.returncode == 4 and "lacks Group" in out.stderr
 
 
@@ -175,7 +166,7 @@ def test_a_duplicated_yaml_key_is_refused_with_both_lines(tmp_path: Path, upstre
     root = small_project(tmp_path, upstream)
     variant = root / "images" / "engram-mem.yaml"
     variant.write_text("name: engram-mem\nfrom: latest\nrevert: [x]\ndescription: d\nrevert: []\n")
-    out = cli(root, "plan")
+    out = imgbuild(root, "plan")
     assert out.returncode == 3
     assert f"{variant}:5:1: duplicate key 'revert' (first at line 3)" in out.stderr
 
@@ -187,7 +178,7 @@ def test_a_misspelled_nested_key_is_named_at_its_own_line(tmp_path: Path, upstre
         "tag: v1\ncommit: " + "a" * 40 + "\nsource:\n  kind: wheel\n  project: vllm\n  version: '1'\n"
         "  filenme: x.whl\n  sha256: " + "b" * 64 + "\n"
     )
-    out = cli(root, "plan")
+    out = imgbuild(root, "plan")
     assert out.returncode == 3
     assert f"{pin}:7:12: source.filenme: unknown key 'filenme' (did you mean 'filename'?)" in out.stderr
     assert "Field required" not in out.stderr  # the misspelling is the one problem
@@ -197,7 +188,7 @@ def test_an_unclosed_quote_names_the_line_where_it_opens(tmp_path: Path, upstrea
     root = small_project(tmp_path, upstream)
     variant = root / "images" / "latest.yaml"
     variant.write_text('name: latest\ndescription: "all patches\nimage:\n  tags: [latest]\n')
-    out = cli(root, "plan")
+    out = imgbuild(root, "plan")
     assert out.returncode == 3
     assert f"that opens at {variant}:2:14" in out.stderr and "line 2" in out.stderr
 
@@ -205,12 +196,12 @@ def test_an_unclosed_quote_names_the_line_where_it_opens(tmp_path: Path, upstrea
 def test_an_unsupported_platform_is_refused_naming_the_known_ones(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
     for args in (("build", "--dry-run", "--base", "skeleton"), ("smoke", "latest"), ("skeleton",)):
-        out = cli(root, *args, "--platform", "linux/s390x")
+        out = imgbuild(root, *args, "--platform", "linux/s390x")
         assert out.returncode == 2, (args, out.stderr)
         assert "--platform linux/s390x: unsupported platform; known: linux/arm64, linux/amd64" in out.stderr
     variant = {"name": "latest", "image": {"platforms": ["linux/s390x"]}}
     (root / "images" / "latest.yaml").write_text(yaml.safe_dump(variant))
-    out = cli(root, "plan")
+    out = imgbuild(root, "plan")
     assert out.returncode == 3 and "unsupported platform 'linux/s390x'; known: linux/arm64, linux/amd64" in out.stderr
 
 
@@ -227,13 +218,13 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     up.release("v1", {"vllm/a.py": BASE})
     root = make_project(tmp / "proj", up, "v1", [("0001-a.patch", "x", up.diff("v1", {"vllm/a.py": PATCHED}))])
     cache = tmp / "cache"
-    assert cli(root, "patches", "check", IMGBUILD_CACHE=str(cache)).returncode == 0
+    assert imgbuild(root, "patches", "check", IMGBUILD_CACHE=str(cache)).returncode == 0
     return root, cache
 
 
 def apply_into(big: tuple[Path, Path], dest: Path) -> subprocess.CompletedProcess[str]:
     root, cache = big
-    return cli(root, "patches", "apply", "--into", str(dest), IMGBUILD_CACHE=str(cache))
+    return imgbuild(root, "patches", "apply", "--into", str(dest), IMGBUILD_CACHE=str(cache))
 
 
 def popen_apply(big: tuple[Path, Path], dest: Path) -> subprocess.Popen[str]:
@@ -377,9 +368,9 @@ def test_ctrl_c_while_the_cli_starts_gives_no_traceback(tmp_path: Path, delay_ms
 def test_an_unwritable_junit_path_is_refused_before_building(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
     (tmp_path / "plain").write_text("a file\n")
-    out = cli(root, "build", "--base", "skeleton", "--junit", str(tmp_path / "plain" / "smoke.xml"))
+    out = imgbuild(root, "build", "--base", "skeleton", "--junit", str(tmp_path / "plain" / "smoke.xml"))
     assert out.returncode == 10 and "Traceback" not in out.stderr
     assert f"cannot write the JUnit report to {tmp_path}/plain/smoke.xml" in out.stderr
     with tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
-        out = cli(root, "smoke", "latest", "--junit", str(ro / "smoke.xml"))
+        out = imgbuild(root, "smoke", "latest", "--junit", str(ro / "smoke.xml"))
     assert out.returncode == 10 and "Read-only file system" in out.stderr

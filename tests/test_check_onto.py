@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from imgbuild.checkmatrix import check_onto
-from imgbuild.cli.main import run
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
 from tests.rebase_world import PATCHES, build_upstream, project, snapshot
+from tests.runner import imgbuild_here as cli
 from tests.synth import Upstream
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the real entry point (errors printed in one place) in-process."""
-    old = sys.argv
-    sys.argv = ["imgbuild", *args]
-    try:
-        run()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from imgbuild.apply import apply_stack
 from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.project import Project, merge3
+from tests.runner import imgbuild
 from tests.synth import Upstream, git, make_project, numbered
 
 BASE = numbered(40)
@@ -34,12 +33,6 @@ def two_releases(upstream: Upstream) -> Upstream:
 
 def project(tmp_path: Path, up: Upstream, tag: str, patches: list[tuple[str, str, str]], **kw: object) -> Project:
     return Project.load(make_project(tmp_path / "proj", up, tag, patches, **kw))  # type: ignore[arg-type]
-
-
-def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imgbuild", "-C", str(root), *args], capture_output=True, text=True, check=False
-    )
 
 
 def test_exact_then_offset_on_next_release(tmp_path: Path, two_releases: Upstream) -> None:
@@ -223,7 +216,7 @@ def test_patch_outside_root_refused_via_project(tmp_path: Path, two_releases: Up
 def test_cli_check_and_apply_into(tmp_path: Path, two_releases: Upstream) -> None:
     diff = two_releases.diff("v1", {"vllm/a.py": edit(BASE, "line 20\n", "line twenty\n")})
     root = make_project(tmp_path / "p", two_releases, "v2", [("0001-a.patch", "sm12x", diff)])
-    check = run_cli(root, "patches", "check", "--json")
+    check = imgbuild(root, "patches", "check", "--json")
     assert check.returncode == 0, check.stderr
     import json
 
@@ -233,10 +226,10 @@ def test_cli_check_and_apply_into(tmp_path: Path, two_releases: Upstream) -> Non
         "hunk": 1, "header": "@@ -17,7 +17,7 @@", "method": "offset", "offset": 5, "line": 22,
     }  # fmt: skip
     out = tmp_path / "tree"
-    res = run_cli(root, "patches", "apply", "--into", str(out))
+    res = imgbuild(root, "patches", "apply", "--into", str(out))
     assert res.returncode == 0, res.stderr
     assert "line twenty" in (out / "vllm/a.py").read_text() and (out / "vllm/b.py").exists()
-    again = run_cli(root, "patches", "apply", "--into", str(out))
+    again = imgbuild(root, "patches", "apply", "--into", str(out))
     assert again.returncode == 10 and "exists and is not empty" in again.stderr
 
 
@@ -247,18 +240,18 @@ def test_cli_failed_apply_writes_nothing(tmp_path: Path, two_releases: Upstream)
         tmp_path / "p", two_releases, "v2", [("0001-a.patch", "sm12x", good), ("0002-b.patch", "sm12x", bad)]
     )
     out = tmp_path / "tree"
-    res = run_cli(root, "patches", "apply", "--into", str(out))
+    res = imgbuild(root, "patches", "apply", "--into", str(out))
     assert res.returncode == 5
     assert "0002-b does not apply" in res.stderr
     assert not out.exists() and not list(tmp_path.glob(".tree.staging-*"))
-    check = run_cli(root, "patches", "check")
+    check = imgbuild(root, "patches", "check")
     assert check.returncode == 1 and "conflict" in check.stdout
 
 
 def test_allow_fuzz_refused_in_ci(tmp_path: Path, two_releases: Upstream, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_project(tmp_path / "p", two_releases, "v1", [])
     monkeypatch.setenv("CI", "true")
-    res = run_cli(root, "patches", "check", "--allow-fuzz", "1")
+    res = imgbuild(root, "patches", "check", "--allow-fuzz", "1")
     assert res.returncode == 2 and "refused in CI" in res.stderr
 
 

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
 from imgbuild import backport, importer, rebase
 from imgbuild.checkmatrix import check_onto
-from imgbuild.cli.main import run
 from imgbuild.errors import ApplyError, PatchError, StateError, UpstreamError, UsageError
 from imgbuild.importer import AlreadyUpstream
 from imgbuild.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
 from tests.backport_world import FIX_SUBJECT, World, build
 from tests.rebase_world import snapshot
+from tests.runner import imgbuild_here as cli
 from tests.synth import git, make_project
 
 DATE = "2026-12-01"
@@ -30,20 +29,6 @@ def world(tmp_path: Path) -> World:
 
 def proj(tmp_path: Path, world: World, tag: str = "v1") -> Path:
     return make_project(tmp_path / "p", world.up, tag, [])
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["imgbuild", *args]
-    try:
-        run()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def parse_patch_text(data: bytes) -> dict[str, str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from imgbuild import lock as lockmod
 from imgbuild.build import project_inputs
 from imgbuild.errors import RegistryError
 from imgbuild.project import Project
+from tests.runner import imgbuild
 from tests.synth import Upstream
 from tests.synth_images import SITE, engram_project, release
 
@@ -39,12 +38,6 @@ def _lock(project: Project, base: lockmod.LockedBase | None = None) -> lockmod.L
     got = base or fixed()
     return lockmod.make_lock(
         list(project.variants.values()), pin.tag, pin.commit, project.series_digest, resolve=lambda _ref: got
-    )
-
-
-def _imgbuild(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imgbuild", "-C", str(root), *args], capture_output=True, text=True, check=False
     )
 
 
@@ -91,17 +84,17 @@ def test_check_finds_every_kind_of_staleness(root: Path) -> None:
 
 
 def test_lock_check_cli_without_a_lock_fails(root: Path) -> None:
-    proc = _imgbuild(root, "lock", "--check", "--offline")
+    proc = imgbuild(root, "lock", "--check", "--offline")
     assert proc.returncode == 1
     assert "images.lock is missing" in proc.stderr
     # under --json the report is the one document on stdout (a failed check adds no error document)
-    proc = _imgbuild(root, "lock", "--check", "--offline", "--json")
+    proc = imgbuild(root, "lock", "--check", "--offline", "--json")
     assert proc.returncode == 1 and "images.lock is missing" in proc.stderr
     assert json.loads(proc.stdout) == {"ok": False, "problems": ["images.lock is missing; run `imgbuild lock`"]}
 
 
 def test_bake_matrix_without_registry_is_a_usage_error(root: Path) -> None:
-    proc = _imgbuild(root, "bake", "--matrix")
+    proc = imgbuild(root, "bake", "--matrix")
     assert proc.returncode == 2 and "--matrix needs --registry" in proc.stderr
 
 
@@ -149,10 +142,10 @@ def test_bake_is_deterministic_and_check_catches_staleness(root: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["image"]["labels"] = {"org.example.team": "spark"}
     path.write_text(yaml.safe_dump(data))
-    proc = _imgbuild(root, "bake", "--check")
+    proc = imgbuild(root, "bake", "--check")
     assert proc.returncode == 1 and "buildkit/docker-bake.json is out of date" in proc.stderr
-    assert _imgbuild(root, "bake").returncode == 0
-    assert _imgbuild(root, "bake", "--check").returncode == 0
+    assert imgbuild(root, "bake").returncode == 0
+    assert imgbuild(root, "bake", "--check").returncode == 0
     # a hand-edited context file is caught too
     victim = next(p for p in ctx.rglob("*.py"))
     victim.write_text("tampered\n")

@@ -117,6 +117,15 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), params
 
 
+def _normal_scope(scope: str) -> str:
+    """`repository:a/b:push,pull` as this client spells it (actions sorted), so one scope is asked for once."""
+    kind, sep, rest = scope.partition(":")
+    name, sep2, actions = rest.rpartition(":")
+    if not (sep and sep2):
+        return scope
+    return f"{kind}:{name}:{','.join(sorted(set(actions.split(','))))}"
+
+
 class Registry:
     """One registry host. Create it with the repositories it will read and write."""
 
@@ -181,7 +190,7 @@ class Registry:
         if scheme != "bearer" or "realm" not in params:
             raise RegistryError(f"{self.host} answered 401 with an unsupported challenge {scheme or 'none'!r}")
         self._bearer = params
-        scopes = self._scope_strings() | ({params["scope"]} if params.get("scope") else set())
+        scopes = self._scope_strings() | ({_normal_scope(params["scope"])} if params.get("scope") else set())
         if self._auth_header is not None and scopes <= self._token_scopes:
             raise self._auth_error("refused the token it issued", creds)
         self._fetch_token(params, scopes, creds)

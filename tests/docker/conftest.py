@@ -10,10 +10,8 @@ leave behind.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from imgbuild import skeleton
 from imgbuild.docker_engine import Engine
 from imgbuild.gitio import GitRepo
 from imgbuild.upstream import cache_dir
+from tests.runner import imgbuild
 from tests.synth import Upstream
 from tests.synth_images import engram_project, release
 
@@ -72,23 +71,7 @@ def cleanup(engine: Engine, prefix: str, upstream_url: str) -> None:
                 engine.client.api.remove_image(image_id, force=True)
 
 
-def run_cli(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`imgbuild -C PROJECT ARGS...` in a subprocess, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "imgbuild", "-C", str(project), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
-
-
-Cli = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def cli() -> Cli:
-    return run_cli
+run_cli = imgbuild  # `imgbuild -C PROJECT ARGS...` (tests/runner.py), the name this tier's tests import
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from imgbuild.docker_engine import Engine
-from tests.docker.conftest import Built, Cli, MakeProject
+from tests.docker.conftest import Built, MakeProject
+from tests.runner import Cli
 from tests.synth_images import ENGRAM, SM121
 
 pytestmark = pytest.mark.docker

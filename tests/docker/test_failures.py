@@ -15,7 +15,8 @@ import pytest
 
 from imgbuild.docker_engine import CONTAINER_LABEL, Engine
 from imgbuild.dockerfile import context_tar
-from tests.docker.conftest import Built, Cli, MakeProject
+from tests.docker.conftest import Built, MakeProject
+from tests.runner import Cli
 from tests.synth import Upstream
 from tests.synth_images import FILES, SITE
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from imgbuild.docker_engine import Engine
-from tests.docker.conftest import Cli, MakeProject, cleanup
+from tests.docker.conftest import MakeProject, cleanup
 from tests.registry_env import set_platforms
+from tests.runner import Cli
 from tests.synth import Upstream
 from tests.synth_images import ENGRAM, SM121
 

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from tests.registry_env import (
     set_platforms,
     uploads,
 )
+from tests.runner import imgbuild
 from tests.synth import Upstream
 from tests.synth_images import SITE, engram_project, release
 from tests.tcpproxy import Proxy
@@ -75,16 +75,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         registry.stop()
         remove_images(registry.host + "/")
         remove_images("imgbuild-test-bake/")
-
-
-def imgbuild(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imgbuild", "-C", str(project), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def publish(
