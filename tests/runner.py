@@ -8,6 +8,8 @@ start and every import per call.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -33,19 +35,43 @@ def imgbuild(
     )
 
 
-def imgbuild_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The real entry point (errors printed in one place) in this process: (exit code, stdout, stderr)."""
+def imgbuild_here(
+    project: Path | None, *args: str, env: Mapping[str, str] | None = None, **more_env: str
+) -> subprocess.CompletedProcess[str]:
+    """The same command through the real entry point (errors printed in one place), in this process.
+
+    No interpreter start and no imports per call. For what only a process shows (start-up
+    imports, signals, a second process holding a lock) use `imgbuild`.
+    """
     from imgbuild.cli.main import run
 
-    capsys.readouterr()  # what the test printed before is not the command's
-    old = sys.argv
-    sys.argv = ["imgbuild", *args]
+    where = ["-C", str(project)] if project is not None else []
+    argv = ["imgbuild", *where, *args]
+    changes = {"COLUMNS": "200", **(env or {}), **more_env}
+    saved = {k: os.environ.get(k) for k in changes}
+    out, err = io.StringIO(), io.StringIO()
+    old_argv = sys.argv
+    os.environ.update(changes)
+    sys.argv = argv
     try:
-        run()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                run()
+                code = 0
+            except SystemExit as exc:
+                code = int(exc.code or 0)
     finally:
-        sys.argv = old
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+        sys.argv = old_argv
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def imgbuild_captured(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`imgbuild_here` for tests that read (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    done = imgbuild_here(None, *args)
+    return done.returncode, done.stdout, done.stderr

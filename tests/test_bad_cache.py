@@ -7,6 +7,7 @@ and runs the real command line.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -84,12 +85,30 @@ def _pack_truncated(m: Path) -> None:
     os.truncate(pack, pack.stat().st_size // 2)
 
 
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A wheel project whose cache a first `patches check` filled; tests damage copies of it."""
+    tmp = tmp_path_factory.mktemp("checked")
+    root, cache = wheel_project(tmp), tmp / "cache"
+    assert run(root, cache, "patches", "check").returncode == 0
+    return root, cache
+
+
+def copy_of(checked: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """The project and its filled cache, copied (the pin still names the module's wheel, which no test touches)."""
+    root, cache = checked
+    shutil.copytree(root, tmp_path / "proj", symlinks=True)
+    shutil.copytree(cache, tmp_path / "cache", symlinks=True)
+    return tmp_path / "proj", tmp_path / "cache"
+
+
 @pytest.mark.parametrize(
     "damage", [_loose_object_deleted, _loose_ref_truncated, _packed_refs_truncated, _pack_truncated]
 )
-def test_a_broken_mirror_is_set_aside_and_rebuilt_from_the_cached_wheel(tmp_path: Path, damage: object) -> None:
-    root, cache = wheel_project(tmp_path), tmp_path / "cache"
-    assert run(root, cache, "patches", "check").returncode == 0
+def test_a_broken_mirror_is_set_aside_and_rebuilt_from_the_cached_wheel(
+    tmp_path: Path, checked: tuple[Path, Path], damage: object
+) -> None:
+    root, cache = copy_of(checked, tmp_path)
     assert callable(damage)
     damage(mirror_of(cache))
     out = run(root, cache, "patches", "apply", "--into", str(tmp_path / "out"), PIP_NO_INDEX="1")
@@ -112,9 +131,8 @@ def test_a_broken_mirror_without_wheel_or_network_names_the_cache(tmp_path: Path
     assert f"the cache mirror {cache}/mirrors/" in out.stderr and "hint:" in out.stderr
 
 
-def test_pinned_sha256_must_match_the_wheel_the_cache_was_made_from(tmp_path: Path) -> None:
-    root, cache = wheel_project(tmp_path), tmp_path / "cache"
-    assert run(root, cache, "patches", "check").returncode == 0
+def test_pinned_sha256_must_match_the_wheel_the_cache_was_made_from(tmp_path: Path, checked: tuple[Path, Path]) -> None:
+    root, cache = copy_of(checked, tmp_path)
     pin_file = root / "patches" / "upstream.yaml"
     pin = yaml.safe_load(pin_file.read_text())
     cached, other = pin["source"]["sha256"], "ab" * 32

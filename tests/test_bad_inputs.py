@@ -25,7 +25,7 @@ from imgbuild.config import VariantConfig
 from imgbuild.errors import ConfigError
 from imgbuild.patchfile import parse_patch
 from imgbuild.planner import resolve_variants
-from tests.runner import imgbuild
+from tests.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.synth import Upstream, git, make_project, numbered
 
 BASE = numbered(30)

@@ -11,7 +11,7 @@ from imgbuild.checkmatrix import check_onto
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
 from tests.rebase_world import PATCHES, build_upstream, project, snapshot
-from tests.runner import imgbuild_here as cli
+from tests.runner import imgbuild_captured as cli
 from tests.synth import Upstream
 
 

@@ -9,7 +9,7 @@ import pytest
 from imgbuild.apply import apply_stack
 from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.project import Project, merge3
-from tests.runner import imgbuild
+from tests.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.synth import Upstream, git, make_project, numbered
 
 BASE = numbered(40)

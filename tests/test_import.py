@@ -16,7 +16,7 @@ from imgbuild.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
 from tests.backport_world import FIX_SUBJECT, World, build
 from tests.rebase_world import snapshot
-from tests.runner import imgbuild_here as cli
+from tests.runner import imgbuild_captured as cli
 from tests.synth import git, make_project
 
 DATE = "2026-12-01"

@@ -13,7 +13,7 @@ from imgbuild import lock as lockmod
 from imgbuild.build import project_inputs
 from imgbuild.errors import RegistryError
 from imgbuild.project import Project
-from tests.runner import imgbuild
+from tests.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.synth import Upstream
 from tests.synth_images import SITE, engram_project, release
 

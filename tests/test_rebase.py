@@ -318,7 +318,7 @@ def test_engram_overlap_is_warned_in_the_report(tmp_path: Path, world: Upstream)
 
 
 def test_cli_rebase_round_trip(tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.runner import imgbuild_here as cli
+    from tests.runner import imgbuild_captured as cli
 
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
     code, out, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3", "--json")
@@ -395,7 +395,7 @@ def test_a_patch_edited_while_stopped_is_caught_at_the_next_continue(tmp_path: P
 def test_patches_status_shows_a_stopped_rebase(
     tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.runner import imgbuild_here as cli
+    from tests.runner import imgbuild_captured as cli
 
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
     with pytest.raises(RebaseStopped):
@@ -410,7 +410,7 @@ def test_patches_status_shows_a_stopped_rebase(
 def test_rebase_json_has_moves_dropped_hunks_and_checks(
     tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.runner import imgbuild_here as cli
+    from tests.runner import imgbuild_captured as cli
 
     root = project(tmp_path / "p", world, ["0003-config.patch", "0004-engram-disk.patch"])
     code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v2", "--json")

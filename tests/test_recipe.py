@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from imgbuild import deploy, launch
 from imgbuild.errors import ConfigError
 from imgbuild.project import Project
 from imgbuild.recipes import write_recipe
+from tests.runner import imgbuild_here
 from tests.synth import Upstream
 from tests.synth_images import engram_project, release
 
@@ -160,9 +159,7 @@ def test_flag_rendering_matches_sparkruns_spelling() -> None:
 
 @pytest.mark.parametrize("command", [["recipe"], ["ship"], ["patches", "import"]])
 def test_new_commands_have_help_with_examples(command: list[str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "imgbuild", *command, "--help"], capture_output=True, text=True, check=False
-    )
+    proc = imgbuild_here(None, *command, "--help")  # in-process: the help text, not start-up, is under test
     assert proc.returncode == 0 and "Examples:" in proc.stdout and "--json" in proc.stdout
-    listed = subprocess.run([sys.executable, "-m", "imgbuild", "--help"], capture_output=True, text=True, check=False)
+    listed = imgbuild_here(None, "--help")
     assert command[0] in listed.stdout
