@@ -30,11 +30,16 @@ class ImgbuildError(Exception):
 
     exit_code: int = ExitCode.FAILURE
 
-    def __init__(self, message: str, hint: str | None = None, details: dict[str, object] | None = None) -> None:
+    def __init__(
+        self, message: str, hint: str | None = None, details: dict[str, object] | None = None, *, reported: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.details = details or {}  # more for --json (e.g. the per-patch report of a failed apply)
+        # The command already printed its report (under --json: the one JSON document on stdout), so
+        # cli.main.run adds only the `error:` line, on stderr.
+        self.reported = reported
 
     def to_json(self) -> dict[str, object]:
         """The one JSON document a failed `--json` run prints: `{"error": {...}}`."""
@@ -42,19 +47,9 @@ class ImgbuildError(Exception):
 
 
 class CheckFailed(ImgbuildError):
-    """A check ran and found problems: exit 1, the only way to it.
-
-    `reported`: the command already printed its report (under --json, the one
-    JSON document on stdout), so only the `error:` line is added, on stderr.
-    """
+    """A check ran and found problems: exit 1, the only way to it (usually `reported=True`)."""
 
     exit_code = ExitCode.FAILURE
-
-    def __init__(
-        self, message: str, hint: str | None = None, details: dict[str, object] | None = None, *, reported: bool = False
-    ) -> None:
-        super().__init__(message, hint, details)
-        self.reported = reported
 
 
 class UsageError(ImgbuildError):

@@ -34,7 +34,7 @@ import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 from imgbuild import __version__  # noqa: E402
-from imgbuild.errors import INTERRUPTED, CheckFailed, ExitCode, ImgbuildError, Interrupted, error_json  # noqa: E402
+from imgbuild.errors import INTERRUPTED, ExitCode, ImgbuildError, Interrupted, error_json  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -227,10 +227,8 @@ def _run() -> None:
     as_json = "--json" in sys.argv
     try:
         code = app(standalone_mode=False)
-    except CheckFailed as exc:  # under --json the command printed its report: that is the one document
+    except ImgbuildError as exc:  # `reported`: under --json the command's own report is the one document
         _fail(as_json and not exc.reported, type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details)
-    except ImgbuildError as exc:
-        _fail(as_json, type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details)
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
         exit_code = int(getattr(exc, "exit_code", 2))
         if as_json:

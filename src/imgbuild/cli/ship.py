@@ -10,7 +10,7 @@ from rich.table import Table
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.docker_engine import Engine
-from imgbuild.errors import DockerError, ExitCode, UsageError
+from imgbuild.errors import DockerError, UsageError
 from imgbuild.project import load_project
 from imgbuild.report import console, err_console, print_json
 from imgbuild.ship import ship
@@ -86,7 +86,7 @@ def ship_cmd(
             if r.note:
                 console.print(f"[yellow]note[/]: {r.node}: {r.note}")
     failed = [r.node for r in done.results if not r.ok]
-    if failed and as_json:
-        raise typer.Exit(ExitCode.DOCKER)  # the JSON above names them
     if failed:
-        raise DockerError(f"shipping failed on {len(failed)} of {len(to)} node(s): {', '.join(failed)}")
+        raise DockerError(
+            f"shipping failed on {len(failed)} of {len(to)} node(s): {', '.join(failed)}", reported=as_json
+        )
