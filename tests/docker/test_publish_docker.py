@@ -387,7 +387,7 @@ def test_bake_file_builds_both_variants_with_a_shared_layer(world: World, tmp_pa
 
 
 def test_the_committed_bake_file_is_accepted_by_buildx() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the repository root (this file is tests/docker/)
     printed = subprocess.run(
         ["docker", "buildx", "bake", "-f", "buildkit/docker-bake.json", "--print"],
         cwd=root,
