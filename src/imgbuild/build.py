@@ -34,6 +34,7 @@ from imgbuild.smoke import Expected, SmokeReport, smoke
 from imgbuild.upstream import cache_dir
 
 SKELETON = "skeleton"
+OCI_LAYOUT_DIR = "oci-layout"  # what BuildKit exported, so it sends and loads only new blobs (ocilayout.py)
 Say = Callable[[str], None]
 
 
@@ -341,6 +342,7 @@ class Runner:
             epoch=self.epoch,
             platform_tags=refs,
             builder=self.options.builder,
+            layout=cache_dir() / OCI_LAYOUT_DIR,
         )
 
     def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:

@@ -41,7 +41,7 @@ import docker
 import docker.errors
 import requests
 
-from imgbuild import reference
+from imgbuild import ocilayout, reference
 from imgbuild.errors import DockerError
 
 START_HINT = (
@@ -335,6 +335,7 @@ class Engine:
         epoch: int | None = None,
         platform_tags: Mapping[str, str] | None = None,
         builder: str | None = None,
+        layout: Path | None = None,
     ) -> str:
         """Build a context tar for `platform` (comma-separated for several); returns the image id.
 
@@ -344,6 +345,9 @@ class Engine:
         image id is the manifest or index digest there, the config digest on
         the classic store. `builder` names a buildx builder to build on (its
         output comes back to this daemon as the OCI tar; it resolves bases itself).
+        `layout` is the OCI layout directory the modern path exports into
+        (ocilayout.py): blobs it already has are neither exported nor loaded
+        again; without it, a throwaway one (every blob exported and loaded).
         """
         self._check_buildx()
         if not tags:
@@ -354,15 +358,19 @@ class Engine:
                 hint="build one platform at a time (--platform linux/arm64), or use Docker 26+ with the containerd "
                 "image store (`.ci/setup-host.sh` installs it)",
             )
-        with tempfile.TemporaryDirectory(prefix="imgbuild-build-") as tmp:
+        with contextlib.ExitStack() as stack:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="imgbuild-build-")))
             args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
             env = dict(os.environ)
             if builder:
                 env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
-            out = Path(tmp) / "image.tar"
-            iid = Path(tmp) / "iid"
+            iid, meta = tmp / "iid", tmp / "metadata.json"
             if self.features.modern:
-                args += ["--provenance=false", "--output", f"type=oci,dest={out},name={tags[0]},rewrite-timestamp=true"]
+                layout = layout or tmp / "layout"
+                stack.enter_context(ocilayout.locked(layout))
+                before = ocilayout.blob_names(layout)
+                out = f"type=oci,tar=false,dest={layout},name={tags[0]},rewrite-timestamp=true"
+                args += ["--provenance=false", "--metadata-file", str(meta), "--output", out]
                 if epoch is not None:
                     env["SOURCE_DATE_EPOCH"] = str(epoch)
             else:
@@ -373,7 +381,8 @@ class Engine:
             echo(args)
             self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
             if self.features.modern:
-                image_id = self._load_oci(out, tags[0], platform_tags or {})
+                top = _descriptor(meta, tags[0])
+                image_id = self._load_layout(layout, top, before, tags[0], platform_tags or {})
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
@@ -419,11 +428,29 @@ class Engine:
                 hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
             )
 
-    def _load_oci(self, archive: Path, tag: str, platform_tags: Mapping[str, str]) -> str:
-        """`docker load` an oci exporter tar; name each platform's manifest too. Returns the top digest."""
-        top, manifests = oci_manifests(archive)
-        with archive.open("rb") as fh:
-            self.load(fh)
+    def _load_layout(
+        self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
+    ) -> str:
+        """`docker load` what the build wrote into `layout`; name each platform's manifest too. Returns the top digest.
+
+        Only the blobs the export added are sent (the store has the parents' layers); a store that
+        lacks one of the others gets them all.
+        """
+        entry = ocilayout.top_entry(top, _full_name(reference.parse(tag)), reference.parse(tag).tag or "latest")
+        try:
+            reach = ocilayout.closure(layout, top)
+            try:
+                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], [d for d in reach if d not in before])))
+            except DockerError as exc:
+                if "not found" not in exc.message:
+                    raise
+                with tempfile.TemporaryFile() as fh:  # everything: the store lost a blob the layout kept
+                    ocilayout.write_tar(fh, layout, [entry], reach)
+                    fh.seek(0)
+                    self.load(fh)
+            manifests = ocilayout.platform_manifests(layout, top)
+        except ocilayout.LayoutError as exc:
+            raise DockerError(f"the build of {tag}: {exc}", hint=f"remove {layout} and build again") from exc
         missing = sorted(set(platform_tags) - set(manifests))
         if missing:
             raise DockerError(f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
@@ -550,34 +577,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-OCI_INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
-OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
-
-
-def oci_manifests(archive: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The top descriptor of an OCI layout tar, and platform -> manifest descriptor below it."""
-    with tarfile.open(archive) as tar:
-
-        def blob(name: str) -> dict[str, Any]:
-            fh = tar.extractfile(name)
-            if fh is None:
-                raise DockerError(f"{archive}: no {name} in the oci exporter's output")
-            data: dict[str, Any] = json.loads(fh.read())
-            return data
-
-        top = (blob("index.json").get("manifests") or [None])[0]
-        if not isinstance(top, dict) or not str(top.get("digest", "")).startswith("sha256:"):
-            raise DockerError(f"{archive}: index.json names no image")
-        digest = str(top["digest"])
-        if top.get("mediaType") != OCI_INDEX_TYPE:
-            config = blob(f"blobs/sha256/{str(blob(f'blobs/sha256/{digest[7:]}')['config']['digest'])[7:]}")
-            return top, {f"{config.get('os')}/{config.get('architecture')}": top}
-        out = {}
-        for m in blob(f"blobs/sha256/{digest[7:]}").get("manifests") or []:
-            plat = m.get("platform") or {}
-            out[f"{plat.get('os')}/{plat.get('architecture')}"] = m
-        return top, out
+OCI_INDEX_TYPE, OCI_MANIFEST_TYPE, OCI_LAYOUT = ocilayout.OCI_INDEX_TYPE, ocilayout.OCI_MANIFEST_TYPE, ocilayout.OCI_LAYOUT
 
 
 def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
@@ -609,6 +609,17 @@ def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
 
 def _full_name(ref: reference.Reference) -> str:
     return f"{ref.name}:{ref.tag or 'latest'}"
+
+
+def _descriptor(meta: Path, tag: str) -> dict[str, Any]:
+    """The exported image's descriptor from buildx's --metadata-file."""
+    try:
+        desc = json.loads(meta.read_text()).get("containerimage.descriptor")
+    except (OSError, ValueError):
+        desc = None
+    if not isinstance(desc, dict) or not str(desc.get("digest", "")).startswith("sha256:"):
+        raise DockerError(f"buildx finished but its metadata names no image for {tag} ({meta})")
+    return desc
 
 
 def _short(exc: BaseException) -> str:
