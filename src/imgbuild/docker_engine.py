@@ -365,11 +365,11 @@ class Engine:
             if builder:
                 env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
             iid, meta = tmp / "iid", tmp / "metadata.json"
+            into = layout or tmp / "layout"
             if self.features.modern:
-                layout = layout or tmp / "layout"
-                stack.enter_context(ocilayout.locked(layout))
-                before = ocilayout.blob_names(layout)
-                out = f"type=oci,tar=false,dest={layout},name={tags[0]},rewrite-timestamp=true"
+                stack.enter_context(ocilayout.locked(into))
+                before = ocilayout.blob_names(into)
+                out = f"type=oci,tar=false,dest={into},name={tags[0]},rewrite-timestamp=true"
                 args += ["--provenance=false", "--metadata-file", str(meta), "--output", out]
                 if epoch is not None:
                     env["SOURCE_DATE_EPOCH"] = str(epoch)
@@ -382,7 +382,7 @@ class Engine:
             self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
             if self.features.modern:
                 top = _descriptor(meta, tags[0])
-                image_id = self._load_layout(layout, top, before, tags[0], platform_tags or {})
+                image_id = self._load_layout(into, top, before, tags[0], platform_tags or {})
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
@@ -577,7 +577,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-OCI_INDEX_TYPE, OCI_MANIFEST_TYPE, OCI_LAYOUT = ocilayout.OCI_INDEX_TYPE, ocilayout.OCI_MANIFEST_TYPE, ocilayout.OCI_LAYOUT
+OCI_INDEX_TYPE = ocilayout.OCI_INDEX_TYPE
+OCI_MANIFEST_TYPE = ocilayout.OCI_MANIFEST_TYPE
+OCI_LAYOUT = ocilayout.OCI_LAYOUT
 
 
 def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
