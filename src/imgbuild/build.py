@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from imgbuild import labels, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
-from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
+from imgbuild.docker_engine import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
 from imgbuild.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
@@ -345,6 +345,15 @@ class Runner:
             layout=cache_dir() / OCI_LAYOUT_DIR,
         )
 
+    def _config_image(self, tag: str, parts: Sequence[ImageBuild], refs: dict[str, str] | None = None) -> str | None:
+        """The variant image written without BuildKit (configimage.py); None where BuildKit has to build it."""
+        if self.epoch is None or self.options.builder:  # a named builder was asked for: it builds
+            return None
+        config = [ConfigPart(p.from_ref, p.platform, tuple(p.plan.variant.image.env), p.labels) for p in parts]
+        return self.engine.write_config_image(
+            tag, config, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR, platform_tags=refs
+        )
+
     def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:
         existing = self.engine.image(tag)
         what = f"layer {tag} ({len(files)} file{'s' if len(files) != 1 else ''})"
@@ -408,7 +417,8 @@ class Runner:
             self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
         try:
             if not reuse:
-                result.image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
+                written = self._config_image(ib.immutable_ref, [ib])
+                result.image_id = written or self._build(ib.context, ib.immutable_ref, [ib.platform])
             pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
             if not self.options.smoke:
                 result.note = "not smoke-tested (--no-smoke): moving tags left alone"
@@ -467,7 +477,8 @@ class Runner:
                 )
             else:
                 self.say(f"{mi.variant}: building {mi.immutable_ref} for {platforms} in one call")
-                index_id = self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
+                written = self._config_image(mi.immutable_ref, mi.parts, refs)
+                index_id = written or self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
             for r in results:
                 r.image_id, r.index = eng.require(r.immutable).id, index_id
             pending = [r for r in mi.moving_refs if _image_id(eng, r) != index_id]

@@ -41,7 +41,7 @@ import docker
 import docker.errors
 import requests
 
-from imgbuild import ocilayout, reference
+from imgbuild import configimage, ocilayout, reference
 from imgbuild.errors import DockerError
 
 START_HINT = (
@@ -109,6 +109,16 @@ class ImageInfo:
     def registry_digest(self) -> str | None:
         """The manifest digest of the image in a registry it came from; None for a local build or load."""
         return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else None
+
+
+@dataclass(frozen=True)
+class ConfigPart:
+    """One platform of a config-only image: its parent and what the variant Dockerfile sets."""
+
+    parent_ref: str
+    platform: str
+    env: tuple[tuple[str, str], ...]
+    labels: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -394,6 +404,49 @@ class Engine:
             image_id = info.id
         return image_id
 
+    def write_config_image(
+        self,
+        tag: str,
+        parts: Sequence[ConfigPart],
+        *,
+        epoch: int,
+        layout: Path,
+        platform_tags: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """The variant image of `parts` (one per platform) written without BuildKit; its id, or None.
+
+        Each part's parent must be in the store and in `layout` (BuildKit exported it there);
+        configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
+        engine without the oci path, or where a parent or its config is not known here.
+        """
+        if not self.features.modern or not parts:
+            return None
+        made: list[tuple[configimage.ConfigImage, dict[str, Any]]] = []
+        for part in parts:
+            parent = self.image(part.parent_ref)
+            found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
+            if not found:
+                return None
+            desc, manifest, config = found
+            image = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
+            if image is None:
+                return None
+            made.append((image, desc.get("platform") or _platform_dict(part.platform)))
+        with ocilayout.locked(layout):
+            before = ocilayout.blob_names(layout)
+            blobs = [b for image, _ in made for b in (image.config, image.manifest)]
+            if len(made) == 1:
+                top = {**made[0][0].manifest.descriptor(), "platform": made[0][1]}
+            else:
+                idx = configimage.index([(image.manifest, plat) for image, plat in made])
+                blobs.append(idx)
+                top = idx.descriptor()
+            top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
+            for blob in blobs:
+                ocilayout.put_blob(layout, blob.digest, blob.data)
+            echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
+            return self._load_layout(layout, top, before, tag, platform_tags or {})
+
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
 
@@ -611,6 +664,11 @@ def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
 
 def _full_name(ref: reference.Reference) -> str:
     return f"{ref.name}:{ref.tag or 'latest'}"
+
+
+def _platform_dict(platform: str) -> dict[str, str]:
+    os_name, _, arch = platform.partition("/")
+    return {"architecture": arch.split("/")[0], "os": os_name}
 
 
 def _descriptor(meta: Path, tag: str) -> dict[str, Any]:

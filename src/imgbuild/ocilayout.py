@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import io
 import json
+import os
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -99,6 +100,35 @@ def platform_manifests(layout: Path, top: Mapping[str, Any]) -> dict[str, dict[s
         plat = m.get("platform") or {}
         out[f"{plat.get('os')}/{plat.get('architecture')}"] = m
     return out
+
+
+def platform_image(layout: Path, digest: str, platform: str) -> tuple[dict[str, Any], bytes, bytes] | None:
+    """(descriptor, manifest bytes, config bytes) of `platform`'s image under `digest`; None if not all here."""
+    try:
+        top = _json(layout, digest)
+        if top.get("mediaType") in (OCI_INDEX_TYPE, DOCKER_LIST_TYPE):
+            manifests = platform_manifests(layout, {"mediaType": top["mediaType"], "digest": digest})
+            desc = manifests.get(platform)
+            if desc is None:
+                return None
+        else:
+            desc = {"mediaType": top.get("mediaType"), "digest": digest}
+        manifest = blob_path(layout, str(desc["digest"])).read_bytes()
+        config = blob_path(layout, str(json.loads(manifest)["config"]["digest"])).read_bytes()
+    except (LayoutError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(desc), manifest, config
+
+
+def put_blob(layout: Path, digest: str, data: bytes) -> None:
+    """Write a blob into the directory (atomically; a blob already there is left as it is)."""
+    path = blob_path(layout, digest)
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def top_entry(desc: Mapping[str, Any], name: str, tag: str) -> dict[str, Any]:
