@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pairs import Pair, interleave, load, run, spread  # noqa: E402
 
-from imgbuild.build import DRIFT_DIR, OCI_LAYOUT_DIR  # noqa: E402
+from imgbuild import build as build_module  # noqa: E402
 from imgbuild.docker_engine import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
 from imgbuild.upstream import cache_dir  # noqa: E402
@@ -118,7 +118,11 @@ def main() -> int:
                         engine.untag(tag)
 
     def cold_prep() -> None:
-        for name in (OCI_LAYOUT_DIR, DRIFT_DIR):
+        # the names as this branch spells them; an older imgbuild (a 'before' run) has neither
+        for name in (
+            getattr(build_module, "OCI_LAYOUT_DIR", "oci-layout"),
+            getattr(build_module, "DRIFT_DIR", "drift-checked"),
+        ):
             shutil.rmtree(cache_dir() / name, ignore_errors=True)
 
     pairs = {

@@ -62,9 +62,13 @@ def test_a_passed_drift_check_is_kept_and_each_input_invalidates_it(
     assert reads(capsys) == 1
 
     # 3. another pinned hash of a planned file: checked again, and refused
-    first = plans[0]
-    changed = dataclasses.replace(first.files[0], pristine_sha256="0" * 64)
-    repinned = [dataclasses.replace(first, files=(changed, *first.files[1:])), *plans[1:]]
+    path = plans[0].files[0].path
+    repinned = [
+        dataclasses.replace(
+            p, files=tuple(dataclasses.replace(f, pristine_sha256="0" * 64) if f.path == path else f for f in p.files)
+        )
+        for p in plans
+    ]
     with pytest.raises(UpstreamError, match="0" * 64):
         check_drift(engine, repinned, bases, cache)
     assert reads(capsys) == 1
