@@ -90,22 +90,21 @@ def main() -> int:
     tree = work / "tree"
     run(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
     patches = [str(project.patches_dir / p.filename) for p in project.patches]
-    root = project.pin.package_root
     originals = [f.path for f in mem.files if f.state == "original"]
 
     def hand_pipeline() -> None:
         run(["git", "checkout", "-q", "-f", "--detach", up.commit], cwd=tree)
         for p in patches:
             run(["git", "apply", p], cwd=tree)
-        files = {f"{root}/{f.path}": (tree / root / f.path).read_bytes() for f in latest.files}
+        files = {f.path: (tree / f.path).read_bytes() for f in latest.files}  # paths start with vllm/
         lines = [f"FROM {skeleton}", *(f"COPY {name} {SITE}/{name}" for name in files), "ENTRYPOINT []"]
         buildx(context(lines, files), f"{REPO}:hand-latest")
-        run(["git", "checkout", "-q", "-f", up.commit, "--", *(f"{root}/{p}" for p in originals)], cwd=tree)
-        files = {f"{root}/{p}": (tree / root / p).read_bytes() for p in originals}
+        run(["git", "checkout", "-q", "-f", up.commit, "--", *originals], cwd=tree)
+        files = {p: (tree / p).read_bytes() for p in originals}
         lines = [f"FROM {REPO}:hand-latest", *(f"COPY {name} {SITE}/{name}" for name in files), "ENTRYPOINT []"]
         buildx(context(lines, files), f"{REPO}:hand-engram-mem")
 
-    seed_files = {f"{root}/{p}": mem.contents[p] for p in originals}
+    seed_files = {p: mem.contents[p] for p in originals}
     seed = context(
         [f"FROM {REPO}:latest", *(f"COPY {name} {SITE}/{name}" for name in seed_files), "ENTRYPOINT []"], seed_files
     )

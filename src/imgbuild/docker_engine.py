@@ -486,19 +486,24 @@ class Engine:
     ) -> str:
         """`docker load` what the build wrote into `layout`; name each platform's manifest too. Returns the top digest.
 
-        Only the blobs the export added are sent (the store has the parents' layers); a store that
-        lacks one of the others gets them all.
+        The index, manifests and configs are sent, and only the layers the export added (the store has
+        the parents' layers); a store that lacks one of the others gets them all.
         """
         entry = ocilayout.top_entry(top, _full_name(reference.parse(tag)), reference.parse(tag).tag or "latest")
         try:
             reach = ocilayout.closure(layout, top)
+            slim = [d for d, is_layer in reach.items() if not is_layer or d not in before]
             try:
-                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], [d for d in reach if d not in before])))
+                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], slim)))
+                loaded = self.image(tag)
+                lost = loaded is None or loaded.id != top["digest"]
             except DockerError as exc:
-                if "not found" not in exc.message:
+                if "not found" not in exc.message.lower():
                     raise
-                with tempfile.TemporaryFile() as fh:  # everything: the store lost a blob the layout kept
-                    ocilayout.write_tar(fh, layout, [entry], reach)
+                lost = True
+            if lost:  # the store lost a layer the layout kept: send everything
+                with tempfile.TemporaryFile() as fh:
+                    ocilayout.write_tar(fh, layout, [entry], list(reach))
                     fh.seek(0)
                     self.load(fh)
             manifests = ocilayout.platform_manifests(layout, top)

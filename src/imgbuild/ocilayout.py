@@ -4,10 +4,13 @@ Docker 26's oci exporter with `tar=true` sends every blob of the image, base
 layers included, through the buildx client (for a 240 MB base, ~5 s per
 build), and `docker load` reads them all again (~1.6 s). Exported with
 `tar=false` into a directory that persists in the imgbuild cache, BuildKit
-skips the blobs the directory already has, and the tar loaded next holds only
-the blobs this build wrote: the containerd image store takes a manifest whose
-layers it already has (checked on Docker 26.1.5). A store that lacks one
-answers "content digest ... not found"; the caller then loads every blob.
+skips the blobs the directory already has, and the tar loaded next holds the
+image's index, manifests and configs (small) and only the layers this build
+wrote: the containerd image store takes a manifest whose layers it already has
+(checked on Docker 26.1.5). A store that lacks one answers "content digest ...
+not found"; the caller then loads every blob. (A manifest the tar lacks is
+not an error to `docker load`: it names an image it cannot show. So those are
+always sent.)
 
 No docker here: directory listing, JSON and tar writing only.
 """
@@ -71,22 +74,23 @@ def _json(layout: Path, digest: str) -> dict[str, Any]:
     return data
 
 
-def closure(layout: Path, top: Mapping[str, Any]) -> list[str]:
-    """Every blob the descriptor `top` reaches: index, manifests, configs, layers (parents first)."""
-    out: list[str] = []
-    todo = [dict(top)]
+def closure(layout: Path, top: Mapping[str, Any]) -> dict[str, bool]:
+    """Every blob the descriptor `top` reaches (index, manifests, configs, layers; parents first) -> is a layer."""
+    out: dict[str, bool] = {}
+    todo = [(dict(top), False)]
     while todo:
-        desc = todo.pop(0)
+        desc, is_layer = todo.pop(0)
         digest = str(desc["digest"])
         if digest in out:
             continue
-        out.append(digest)
+        out[digest] = is_layer
         media = desc.get("mediaType")
         if media in (OCI_INDEX_TYPE, DOCKER_LIST_TYPE):
-            todo.extend(_json(layout, digest).get("manifests") or [])
-        elif media is None or "manifest" in str(media):
+            todo.extend((m, False) for m in _json(layout, digest).get("manifests") or [])
+        elif not is_layer and (media is None or "manifest" in str(media)):
             body = _json(layout, digest)
-            todo.extend([body["config"], *(body.get("layers") or [])])
+            todo.append((body["config"], False))
+            todo.extend((layer, True) for layer in body.get("layers") or [])
     return out
 
 

@@ -91,3 +91,22 @@ def test_a_parent_missing_from_the_layout_falls_back_to_buildkit(
     calls = [ln for ln in again.stderr.splitlines() if ln.startswith("+ ")]
     assert "write-config-image" not in again.stderr and sum(" buildx build " in c for c in calls) == 2, calls
     assert {t: modern.require(t).id for t in images} == images
+
+
+def test_images_the_store_dropped_but_the_layout_kept_are_loaded_again(
+    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str
+) -> None:
+    project = make_project("cfgdropped")
+    cache = Path(str(project) + "-cache")
+    env = {"IMGBUILD_ECHO": "1", "IMGBUILD_CACHE": str(cache)}
+    first = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
+    assert first.returncode == 0, first.stderr
+    repo = f"{prefix}-cfgdropped"
+    before = {t: img.id for img in modern.client.images.list(name=repo) for t in img.tags if t.startswith(repo)}
+    assert sum(":layer-" in t for t in before) == 2 and sum(":1.0.0-" in t for t in before) == 2, before
+    for tag in before:  # every name gone: the store drops their manifests, configs and the new layers
+        modern.untag(tag)
+    again = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("+ imgbuild write-config-image ") == 2, again.stderr
+    assert {t: modern.require(t).id for t in before} == before
