@@ -359,7 +359,6 @@ class Engine:
         (ocilayout.py): blobs it already has are neither exported nor loaded
         again; without it, a throwaway one (every blob exported and loaded).
         """
-        self._check_buildx()
         if not tags:
             raise ValueError("build needs a tag")
         if "," in platform and not self.features.modern:
@@ -461,13 +460,18 @@ class Engine:
         return ["--context", builder, "buildx"] if self._contexts[builder] else ["buildx", "--builder", builder]
 
     def _buildx(self, args: list[str], context: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE,
-            stdout=None if verbose else subprocess.PIPE,
-            stderr=None if verbose else subprocess.STDOUT,
-            env=env,
-        )
+        """Run a buildx build; `buildx version` is asked only when it fails (one process less per build)."""
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=None if verbose else subprocess.PIPE,
+                stderr=None if verbose else subprocess.STDOUT,
+                env=env,
+            )
+        except FileNotFoundError:
+            self._check_buildx()  # names the missing CLI
+            raise
         try:
             out, _ = proc.communicate(context)
         except BaseException:
@@ -475,6 +479,7 @@ class Engine:
             proc.wait()
             raise
         if proc.returncode != 0:
+            self._check_buildx()  # a missing buildx plugin gets its own message and hint
             text = (out or b"").decode(errors="replace")
             raise DockerError(
                 f"{what} failed:\n{_tail(text)}",
