@@ -2,6 +2,7 @@
 """Benchmark `imgbuild build` against the deployment report's hand-written Dockerfile.
 
     python3 benchmarks/bench_build.py [--repeat 3] [--json]
+    python3 benchmarks/bench_build.py --pairs   # issue 13's interleaved pairs, median and spread
 
 On the local daemon, with the skeleton stand-in as the base (so it runs offline)
 and the real project (falls back to a synthetic one if patches/ is empty):
@@ -163,7 +164,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the images afterwards")
+    ap.add_argument("--pairs", action="store_true", help="run issue 13's interleaved pairs (bench_build_pairs.py)")
     args = ap.parse_args()
+    if args.pairs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_build_pairs
+
+        sys.argv = [sys.argv[0], "--rounds", str(max(args.repeat, 5))]
+        sys.exit(bench_build_pairs.main())
     global ENGINE
     engine = ENGINE = Engine.connect()
     project = Project.load(ROOT)

@@ -36,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_pairs import Pair, interleave, load, spread  # noqa: E402
 from tests.registry_env import RegistryProcess, docker, remove_images, set_platforms  # noqa: E402
 from tests.tcpproxy import Proxy  # noqa: E402
 
@@ -61,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--platform", default="linux/arm64")
     parser.add_argument("--runs", type=int, default=3, help="fast-path publishes into fresh repositories")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the whole-command pair")
     args = parser.parse_args()
     os.environ.pop("IMGBUILD_CACHE", None)
     tmp = Path(tempfile.mkdtemp(prefix="bench-publish-"))
@@ -134,6 +138,30 @@ def main() -> None:
         docker("push", pushed)
         docker_time, docker_wire = time.perf_counter() - t0, proxy.bytes_up
 
+        # -- the pair, interleaved: whole commands, each round into fresh repositories ----------------
+        rounds = {"a": 0, "b": 0}
+
+        def publish_cmd() -> None:
+            rounds["a"] += 1
+            registry_path = f"{proxy.host}/pair-a{rounds['a']}"
+            run([sys.executable, "-m", "imgbuild", "publish", "engram-mem", "-r", registry_path], project_dir)
+
+        def push_cmd() -> None:
+            rounds["b"] += 1
+            ref = f"{proxy.host}/pair-b{rounds['b']}/vllm-dsv41:engram-mem"
+            engine.tag(engine.require(pushed).id, ref)
+            docker("push", ref)
+
+        pair = Pair(
+            "publish",
+            "imgbuild publish engram-mem (base in the registry)",
+            publish_cmd,
+            "docker push of the same image (base pushed before)",
+            push_cmd,
+            1.0,
+        )
+        a_times, b_times = interleave(pair, args.rounds)
+
         print()
         print(f"engram-mem ({args.platform}), base already in the registry; loopback; {args.runs} fast-path runs")
         print(f"  new layer + configs + manifests (minimum):  {minimum:>9} bytes")
@@ -147,6 +175,11 @@ def main() -> None:
         print(f"  fast path again (idempotent):               {again_wire:>9} bytes, {again_time:.3f} s")
         print(f"  docker push, on the wire:                   {docker_wire:>9} bytes ({docker_wire / minimum:.2f}x)")
         print(f"  docker push, time:                          {docker_time:>9.3f} s (build not included)")
+        ratio = statistics.median(a_times) / statistics.median(b_times)
+        print(f"\npair, {args.rounds} interleaved rounds (whole commands, fresh repositories each round; {load()}):")
+        print(f"  {pair.a_label:<52} median {statistics.median(a_times):.3f} s ({spread(a_times)})")
+        print(f"  {pair.b_label:<52} median {statistics.median(b_times):.3f} s ({spread(b_times)})")
+        print(f"  ratio {ratio:.2f} (target {pair.target:.1f}x: {'ok' if ratio <= pair.target else 'MISSES'})")
     finally:
         proxy.close()
         registry.stop()

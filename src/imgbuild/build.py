@@ -21,10 +21,11 @@ import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from imgbuild import labels, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
-from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
+from imgbuild.docker_engine import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
 from imgbuild.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
@@ -32,8 +33,10 @@ from imgbuild.planner import VariantPlan
 from imgbuild.project import Project
 from imgbuild.smoke import Expected, SmokeReport, smoke
 from imgbuild.upstream import cache_dir
+from imgbuild.workdir import write_json
 
 SKELETON = "skeleton"
+OCI_LAYOUT_DIR = "oci-layout"  # what BuildKit exported, so it sends and loads only new blobs (ocilayout.py)
 Say = Callable[[str], None]
 
 
@@ -239,8 +242,29 @@ class Bases:
         return self._site[(info.id, platform)]
 
 
-def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: dict[tuple[str, str], BaseInfo]) -> None:
-    """Refuse when a planned file in a base is not the pinned release's pristine file."""
+DRIFT_DIR = "drift-checked"  # one file per (base id, platform, site-packages, pinned hashes) that passed
+
+
+def drift_key(image_id: str, platform: str, site_packages: str, wanted: dict[str, str | None]) -> str:
+    """What a passed drift check depends on: the base's id, where vllm/ lives, and each planned file's pinned hash."""
+    lines = ["imgbuild-drift/1", image_id, platform, site_packages]
+    lines += [f"{path}\0{wanted[path] or '-'}" for path in sorted(wanted)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def check_drift(
+    engine: Engine,
+    plans: Sequence[VariantPlan],
+    bases: dict[tuple[str, str], BaseInfo],
+    cache: Path | None = None,
+) -> None:
+    """Refuse when a planned file in a base is not the pinned release's pristine file.
+
+    A base that passed with the same planned files is not read again: `cache`
+    (the imgbuild cache's drift-checked/) keeps one file per `drift_key`, so a
+    different base id, site-packages or pinned hash checks again. An image id
+    is a digest of the image, so its files cannot change under it.
+    """
     problems: list[str] = []
     by_base: dict[tuple[str, str, str], dict[str, str | None]] = {}
     for plan in plans:
@@ -251,8 +275,12 @@ def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: dict[tuple[
                 wanted[f.path] = f.pristine_sha256
     refs = {(b.image_id, b.platform, b.site_packages): b.ref for b in bases.values()}
     for (image_id, platform, site), wanted in by_base.items():
+        marker = cache / DRIFT_DIR / drift_key(image_id, platform, site, wanted) if cache else None
+        if marker is not None and marker.is_file():
+            continue
         paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
         found = engine.read_files(image_id, list(paths), platform)
+        before = len(problems)
         for full, rel in paths.items():
             data = found[full]
             have = hashlib.sha256(data).hexdigest() if data is not None else None
@@ -262,6 +290,9 @@ def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: dict[tuple[
                     f"{refs[(image_id, platform, site)]}: {full}: base has {have or 'no such file'}, "
                     f"the pinned release has {want or 'no such file'}"
                 )
+        if marker is not None and len(problems) == before:
+            with contextlib.suppress(OSError):  # a cache that cannot keep it checks again next time
+                write_json(marker, {"base": image_id, "platform": platform, "site_packages": site, "files": wanted})
     if problems:
         raise UpstreamError(
             "base drift: the base does not carry the pinned release's files, so overlaying patched files on it "
@@ -341,6 +372,16 @@ class Runner:
             epoch=self.epoch,
             platform_tags=refs,
             builder=self.options.builder,
+            layout=cache_dir() / OCI_LAYOUT_DIR,
+        )
+
+    def _config_image(self, tag: str, parts: Sequence[ImageBuild], refs: dict[str, str] | None = None) -> str | None:
+        """The variant image written without BuildKit (configimage.py); None where BuildKit has to build it."""
+        if self.epoch is None or self.options.builder:  # a named builder was asked for: it builds
+            return None
+        config = [ConfigPart(p.from_ref, p.platform, tuple(p.plan.variant.image.env), p.labels) for p in parts]
+        return self.engine.write_config_image(
+            tag, config, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR, platform_tags=refs
         )
 
     def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:
@@ -406,7 +447,8 @@ class Runner:
             self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
         try:
             if not reuse:
-                result.image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
+                written = self._config_image(ib.immutable_ref, [ib])
+                result.image_id = written or self._build(ib.context, ib.immutable_ref, [ib.platform])
             pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
             if not self.options.smoke:
                 result.note = "not smoke-tested (--no-smoke): moving tags left alone"
@@ -465,7 +507,8 @@ class Runner:
                 )
             else:
                 self.say(f"{mi.variant}: building {mi.immutable_ref} for {platforms} in one call")
-                index_id = self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
+                written = self._config_image(mi.immutable_ref, mi.parts, refs)
+                index_id = written or self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
             for r in results:
                 r.image_id, r.index = eng.require(r.immutable).id, index_id
             pending = [r for r in mi.moving_refs if _image_id(eng, r) != index_id]
@@ -565,7 +608,7 @@ def prepare(
     wanted = [(ib.immutable_ref, ib.inputs_digest) for ib in plan.images] if multi is None else []
     wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
     if options.force or not all(_current(engine, ref, inputs) for ref, inputs in wanted):
-        check_drift(engine, plans, bases)
+        check_drift(engine, plans, bases, cache_dir())
     return plan, plans, bases
 
 

@@ -41,7 +41,7 @@ import docker
 import docker.errors
 import requests
 
-from imgbuild import reference
+from imgbuild import configimage, ocilayout, reference
 from imgbuild.errors import DockerError
 
 START_HINT = (
@@ -109,6 +109,16 @@ class ImageInfo:
     def registry_digest(self) -> str | None:
         """The manifest digest of the image in a registry it came from; None for a local build or load."""
         return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else None
+
+
+@dataclass(frozen=True)
+class ConfigPart:
+    """One platform of a config-only image: its parent and what the variant Dockerfile sets."""
+
+    parent_ref: str
+    platform: str
+    env: tuple[tuple[str, str], ...]
+    labels: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -335,6 +345,7 @@ class Engine:
         epoch: int | None = None,
         platform_tags: Mapping[str, str] | None = None,
         builder: str | None = None,
+        layout: Path | None = None,
     ) -> str:
         """Build a context tar for `platform` (comma-separated for several); returns the image id.
 
@@ -344,8 +355,10 @@ class Engine:
         image id is the manifest or index digest there, the config digest on
         the classic store. `builder` names a buildx builder to build on (its
         output comes back to this daemon as the OCI tar; it resolves bases itself).
+        `layout` is the OCI layout directory the modern path exports into
+        (ocilayout.py): blobs it already has are neither exported nor loaded
+        again; without it, a throwaway one (every blob exported and loaded).
         """
-        self._check_buildx()
         if not tags:
             raise ValueError("build needs a tag")
         if "," in platform and not self.features.modern:
@@ -354,15 +367,19 @@ class Engine:
                 hint="build one platform at a time (--platform linux/arm64), or use Docker 26+ with the containerd "
                 "image store (`.ci/setup-host.sh` installs it)",
             )
-        with tempfile.TemporaryDirectory(prefix="imgbuild-build-") as tmp:
+        with contextlib.ExitStack() as stack:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="imgbuild-build-")))
             args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
             env = dict(os.environ)
             if builder:
                 env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
-            out = Path(tmp) / "image.tar"
-            iid = Path(tmp) / "iid"
+            iid, meta = tmp / "iid", tmp / "metadata.json"
+            into = layout or tmp / "layout"
             if self.features.modern:
-                args += ["--provenance=false", "--output", f"type=oci,dest={out},name={tags[0]},rewrite-timestamp=true"]
+                stack.enter_context(ocilayout.locked(into))
+                before = ocilayout.blob_names(into)
+                out = f"type=oci,tar=false,dest={into},name={tags[0]},rewrite-timestamp=true"
+                args += ["--provenance=false", "--metadata-file", str(meta), "--output", out]
                 if epoch is not None:
                     env["SOURCE_DATE_EPOCH"] = str(epoch)
             else:
@@ -373,7 +390,8 @@ class Engine:
             echo(args)
             self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
             if self.features.modern:
-                image_id = self._load_oci(out, tags[0], platform_tags or {})
+                top = _descriptor(meta, tags[0])
+                image_id = self._load_layout(into, top, before, tags[0], platform_tags or {})
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
@@ -384,6 +402,49 @@ class Engine:
                 raise DockerError(f"buildx finished but left no image for {', '.join(tags)}")
             image_id = info.id
         return image_id
+
+    def write_config_image(
+        self,
+        tag: str,
+        parts: Sequence[ConfigPart],
+        *,
+        epoch: int,
+        layout: Path,
+        platform_tags: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """The variant image of `parts` (one per platform) written without BuildKit; its id, or None.
+
+        Each part's parent must be in the store and in `layout` (BuildKit exported it there);
+        configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
+        engine without the oci path, or where a parent or its config is not known here.
+        """
+        if not self.features.modern or not parts:
+            return None
+        made: list[tuple[configimage.ConfigImage, dict[str, Any]]] = []
+        for part in parts:
+            parent = self.image(part.parent_ref)
+            found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
+            if not found:
+                return None
+            desc, manifest, config = found
+            image = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
+            if image is None:
+                return None
+            made.append((image, desc.get("platform") or _platform_dict(part.platform)))
+        with ocilayout.locked(layout):
+            before = ocilayout.blob_names(layout)
+            blobs = [b for image, _ in made for b in (image.config, image.manifest)]
+            if len(made) == 1:
+                top = {**made[0][0].manifest.descriptor(), "platform": made[0][1]}
+            else:
+                idx = configimage.index([(image.manifest, plat) for image, plat in made])
+                blobs.append(idx)
+                top = idx.descriptor()
+            top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
+            for blob in blobs:
+                ocilayout.put_blob(layout, blob.digest, blob.data)
+            echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
+            return self._load_layout(layout, top, before, tag, platform_tags or {})
 
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
@@ -399,13 +460,18 @@ class Engine:
         return ["--context", builder, "buildx"] if self._contexts[builder] else ["buildx", "--builder", builder]
 
     def _buildx(self, args: list[str], context: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE,
-            stdout=None if verbose else subprocess.PIPE,
-            stderr=None if verbose else subprocess.STDOUT,
-            env=env,
-        )
+        """Run a buildx build; `buildx version` is asked only when it fails (one process less per build)."""
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=None if verbose else subprocess.PIPE,
+                stderr=None if verbose else subprocess.STDOUT,
+                env=env,
+            )
+        except FileNotFoundError:
+            self._check_buildx()  # names the missing CLI
+            raise
         try:
             out, _ = proc.communicate(context)
         except BaseException:
@@ -413,17 +479,41 @@ class Engine:
             proc.wait()
             raise
         if proc.returncode != 0:
+            self._check_buildx()  # a missing buildx plugin gets its own message and hint
             text = (out or b"").decode(errors="replace")
             raise DockerError(
                 f"{what} failed:\n{_tail(text)}",
                 hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
             )
 
-    def _load_oci(self, archive: Path, tag: str, platform_tags: Mapping[str, str]) -> str:
-        """`docker load` an oci exporter tar; name each platform's manifest too. Returns the top digest."""
-        top, manifests = oci_manifests(archive)
-        with archive.open("rb") as fh:
-            self.load(fh)
+    def _load_layout(
+        self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
+    ) -> str:
+        """`docker load` what the build wrote into `layout`; name each platform's manifest too. Returns the top digest.
+
+        The index, manifests and configs are sent, and only the layers the export added (the store has
+        the parents' layers); a store that lacks one of the others gets them all.
+        """
+        entry = ocilayout.top_entry(top, _full_name(reference.parse(tag)), reference.parse(tag).tag or "latest")
+        try:
+            reach = ocilayout.closure(layout, top)
+            slim = [d for d, is_layer in reach.items() if not is_layer or d not in before]
+            try:
+                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], slim)))
+                loaded = self.image(tag)
+                lost = loaded is None or loaded.id != top["digest"]
+            except DockerError as exc:
+                if "not found" not in exc.message.lower():
+                    raise
+                lost = True
+            if lost:  # the store lost a layer the layout kept: send everything
+                with tempfile.TemporaryFile() as fh:
+                    ocilayout.write_tar(fh, layout, [entry], list(reach))
+                    fh.seek(0)
+                    self.load(fh)
+            manifests = ocilayout.platform_manifests(layout, top)
+        except ocilayout.LayoutError as exc:
+            raise DockerError(f"the build of {tag}: {exc}", hint=f"remove {layout} and build again") from exc
         missing = sorted(set(platform_tags) - set(manifests))
         if missing:
             raise DockerError(f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
@@ -550,34 +640,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-OCI_INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
-OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
-
-
-def oci_manifests(archive: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The top descriptor of an OCI layout tar, and platform -> manifest descriptor below it."""
-    with tarfile.open(archive) as tar:
-
-        def blob(name: str) -> dict[str, Any]:
-            fh = tar.extractfile(name)
-            if fh is None:
-                raise DockerError(f"{archive}: no {name} in the oci exporter's output")
-            data: dict[str, Any] = json.loads(fh.read())
-            return data
-
-        top = (blob("index.json").get("manifests") or [None])[0]
-        if not isinstance(top, dict) or not str(top.get("digest", "")).startswith("sha256:"):
-            raise DockerError(f"{archive}: index.json names no image")
-        digest = str(top["digest"])
-        if top.get("mediaType") != OCI_INDEX_TYPE:
-            config = blob(f"blobs/sha256/{str(blob(f'blobs/sha256/{digest[7:]}')['config']['digest'])[7:]}")
-            return top, {f"{config.get('os')}/{config.get('architecture')}": top}
-        out = {}
-        for m in blob(f"blobs/sha256/{digest[7:]}").get("manifests") or []:
-            plat = m.get("platform") or {}
-            out[f"{plat.get('os')}/{plat.get('architecture')}"] = m
-        return top, out
+OCI_INDEX_TYPE = ocilayout.OCI_INDEX_TYPE
+OCI_MANIFEST_TYPE = ocilayout.OCI_MANIFEST_TYPE
+OCI_LAYOUT = ocilayout.OCI_LAYOUT
 
 
 def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
@@ -609,6 +674,22 @@ def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
 
 def _full_name(ref: reference.Reference) -> str:
     return f"{ref.name}:{ref.tag or 'latest'}"
+
+
+def _platform_dict(platform: str) -> dict[str, str]:
+    os_name, _, arch = platform.partition("/")
+    return {"architecture": arch.split("/")[0], "os": os_name}
+
+
+def _descriptor(meta: Path, tag: str) -> dict[str, Any]:
+    """The exported image's descriptor from buildx's --metadata-file."""
+    try:
+        desc = json.loads(meta.read_text()).get("containerimage.descriptor")
+    except (OSError, ValueError):
+        desc = None
+    if not isinstance(desc, dict) or not str(desc.get("digest", "")).startswith("sha256:"):
+        raise DockerError(f"buildx finished but its metadata names no image for {tag} ({meta})")
+    return desc
 
 
 def _short(exc: BaseException) -> str:

@@ -57,17 +57,25 @@ def prefix(engine: Engine, synth_upstream: Upstream) -> Iterator[str]:
 
 
 def cleanup(engine: Engine, prefix: str, upstream_url: str) -> None:
+    """Remove this session's tags by name, then its untagged images.
+
+    By name, not by id: builds are reproducible, so another session (another
+    engineer's run on the same daemon) can hold an image of the same digest
+    under its own prefix, and `rmi -f <id>` would take its names too.
+    """
     for _ in range(6):
-        ids = {
-            img.id
-            for img in engine.client.images.list()
-            if any(t.startswith(prefix) for t in img.tags)
-            or (not img.tags and img.labels.get("imgbuild.upstream.url") == upstream_url)
+        images = engine.client.images.list()
+        tags = [t for img in images for t in img.tags if t.startswith(prefix)]
+        dangling = {
+            img.id for img in images if not img.tags and img.labels.get("imgbuild.upstream.url") == upstream_url
         }
-        if not ids:
+        if not tags and not dangling:
             return
-        for image_id in ids:
+        for ref in tags:
             with contextlib.suppress(Exception):  # a child may still hold it; the next pass gets it
+                engine.client.api.remove_image(ref)
+        for image_id in dangling:
+            with contextlib.suppress(Exception):
                 engine.client.api.remove_image(image_id, force=True)
 
 

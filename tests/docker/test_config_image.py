@@ -1,0 +1,112 @@
+"""Config-only variant images written without BuildKit (configimage.py) are the images BuildKit builds.
+
+Docker 26 with the containerd image store only (the classic path builds them with BuildKit).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imgbuild import labels
+from imgbuild.build import OCI_LAYOUT_DIR, BuildOptions, multi_plan, prepare
+from imgbuild.docker_engine import Engine
+from imgbuild.inputs import project_inputs
+from imgbuild.project import Project
+from tests.docker.conftest import Cli, MakeProject
+from tests.registry_env import set_platforms
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def modern(engine: Engine) -> Engine:
+    if not engine.features.modern:
+        pytest.skip(f"needs Docker 26+ with the containerd image store: {engine.features.describe()}")
+    return engine
+
+
+def buildkit_ids(engine: Engine, project: Path, cache: Path, platform: str | None) -> dict[str, str]:
+    """immutable ref -> the id BuildKit gives the same variant Dockerfile (built under a scratch tag)."""
+    proj = Project.load(project)
+    opts = BuildOptions(base="skeleton", platform=platform)
+    plan, _, _ = prepare(engine, proj, ["latest", "engram-mem"], opts, lambda _: None)
+    epoch = labels.epoch(project_inputs(proj).created)
+    multi = multi_plan(engine, proj, plan)
+    builds = [(mi.immutable_ref, mi.context, ",".join(mi.platforms)) for mi in multi.images] if multi else []
+    builds = builds or [(ib.immutable_ref, ib.context, ib.platform) for ib in plan.images]
+    out = {}
+    for ref, context, platforms in builds:
+        scratch = ref.rsplit(":", 1)[0] + ":buildkit-" + ref.rsplit("-", 1)[-1]
+        out[ref] = engine.build(context, tags=[scratch], platform=platforms, epoch=epoch, layout=cache / OCI_LAYOUT_DIR)
+        engine.untag(scratch)
+    return out
+
+
+@pytest.mark.parametrize("platforms", [None, "all"], ids=["one-platform", "two-platforms"])
+def test_written_image_is_the_buildkit_image(
+    modern: Engine,
+    make_project: MakeProject,
+    cli: Cli,
+    prefix: str,
+    platforms: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = "cfg1" if platforms is None else "cfg2"
+    project = make_project(name)
+    if platforms:
+        set_platforms(project, ["linux/arm64", "linux/amd64"])
+    cache = Path(str(project) + "-cache")
+    monkeypatch.setenv("IMGBUILD_CACHE", str(cache))
+    args = ["build", "--base", "skeleton", "--no-smoke", *(["--platform", platforms] if platforms else [])]
+    proc = cli(project, *args, env={"IMGBUILD_ECHO": "1", "IMGBUILD_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stderr
+    calls = [ln for ln in proc.stderr.splitlines() if ln.startswith("+ ")]
+    assert sum(" buildx build " in c for c in calls) == 2, calls  # the two layers only
+    assert sum(c.startswith("+ imgbuild write-config-image ") for c in calls) == 2, calls
+    expected = buildkit_ids(modern, project, cache, platforms)
+    assert len(expected) == 2
+    for ref, image_id in expected.items():
+        assert modern.require(ref).id == image_id, ref  # the same manifest, so the same config, layers, labels
+
+
+def test_a_parent_missing_from_the_layout_falls_back_to_buildkit(
+    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str
+) -> None:
+    project = make_project("cfgfallback")
+    cache = Path(str(project) + "-cache")
+    env = {"IMGBUILD_ECHO": "1", "IMGBUILD_CACHE": str(cache)}
+    first = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
+    assert first.returncode == 0, first.stderr
+    repo = f"{prefix}-cfgfallback"
+    images = {t: img.id for img in modern.client.images.list(name=repo) for t in img.tags if ":1.0.0-" in t}
+    assert len(images) == 2
+    for tag in images:
+        modern.untag(tag)
+    shutil.rmtree(cache / OCI_LAYOUT_DIR)  # the layers stay in the store and are reused; their configs are gone here
+    again = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
+    assert again.returncode == 0, again.stderr
+    calls = [ln for ln in again.stderr.splitlines() if ln.startswith("+ ")]
+    assert "write-config-image" not in again.stderr and sum(" buildx build " in c for c in calls) == 2, calls
+    assert {t: modern.require(t).id for t in images} == images
+
+
+def test_images_the_store_dropped_but_the_layout_kept_are_loaded_again(
+    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str
+) -> None:
+    project = make_project("cfgdropped")
+    cache = Path(str(project) + "-cache")
+    env = {"IMGBUILD_ECHO": "1", "IMGBUILD_CACHE": str(cache)}
+    first = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
+    assert first.returncode == 0, first.stderr
+    repo = f"{prefix}-cfgdropped"
+    before = {t: img.id for img in modern.client.images.list(name=repo) for t in img.tags if t.startswith(repo)}
+    assert sum(":layer-" in t for t in before) == 2 and sum(":1.0.0-" in t for t in before) == 2, before
+    for tag in before:  # every name gone: the store drops their manifests, configs and the new layers
+        modern.untag(tag)
+    again = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("+ imgbuild write-config-image ") == 2, again.stderr
+    assert {t: modern.require(t).id for t in before} == before
