@@ -15,8 +15,9 @@ from imgbuild.build import OCI_LAYOUT_DIR, BuildOptions, multi_plan, prepare
 from imgbuild.docker_engine import Engine
 from imgbuild.inputs import project_inputs
 from imgbuild.project import Project
-from tests.docker.conftest import Cli, MakeProject
+from tests.docker.conftest import MakeProject
 from tests.registry_env import set_platforms
+from tests.runner import Cli
 
 pytestmark = pytest.mark.docker
 
@@ -45,12 +46,12 @@ def buildkit_ids(engine: Engine, project: Path, cache: Path, platform: str | Non
     return out
 
 
+@pytest.mark.usefixtures("prefix")
 @pytest.mark.parametrize("platforms", [None, "all"], ids=["one-platform", "two-platforms"])
 def test_written_image_is_the_buildkit_image(
     modern: Engine,
     make_project: MakeProject,
     cli: Cli,
-    prefix: str,
     platforms: str | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
