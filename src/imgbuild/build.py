@@ -26,6 +26,7 @@ from imgbuild import labels, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
+from imgbuild.importcheck import release_importers
 from imgbuild.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.planner import VariantPlan
@@ -35,6 +36,7 @@ from imgbuild.upstream import cache_dir
 
 SKELETON = "skeleton"
 Say = Callable[[str], None]
+ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
 
 
 def _stderr(msg: str) -> None:
@@ -325,10 +327,12 @@ class Runner:
         *,
         multi: MultiPlan | None = None,
         epoch: int | None = None,
+        importers: ImporterFinder | None = None,
     ) -> None:
         self.engine, self.plan, self.options, self.say = engine, plan, options, say
         self.on_smoke = on_smoke
         self.multi, self.epoch = multi, epoch
+        self.importers = importers
         self.result = BuildResult(plan)
 
     def _build(self, context: bytes, tag: str, platforms: Sequence[str], refs: dict[str, str] | None = None) -> str:
@@ -364,7 +368,7 @@ class Runner:
 
     def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str]) -> SmokeReport:
         self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
-        report = smoke(self.engine, image_id, expected_for(ib))
+        report = smoke(self.engine, image_id, expected_for(ib, self.importers))
         report.image, report.name = ib.immutable_ref, name
         if self.on_smoke is not None:
             self.on_smoke(report)
@@ -536,15 +540,34 @@ def _image_id(engine: Engine, ref: str) -> str | None:
     return info.id if info else None
 
 
-def expected_for(ib: ImageBuild) -> Expected:
+def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Expected:
+    files = tuple(labels.parse_files(ib.labels[f"{labels.PREFIX}files"]))
+    paths = tuple(f.path for f in files)
     return Expected(
         platform=ib.platform,
-        files=tuple(labels.parse_files(ib.labels[f"{labels.PREFIX}files"])),
+        files=files,
         site_packages=ib.base.site_packages,
         labels=ib.labels,
         smoke=ib.plan.variant.smoke,
         variant=ib.variant,
+        base_ref=ib.base.ref,
+        base_id=ib.base.image_id,
+        layer_digests=ib.layers,
+        env=ib.plan.variant.image.env,
+        importers=None if importers is None else (lambda: importers(paths)),
     )
+
+
+def importer_finder(project: Project) -> ImporterFinder:
+    """The release's modules that import the given planned files, scanned once per set of files."""
+    found: dict[tuple[str, ...], list[str]] = {}
+
+    def find(files: tuple[str, ...]) -> list[str]:
+        if files not in found:
+            found[files] = release_importers(project.tree(), files, project.pin.package_root)
+        return found[files]
+
+    return find
 
 
 def prepare(
@@ -587,7 +610,8 @@ def build(
     multi = multi_plan(engine, project, plan)
     check_collisions(engine, plan, multi)
     epoch = labels.epoch(project_inputs(project).created)
-    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch).run()
+    finder = importer_finder(project)
+    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
 
 
 def dry_run(

@@ -268,6 +268,14 @@ class Engine:
             raise DockerError(f"no image {ref!r} in the local image store", hint="build it first, or check the name")
         return info
 
+    def labelled(self, key: str, value: str) -> list[ImageInfo]:
+        """Every local image whose label `key` is `value` (e.g. a layer image by its digest)."""
+        echo(["docker", "images", "--filter", f"label={key}={value}"])
+        return [
+            ImageInfo.from_attrs(img.attrs)
+            for img in self._call(self.client.images.list, filters={"label": f"{key}={value}"})
+        ]
+
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         if not repo or "/" in tag:
@@ -482,10 +490,15 @@ class Engine:
         platform: str | None = None,
         timeout: int = 600,
         entrypoint: Sequence[str] | None = None,
+        binds: Sequence[str] = (),
     ) -> RunResult:
-        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given."""
+        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given.
+
+        `binds`: `-v HOST:CONTAINER[:ro]` mounts (e.g. an aarch64 /proc/cpuinfo for torch under qemu).
+        """
         opts = ["--platform", platform] if platform else []
         opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
+        opts += [a for b in binds for a in ("-v", b)]
         echo(["docker", "run", "--rm", *opts, ref, *argv])
         api = self.client.api
         cid = None
@@ -498,6 +511,7 @@ class Engine:
                     platform=platform,
                     entrypoint=list(entrypoint) if entrypoint is not None else None,
                     labels=_owner(),
+                    host_config=api.create_host_config(binds=list(binds)) if binds else None,
                 )["Id"]
             try:
                 api.start(cid)
