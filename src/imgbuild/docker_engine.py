@@ -271,10 +271,9 @@ class Engine:
     def labelled(self, key: str, value: str) -> list[ImageInfo]:
         """Every local image whose label `key` is `value` (e.g. a layer image by its digest)."""
         echo(["docker", "images", "--filter", f"label={key}={value}"])
-        return [
-            ImageInfo.from_attrs(img.attrs)
-            for img in self._call(self.client.images.list, filters={"label": f"{key}={value}"})
-        ]
+        rows = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
+        found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone (or unreadable) by now
+        return [info for info in found if info is not None]
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
