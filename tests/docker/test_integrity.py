@@ -63,7 +63,8 @@ def test_a_committed_image_fails_inspect_and_smoke(built: Built, engine: Engine)
 
 def test_a_changed_label_or_env_fails_inspect_and_smoke(built: Built, engine: Engine) -> None:
     latest = f"{built.repo}:latest"
-    text = f'FROM {latest}\nLABEL org.opencontainers.image.title="edited" org.opencontainers.image.description="x"\nENV DSV41_ENGRAM_DISK=0 EXTRA=1\n'
+    labels = 'org.opencontainers.image.title="edited" org.opencontainers.image.description="x"'
+    text = f"FROM {latest}\nLABEL {labels}\nENV DSV41_ENGRAM_DISK=0 EXTRA=1\n"
     tag = f"{built.repo}:relabelled"
     engine.build(context_tar(text, {}), tags=[tag], platform="linux/arm64")
     assert engine.require(tag).layers == engine.require(latest).layers  # metadata only: no layer to catch
