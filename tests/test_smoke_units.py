@@ -6,10 +6,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from imgbuild import integrity, probe
+from imgbuild import integrity, probe, smoke
 from imgbuild import labels as lbl
+from imgbuild.docker_engine import RunResult
 from imgbuild.gitio import CommitTree, GitRepo
-from imgbuild.importcheck import imported_names, importers, module_name, modules_to_import, release_importers
+from imgbuild.importcheck import (
+    candidate,
+    imported_names,
+    importers,
+    module_name,
+    modules_to_import,
+    needles,
+    release_importers,
+)
 from tests.synth import Upstream
 
 TREE = {
@@ -163,3 +172,65 @@ def test_labels_exact_and_against_the_config_label() -> None:
         "label vendor: image has 'y', the base 'x'",
     ]
     assert integrity.config_label_problems(bad, config, None)[1:] == []  # without the base: imgbuild's keys only
+
+
+def test_needles_name_the_package_from_outside_and_the_module_inside() -> None:
+    leaf, words = needles("vllm/models/deepseek_v41/common/engram.py")
+    assert leaf == "engram"
+    assert words == {
+        "vllm/models/deepseek_v41/common": "engram",
+        "vllm/models/deepseek_v41": "common",
+        "vllm/models": "deepseek_v41.common",
+        "vllm": "models.deepseek_v41.common",
+    }
+    target = "vllm/models/deepseek_v41/common/engram.py"
+    assert candidate("vllm/models/deepseek_v41/common/x.py", b"from . import engram", target)
+    assert candidate("vllm/models/deepseek_v41/nvidia/x.py", b"from ..common import engram", target)
+    assert candidate("vllm/v1/x.py", b"from vllm.models.deepseek_v41.common.engram import y", target)
+    assert not candidate("vllm/v1/x.py", b"from .common import engram", target)  # another `common`
+    assert not candidate("vllm/v1/x.py", b"import vllm.models.deepseek_v41.common", target)  # no leaf
+
+
+def test_import_failures_of_the_release_count_only_when_a_planned_file_is_involved() -> None:
+    paths = ("/site/vllm/models/engram.py",)
+    job = probe.Job(paths, (), 10, ("vllm.models.engram", "vllm.rocm", "vllm.user", "vllm.user2"), "")
+    out = [
+        ("python", "3.12.1"),
+        ("import", "vllm.models.engram", True, "", "", []),
+        ("import", "vllm.rocm", False, "ModuleNotFoundError: No module named 'aiter'", "/site/vllm/rocm.py:3", []),
+        (
+            "import",
+            "vllm.user",
+            False,
+            "NameError: name 'x' is not defined",
+            "/site/vllm/models/engram.py:9",
+            list(paths),
+        ),
+        ("import", "vllm.user2", False, "ImportError: cannot import name 'gone' from 'vllm.models.engram'", "u:1", []),
+    ]
+    result = probe.parse("".join(f"imgbuild-probe {rec!r}\n" for rec in out))
+    checks = smoke._import_checks(job, ["vllm.models.engram"], False, result, RunResult(0, "", ""))
+    status = {c.name: c.status for c in checks}
+    assert status == {
+        "import vllm.models.engram": "pass",
+        "import vllm.rocm": "skip",
+        "import vllm.user": "fail",
+        "import vllm.user2": "fail",
+    }
+    assert "raised at /site/vllm/models/engram.py:9" in checks[2].detail
+
+
+def test_a_probe_that_died_mid_import_fails_that_module_and_the_rest() -> None:
+    job = probe.Job((), (), 10, ("vllm.a", "vllm.b", "vllm.c"), "vllm --version")
+    text = "imgbuild-probe ('python', '3.12.1')\nimgbuild-probe ('import', 'vllm.a', True, '', '', [])\n"
+    result = probe.parse(text + "imgbuild-probe ('import-start', 'vllm.b')\n")
+    checks = smoke._import_checks(job, ["vllm.a"], False, result, RunResult(139, "", "Segmentation fault"))
+    assert [(c.name, c.status) for c in checks] == [
+        ("import vllm.a", "pass"),
+        ("import vllm.b", "fail"),
+        ("import vllm.c", "fail"),
+        ("vllm --version", "fail"),
+    ]
+    assert checks[1].detail == "the probe stopped (exit 139): Segmentation fault while importing it"
+    skipped = smoke._import_checks(job, ["vllm.a"], True, result, RunResult(0, "", ""))
+    assert [c.status for c in skipped] == ["skip"] and "no torch" in skipped[0].detail

@@ -39,7 +39,7 @@ def imported_names(source: bytes, path: str) -> set[str]:
     except (SyntaxError, ValueError):
         return set()
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _executed(tree.body):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -50,6 +50,29 @@ def imported_names(source: bytes, path: str) -> set[str]:
                 out.add(base)
             out.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names if alias.name != "*")
     return out
+
+
+def _executed(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
+    """The statements importing a module runs: not function bodies, not `if TYPE_CHECKING:` blocks."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        yield node
+        if isinstance(node, ast.If):
+            if not _type_checking(node.test):
+                yield from _executed(node.body)
+            yield from _executed(node.orelse)
+        elif isinstance(node, ast.Try | ast.TryStar):
+            for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _executed(part)
+        elif isinstance(node, ast.ClassDef | ast.With):
+            yield from _executed(node.body)
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _resolve(name: str | None, level: int, package: str) -> str | None:
@@ -85,9 +108,32 @@ def importers(sources: Mapping[str, bytes], targets: Sequence[str]) -> list[str]
     return sorted(found)
 
 
-def leaf_words(targets: Sequence[str]) -> list[str]:
-    """Words every importer of `targets` must contain (a cheap filter before parsing)."""
-    return sorted({t.rpartition(".")[2] for t in targets})
+def needles(path: str) -> tuple[str, dict[str, str]]:
+    """(leaf, directory -> word): what a direct importer of the planned file `path` must contain.
+
+    Every import of a module spells its last name (`import a.b.mod`, `from .mod import x`,
+    `from . import mod`). Outside a package directory it also spells that package's
+    name after the common ancestor: from outside `a/b/`, `a/b/c/mod.py` is `b.c.mod`
+    (absolute, or relative `from ...b.c import mod`), so the file contains `b.c`.
+    """
+    parts = path.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    leaf, dirs = parts[-1], parts[:-1]
+    words = {"/".join(dirs): leaf}
+    for k in range(len(dirs) - 1, 0, -1):  # the tree above dirs[k], minus what is already covered
+        words["/".join(dirs[:k])] = ".".join(dirs[k:])
+    return leaf, words
+
+
+def candidate(path: str, data: bytes, planned: str) -> bool:
+    """Whether `path` (with `data`) may import the planned file directly (a filter before parsing)."""
+    leaf, words = needles(planned)
+    if leaf.encode() not in data:
+        return False
+    inside = [d for d in words if path.startswith(d + "/")]
+    deepest = max(inside, key=len) if inside else None
+    return deepest is not None and words[deepest].encode() in data
 
 
 def modules_to_import(files: Sequence[str], importer_modules: Sequence[str]) -> list[str]:
@@ -109,7 +155,12 @@ def release_importers(tree: Release, files: Sequence[str], package_root: str) ->
     targets = [m for m in (module_name(f) for f in files) if m is not None]
     if not targets:
         return []
-    candidates = [p for p in tree.grep(leaf_words(targets), package_root) if p.endswith(".py")]
-    tree.prefetch(candidates)
-    sources = {p: data for p in candidates if (data := tree.read(p)) is not None}
+    leaves = sorted({needles(f)[0] for f in files})
+    paths = [p for p in tree.grep(leaves, package_root) if p.endswith(".py")]
+    tree.prefetch(paths)
+    sources = {}
+    for path in paths:
+        data = tree.read(path)
+        if data is not None and any(candidate(path, data, f) for f in files):
+            sources[path] = data
     return importers(sources, targets)

@@ -54,16 +54,17 @@ if modules:
         out("import-start", m)
         try:
             importlib.import_module(m)
-            out("import", m, True, "", "")
+            out("import", m, True, "", "", [])
         except BaseException as e:
             where = ""
+            tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+            files = sorted(set(f.filename for f in tb))
             if isinstance(e, SyntaxError) and e.filename:
                 where = "%s:%s" % (e.filename, e.lineno)
-            else:
-                tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
-                if tb:
-                    where = "%s:%s" % (tb[-1].filename, tb[-1].lineno)
-            out("import", m, False, type(e).__name__ + ": " + str(e).replace("\\n", " ")[:300], where)
+                files.append(e.filename)
+            elif tb:
+                where = "%s:%s" % (tb[-1].filename, tb[-1].lineno)
+            out("import", m, False, type(e).__name__ + ": " + str(e).replace("\\n", " ")[:300], where, files)
 if version:
     run("version", version)
 """
@@ -103,6 +104,11 @@ class ImportResult:
     ok: bool
     error: str  # "ExceptionType: message"
     where: str  # file:line where it was raised
+    files: tuple[str, ...] = ()  # every file of the traceback
+
+    def involves(self, paths: Sequence[str], modules: Sequence[str]) -> bool:
+        """Whether the failure passes through one of `paths` or names one of `modules`."""
+        return any(p in self.files for p in paths) or any(m in self.error for m in modules)
 
 
 @dataclass
@@ -158,8 +164,9 @@ def _record(res: ProbeResult, rec: tuple[object, ...]) -> None:
         res.version = _command(rec)
     elif kind == "import-start" and len(rec) == 2:
         res.importing = str(rec[1])
-    elif kind == "import" and len(rec) == 5:
-        res.imports[str(rec[1])] = ImportResult(str(rec[1]), bool(rec[2]), str(rec[3]), str(rec[4]))
+    elif kind == "import" and len(rec) == 6 and isinstance(rec[5], list):
+        files = tuple(str(f) for f in rec[5])
+        res.imports[str(rec[1])] = ImportResult(str(rec[1]), bool(rec[2]), str(rec[3]), str(rec[4]), files)
         res.importing = None
 
 
