@@ -43,6 +43,9 @@ def test_a_committed_image_fails_inspect_and_smoke(built: Built, engine: Engine)
     latest = f"{built.repo}:latest"
     clean = json.loads(built.cli("inspect", latest, "--json").stdout)
     assert clean["ok"] and clean["notes"] == [], clean
+    checks = {c["name"]: c for c in json.loads(built.cli("smoke", latest, "--json").stdout)["reports"][0]["checks"]}
+    assert checks["layers"]["status"] == "pass" and "counted" not in checks["layers"]["detail"], checks["layers"]
+    assert checks["env"]["status"] == checks["labels"]["status"] == "pass"
     top = len(engine.require(latest).layers)
     tag = committed(engine, latest, f"{built.repo}:committed", f"{SITE}/vllm/__init__.py", b"__version__ = 'x'\n")
 
