@@ -1,15 +1,18 @@
-"""Smoke tests of a built image, in three groups.
+"""Smoke tests of a built image.
 
-1. config: os/arch as declared; ENTRYPOINT and CMD empty; the required labels
-   present (and, for a variant, equal to what the current plan expects).
-2. files: the sha256 of every planned file, read from the image without
-   running it, matches its expected state (patched or original).
-3. runtime (under qemu when the arch differs): `docker run IMAGE python3 -c`
-   with no entrypoint override, which only works when ENTRYPOINT is cleared;
-   every planned file byte-compiles with the image's own Python; then the
-   variant's smoke commands. On a skeleton base (no torch) the variant's
-   `smoke.skeleton_commands` run instead and `smoke.commands` are reported
-   as skipped, never silently passed.
+1. config: os/arch as declared; ENTRYPOINT and CMD empty; the required
+   labels present (and, for a variant, equal to what the current plan
+   expects); integrity: the layers are the base's then imgbuild's, by diff id,
+   and ENV and labels are the plan's (integrity.py).
+2. files: the sha256 of every planned file matches its expected state.
+3. runtime (under qemu when the arch differs), in one container per image:
+   the probe (probe.py) runs as `docker run IMAGE python3 -c` with no
+   entrypoint override, which only works when ENTRYPOINT is cleared; it hashes
+   and byte-compiles every planned file with the image's own Python, runs the
+   variant's smoke commands, then imports the planned modules and the
+   release's modules importing them, and runs `vllm --version`. On a skeleton
+   base (no torch) `smoke.skeleton_commands` run instead, and `smoke.commands`
+   and the imports are reported as skipped, never silently passed.
 """
 
 from __future__ import annotations
