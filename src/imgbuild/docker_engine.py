@@ -482,10 +482,17 @@ class Engine:
         platform: str | None = None,
         timeout: int = 600,
         entrypoint: Sequence[str] | None = None,
+        binds: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
     ) -> RunResult:
-        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given."""
+        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given.
+
+        `binds` ("host:container[:ro]") and `environment` are what runtime_run.runtime_run_options gives.
+        """
         opts = ["--platform", platform] if platform else []
         opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
+        opts += [a for b in binds for a in ("-v", b)]
+        opts += [a for k, v in sorted((environment or {}).items()) for a in ("-e", f"{k}={v}")]
         echo(["docker", "run", "--rm", *opts, ref, *argv])
         api = self.client.api
         cid = None
@@ -498,6 +505,8 @@ class Engine:
                     platform=platform,
                     entrypoint=list(entrypoint) if entrypoint is not None else None,
                     labels=_owner(),
+                    environment=dict(environment) if environment else None,
+                    host_config=api.create_host_config(binds=list(binds)) if binds else None,
                 )["Id"]
             try:
                 api.start(cid)
