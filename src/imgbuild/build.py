@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from imgbuild import labels, skeleton
+from imgbuild import labels, runtime_base, runtime_lock, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
 from imgbuild.docker_engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
@@ -35,6 +35,7 @@ from imgbuild.smoke import Expected, SmokeReport, smoke
 from imgbuild.upstream import cache_dir
 
 SKELETON = "skeleton"
+RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
 Say = Callable[[str], None]
 ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
 
@@ -153,6 +154,19 @@ def skeleton_spec(project: Project, site_packages: str | None, platform: str) ->
     )
 
 
+def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
+    """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
+    lock = runtime_lock.load_lock(project.root, platform)
+    pin = lock.pin(runtime_lock.ROOT)
+    if pin is None or pin.version != project.pin.version:
+        raise UpstreamError(
+            f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks vllm "
+            f"{pin.version if pin else '(none)'}, but patches/upstream.yaml pins {project.pin.version}",
+            hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
+        )
+    return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
+
+
 def dry_bases(
     project: Project, plans: Sequence[VariantPlan], options: BuildOptions, engine: Engine | None
 ) -> dict[tuple[str, str], BaseInfo]:
@@ -162,8 +176,8 @@ def dry_bases(
         for platform in plan.variant.image.platforms:
             ref = base_ref(plan, options)
             site = plan.variant.image.site_packages
-            if ref == SKELETON:
-                spec = skeleton_spec(project, plan.variant.image.site_packages, platform)
+            if ref in (SKELETON, RUNTIME):
+                spec = (skeleton_spec if ref == SKELETON else runtime_spec)(project, site, platform)
                 ref, site = spec.tag, spec.site_packages
             info = engine.image(ref) if engine else None
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
@@ -202,6 +216,12 @@ class Bases:
                 self._info[(ref, platform)] = skeleton.ensure_skeleton(
                     self.engine, spec, up.repo, cache_dir(), verbose=self.options.verbose
                 )
+        elif ref == RUNTIME:
+            rspec = runtime_spec(self.project, site_cfg, platform)
+            ref = rspec.tag
+            if (ref, platform) not in self._info:
+                built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.options.verbose)
+                self._info[(ref, platform)] = built.info
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
         return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
