@@ -23,12 +23,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from imgbuild import integrity, probe
+from imgbuild import integrity, probe, runtime_run
 from imgbuild import labels as lbl
 from imgbuild.config import SmokeSpec
 from imgbuild.docker_engine import BINFMT_FIX, QEMU_NAMES, Engine, ImageInfo, RunResult, check_binfmt
 from imgbuild.errors import DockerError
 from imgbuild.importcheck import modules_to_import
+from imgbuild.upstream import cache_dir
 
 SKELETON_SKIP = "needs the real base (the skeleton stand-in has no torch)"
 VERSION_COMMAND = "vllm --version"
@@ -252,9 +253,9 @@ def integrity_results(info: ImageInfo, expected: Expected, ref: integrity.Refere
     return out
 
 
-def run_binds(info: ImageInfo, engine_arch: str) -> tuple[str, ...]:
-    """Mounts a run of `info` needs on this daemon (none yet; the runtime base adds its qemu needs here)."""
-    return ()
+def run_options(info: ImageInfo, engine_arch: str) -> runtime_run.RunOptions:
+    """What `docker run` of `info` needs on this daemon: under qemu, an arm64 torch needs an aarch64 cpuinfo."""
+    return runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine_arch)
 
 
 def _probe_job(info: ImageInfo, expected: Expected, skeleton: bool) -> probe.Job:
@@ -277,8 +278,14 @@ def runtime_checks(
     skeleton = lbl.SKELETON in info.labels
     job = _probe_job(info, expected, skeleton)
     t0 = time.monotonic()
+    opts = run_options(info, engine.arch)
     res = engine.run(
-        ref, job.argv(), platform=expected.platform, timeout=job.container_timeout, binds=run_binds(info, engine.arch)
+        ref,
+        job.argv(),
+        platform=expected.platform,
+        timeout=job.container_timeout,
+        binds=opts.binds,
+        environment=opts.env,
     )
     took = time.monotonic() - t0
     _exec_format(res.stderr, info.arch, engine.arch)
