@@ -575,6 +575,7 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
         layer_digests=ib.layers,
         env=ib.plan.variant.image.env,
         importers=None if importers is None else (lambda: importers(paths)),
+        layer_ref=ib.from_ref if ib.layers else None,
     )
 
 

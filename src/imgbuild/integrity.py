@@ -130,7 +130,12 @@ def _cut(value: str | None, n: int = 60) -> str:
 
 
 def reference(
-    engine: Engine, base_ref: str, base_id: str | None, layer_digests: Sequence[str], platform: str
+    engine: Engine,
+    base_ref: str,
+    base_id: str | None,
+    layer_digests: Sequence[str],
+    platform: str,
+    layer_ref: str | None = None,
 ) -> Reference:
     """The base (by id when known, else by name) and imgbuild's own diff ids, read from its top layer image.
 
@@ -149,14 +154,15 @@ def reference(
     unknown = (None,) * n
     if base is None:
         return Reference(base_ref, None, unknown)
-    top = next(
-        (
-            i
-            for i in engine.labelled(lbl.LAYER, layer_digests[-1])
-            if lbl.INPUTS not in i.labels and i.platform == platform
-        ),
-        None,
-    )
+
+    def is_top(i: ImageInfo) -> bool:
+        return i.labels.get(lbl.LAYER) == layer_digests[-1] and lbl.INPUTS not in i.labels and i.platform == platform
+
+    named = engine.image(layer_ref) if layer_ref else None  # the plan names it: one inspect, not a listing
+    if named is not None and is_top(named):
+        top: ImageInfo | None = named
+    else:
+        top = next((i for i in engine.labelled(lbl.LAYER, layer_digests[-1]) if is_top(i)), None)
     if top is None:
         return Reference(base_ref, base, unknown, f"no {platform} layer image {layer_digests[-1][:12]} in the store")
     if len(top.layers) != len(base.layers) + n or top.layers[: len(base.layers)] != base.layers:

@@ -50,6 +50,7 @@ class Expected:
     layer_digests: tuple[str, ...] = ()  # imgbuild's layers, bottom first
     env: tuple[tuple[str, str], ...] | None = None  # the variant's ENV; None: read from the imgbuild.config label
     importers: Callable[[], Sequence[str]] | None = None  # the release's modules importing the planned files
+    layer_ref: str | None = None  # the top layer image's name, when a plan knows it
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,9 @@ def _cut(value: str | None, n: int = 80) -> str:
 
 def integrity_checks(engine: Engine, info: ImageInfo, expected: Expected) -> list[Check]:
     """Layers: the base's then imgbuild's, by diff id; ENV and labels: the plan's (or the imgbuild.config label's)."""
-    ref = integrity.reference(engine, expected.base_ref, expected.base_id, expected.layer_digests, info.platform)
+    ref = integrity.reference(
+        engine, expected.base_ref, expected.base_id, expected.layer_digests, info.platform, expected.layer_ref
+    )
     return [_check(c) for c in integrity_results(info, expected, ref)]
 
 
