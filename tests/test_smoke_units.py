@@ -234,3 +234,14 @@ def test_a_probe_that_died_mid_import_fails_that_module_and_the_rest() -> None:
     assert checks[1].detail == "the probe stopped (exit 139): Segmentation fault while importing it"
     skipped = smoke._import_checks(job, ["vllm.a"], True, result, RunResult(0, "", ""))
     assert [c.status for c in skipped] == ["skip"] and "no torch" in skipped[0].detail
+
+
+def test_vllm_version_without_a_gpu_is_skipped_naming_why_and_other_failures_fail() -> None:
+    job = probe.Job((), (), 10, ("vllm.a",), "vllm --version")
+    head = "imgbuild-probe ('python', '3.12.1')\nimgbuild-probe ('import', 'vllm.a', True, '', '', [])\n"
+    no_gpu = "RuntimeError: Failed to infer device type, please set the environment variable"
+    for stderr, status in ((no_gpu, "skip"), ("ModuleNotFoundError: No module named 'uvicorn'", "fail")):
+        out = head + f"imgbuild-probe {('version', 'vllm --version', 1, False, '', stderr)!r}\n"
+        checks = smoke._import_checks(job, ["vllm.a"], False, probe.parse(out), RunResult(0, "", ""))
+        assert (checks[-1].name, checks[-1].status) == ("vllm --version", status)
+        assert stderr[:40] in checks[-1].detail

@@ -33,6 +33,7 @@ from imgbuild.upstream import cache_dir
 
 SKELETON_SKIP = "needs the real base (the skeleton stand-in has no torch)"
 VERSION_COMMAND = "vllm --version"
+NO_DEVICE = "Failed to infer device type"  # vllm's CLI without a GPU (the amd64 runtime base on a CPU host)
 
 
 @dataclass(frozen=True)
@@ -363,6 +364,9 @@ def _import_checks(
         v = result.version
         if v is None:
             checks.append(Check("import", job.version, "fail", "not run"))
+        elif not v.timed_out and v.exit_code != 0 and NO_DEVICE in v.stderr:
+            # vLLM's CLI picks a platform first; a CUDA wheel on a host without a GPU has none
+            checks.append(Check("import", job.version, "skip", f"needs a GPU here: {probe.last_line(v.stderr)}"))
         elif v.timed_out or v.exit_code != 0:
             what = "timed out" if v.timed_out else f"exit {v.exit_code}"
             checks.append(Check("import", job.version, "fail", f"{what}: {probe.last_line(v.stderr, v.stdout)}"))

@@ -112,10 +112,11 @@ def test_a_patch_that_compiles_but_fails_at_import_fails_smoke(prefix: str, tmp_
     proc = run_cli(project, "smoke", "latest", *base, "--json")
     assert proc.returncode == 8, proc.stdout[-3000:] + proc.stderr[-2000:]
     failed = {c["name"]: c["detail"] for c in checks(proc.stdout) if c["status"] == "fail"}
-    module = "import vllm.model_executor.layers.sparse_attn_indexer"
-    assert module in failed, sorted(failed)
-    detail = failed[module]
-    assert detail.startswith("ImportError: cannot import name 'no_such_name' from 'vllm.platforms'"), detail
-    assert f"{BROKEN_FILE}:" in detail  # raised at the patched file's line
+    # The first module to load the broken file names the cause; later ones may fail with what the
+    # half-imported module left behind (a torch op registered twice, a partial module), still failing.
+    missing = "ImportError: cannot import name 'no_such_name' from 'vllm.platforms'"
+    cause = [(name, d) for name, d in failed.items() if d.startswith(missing) and f"{BROKEN_FILE}:" in d]
+    assert cause, failed
+    assert "import vllm.model_executor.layers.sparse_attn_indexer" in failed, sorted(failed)
     compiled = [c for c in checks(proc.stdout) if c["name"] == f"compile {BROKEN_FILE}"]
     assert [c["status"] for c in compiled] == ["pass"]  # byte-compiling alone would not have caught it
