@@ -61,7 +61,7 @@ from imgbuild.project import Project, find_root
 from imgbuild.refs import resolve_ref
 
 TARGET = 0.5
-PAIRS = ("startup", "scaling", "cold")
+PAIRS = ("startup", "scaling", "cold", "smoke")
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:

@@ -117,7 +117,31 @@ def build_pair(name: str, root: Path, work: Path, env: dict[str, str], imgbuild:
         return scaling_pair(root, work, env, imgbuild, n)
     if name == "cold":
         return cold_pair(root, work, env, imgbuild)
+    if name == "smoke":
+        return smoke_pair(root, env, imgbuild)
     raise SystemExit(f"unknown pair {name}")
+
+
+SMOKE_REPO = "imgbuild-bench-smoke/vllm-dsv41"
+
+
+def smoke_pair(root: Path, env: dict[str, str], imgbuild: list[str]) -> Pair:
+    """Both variants, `--force`, on the arm64 skeleton (under qemu here), with and without smoke.
+
+    The target is issue 13's "smoke adds at most 1.0x the no-smoke build time": with / without <= 2.0.
+    Images go to SMOKE_REPO; remove them afterwards with `docker images SMOKE_REPO`.
+    """
+    base = [*imgbuild, "-C", str(root), "build", "latest", "engram-mem", "--force"]
+    base += ["--base", "skeleton", "--repository", SMOKE_REPO, "--platform", "linux/arm64"]
+    run([*imgbuild, "-C", str(root), "skeleton", "--platform", "linux/arm64"], env=env)  # untimed: the base exists
+    return Pair(
+        "smoke",
+        "build latest engram-mem --force (arm64, smoke included)",
+        lambda: run(base, env=env),
+        "build latest engram-mem --force --no-smoke",
+        lambda: run([*base, "--no-smoke"], env=env),
+        2.0,
+    )
 
 
 def scaling_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str], n: int) -> Pair:

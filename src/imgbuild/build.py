@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imgbuild import labels, skeleton
+from imgbuild import labels, runtime_base, runtime_lock, skeleton
 from imgbuild.buildplan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
 from imgbuild.docker_engine import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
+from imgbuild.importcheck import release_importers
 from imgbuild.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.planner import VariantPlan
@@ -37,7 +38,9 @@ from imgbuild.workdir import write_json
 
 SKELETON = "skeleton"
 OCI_LAYOUT_DIR = "oci-layout"  # what BuildKit exported, so it sends and loads only new blobs (ocilayout.py)
+RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
 Say = Callable[[str], None]
+ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
 
 
 def _stderr(msg: str) -> None:
@@ -154,6 +157,19 @@ def skeleton_spec(project: Project, site_packages: str | None, platform: str) ->
     )
 
 
+def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
+    """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
+    lock = runtime_lock.load_lock(project.root, platform)
+    pin = lock.pin(runtime_lock.ROOT)
+    if pin is None or pin.version != project.pin.version:
+        raise UpstreamError(
+            f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks vllm "
+            f"{pin.version if pin else '(none)'}, but patches/upstream.yaml pins {project.pin.version}",
+            hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
+        )
+    return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
+
+
 def dry_bases(
     project: Project, plans: Sequence[VariantPlan], options: BuildOptions, engine: Engine | None
 ) -> dict[tuple[str, str], BaseInfo]:
@@ -163,8 +179,8 @@ def dry_bases(
         for platform in plan.variant.image.platforms:
             ref = base_ref(plan, options)
             site = plan.variant.image.site_packages
-            if ref == SKELETON:
-                spec = skeleton_spec(project, plan.variant.image.site_packages, platform)
+            if ref in (SKELETON, RUNTIME):
+                spec = (skeleton_spec if ref == SKELETON else runtime_spec)(project, site, platform)
                 ref, site = spec.tag, spec.site_packages
             info = engine.image(ref) if engine else None
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
@@ -203,6 +219,12 @@ class Bases:
                 self._info[(ref, platform)] = skeleton.ensure_skeleton(
                     self.engine, spec, up.repo, cache_dir(), verbose=self.options.verbose
                 )
+        elif ref == RUNTIME:
+            rspec = runtime_spec(self.project, site_cfg, platform)
+            ref = rspec.tag
+            if (ref, platform) not in self._info:
+                built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.options.verbose)
+                self._info[(ref, platform)] = built.info
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
         return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
@@ -356,10 +378,12 @@ class Runner:
         *,
         multi: MultiPlan | None = None,
         epoch: int | None = None,
+        importers: ImporterFinder | None = None,
     ) -> None:
         self.engine, self.plan, self.options, self.say = engine, plan, options, say
         self.on_smoke = on_smoke
         self.multi, self.epoch = multi, epoch
+        self.importers = importers
         self.result = BuildResult(plan)
 
     def _build(self, context: bytes, tag: str, platforms: Sequence[str], refs: dict[str, str] | None = None) -> str:
@@ -405,7 +429,7 @@ class Runner:
 
     def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str]) -> SmokeReport:
         self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
-        report = smoke(self.engine, image_id, expected_for(ib))
+        report = smoke(self.engine, image_id, expected_for(ib, self.importers))
         report.image, report.name = ib.immutable_ref, name
         if self.on_smoke is not None:
             self.on_smoke(report)
@@ -579,15 +603,35 @@ def _image_id(engine: Engine, ref: str) -> str | None:
     return info.id if info else None
 
 
-def expected_for(ib: ImageBuild) -> Expected:
+def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Expected:
+    files = tuple(labels.parse_files(ib.labels[f"{labels.PREFIX}files"]))
+    paths = tuple(f.path for f in files)
     return Expected(
         platform=ib.platform,
-        files=tuple(labels.parse_files(ib.labels[f"{labels.PREFIX}files"])),
+        files=files,
         site_packages=ib.base.site_packages,
         labels=ib.labels,
         smoke=ib.plan.variant.smoke,
         variant=ib.variant,
+        base_ref=ib.base.ref,
+        base_id=ib.base.image_id,
+        layer_digests=ib.layers,
+        env=ib.plan.variant.image.env,
+        importers=None if importers is None else (lambda: importers(paths)),
+        layer_ref=ib.from_ref if ib.layers else None,
     )
+
+
+def importer_finder(project: Project) -> ImporterFinder:
+    """The release's modules that import the given planned files, scanned once per set of files."""
+    found: dict[tuple[str, ...], list[str]] = {}
+
+    def find(files: tuple[str, ...]) -> list[str]:
+        if files not in found:
+            found[files] = release_importers(project.tree(), files, project.pin.package_root)
+        return found[files]
+
+    return find
 
 
 def prepare(
@@ -630,7 +674,8 @@ def build(
     multi = multi_plan(engine, project, plan)
     check_collisions(engine, plan, multi)
     epoch = labels.epoch(project_inputs(project).created)
-    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch).run()
+    finder = importer_finder(project)
+    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
 
 
 def dry_run(

@@ -278,6 +278,13 @@ class Engine:
             raise DockerError(f"no image {ref!r} in the local image store", hint="build it first, or check the name")
         return info
 
+    def labelled(self, key: str, value: str) -> list[ImageInfo]:
+        """Every local image whose label `key` is `value` (e.g. a layer image by its digest)."""
+        echo(["docker", "images", "--filter", f"label={key}={value}"])
+        rows = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
+        found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone (or unreadable) by now
+        return [info for info in found if info is not None]
+
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         if not repo or "/" in tag:
@@ -572,10 +579,17 @@ class Engine:
         platform: str | None = None,
         timeout: int = 600,
         entrypoint: Sequence[str] | None = None,
+        binds: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
     ) -> RunResult:
-        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given."""
+        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given.
+
+        `binds` ("host:container[:ro]") and `environment` are what runtime_run.runtime_run_options gives.
+        """
         opts = ["--platform", platform] if platform else []
         opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
+        opts += [a for b in binds for a in ("-v", b)]
+        opts += [a for k, v in sorted((environment or {}).items()) for a in ("-e", f"{k}={v}")]
         echo(["docker", "run", "--rm", *opts, ref, *argv])
         api = self.client.api
         cid = None
@@ -588,6 +602,8 @@ class Engine:
                     platform=platform,
                     entrypoint=list(entrypoint) if entrypoint is not None else None,
                     labels=_owner(),
+                    environment=dict(environment) if environment else None,
+                    host_config=api.create_host_config(binds=list(binds)) if binds else None,
                 )["Id"]
             try:
                 api.start(cid)

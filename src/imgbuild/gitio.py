@@ -255,6 +255,20 @@ class CommitTree:
                 return prefix
         return None
 
+    def grep(self, words: Iterable[str], under: str) -> list[str]:
+        """Blob paths below `under` whose bytes contain one of `words` (fixed strings), with one `git grep`."""
+        args = ["grep", "-l", "-z", "-F", "--no-color", "--no-textconv", "-I"]
+        for w in words:
+            args += ["-e", w]
+        proc = _run_bare([*args, self.commit, "--", under], cwd=self.repo.path)
+        if proc.returncode == 1:  # nothing matched
+            return []
+        if proc.returncode != 0:
+            raise GitError(f"git grep in {self.repo.path} failed: {proc.stderr.decode(errors='replace').strip()}")
+        prefix = f"{self.commit}:"
+        names = proc.stdout.decode(errors="surrogateescape").split("\0")
+        return [n.removeprefix(prefix) for n in names if n]
+
     def paths(self, under: str) -> list[str]:
         """Every blob path below `under` (used to follow renames)."""
         item = self._item(under)

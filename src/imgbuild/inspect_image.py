@@ -1,8 +1,9 @@
 """`imgbuild inspect IMAGE`: what an image says about itself, checked against what it holds.
 
 Reads the labels back, re-hashes every file the labels list (reading them
-from a created, never started, container), and reports each place where the
-labels and the contents disagree.
+from a created, never started, container), checks the layers against the
+base's and imgbuild's layer images and the ENV and labels against the
+`imgbuild.config` label, and reports each place where they disagree.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from imgbuild import integrity
 from imgbuild import labels as lbl
 from imgbuild.docker_engine import Engine, ImageInfo
-from imgbuild.smoke import FileRow, expected_from_labels, file_rows
+from imgbuild.smoke import FileRow, expected_from_labels, file_rows, integrity_results
 
 
 @dataclass
@@ -21,6 +23,7 @@ class InspectReport:
     info: ImageInfo
     files: list[FileRow] = field(default_factory=list)
     disagreements: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # checks that could not be made, and why
 
     @property
     def built_by_imgbuild(self) -> bool:
@@ -53,6 +56,7 @@ class InspectReport:
             "files": [f.to_json() for f in self.files],
             "built_by_imgbuild": self.built_by_imgbuild,
             "disagreements": self.disagreements,
+            "notes": self.notes,
             "ok": self.ok,
         }
 
@@ -76,4 +80,11 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
         report.disagreements.append(
             f"ENTRYPOINT {list(info.entrypoint or ())} / CMD {list(info.cmd or ())}: imgbuild images clear both"
         )
+    if lbl.INPUTS in info.labels:  # layers, ENV and labels as imgbuild wrote them
+        against = integrity.reference(engine, expected.base_ref, None, expected.layer_digests, info.platform)
+        for name, status, detail in integrity_results(info, expected, against):
+            if status == "fail":
+                report.disagreements.append(f"{name}: {detail}")
+            elif status == "skip":
+                report.notes.append(f"{name}: {detail}")
     return report

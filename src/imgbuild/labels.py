@@ -15,6 +15,7 @@ JSON where structured; the whole set stays around 1-2 KB.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 import urllib.parse
@@ -50,6 +51,7 @@ REQUIRED = (
 # vLLM's license and this project's; image.labels may override it.
 LICENSES = "Apache-2.0"
 INPUTS = f"{PREFIX}inputs"
+CONFIG = f"{PREFIX}config"
 LAYER = f"{PREFIX}layer"
 SKELETON = f"{PREFIX}skeleton"
 
@@ -211,7 +213,37 @@ def image_labels(
         f"{PREFIX}layers": compact(list(layer_digests)),
         LAYER: layer_digests[-1] if layer_digests else "",
     }
+    labels[CONFIG] = config_label(labels, plan.variant.image.env)
     return dict(sorted(labels.items()))
+
+
+def _short_sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def config_label(labels: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str:
+    """`imgbuild.config`: the variant's ENV and a short sha256 of each label imgbuild sets, so that
+    `inspect` can name a label or variable changed after the build without the plan."""
+    hashed = {k: _short_sha(v) for k, v in sorted(labels.items()) if k not in (INPUTS, CONFIG)}
+    return compact({"env": dict(env), "labels": hashed})
+
+
+@dataclass(frozen=True)
+class ConfigLabel:
+    env: dict[str, str]
+    labels: dict[str, str]  # key -> short sha256 of its value
+
+    def matches(self, key: str, value: str) -> bool:
+        return self.labels.get(key) == _short_sha(value)
+
+
+def parse_config(value: str) -> ConfigLabel:
+    data = json.loads(value)
+    if not isinstance(data, dict) or not isinstance(data.get("env"), dict) or not isinstance(data.get("labels"), dict):
+        raise ValueError('imgbuild.config is not {"env": {...}, "labels": {...}}')
+    return ConfigLabel(
+        {str(k): str(v) for k, v in data["env"].items()}, {str(k): str(v) for k, v in data["labels"].items()}
+    )
 
 
 def missing_required(labels: Mapping[str, str]) -> list[str]:

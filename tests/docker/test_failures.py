@@ -136,7 +136,8 @@ def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:
         if c["status"] == "fail"
     }
     assert {("files", "vllm/attention.py"), ("runtime", "compile vllm/attention.py")} <= failed
-    assert {g for g, _ in failed} == {"files", "runtime", "command"}  # the smoke command imports the file too
+    assert {g for g, _ in failed} == {"config", "files", "runtime", "command"}  # the command imports the file too
+    assert ("config", "layers") in failed  # the COPY after the build is a layer of its own
     inspect = json.loads(built.cli("inspect", broken, "--json").stdout)
     assert not inspect["ok"] and "vllm/attention.py: labels say patched" in inspect["disagreements"][0]
 

@@ -26,7 +26,8 @@ BaseOpt = Annotated[
     typer.Option(
         "--base",
         help="Base image for every variant, overriding image.base. 'skeleton' builds on imgbuild's offline "
-        "stand-in (see `imgbuild skeleton`). Default: $IMGBUILD_BASE, else image.base.",
+        "stand-in (see `imgbuild skeleton`); 'runtime' on the stand-in that can import vllm (the locked wheels, "
+        "`imgbuild skeleton --runtime`). Default: $IMGBUILD_BASE, else image.base.",
     ),
 ]
 RepoOpt = Annotated[
@@ -101,6 +102,8 @@ def build(
       imgbuild build --dry-run
 
       imgbuild build latest engram-mem --base skeleton
+
+      imgbuild build latest engram-mem --base runtime --platform linux/amd64
 
       imgbuild build --platform all --builder spark-farm
     """

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from imgbuild import signing
 from imgbuild.cli.options import JsonOpt
@@ -64,7 +65,9 @@ def inspect(
         if report.files:
             console.print(file_matrix([(image, report.files)], title="labels vs contents"))
         for d in report.disagreements:
-            console.print(f"[bold red]disagree[/]: {d}")
+            console.print(f"[bold red]disagree[/]: {escape(d)}")
+        for n in report.notes:
+            console.print(f"[yellow]not checked[/]: {escape(n)}")
         if report.ok:
             console.print(f"[green]labels and contents agree[/] ({len(report.files)} files)")
         if chain is not None:

@@ -12,7 +12,8 @@ from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
 from imgbuild.config import check_platform
 from imgbuild.docker_engine import Engine
-from imgbuild.project import load_project
+from imgbuild.errors import UsageError
+from imgbuild.project import Project, load_project
 from imgbuild.report import print_json
 from imgbuild.upstream import cache_dir
 
@@ -28,6 +29,20 @@ def skeleton(
     force: Annotated[
         bool, typer.Option("--force", help="Load the image again even if present (the rootfs stays cached).")
     ] = False,
+    runtime: Annotated[
+        bool,
+        typer.Option(
+            "--runtime",
+            help="Build the runtime base instead: the skeleton plus every wheel of images/runtime-lock/<platform>.txt "
+            "(torch, vLLM's requirements), so `import vllm` works. Downloads once (GBs), cached by sha256.",
+        ),
+    ] = False,
+    relock: Annotated[
+        bool,
+        typer.Option(
+            "--relock", help="With --runtime: resolve the pinned vllm's requirements again with pip (network) first."
+        ),
+    ] = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -37,12 +52,26 @@ def skeleton(
     the user cache directory and the image is tagged by a digest of its inputs. Build
     variants on it with `imgbuild build --base skeleton`. It has no torch: smoke
     commands marked for real bases are skipped on it.
+
+    With --runtime it builds the runtime base (`imgbuild build --base runtime`): pip
+    installs the locked wheels on the host (nothing runs under qemu), the image is tagged
+    by the lock's digest, and a warm run downloads and builds nothing.
+
+    Examples:
+      imgbuild skeleton --platform linux/arm64
+      imgbuild skeleton --runtime --platform linux/amd64 --json
+      imgbuild skeleton --runtime --relock --platform linux/arm64
     """
     project = load_project()
     if site_packages is None:
         sites = {v.image.site_packages for v in project.variants.values() if v.image.site_packages}
         site_packages = sites.pop() if len(sites) == 1 else None
     check_platform(platform)
+    if relock and not runtime:
+        raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
+    if runtime:
+        _runtime(project, platform, site_packages, force=force, relock=relock, verbose=verbose, as_json=as_json)
+        return
     spec = engine.skeleton_spec(project, site_packages, platform)
     info = skel.ensure_skeleton(
         Engine.connect(), spec, project.upstream.repo, cache_dir(), force=force, verbose=verbose
@@ -56,6 +85,44 @@ def skeleton(
                 "site_packages": spec.site_packages,
                 "upstream_commit": spec.upstream_commit,
                 "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
+            }
+        )
+        return
+    print(spec.tag)
+
+
+def _runtime(
+    project: Project,
+    platform: str,
+    site_packages: str | None,
+    *,
+    force: bool,
+    relock: bool,
+    verbose: bool,
+    as_json: bool,
+) -> None:
+    from imgbuild import runtime_base as rb
+    from imgbuild import runtime_lock as rl
+
+    if relock:
+        rb.relock(project.root, platform, project.pin.version, verbose=verbose)
+    spec = engine.runtime_spec(project, site_packages, platform)
+    res = rb.ensure_runtime(Engine.connect(), spec, cache_dir(), force=force, verbose=verbose)
+    if as_json:
+        print_json(
+            {
+                "tag": spec.tag,
+                "image_id": res.info.id,
+                "platform": res.info.platform,
+                "site_packages": spec.site_packages,
+                "lock": str(rl.LOCK_DIR / rl.lock_name(platform)),
+                "lock_digest": spec.lock.digest(),
+                "wheels": len(spec.lock.pins),
+                "built": res.built,
+                "downloaded": res.downloaded,
+                "download_bytes": res.download_bytes,
+                "image_bytes": res.info.size,
+                "seconds": round(res.seconds, 1),
             }
         )
         return

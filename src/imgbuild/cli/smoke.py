@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Annotated
 
 import typer
@@ -59,13 +61,14 @@ def smoke_cmd(
     if variant_names:
         assert project is not None
         plan, _, _ = engine.prepare(eng, project, variant_names, opts)
+        finder = engine.importer_finder(project)
         for ib in engine.smoke_images(eng, project, plan):  # each platform of a multi-platform image
             if eng.image(ib.immutable_ref) is None:
                 raise SmokeError(
                     f"{ib.variant}: no image {ib.immutable_ref} for the current inputs",
                     hint=f"build it first: imgbuild build {ib.variant}" + (f" --base {opts.base}" if opts.base else ""),
                 )
-            rep = smoke(eng, ib.immutable_ref, engine.expected_for(ib), runtime=not static)
+            rep = smoke(eng, ib.immutable_ref, engine.expected_for(ib, finder), runtime=not static)
             reports.append(rep)
     for target in (t for t in targets if t not in variant_names):
         ref = localize(eng, target, platform)  # a registry reference: pull that platform by digest
@@ -76,8 +79,15 @@ def smoke_cmd(
                 hint="variants are the files in images/; images are names like vllm-dsv41:latest",
             )
         variant = info.labels.get(f"{PREFIX}variant")
-        spec = project.variants[variant].smoke if project and variant in project.variants else None
-        reports.append(smoke(eng, ref, expected_from_labels(info, spec), runtime=not static))
+        known = project is not None and variant is not None and variant in project.variants
+        spec = project.variants[variant].smoke if project is not None and variant is not None and known else None
+        expected = expected_from_labels(info, spec)
+        if project is not None and known:  # the project's release names the modules importing the files
+            paths = tuple(f.path for f in expected.files)
+            expected = dataclasses.replace(
+                expected, importers=functools.partial(engine.importer_finder(project), paths)
+            )
+        reports.append(smoke(eng, ref, expected, runtime=not static))
     if junit is not None:
         write_junit(junit, reports)
     if as_json:

@@ -1,0 +1,166 @@
+"""Which modules smoke imports: the planned files, and the release's modules that import them.
+
+Found statically (pure): every `import` and `from ... import` statement of a
+release file is resolved to absolute module names (relative imports against
+the file's package) and compared with the planned modules. Dynamic imports
+(`importlib.import_module(name)`) are not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+
+def module_name(path: str) -> str | None:
+    """`vllm/models/engram.py` -> `vllm.models.engram`; a package's `__init__.py` -> the package; else None."""
+    if not path.endswith(".py"):
+        return None
+    parts = path[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def imported_names(source: bytes, path: str) -> set[str]:
+    """Every module name an import statement of `path` may load; names after `from X import` as `X.name` too.
+
+    A file that does not parse imports nothing here (byte-compiling reports it).
+    """
+    module = module_name(path)
+    if module is None:
+        return set()
+    package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError):
+        return set()
+    out: set[str] = set()
+    for node in _executed(tree.body):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node.module, node.level, package)
+            if base is None:
+                continue
+            if base:
+                out.add(base)
+            out.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names if alias.name != "*")
+    return out
+
+
+def _executed(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
+    """The statements importing a module runs: not function bodies, not `if TYPE_CHECKING:` blocks."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        yield node
+        if isinstance(node, ast.If):
+            if not _type_checking(node.test):
+                yield from _executed(node.body)
+            yield from _executed(node.orelse)
+        elif isinstance(node, ast.Try | ast.TryStar):
+            for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _executed(part)
+        elif isinstance(node, ast.ClassDef | ast.With):
+            yield from _executed(node.body)
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(name: str | None, level: int, package: str) -> str | None:
+    """The absolute module of `from <level dots><name> import ...` in `package`; None if it climbs too far."""
+    if level == 0:
+        return name or None
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    anchor = parts[: len(parts) - (level - 1)]
+    return ".".join([*anchor, *([name] if name else [])])
+
+
+def imports_any(names: Iterable[str], targets: set[str]) -> bool:
+    """Whether loading `names` loads one of `targets` (a submodule loads its packages first)."""
+    for name in names:
+        parts = name.split(".")
+        if any(".".join(parts[:i]) in targets for i in range(1, len(parts) + 1)):
+            return True
+    return False
+
+
+def importers(sources: Mapping[str, bytes], targets: Sequence[str]) -> list[str]:
+    """Modules of `sources` (path -> bytes) that import one of `targets` directly, sorted; the targets excluded."""
+    wanted = set(targets)
+    found = set()
+    for path, data in sources.items():
+        name = module_name(path)
+        if name is None or name in wanted:
+            continue
+        if imports_any(imported_names(data, path), wanted):
+            found.add(name)
+    return sorted(found)
+
+
+def needles(path: str) -> tuple[str, dict[str, str]]:
+    """(leaf, directory -> word): what a direct importer of the planned file `path` must contain.
+
+    Every import of a module spells its last name (`import a.b.mod`, `from .mod import x`,
+    `from . import mod`). Outside a package directory it also spells that package's
+    name after the common ancestor: from outside `a/b/`, `a/b/c/mod.py` is `b.c.mod`
+    (absolute, or relative `from ...b.c import mod`), so the file contains `b.c`.
+    """
+    parts = path.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    leaf, dirs = parts[-1], parts[:-1]
+    words = {"/".join(dirs): leaf}
+    for k in range(len(dirs) - 1, 0, -1):  # the tree above dirs[k], minus what is already covered
+        words["/".join(dirs[:k])] = ".".join(dirs[k:])
+    return leaf, words
+
+
+def candidate(path: str, data: bytes, planned: str) -> bool:
+    """Whether `path` (with `data`) may import the planned file directly (a filter before parsing)."""
+    leaf, words = needles(planned)
+    if leaf.encode() not in data:
+        return False
+    inside = [d for d in words if path.startswith(d + "/")]
+    deepest = max(inside, key=len) if inside else None
+    return deepest is not None and words[deepest].encode() in data
+
+
+def modules_to_import(files: Sequence[str], importer_modules: Sequence[str]) -> list[str]:
+    """The planned files' modules (in plan order), then their importers."""
+    own = [m for m in (module_name(f) for f in files) if m is not None]
+    return list(dict.fromkeys([*own, *importer_modules]))
+
+
+class Release(Protocol):
+    """What `release_importers` reads: a release tree that can grep and read (gitio.CommitTree)."""
+
+    def grep(self, words: Iterable[str], under: str) -> list[str]: ...
+    def prefetch(self, paths: Iterable[str]) -> None: ...
+    def read(self, path: str) -> bytes | None: ...
+
+
+def release_importers(tree: Release, files: Sequence[str], package_root: str) -> list[str]:
+    """The modules of the release under `package_root` that import one of the planned `files`' modules."""
+    targets = [m for m in (module_name(f) for f in files) if m is not None]
+    if not targets:
+        return []
+    leaves = sorted({needles(f)[0] for f in files})
+    paths = [p for p in tree.grep(leaves, package_root) if p.endswith(".py")]
+    tree.prefetch(paths)
+    sources = {}
+    for path in paths:
+        data = tree.read(path)
+        if data is not None and any(candidate(path, data, f) for f in files):
+            sources[path] = data
+    return importers(sources, targets)

@@ -1,0 +1,90 @@
+"""What `docker run` needs to run the runtime base's torch: per platform, mounts and env.
+
+Under qemu-user an arm64 container sees the host's /proc/cpuinfo (an x86 one) and no
+`/sys/devices/system/cpu/cpu*/regs/identification/midr_el1`. torch's oneDNN (through
+xbyak_aarch64) reads those to learn the CPU and crashes with SIGSEGV at `import torch`.
+Bind-mounting an aarch64 cpuinfo over /proc/cpuinfo gives it a CPU to parse: a DGX
+Spark's GB10 has 10 Cortex-X925 and 10 Cortex-A725 cores; the file lists the X925s
+only, which is all the probe reads. The file is written into the imgbuild cache once.
+
+Natively (amd64 on amd64, arm64 on arm64) nothing is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as host_platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CPUINFO_NAME = "cpuinfo-aarch64-gb10"
+CORES = 10
+# /proc/cpuinfo of an Armv9.2 Cortex-X925 core as Linux 6.x prints it
+FEATURES = (
+    "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop "
+    "sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm sb paca pacg dcpodp sve2 sveaes svepmull "
+    "svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti ecv afp wfxt"
+)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Extra `docker run` options: `binds` in the docker SDK's "host:container:ro" form, and env."""
+
+    binds: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def cli_args(self) -> list[str]:
+        args = [a for b in self.binds for a in ("-v", b)]
+        return args + [a for k, v in sorted(self.env.items()) for a in ("-e", f"{k}={v}")]
+
+
+def cpuinfo_text(cores: int = CORES) -> str:
+    """An aarch64 /proc/cpuinfo: `cores` Cortex-X925 (implementer 0x41, part 0xd85)."""
+    blocks = []
+    for n in range(cores):
+        blocks.append(
+            f"processor\t: {n}\n"
+            "BogoMIPS\t: 2000.00\n"
+            f"Features\t: {FEATURES}\n"
+            "CPU implementer\t: 0x41\n"
+            "CPU architecture: 8\n"
+            "CPU variant\t: 0x0\n"
+            "CPU part\t: 0xd85\n"
+            "CPU revision\t: 1\n"
+        )
+    return "\n".join(blocks) + "\n"
+
+
+def cpuinfo_file(cache: Path) -> Path:
+    """The aarch64 cpuinfo in the cache, written atomically when missing or different."""
+    path = cache / "runtime" / CPUINFO_NAME
+    text = cpuinfo_text()
+    if path.is_file() and path.read_text() == text:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{CPUINFO_NAME}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+def _native(arch: str) -> bool:
+    machine = host_platform.machine().lower()
+    return {"amd64": ("x86_64", "amd64"), "arm64": ("aarch64", "arm64")}.get(arch, ()).__contains__(machine)
+
+
+def runtime_run_options(platform: str, cache: Path, *, emulated: bool | None = None) -> RunOptions:
+    """Mounts and env for running the runtime base (or an image on it) for `platform`.
+
+    `emulated` defaults to "the host's CPU is not the platform's", i.e. qemu-user runs it.
+    """
+    arch = platform.split("/")[-1]
+    if emulated is None:
+        emulated = not _native(arch)
+    if arch == "arm64" and emulated:
+        return RunOptions(binds=(f"{cpuinfo_file(cache)}:/proc/cpuinfo:ro",))
+    return RunOptions()

@@ -1,0 +1,85 @@
+"""An image changed after the build fails `inspect` and `smoke`, naming the layer or the key."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import pytest
+
+from imgbuild.docker_engine import Engine
+from imgbuild.dockerfile import context_tar
+from tests.docker.conftest import Built
+from tests.synth_images import SITE
+
+pytestmark = pytest.mark.docker
+
+
+def committed(engine: Engine, image: str, tag: str, path: str, data: bytes) -> str:
+    """`docker commit` of a container whose `path` was edited (put in place without starting it: no qemu)."""
+    container = engine.client.containers.create(image, command=["true"], platform="linux/arm64")
+    try:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(path.rsplit("/", 1)[1])
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        assert container.put_archive(path.rsplit("/", 1)[0], buf.getvalue())
+        repo, _, name = tag.rpartition(":")
+        container.commit(repository=repo, tag=name)
+    finally:
+        container.remove(force=True)
+    return tag
+
+
+def failing(proc_stdout: str) -> dict[str, str]:
+    return {
+        c["name"]: c["detail"] for r in json.loads(proc_stdout)["reports"] for c in r["checks"] if c["status"] == "fail"
+    }
+
+
+def test_a_committed_image_fails_inspect_and_smoke(built: Built, engine: Engine) -> None:
+    latest = f"{built.repo}:latest"
+    clean = json.loads(built.cli("inspect", latest, "--json").stdout)
+    assert clean["ok"] and clean["notes"] == [], clean
+    checks = {c["name"]: c for c in json.loads(built.cli("smoke", latest, "--json").stdout)["reports"][0]["checks"]}
+    assert checks["layers"]["status"] == "pass" and "counted" not in checks["layers"]["detail"], checks["layers"]
+    assert checks["env"]["status"] == checks["labels"]["status"] == "pass"
+    top = len(engine.require(latest).layers)
+    tag = committed(engine, latest, f"{built.repo}:committed", f"{SITE}/vllm/__init__.py", b"__version__ = 'x'\n")
+
+    proc = built.cli("inspect", tag, "--json")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["files"] and all(f["ok"] for f in report["files"])  # the seven files are untouched
+    (layers,) = [d for d in report["disagreements"] if d.startswith("layers: ")]
+    assert f"layer {top} (" in layers and "neither the base's nor imgbuild's" in layers
+
+    proc = built.cli("smoke", tag, "--json")
+    assert proc.returncode == 8
+    fails = failing(proc.stdout)
+    # the commit also keeps the container's command as CMD, which launchers would then run
+    assert set(fails) == {"layers", "cmd"} and f"layer {top} (" in fails["layers"], fails
+    assert "CMD is ['true']" in fails["cmd"]
+
+
+def test_a_changed_label_or_env_fails_inspect_and_smoke(built: Built, engine: Engine) -> None:
+    latest = f"{built.repo}:latest"
+    labels = 'org.opencontainers.image.title="edited" org.opencontainers.image.description="x"'
+    text = f"FROM {latest}\nLABEL {labels}\nENV DSV41_ENGRAM_DISK=0 EXTRA=1\n"
+    tag = f"{built.repo}:relabelled"
+    engine.build(context_tar(text, {}), tags=[tag], platform="linux/arm64")
+    assert engine.require(tag).layers == engine.require(latest).layers  # metadata only: no layer to catch
+
+    proc = built.cli("inspect", tag, "--json")
+    assert proc.returncode == 1
+    found = "\n".join(json.loads(proc.stdout)["disagreements"])
+    assert "ENV DSV41_ENGRAM_DISK: image has '0', plan says '1'" in found
+    assert "ENV EXTRA='1': not in the plan (nor the base)" in found
+    assert "label org.opencontainers.image.title: changed after the build" in found  # a label imgbuild set
+    assert "label org.opencontainers.image.description: image has 'x', the base 'imgbuild skeleton" in found
+
+    fails = failing(built.cli("smoke", tag, "--json").stdout)
+    assert set(fails) == {"env", "labels"}, fails
+    assert "'edited'" in fails["labels"] and "DSV41_ENGRAM_DISK" in fails["env"]
