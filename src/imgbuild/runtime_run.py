@@ -6,6 +6,9 @@ xbyak_aarch64) reads those to learn the CPU and crashes with SIGSEGV at `import 
 Bind-mounting an aarch64 cpuinfo over /proc/cpuinfo gives it a CPU to parse: a DGX
 Spark's GB10 has 10 Cortex-X925 and 10 Cortex-A725 cores; the file lists the X925s
 only, which is all the probe reads. The file is written into the imgbuild cache once.
+No variable helps instead: with ONEDNN_MAX_CPU_ISA=ASIMD and DNNL_MAX_CPU_ISA=ASIMD
+(oneDNN's ISA caps) `import torch` still dies the same way (the probe runs when the
+library loads, before any cap is read).
 
 On every platform `VLLM_TARGET_DEVICE=cpu` is set: without a GPU vLLM finds no platform,
 and its CLI (`vllm --version` builds the whole argument parser, DeviceConfig included)
