@@ -175,11 +175,13 @@ def test_layer_puts_packages_in_site_and_scripts_in_usr_local_bin(tmp_path: Path
 def test_run_options_mount_an_aarch64_cpuinfo_only_under_emulation(tmp_path: Path) -> None:
     opts = runtime_run.runtime_run_options("linux/arm64", tmp_path, emulated=True)
     host, container, mode = opts.binds[0].split(":")
-    assert (container, mode) == ("/proc/cpuinfo", "ro") and opts.cli_args() == ["-v", opts.binds[0]]
+    assert (container, mode) == ("/proc/cpuinfo", "ro")
+    assert opts.cli_args() == ["-v", opts.binds[0], "-e", "VLLM_TARGET_DEVICE=cpu"]
     text = Path(host).read_text()
     assert text.count("processor\t:") == runtime_run.CORES and "CPU implementer\t: 0x41" in text
-    assert runtime_run.runtime_run_options("linux/arm64", tmp_path, emulated=False) == runtime_run.RunOptions()
-    assert runtime_run.runtime_run_options("linux/amd64", tmp_path, emulated=False).binds == ()
+    native = runtime_run.runtime_run_options("linux/arm64", tmp_path, emulated=False)
+    assert native == runtime_run.RunOptions(env={"VLLM_TARGET_DEVICE": "cpu"})
+    assert runtime_run.runtime_run_options("linux/amd64", tmp_path, emulated=False) == native
 
 
 def test_the_pth_makes_site_packages_a_site_dir_so_nested_pth_files_work(tmp_path: Path) -> None:

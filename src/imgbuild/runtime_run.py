@@ -6,8 +6,14 @@ xbyak_aarch64) reads those to learn the CPU and crashes with SIGSEGV at `import 
 Bind-mounting an aarch64 cpuinfo over /proc/cpuinfo gives it a CPU to parse: a DGX
 Spark's GB10 has 10 Cortex-X925 and 10 Cortex-A725 cores; the file lists the X925s
 only, which is all the probe reads. The file is written into the imgbuild cache once.
+No variable helps instead: with ONEDNN_MAX_CPU_ISA=ASIMD and DNNL_MAX_CPU_ISA=ASIMD
+(oneDNN's ISA caps) `import torch` still dies the same way (the probe runs when the
+library loads, before any cap is read).
 
-Natively (amd64 on amd64, arm64 on arm64) nothing is needed.
+On every platform `VLLM_TARGET_DEVICE=cpu` is set: without a GPU vLLM finds no platform,
+and its CLI (`vllm --version` builds the whole argument parser, DeviceConfig included)
+stops with "Failed to infer device type". Measured on amd64: the same 184 modules (the
+seven patched ones and every module that imports one) import, or fail, with and without it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CPUINFO_NAME = "cpuinfo-aarch64-gb10"
+NO_GPU_ENV = {"VLLM_TARGET_DEVICE": "cpu"}
 CORES = 10
 # /proc/cpuinfo of an Armv9.2 Cortex-X925 core as Linux 6.x prints it
 FEATURES = (
@@ -85,6 +92,5 @@ def runtime_run_options(platform: str, cache: Path, *, emulated: bool | None = N
     arch = platform.split("/")[-1]
     if emulated is None:
         emulated = not _native(arch)
-    if arch == "arm64" and emulated:
-        return RunOptions(binds=(f"{cpuinfo_file(cache)}:/proc/cpuinfo:ro",))
-    return RunOptions()
+    binds = (f"{cpuinfo_file(cache)}:/proc/cpuinfo:ro",) if arch == "arm64" and emulated else ()
+    return RunOptions(binds=binds, env=dict(NO_GPU_ENV))
