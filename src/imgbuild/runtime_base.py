@@ -150,7 +150,7 @@ def _target_args(platform: str) -> list[str]:
     return [*plats, "--python-version", rl.PYTHON_VERSION, "--implementation", "cp", "--only-binary", ":all:"]
 
 
-def fetch_wheels(lock: rl.Lock, cache: Path, *, verbose: bool = False) -> int:
+def fetch_wheels(lock: rl.Lock, cache: Path) -> int:
     """Download the lock's wheels missing from the cache; returns how many were fetched."""
     missing = [p for p in lock.pins if cached_wheel(cache, p) is None]
     if not missing:
@@ -430,7 +430,7 @@ def ensure_runtime(
     if info is not None and info.labels.get(LABEL) == spec.key() and not force:
         return RuntimeResult(info, False, 0, size, time.monotonic() - start)
     with cache_lock(cache):
-        fetched = fetch_wheels(spec.lock, cache, verbose=verbose)
+        fetched = fetch_wheels(spec.lock, cache)
         size = sum(w.stat().st_size for p in spec.lock.pins if (w := cached_wheel(cache, p)))
         rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
         staging = _staging(cache, "build")
