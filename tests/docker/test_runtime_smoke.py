@@ -10,7 +10,6 @@ and the missing name. The runtime base is built once (see test_runtime_base.py).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,12 +22,6 @@ from tests.docker.conftest import run_cli
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.release,
-    # Building on the 9.5 GB runtime base through the oci exporter exports the whole base
-    # each time: over 15 minutes per build on this 2-core machine, so these are opt-in for now.
-    pytest.mark.skipif(
-        not os.environ.get("IMGBUILD_TEST_RUNTIME_SMOKE"),
-        reason="set IMGBUILD_TEST_RUNTIME_SMOKE=1 to build on the runtime base (slow: see the module docstring)",
-    ),
 ]
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM = "linux/amd64"
