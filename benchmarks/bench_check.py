@@ -56,9 +56,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from imgbuild.checkmatrix import check_onto
+from imgbuild.stack.matrix import check_onto
 from imgbuild.project import Project, find_root
-from imgbuild.refs import resolve_ref
+from imgbuild.upstream.refs import resolve_ref
 
 TARGET = 0.5
 PAIRS = ("startup", "scaling", "cold", "smoke")
@@ -169,8 +169,8 @@ def main() -> int:
 
 def cold(root: Path, project: Project, repeat: int) -> None:
     """First `patches check` on an empty cache vs unzip + `git apply --check`."""
-    from imgbuild.config import WheelSource
-    from imgbuild.upstream import Mirror
+    from imgbuild.config.models import WheelSource
+    from imgbuild.upstream.mirror import Mirror
 
     source = project.pin.source
     if not isinstance(source, WheelSource):

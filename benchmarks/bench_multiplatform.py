@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imgbuild.docker_engine import Engine  # noqa: E402
+from imgbuild.images.docker import Engine  # noqa: E402
 
 REPO = "imgbuild-bench/mp"
 BOTH = "linux/arm64,linux/amd64"

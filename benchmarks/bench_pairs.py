@@ -21,9 +21,9 @@ from pathlib import Path
 
 from many_patches import make_project
 
-from imgbuild.config import WheelSource
+from imgbuild.config.models import WheelSource
 from imgbuild.project import Project
-from imgbuild.upstream import Mirror
+from imgbuild.upstream.mirror import Mirror
 
 
 @dataclass

@@ -42,12 +42,12 @@ from bench_pairs import Pair, interleave, load, spread  # noqa: E402
 from tests.registry_env import RegistryProcess, docker, remove_images, set_platforms  # noqa: E402
 from tests.tcpproxy import Proxy  # noqa: E402
 
-from imgbuild import publish as pub  # noqa: E402
-from imgbuild.build import skeleton_spec  # noqa: E402
-from imgbuild.docker_engine import Engine  # noqa: E402
-from imgbuild.lock import load_lock  # noqa: E402
+from imgbuild.images import publish as pub
+from imgbuild.images.build import skeleton_spec  # noqa: E402
+from imgbuild.images.docker import Engine  # noqa: E402
+from imgbuild.registry.lock import load_lock  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
-from imgbuild.skeleton import ensure_skeleton  # noqa: E402
+from imgbuild.images.skeleton import ensure_skeleton  # noqa: E402
 
 
 def user_cache() -> Path:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tests.node_daemon import Node, node_daemon
 
-from imgbuild.docker_engine import Engine
+from imgbuild.images.docker import Engine
 
 
 def pipe_save_load(image: str, node: Node) -> tuple[int, float]:

@@ -14,7 +14,7 @@ import difflib
 import shutil
 from pathlib import Path
 
-from imgbuild.gitio import blob_id
+from imgbuild.upstream.git import blob_id
 from imgbuild.project import Project
 
 HEADER = (

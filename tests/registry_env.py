@@ -108,10 +108,10 @@ def docker(*args: str, check: bool = True, env: dict[str, str] | None = None) ->
 
 def push_skeleton_bases(project_root: Path, registry: str, name: str, tag: str, cache: Path) -> str:
     """Skeleton bases for amd64 and arm64 in `registry/name`, joined under `tag`; returns the ref."""
-    from imgbuild.build import skeleton_spec
-    from imgbuild.docker_engine import Engine
+    from imgbuild.images.build import skeleton_spec
+    from imgbuild.images.docker import Engine
+    from imgbuild.images.skeleton import ensure_skeleton
     from imgbuild.project import Project
-    from imgbuild.skeleton import ensure_skeleton
 
     project = Project.load(project_root)
     engine = Engine.connect()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild.gitio import blob_id
-from imgbuild.upstream import Mirror
+from imgbuild.upstream.git import blob_id
+from imgbuild.upstream.mirror import Mirror
 from tests.runner import imgbuild
 from tests.synth import header
 from tests.test_wheel_source import make_wheel, pin_for

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild.config import VariantConfig
+from imgbuild.config.models import VariantConfig
 from imgbuild.errors import ConfigError
-from imgbuild.patchfile import parse_patch
-from imgbuild.planner import resolve_variants
+from imgbuild.patches.patchfile import parse_patch
+from imgbuild.patches.variants import resolve_variants
 from tests.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.synth import Upstream, git, make_project, numbered
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import labels
-from imgbuild.build import project_inputs
-from imgbuild.buildplan import BaseInfo, BuildPlan, make_build_plan
-from imgbuild.docker_engine import check_binfmt
 from imgbuild.errors import ConfigError, DockerError
+from imgbuild.images import labels
+from imgbuild.images.build import project_inputs
+from imgbuild.images.docker import check_binfmt
+from imgbuild.images.plan import BaseInfo, BuildPlan, make_build_plan
 from imgbuild.project import Project
 from tests.synth import Upstream, make_project
 from tests.synth_images import ENGRAM, SITE, SM121, engram_project, patches, release, variants
@@ -154,7 +154,7 @@ def test_dry_run_prints_plan_layers_dockerfiles_and_context(project: Project, tm
 
 
 def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Path) -> None:
-    from imgbuild.build import variant_plans
+    from imgbuild.images.build import variant_plans
     from imgbuild.project import Project
     from tests.synth import Upstream, make_project
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.checkmatrix import check_onto
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
+from imgbuild.stack.matrix import check_onto
 from tests.rebase_world import PATCHES, build_upstream, project, snapshot
 from tests.runner import imgbuild_captured as cli
 from tests.synth import Upstream

@@ -75,7 +75,7 @@ def test_publish_and_patches_import_no_docker_sdk() -> None:
     for args in (("publish", "--help"), ("bake", "--help"), ("patches", "check", "--help")):
         modules = imported_by(*args)
         assert "imgbuild.cli." + args[0] in modules  # the command really loaded
-        assert not {"docker", "imgbuild.build", "imgbuild.docker_engine"} & modules, args
+        assert not {"docker", "imgbuild.images.build", "imgbuild.images.docker"} & modules, args
 
 
 def test_unknown_command_suggests_the_closest() -> None:
@@ -85,7 +85,7 @@ def test_unknown_command_suggests_the_closest() -> None:
 
 
 def test_short_names_disambiguate_only_shared_file_names() -> None:
-    from imgbuild.report import short_name, short_names
+    from imgbuild.report.tables import short_name, short_names
 
     paths = ["vllm/x/m.py", "vllm/y/m.py", "vllm/z.py"]
     assert short_names(paths) == {"vllm/x/m.py": "x/m.py", "vllm/y/m.py": "y/m.py", "vllm/z.py": "z.py"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imgbuild.gitio import CommitTree, GitRepo
+from imgbuild.upstream.git import CommitTree, GitRepo
 from tests.synth import git
 
 FILES = {

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.config import load_pin, load_variant
+from imgbuild.config.models import load_pin, load_variant
 from imgbuild.errors import ConfigError
-from imgbuild.series import parse_series
+from imgbuild.patches.series import parse_series
 
 PIN = """tag: v1
 commit: {commit}

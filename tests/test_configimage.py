@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from imgbuild import configimage
-from imgbuild.configimage import go_json, variant_config, variant_image
-from imgbuild.ocilayout import OCI_MANIFEST_TYPE
+from imgbuild.images import configimage
+from imgbuild.images.configimage import go_json, variant_config, variant_image
+from imgbuild.images.ocilayout import OCI_MANIFEST_TYPE
 
 EPOCH = 1796083200  # 2026-12-01T00:00:00Z
 PARENT = {

@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imgbuild.apply import apply_stack, derive_stack
-from imgbuild.patchfile import Patch, parse_patch
+from imgbuild.patches.apply import apply_stack, derive_stack
+from imgbuild.patches.patchfile import Patch, parse_patch
 from imgbuild.project import merge3
 from tests.synth import header
 from tests.test_property import MemTree, git_diff

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.config import UpstreamPin
-from imgbuild.export import (
+from imgbuild.config.models import UpstreamPin
+from imgbuild.patches.carry import raw_sections
+from imgbuild.stack.writeback import (
     Journal,
     bump_last_update,
     dormant_markers,
@@ -16,8 +17,7 @@ from imgbuild.export import (
     rewrite_pin,
     rewrite_series_lines,
 )
-from imgbuild.gitio import GitRepo, commit_files, init_scratch, read_commit, tree_id
-from imgbuild.replay import raw_sections
+from imgbuild.upstream.git import GitRepo, commit_files, init_scratch, read_commit, tree_id
 from tests.synth import Upstream
 
 WHEEL_PIN = """# The one pin of upstream vLLM. `imgbuild patches rebase` rewrites it.
@@ -137,7 +137,7 @@ def test_in_process_commits_are_valid_git_objects(tmp_path: Path, upstream: Upst
 @pytest.mark.parametrize("ref", ["", " "])
 def test_empty_ref_is_refused(ref: str, upstream: Upstream) -> None:
     from imgbuild.errors import UpstreamError
-    from imgbuild.refs import resolve_ref
+    from imgbuild.upstream.refs import resolve_ref
 
     pin = UpstreamPin.model_validate({"tag": "v1", "commit": "0" * 40, "source": {"kind": "git", "url": upstream.url}})
     with pytest.raises(UpstreamError, match="empty ref"):

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from imgbuild.hunks import apply_hunks, split_lines
-from imgbuild.patchfile import Hunk
+from imgbuild.patches.hunks import apply_hunks, split_lines
+from imgbuild.patches.patchfile import Hunk
 
 
 def hunk(old_start: int, old: list[str], new: list[str], lead: int = 1, trail: int = 1, index: int = 1) -> Hunk:

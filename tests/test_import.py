@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import backport, importer, rebase
-from imgbuild.checkmatrix import check_onto
 from imgbuild.errors import ApplyError, PatchError, StateError, UpstreamError, UsageError
-from imgbuild.importer import AlreadyUpstream
-from imgbuild.patchfile import parse_header, parse_patch
+from imgbuild.patches import backport
+from imgbuild.patches.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
+from imgbuild.stack import importer, rebase
+from imgbuild.stack.importer import AlreadyUpstream
+from imgbuild.stack.matrix import check_onto
 from tests.backport_world import FIX_SUBJECT, World, build
 from tests.rebase_world import snapshot
 from tests.runner import imgbuild_captured as cli

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild import bake as bakemod
-from imgbuild import lock as lockmod
-from imgbuild.build import project_inputs
 from imgbuild.errors import RegistryError
+from imgbuild.images import bake as bakemod
+from imgbuild.images.build import project_inputs
 from imgbuild.project import Project
+from imgbuild.registry import lock as lockmod
 from tests.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.synth import Upstream
 from tests.synth_images import SITE, engram_project, release

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import labels
-from imgbuild.build import project_inputs, variant_plans
-from imgbuild.buildplan import BaseInfo, BuildPlan, make_build_plan
-from imgbuild.docker_engine import EngineFeatures, parse_version
-from imgbuild.dockerfile import context_files, listing
 from imgbuild.errors import ConfigError
-from imgbuild.multiplan import MultiPlan, index_inputs, make_multi_plan
+from imgbuild.images import labels
+from imgbuild.images.build import project_inputs, variant_plans
+from imgbuild.images.docker import EngineFeatures, parse_version
+from imgbuild.images.dockerfile import context_files, listing
+from imgbuild.images.multiplan import MultiPlan, index_inputs, make_multi_plan
+from imgbuild.images.plan import BaseInfo, BuildPlan, make_build_plan
 from imgbuild.project import Project
 from tests.synth import Upstream
 from tests.synth_images import ENGRAM, SITE, SM121, engram_project, release

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import labels, publish
-from imgbuild.build import variant_plans
-from imgbuild.buildplan import BaseInfo, make_build_plan
-from imgbuild.inputs import project_inputs, project_source
-from imgbuild.ocilayer import canonical_json, make_layer
+from imgbuild.images import labels, publish
+from imgbuild.images.build import variant_plans
+from imgbuild.images.inputs import project_inputs, project_source
+from imgbuild.images.oci import canonical_json, make_layer
+from imgbuild.images.plan import BaseInfo, make_build_plan
 from imgbuild.project import Project
-from imgbuild.registry import OCI_INDEX, OCI_MANIFEST, Manifest
+from imgbuild.registry.client import OCI_INDEX, OCI_MANIFEST, Manifest
 from tests.synth import Upstream
 from tests.synth_images import SITE, engram_project, release
 
@@ -116,7 +116,7 @@ def test_publish_writes_the_oci_keys_as_manifest_and_index_annotations(project: 
 
 
 def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Project) -> None:
-    from imgbuild import sbom
+    from imgbuild.images import sbom
 
     inputs = project_inputs(project)
     bases = {(v, "linux/arm64"): BaseInfo("vllm/vllm-openai:v1", "sha256:" + "1" * 64, "sha256:" + "a" * 64,

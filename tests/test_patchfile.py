@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.errors import PatchError
-from imgbuild.patchfile import missing_fields, parse_header, parse_patch
+from imgbuild.patches.patchfile import missing_fields, parse_header, parse_patch
 from tests.synth import header
 
 BLOB_A = "a" * 40

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.config import VariantConfig
+from imgbuild.config.models import VariantConfig
 from imgbuild.errors import ConfigError
-from imgbuild.patchfile import Patch
-from imgbuild.planner import resolve_variants
+from imgbuild.patches.patchfile import Patch
+from imgbuild.patches.variants import resolve_variants
 
 
 def patch(name: str, group: str) -> Patch:
@@ -68,7 +68,7 @@ def test_cycle_is_an_error() -> None:
 
 
 def test_shipped_variants_parse() -> None:
-    from imgbuild.config import load_variant
+    from imgbuild.config.models import load_variant
 
     root = Path(__file__).resolve().parents[1] / "images"
     cfg = {p.stem: load_variant(p) for p in root.glob("*.yaml")}

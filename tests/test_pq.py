@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import pq, rebase
 from imgbuild.errors import StateError
-from imgbuild.gitio import GitRepo, read_commit, rev_list
-from imgbuild.patchfile import parse_patch
+from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.workdir import state_dir
+from imgbuild.stack import queue as pq
+from imgbuild.stack import rebase
+from imgbuild.stack.workspace import state_dir
+from imgbuild.upstream.git import GitRepo, read_commit, rev_list
 from tests.rebase_world import build_upstream, project, snapshot
 from tests.synth import Upstream, git
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imgbuild.config import VariantConfig
-from imgbuild.gitio import blob_id
-from imgbuild.patchfile import parse_patch
-from imgbuild.planner import plan_variant, resolve_variants
+from imgbuild.config.models import VariantConfig
+from imgbuild.patches.patchfile import parse_patch
+from imgbuild.patches.variants import plan_variant, resolve_variants
+from imgbuild.upstream.git import blob_id
 from tests.synth import header
 
 

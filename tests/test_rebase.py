@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import export, rebase
 from imgbuild.errors import StateError, UpstreamError
-from imgbuild.patchfile import parse_patch
+from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.rebase import RebaseStopped
-from imgbuild.workdir import state_dir
+from imgbuild.stack import rebase
+from imgbuild.stack import writeback as export
+from imgbuild.stack.rebase import RebaseStopped
+from imgbuild.stack.workspace import state_dir
 from tests.rebase_world import D4, D41, PATCHES, build_upstream, project, snapshot
 from tests.synth import Upstream, git
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from imgbuild import rebase
+from imgbuild.stack import rebase
 from tests.rebase_world import snapshot, stack
 from tests.synth import Upstream, make_project
 

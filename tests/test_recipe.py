@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild import deploy, launch
+from imgbuild.deploy import launch
+from imgbuild.deploy import profiles as deploy
+from imgbuild.deploy.recipes import write_recipe
 from imgbuild.errors import ConfigError
 from imgbuild.project import Project
-from imgbuild.recipes import write_recipe
 from tests.runner import imgbuild_here
 from tests.synth import Upstream
 from tests.synth_images import engram_project, release

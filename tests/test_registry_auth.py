@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from imgbuild import reference
-from imgbuild.dockerauth import Credentials
 from imgbuild.errors import RegistryError
-from imgbuild.registry import OCI_MANIFEST, Registry
+from imgbuild.registry import reference
+from imgbuild.registry.auth import Credentials
+from imgbuild.registry.client import OCI_MANIFEST, Registry
 from tests.registry_env import RegistryProcess, free_port
 from tests.tokenserver import TokenService, start_token_registry
 

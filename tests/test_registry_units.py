@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import dockerauth, ocilayer, reference
 from imgbuild.errors import ConfigError, RegistryError
-from imgbuild.registry import _challenge
+from imgbuild.images import oci as ocilayer
+from imgbuild.registry import auth as dockerauth
+from imgbuild.registry import reference
+from imgbuild.registry.client import _challenge
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import runtime_base as rb
-from imgbuild import runtime_lock as rl
-from imgbuild import runtime_run
 from imgbuild.errors import ConfigError
+from imgbuild.images import runtime_base as rb
+from imgbuild.images import runtime_lock as rl
+from imgbuild.images import runtime_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = "a" * 64

@@ -6,11 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from imgbuild import integrity, probe, smoke
-from imgbuild import labels as lbl
-from imgbuild.docker_engine import RunResult
-from imgbuild.gitio import CommitTree, GitRepo
-from imgbuild.importcheck import (
+from imgbuild.images import integrity, probe, smoke
+from imgbuild.images import labels as lbl
+from imgbuild.images.docker import RunResult
+from imgbuild.images.importcheck import (
     candidate,
     imported_names,
     importers,
@@ -19,6 +18,7 @@ from imgbuild.importcheck import (
     needles,
     release_importers,
 )
+from imgbuild.upstream.git import CommitTree, GitRepo
 from tests.synth import Upstream
 
 TREE = {

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.config import UpstreamPin
+from imgbuild.config.models import UpstreamPin
 from imgbuild.errors import UpstreamError
-from imgbuild.upstream import Mirror
+from imgbuild.upstream.mirror import Mirror
 
 
 def make_wheel(path: Path, files: dict[str, bytes]) -> str:

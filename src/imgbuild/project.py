@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from imgbuild.apply import StackResult
-from imgbuild.config import UpstreamPin, VariantConfig, load_pin, load_variant
+from imgbuild.config.models import UpstreamPin, VariantConfig, load_pin, load_variant
 from imgbuild.errors import ConfigError, PatchError, unknown_name
-from imgbuild.gitio import CommitTree, merge_file
-from imgbuild.patchfile import Patch, missing_fields, parse_patch, refused_fields
-from imgbuild.planner import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
-from imgbuild.series import SeriesEntry, parse_series
-from imgbuild.upstream import Resolved, open_pinned
+from imgbuild.patches.apply import StackResult
+from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
+from imgbuild.patches.series import SeriesEntry, parse_series
+from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
+from imgbuild.upstream.git import CommitTree, merge_file
+from imgbuild.upstream.mirror import Resolved, open_pinned
 
 
 def _chosen() -> Path | None:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import skeleton
-from imgbuild.docker_engine import Engine
-from imgbuild.gitio import GitRepo
-from imgbuild.upstream import cache_dir
+from imgbuild.images import skeleton
+from imgbuild.images.docker import Engine
+from imgbuild.upstream.git import GitRepo
+from imgbuild.upstream.mirror import cache_dir
 from tests.runner import imgbuild
 from tests.synth import Upstream
 from tests.synth_images import engram_project, release

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.docker_engine import Engine
+from imgbuild.images.docker import Engine
 from tests.docker.conftest import Built, MakeProject
 from tests.runner import Cli
 from tests.synth_images import ENGRAM, SM121
@@ -106,7 +106,7 @@ def test_force_rebuilds_and_keeps_sharing(make_project: MakeProject, cli: Cli, e
 def test_site_packages_is_asked_from_the_base_when_not_configured(
     make_project: MakeProject, cli: Cli, engine: Engine, prefix: str, skeleton_base: str
 ) -> None:
-    from imgbuild.dockerfile import context_tar
+    from imgbuild.images.dockerfile import context_tar
 
     base = f"{prefix}-nolabel/base:1"
     engine.build(

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import labels
-from imgbuild.build import OCI_LAYOUT_DIR, BuildOptions, multi_plan, prepare
-from imgbuild.docker_engine import Engine
-from imgbuild.inputs import project_inputs
+from imgbuild.images import labels
+from imgbuild.images.build import OCI_LAYOUT_DIR, BuildOptions, multi_plan, prepare
+from imgbuild.images.docker import Engine
+from imgbuild.images.inputs import project_inputs
 from imgbuild.project import Project
 from tests.docker.conftest import MakeProject
 from tests.registry_env import set_platforms

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build import DRIFT_DIR, Bases, BuildOptions, check_drift, variant_plans
-from imgbuild.docker_engine import Engine
 from imgbuild.errors import UpstreamError
+from imgbuild.images.build import DRIFT_DIR, Bases, BuildOptions, check_drift, variant_plans
+from imgbuild.images.docker import Engine
 from imgbuild.project import Project
 from tests.docker.conftest import MakeProject
 from tests.docker.test_failures import derived

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.docker_engine import CONTAINER_LABEL, Engine
-from imgbuild.dockerfile import context_tar
+from imgbuild.images.docker import CONTAINER_LABEL, Engine
+from imgbuild.images.dockerfile import context_tar
 from tests.docker.conftest import Built, MakeProject
 from tests.runner import Cli
 from tests.synth import Upstream

@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from imgbuild.docker_engine import Engine
-from imgbuild.dockerfile import context_tar
+from imgbuild.images.docker import Engine
+from imgbuild.images.dockerfile import context_tar
 from tests.docker.conftest import Built
 from tests.synth_images import SITE
 

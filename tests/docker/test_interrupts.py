@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imgbuild.docker_engine import CONTAINER_LABEL, Engine
+from imgbuild.images.docker import CONTAINER_LABEL, Engine
 
 pytestmark = pytest.mark.docker
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.docker_engine import Engine
+from imgbuild.images.docker import Engine
 from tests.docker.conftest import MakeProject, cleanup
 from tests.registry_env import set_platforms
 from tests.runner import Cli

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import publish as pub
-from imgbuild import reference
-from imgbuild.docker_engine import Engine
 from imgbuild.errors import RegistryError
-from imgbuild.lock import load_lock
+from imgbuild.images import publish as pub
+from imgbuild.images.docker import Engine
 from imgbuild.project import Project
-from imgbuild.registry import Registry, Stats
+from imgbuild.registry import reference
+from imgbuild.registry.client import Registry, Stats
+from imgbuild.registry.lock import load_lock
 from tests.registry_env import (
     RegistryProcess,
     docker,

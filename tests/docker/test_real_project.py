@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.docker_engine import Engine
+from imgbuild.images.docker import Engine
 from tests.docker.conftest import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imgbuild.docker_engine import Engine
+from imgbuild.images.docker import Engine
 from tests.docker.conftest import Built
 
 pytestmark = pytest.mark.docker

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild import runtime_base, runtime_run
-from imgbuild.docker_engine import Engine
-from imgbuild.labels import SKELETON
-from imgbuild.upstream import cache_dir
+from imgbuild.images import runtime_base, runtime_run
+from imgbuild.images.docker import Engine
+from imgbuild.images.labels import SKELETON
+from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.docker_engine import Engine
+from imgbuild.images.docker import Engine
 from tests.docker.conftest import Built
 from tests.node_daemon import DOCKERD26, Node, node_daemon
 from tests.sshd import SSHD, sshd_to

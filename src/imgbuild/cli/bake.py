@@ -7,15 +7,15 @@ from typing import Annotated
 
 import typer
 
-from imgbuild import bake as bakemod
-from imgbuild import reference
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed, UsageError
-from imgbuild.inputs import project_inputs
-from imgbuild.lock import load_lock
+from imgbuild.images import bake as bakemod
+from imgbuild.images.inputs import project_inputs
 from imgbuild.project import load_project
-from imgbuild.registry import Registry
-from imgbuild.report import console, err_console, print_json
+from imgbuild.registry import reference
+from imgbuild.registry.client import Registry
+from imgbuild.registry.lock import load_lock
+from imgbuild.report.tables import console, err_console, print_json
 
 
 class BakeStale(CheckFailed):

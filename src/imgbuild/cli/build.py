@@ -8,18 +8,18 @@ from typing import Annotated
 
 import typer
 
-from imgbuild import build as engine
-from imgbuild import dockerfile, layers
-from imgbuild.build import BuildOptions
-from imgbuild.buildplan import BuildPlan
 from imgbuild.cli.options import JsonOpt
-from imgbuild.config import check_platform
-from imgbuild.docker_engine import Engine
-from imgbuild.image_report import check_junit_path, checks_table, file_matrix, write_junit
-from imgbuild.multiplan import MultiPlan
+from imgbuild.config.models import check_platform
+from imgbuild.images import build as engine
+from imgbuild.images import dockerfile, layers
+from imgbuild.images.build import BuildOptions
+from imgbuild.images.docker import Engine
+from imgbuild.images.multiplan import MultiPlan
+from imgbuild.images.plan import BuildPlan
+from imgbuild.images.smoke import SmokeReport
 from imgbuild.project import Project, load_project
-from imgbuild.report import console, plan_matrix, print_json
-from imgbuild.smoke import SmokeReport
+from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
+from imgbuild.report.tables import console, plan_matrix, print_json
 
 BaseOpt = Annotated[
     str | None,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from imgbuild.checkmatrix import check_onto
 from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.project import load_project
-from imgbuild.report import console, err_console, print_json
+from imgbuild.report.tables import console, err_console, print_json
+from imgbuild.stack.matrix import check_onto
 
 
 def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
@@ -23,7 +23,7 @@ def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
 
 def note_rebase(root: Path) -> None:
     """Say so on stderr when a rebase is in progress or was interrupted."""
-    from imgbuild.rebase import in_progress_message
+    from imgbuild.stack.rebase import in_progress_message
 
     busy = in_progress_message(root)
     if busy:

@@ -8,15 +8,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from imgbuild import signing
 from imgbuild.cli.options import JsonOpt
-from imgbuild.docker_engine import Engine
 from imgbuild.errors import CheckFailed, UsageError
-from imgbuild.image_report import file_matrix
-from imgbuild.inspect_image import inspect_image
-from imgbuild.labels import OCI, PREFIX
-from imgbuild.remote import is_registry_ref, localize
-from imgbuild.report import console, print_json
+from imgbuild.images import signing
+from imgbuild.images.docker import Engine
+from imgbuild.images.inspect import inspect_image
+from imgbuild.images.labels import OCI, PREFIX
+from imgbuild.images.pull import is_registry_ref, localize
+from imgbuild.report.images import file_matrix
+from imgbuild.report.tables import console, print_json
 
 
 def inspect(

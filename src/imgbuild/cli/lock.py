@@ -6,11 +6,11 @@ from typing import Annotated
 
 import typer
 
-from imgbuild import lock as lockmod
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed
 from imgbuild.project import load_project
-from imgbuild.report import console, print_json
+from imgbuild.registry import lock as lockmod
+from imgbuild.report.tables import console, print_json
 
 
 class LockStale(CheckFailed):

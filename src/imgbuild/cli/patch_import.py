@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
-from imgbuild import backport, importer
 from imgbuild.cli.options import JsonOpt
+from imgbuild.patches import backport
 from imgbuild.project import find_root
-from imgbuild.report import console, print_json
+from imgbuild.report.tables import console, print_json
+from imgbuild.stack import importer
 
 
 def register(app: typer.Typer) -> None:

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from imgbuild.checkstack import SeriesRefused, apply_into, check_series
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
 from imgbuild.project import load_project
-from imgbuild.report import console, outcomes_table, patches_table, print_json
+from imgbuild.report.tables import console, outcomes_table, patches_table, print_json
+from imgbuild.stack.checkstack import SeriesRefused, apply_into, check_series
 
 app = typer.Typer(
     help=(
@@ -146,7 +146,7 @@ def apply(
 def status(as_json: JsonOpt = False) -> None:
     """Show the pin, the cache state, and header problems in the series."""
     project = load_project()
-    from imgbuild.upstream import Mirror
+    from imgbuild.upstream.mirror import Mirror
 
     mirror = Mirror(project.pin.source, project.pin.package_root)
     cached = mirror.path.exists() and bool(mirror.open().resolve_commit(project.pin.commit))
@@ -181,7 +181,7 @@ def status(as_json: JsonOpt = False) -> None:
 
 def _rebase_state(root: Path) -> dict[str, object] | None:
     """A rebase that is stopped or was interrupted, as `patches status` shows it."""
-    from imgbuild import rebase
+    from imgbuild.stack import rebase
 
     message = rebase.in_progress_message(root)
     if message is None:

@@ -9,11 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from imgbuild import pq, rebase
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
 from imgbuild.project import find_root
-from imgbuild.report import console, print_json
+from imgbuild.report.tables import console, print_json
+from imgbuild.stack import queue as pq
+from imgbuild.stack import rebase
 
 
 def _log(line: str) -> None:

@@ -5,9 +5,9 @@ from typing import Annotated
 import typer
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.layers import describe, overlay_files, plan_layers
+from imgbuild.images.layers import describe, overlay_files, plan_layers
 from imgbuild.project import load_project
-from imgbuild.report import console, plan_matrix, print_json
+from imgbuild.report.tables import console, plan_matrix, print_json
 
 
 def plan(

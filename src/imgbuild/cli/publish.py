@@ -9,13 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from imgbuild import publish as pub
-from imgbuild import signing
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, UsageError
-from imgbuild.lock import load_lock
+from imgbuild.images import publish as pub
+from imgbuild.images import signing
 from imgbuild.project import load_project
-from imgbuild.report import console, print_json
+from imgbuild.registry.lock import load_lock
+from imgbuild.report.tables import console, print_json
 
 
 def publish(

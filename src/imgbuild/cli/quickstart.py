@@ -9,7 +9,7 @@ import typer
 from imgbuild.cli import build as build_cmd
 from imgbuild.cli.build import JunitOpt, RepoOpt, VerboseOpt
 from imgbuild.cli.options import JsonOpt
-from imgbuild.report import console
+from imgbuild.report.tables import console
 
 
 def quickstart(

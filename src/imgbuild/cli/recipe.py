@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from imgbuild.cli.options import JsonOpt
+from imgbuild.deploy.recipes import write_recipe
 from imgbuild.project import load_project
-from imgbuild.recipes import write_recipe
-from imgbuild.report import console, print_json
+from imgbuild.report.tables import console, print_json
 
 
 def recipe(

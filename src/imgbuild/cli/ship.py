@@ -9,11 +9,11 @@ from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, T
 from rich.table import Table
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.docker_engine import Engine
+from imgbuild.deploy.ship import ship
 from imgbuild.errors import DockerError, UsageError
+from imgbuild.images.docker import Engine
 from imgbuild.project import load_project
-from imgbuild.report import console, err_console, print_json
-from imgbuild.ship import ship
+from imgbuild.report.tables import console, err_console, print_json
 
 
 def ship_cmd(

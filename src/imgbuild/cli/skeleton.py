@@ -6,16 +6,16 @@ from typing import Annotated
 
 import typer
 
-from imgbuild import build as engine
-from imgbuild import skeleton as skel
 from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
-from imgbuild.config import check_platform
-from imgbuild.docker_engine import Engine
+from imgbuild.config.models import check_platform
 from imgbuild.errors import UsageError
+from imgbuild.images import build as engine
+from imgbuild.images import skeleton as skel
+from imgbuild.images.docker import Engine
 from imgbuild.project import Project, load_project
-from imgbuild.report import print_json
-from imgbuild.upstream import cache_dir
+from imgbuild.report.tables import print_json
+from imgbuild.upstream.mirror import cache_dir
 
 
 def skeleton(
@@ -101,8 +101,8 @@ def _runtime(
     verbose: bool,
     as_json: bool,
 ) -> None:
-    from imgbuild import runtime_base as rb
-    from imgbuild import runtime_lock as rl
+    from imgbuild.images import runtime_base as rb
+    from imgbuild.images import runtime_lock as rl
 
     if relock:
         rb.relock(project.root, platform, project.pin.version, verbose=verbose)

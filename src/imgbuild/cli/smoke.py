@@ -8,17 +8,17 @@ from typing import Annotated
 
 import typer
 
-from imgbuild import build as engine
 from imgbuild.cli.build import BaseOpt, JunitOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
-from imgbuild.docker_engine import Engine
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError
-from imgbuild.image_report import check_junit_path, checks_table, file_matrix, write_junit
-from imgbuild.labels import PREFIX
+from imgbuild.images import build as engine
+from imgbuild.images.docker import Engine
+from imgbuild.images.labels import PREFIX
+from imgbuild.images.pull import localize
+from imgbuild.images.smoke import SmokeReport, expected_from_labels, smoke, summary
 from imgbuild.project import Project, load_project
-from imgbuild.remote import localize
-from imgbuild.report import console, print_json
-from imgbuild.smoke import SmokeReport, expected_from_labels, smoke, summary
+from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
+from imgbuild.report.tables import console, print_json
 
 
 def _project() -> Project | None:

@@ -1,0 +1,146 @@
+"""Typed models of the project's config files.
+
+- `patches/upstream.yaml`: the one pin of the upstream release.
+- `images/<variant>.yaml`: one image variant each.
+
+Models are frozen and reject unknown keys; loading goes through yamlsrc so
+errors carry file:line:col.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from imgbuild.config.yamlsrc import load_yaml, validate
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+NAME = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+# What the stand-in skeleton and the vLLM release images serve.
+KNOWN_PLATFORMS = ("linux/arm64", "linux/amd64")
+PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)(/v8)?$")
+
+
+def check_platform(value: str | None, *, allow_all: bool = False) -> str | None:
+    """A --platform value: a known platform, or where a command takes several
+    (`allow_all`), `all` or a comma-separated list of known platforms."""
+    if value is None or (allow_all and value == "all"):
+        return value
+    items = value.split(",") if allow_all else [value]
+    bad = [item for item in items if not PLATFORM_RE.match(item.strip())]
+    if not bad:
+        return value
+    from imgbuild.errors import UsageError
+
+    known = ", ".join((*KNOWN_PLATFORMS, *(("all",) if allow_all else ())))
+    raise UsageError(f"--platform {', '.join(bad)}: unsupported platform; known: {known}")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class GitSource(Strict):
+    """A git repository: an https URL, a file:// URL or a local path."""
+
+    kind: Literal["git"]
+    url: str
+
+
+class WheelSource(Strict):
+    """A release wheel from the package index, or a local file.
+
+    The wheel's `<package_root>/` tree is committed into the cache mirror with
+    a fixed author and date, so the commit id is a pure function of the wheel.
+    """
+
+    kind: Literal["wheel"]
+    project: str
+    version: str
+    platform: str = "manylinux_2_28_aarch64"
+    python_version: str = "3.12"
+    filename: str
+    sha256: Annotated[str, Field(pattern=HEX64.pattern)]
+    url: str | None = Field(
+        default=None,
+        description="local path or file:// URL of the wheel; default: download with pip",
+    )
+
+
+class UpstreamPin(Strict):
+    name: str = "vllm"
+    package_root: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")] = "vllm"
+    tag: str
+    commit: Annotated[str, Field(pattern=HEX40.pattern)]
+    source: Annotated[GitSource | WheelSource, Field(discriminator="kind")]
+
+    @property
+    def version(self) -> str:
+        return self.tag.removeprefix("v")
+
+
+class ImageSpec(Strict):
+    """What the image issue consumes. Every field may be inherited via `from:`."""
+
+    repository: str | None = None
+    tags: list[str] | None = None
+    base: str | None = None
+    platforms: list[str] | None = None
+    site_packages: str | None = Field(
+        default=None,
+        description="directory holding vllm/ in the base; null = ask the base's python3",
+    )
+    env: dict[str, str | None] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("platforms")
+    @classmethod
+    def _platforms(cls, value: list[str] | None) -> list[str] | None:
+        for p in value or []:
+            if not PLATFORM_RE.match(p):
+                raise ValueError(f"unsupported platform {p!r}; known: {', '.join(KNOWN_PLATFORMS)}")
+        return value
+
+
+class SmokeSpec(Strict):
+    commands: list[str] = Field(default_factory=list, description="run inside the image; each must exit 0")
+    skeleton_commands: list[str] = Field(
+        default_factory=list,
+        description="run instead of `commands` when the base is imgbuild's skeleton stand-in (no torch there)",
+    )
+    timeout: int = Field(default=600, gt=0)
+
+
+class VariantConfig(Strict):
+    name: Annotated[str, Field(pattern=NAME)]
+    description: str = ""
+    from_: str | None = Field(default=None, alias="from")
+    patches: Literal["all"] | list[str] | None = Field(
+        default=None,
+        description="groups or patch names to include; 'all' (default for a root variant)",
+    )
+    revert: list[str] = Field(default_factory=list, description="groups or patch names to leave out")
+    image: ImageSpec = Field(default_factory=ImageSpec)
+    smoke: SmokeSpec = Field(default_factory=SmokeSpec)
+
+
+def load_pin(path: Path) -> UpstreamPin:
+    return validate(load_yaml(path), UpstreamPin)
+
+
+def load_variant(path: Path) -> VariantConfig:
+    variant = validate(load_yaml(path), VariantConfig)
+    if variant.name != path.stem:
+        from imgbuild.errors import ConfigError
+
+        raise ConfigError(
+            f"{path}: name {variant.name!r} does not match the file name {path.stem!r}",
+            hint=f"rename the file to {variant.name}.yaml or set name: {path.stem}",
+        )
+    return variant

@@ -1,0 +1,1 @@
+"""From image to cluster: launcher recipes, compose files and shipping to nodes."""

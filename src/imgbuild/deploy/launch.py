@@ -1,0 +1,175 @@
+"""A variant + a launch profile -> a sparkrun recipe and a docker compose file (pure).
+
+Both files say the same thing: the image pinned by digest, the variant's env
+(from images/*.yaml) plus the profile's, the container limits, and the same
+`vllm serve` arguments. The serve keys are sparkrun's recipe `defaults:` keys,
+so sparkrun renders the flags itself from the recipe; the compose command is
+rendered here the way sparkrun renders them (`-tp`, JSON without spaces,
+`--no-X` for default-on booleans).
+
+Multi-node compose: service `head` is node rank 0; service `worker` (compose
+profile `worker`) takes NODE_RANK from the environment and runs headless.
+Both need MASTER_ADDR, the head node's address.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from imgbuild.deploy.profiles import Profile
+
+SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
+NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
+MASTER_PORT = 25000
+MASTER_ADDR = "${MASTER_ADDR:?set MASTER_ADDR to the head node's address}"
+NODE_RANK = "${NODE_RANK:?set NODE_RANK to this node's rank (workers: 1 to N-1)}"
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The image a launch runs: a digest-pinned reference, never a moving tag."""
+
+    ref: str  # sha256:<image id> or REGISTRY/REPO@sha256:<index digest>
+    image_id: str | None  # the local image id, when known
+    source: str  # how it was found, e.g. "local vllm-dsv41:latest"
+
+
+@dataclass(frozen=True)
+class Launch:
+    variant: str
+    profile: Profile
+    image: Pinned
+    platform: str
+    env: dict[str, str]  # image env, then the profile's
+
+
+def serve_defaults(p: Profile) -> dict[str, Any]:
+    """The recipe's `defaults:`: sparkrun builds `vllm serve` from these."""
+    out: dict[str, Any] = {}
+    if p.served_model_name:
+        out["served_model_name"] = p.served_model_name
+    out["port"] = p.port
+    out.update(p.serve.model_dump(exclude_none=True))
+    return out
+
+
+def flag_args(defaults: dict[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key, value in defaults.items():
+        flag = SHORT_FLAGS.get(key, "--" + key.replace("_", "-"))
+        if isinstance(value, bool):
+            if value:
+                args.append(flag)
+            elif key in NEGATABLE:
+                args.append("--no-" + flag[2:])
+            continue
+        if isinstance(value, dict | list):
+            value = json.dumps(value, separators=(",", ":"))
+        args += [flag, str(value)]
+    return args
+
+
+def serve_args(p: Profile) -> list[str]:
+    return ["vllm", "serve", p.model, *flag_args(serve_defaults(p))]
+
+
+def sparkrun_recipe(launch: Launch) -> dict[str, Any]:
+    p = launch.profile
+    limits = p.limits
+    executor: dict[str, Any] = {}
+    if limits.ulimits:
+        executor["ulimit"] = [f"{name}={_ulimit_text(v)}" for name, v in limits.ulimits.items()]
+    if limits.cap_add:
+        executor["cap_add"] = list(limits.cap_add)
+    if limits.memory:
+        executor["memory_limit"] = limits.memory
+    if limits.shm_size:
+        executor["shm_size"] = limits.shm_size
+    if p.volumes:
+        executor["volumes"] = list(p.volumes)
+    recipe: dict[str, Any] = {
+        "recipe_version": "2",
+        "description": f"{launch.variant} image, profile {p.name}" + (f": {p.description}" if p.description else ""),
+        "model": p.model,
+        "runtime": "vllm",
+        "mode": "cluster" if p.nodes > 1 else "solo",
+        "min_nodes": p.nodes,
+        "max_nodes": p.nodes,
+        "container": launch.image.ref,
+        "env": dict(launch.env),
+        "defaults": serve_defaults(p),
+        "executor_config": executor,
+        "metadata": {
+            "imgbuild": {
+                "variant": launch.variant,
+                "profile": p.name,
+                "image": launch.image.ref,
+                "image_id": launch.image.image_id,
+                "found": launch.image.source,
+                "platform": launch.platform,
+            }
+        },
+    }
+    return recipe
+
+
+def _ulimit_text(value: int | list[int]) -> str:
+    return f"{value[0]}:{value[1]}" if isinstance(value, list) else str(value)
+
+
+def _compose_ulimits(p: Profile) -> dict[str, Any]:
+    return {name: ({"soft": v[0], "hard": v[1]} if isinstance(v, list) else v) for name, v in p.limits.ulimits.items()}
+
+
+def compose_file(launch: Launch) -> dict[str, Any]:
+    p = launch.profile
+    base: dict[str, Any] = {
+        "image": launch.image.ref,
+        "platform": launch.platform,
+        "environment": dict(launch.env),
+        "network_mode": "host",
+        "ipc": "host",
+        "labels": {"imgbuild.variant": launch.variant, "imgbuild.profile": p.name},
+    }
+    if p.limits.ulimits:
+        base["ulimits"] = _compose_ulimits(p)
+    if p.limits.cap_add:
+        base["cap_add"] = list(p.limits.cap_add)
+    if p.limits.memory:
+        base["mem_limit"] = p.limits.memory
+    if p.limits.shm_size:
+        base["shm_size"] = p.limits.shm_size
+    if p.volumes:
+        base["volumes"] = list(p.volumes)
+    base["deploy"] = {
+        "resources": {"reservations": {"devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}
+    }
+    serve = serve_args(p)
+    services: dict[str, Any] = {}
+    if p.nodes == 1:
+        services["head"] = {**base, "command": serve}
+    else:
+        multi = ["--nnodes", str(p.nodes), "--master-addr", MASTER_ADDR, "--master-port", str(MASTER_PORT)]
+        services["head"] = {**base, "command": [*serve, *multi, "--node-rank", "0"]}
+        services["worker"] = {
+            **base,
+            "profiles": ["worker"],
+            "command": [*serve, *multi, "--node-rank", NODE_RANK, "--headless"],
+        }
+    return {"name": f"imgbuild-{launch.variant}-{p.name.lower()}", "services": services}
+
+
+class _Plain(yaml.SafeDumper):
+    """No `&id001` anchors: services that share a value spell it out."""
+
+    def ignore_aliases(self, _data: Any) -> bool:
+        return True
+
+
+def render_yaml(data: dict[str, Any], comment: str) -> str:
+    body = yaml.dump(data, Dumper=_Plain, sort_keys=False, default_flow_style=False, width=1000)
+    return "".join(f"# {line}\n" for line in comment.splitlines()) + body

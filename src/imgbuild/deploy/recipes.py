@@ -1,0 +1,147 @@
+"""`imgbuild recipe VARIANT --profile NAME`: pin the image, render, write both files.
+
+The image is pinned by digest, never by a moving tag: the local image id of
+the variant's tag (the tag moves only after a smoke test passed, so it names
+the last good build), an image given with --image (resolved to its id unless
+it already carries a digest), or with --registry the digest of the published
+index.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from imgbuild.deploy import launch
+from imgbuild.deploy import profiles as deploy
+from imgbuild.deploy.launch import Launch, Pinned
+from imgbuild.errors import ConfigError, DockerError, RegistryError, UsageError
+from imgbuild.patches.variants import ResolvedVariant
+from imgbuild.project import Project
+
+IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Written:
+    launch: Launch
+    recipe: Path
+    compose: Path
+    serve: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": True,
+            "variant": self.launch.variant,
+            "profile": self.launch.profile.name,
+            "image": self.launch.image.ref,
+            "image_id": self.launch.image.image_id,
+            "found": self.launch.image.source,
+            "platform": self.launch.platform,
+            "env": self.launch.env,
+            "serve": self.serve,
+            "recipe": str(self.recipe),
+            "compose": str(self.compose),
+        }
+
+
+def merged_env(variant: ResolvedVariant, profile: deploy.Profile) -> dict[str, str]:
+    image_env = dict(variant.image.env)
+    clash = sorted(set(image_env) & set(profile.env))
+    if clash:
+        raise ConfigError(
+            f"{profile.where}: env {', '.join(clash)} is set by the image spec of {variant.name} (images/)",
+            hint="set it in images/*.yaml only, so the image and its launch agree",
+        )
+    return {**image_env, **profile.env}
+
+
+def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | None) -> tuple[Pinned, str | None]:
+    """The digest-pinned reference, and the image's platform when it was looked at."""
+    repository, tags = variant.image.repository, variant.image.tags
+    if registry is not None:
+        if image is not None:
+            raise UsageError("--image and --registry cannot be used together")
+        if not repository or not tags:
+            raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+        from imgbuild.registry import reference
+        from imgbuild.registry.client import Registry
+
+        ref = reference.join(registry, repository, tags[0])
+        with Registry(ref) as reg:
+            digest = reg.head_manifest(ref.repository, tags[0])
+        if digest is None:
+            raise RegistryError(
+                f"{ref} is not in the registry",
+                hint=f"publish it first: imgbuild publish {variant.name} --registry ...",
+            )
+        return Pinned(f"{ref.name}@{digest}", None, f"published {ref}"), None
+    if image is not None and "@sha256:" in image:
+        from imgbuild.registry import reference
+
+        reference.parse(image)  # a ConfigError names what is wrong with it
+        return Pinned(image, None, "given"), None
+    from imgbuild.images.docker import Engine
+
+    wanted = image or (f"{repository}:{tags[0]}" if repository and tags else None)
+    if wanted is None:
+        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+    info = Engine.connect().image(wanted)
+    if info is None:
+        raise DockerError(
+            f"no image {wanted!r} in the local image store",
+            hint=f"build it (`imgbuild build {variant.name}`), or give --image or --registry",
+        )
+    label = info.labels.get("imgbuild.variant")
+    if image is None and label != variant.name:
+        raise DockerError(
+            f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
+            hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
+        )
+    return Pinned(info.id, info.id, f"local {wanted}"), info.platform
+
+
+def write_recipe(
+    project: Project,
+    variant_name: str,
+    profile_name: str,
+    *,
+    out: Path,
+    image: str | None = None,
+    registry: str | None = None,
+) -> Written:
+    variant = project.variant(variant_name)
+    profile = deploy.profile(project.root, profile_name)
+    if profile.variant != variant.name:
+        raise ConfigError(
+            f"{profile.where}: profile {profile.name} runs variant {profile.variant}, not {variant.name}",
+            hint=f"use `imgbuild recipe {profile.variant} --profile {profile.name}`, or change the profile's variant",
+        )
+    env = merged_env(variant, profile)
+    pinned, seen_platform = pin_image(variant, image=image, registry=registry)
+    platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
+    run = Launch(variant.name, profile, pinned, platform, env)
+    stem = f"{variant.name}-{profile.name.lower()}"
+    comment = (
+        f"Written by `imgbuild recipe {variant.name} --profile {profile.name}`; regenerate, do not edit.\n"
+        f"Image: {pinned.ref} ({pinned.source})."
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    recipe_path, compose_path = out / f"{stem}.yaml", out / f"{stem}.compose.yaml"
+    _write(
+        recipe_path,
+        launch.render_yaml(launch.sparkrun_recipe(run), comment + "\nRun: sparkrun run THIS_FILE --hosts ..."),
+    )
+    _write(
+        compose_path,
+        launch.render_yaml(launch.compose_file(run), comment + "\nRun: MASTER_ADDR=... docker compose -f THIS_FILE up"),
+    )
+    return Written(run, recipe_path, compose_path, launch.serve_args(profile))
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

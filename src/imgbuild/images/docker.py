@@ -1,0 +1,724 @@
+"""Every docker call goes through this module.
+
+Builds run through BuildKit with the `docker buildx build` CLI (the docker
+driver, the context tar on stdin). The engine's version and image store are
+read once (`Engine.features`) and pick the build path:
+
+- Docker 26+ with the containerd image store: one call builds every platform
+  (`--platform a,b`) through the `oci` exporter with `rewrite-timestamp` and
+  SOURCE_DATE_EPOCH, so equal inputs give equal digests; the OCI tar is then
+  `docker load`ed, a multi-platform index under the tags plus one tag per
+  platform (Docker 26 cannot inspect one platform of an index).
+- anything older (Debian's 20.10, BuildKit v0.8): `--load`, one platform per
+  call, digests not reproducible.
+
+Everything else (inspect, tag, run, read files, load, pull) goes through the
+docker SDK. With IMGBUILD_ECHO=1 each operation is echoed as the docker
+command it amounts to. Failures become DockerError with a hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import platform as host_platform
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import docker
+import docker.errors
+import requests
+
+from imgbuild.errors import DockerError
+from imgbuild.images import configimage, ocilayout
+from imgbuild.registry import reference
+
+START_HINT = (
+    "start the daemon: `sudo .ci/setup-host.sh` (installs and starts dockerd), or `sudo dockerd &`, "
+    "or `sudo systemctl start docker`; set DOCKER_HOST if it listens elsewhere"
+)
+BINFMT_FIX = (
+    "install and enable emulation: `sudo apt-get install qemu-user-static binfmt-support && "
+    "sudo update-binfmts --enable qemu-{qemu}` (or run .ci/setup-host.sh)"
+)
+CONTAINER_LABEL = "imgbuild.container-of"  # on every container imgbuild creates: the pid that created it
+ARCH_NAMES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+QEMU_NAMES = {"arm64": "aarch64", "amd64": "x86_64"}
+
+
+def echo(args: Iterable[str]) -> None:
+    if os.environ.get("IMGBUILD_ECHO"):
+        print("+ " + shlex.join(args), file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    os: str
+    arch: str
+    variant: str
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    env: tuple[str, ...]
+    labels: dict[str, str]
+    layers: tuple[str, ...]
+    size: int
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> ImageInfo:
+        cfg = attrs.get("Config") or {}
+        ep, cmd = cfg.get("Entrypoint"), cfg.get("Cmd")
+        return cls(
+            id=str(attrs["Id"]),
+            tags=tuple(attrs.get("RepoTags") or ()),
+            repo_digests=tuple(attrs.get("RepoDigests") or ()),
+            os=str(attrs.get("Os", "")),
+            arch=str(attrs.get("Architecture", "")),
+            variant=str(attrs.get("Variant", "") or ""),
+            entrypoint=None if ep is None else tuple(ep),
+            cmd=None if cmd is None else tuple(cmd),
+            env=tuple(cfg.get("Env") or ()),
+            labels=dict(cfg.get("Labels") or {}),
+            layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+            size=int(attrs.get("Size") or 0),
+        )
+
+    @property
+    def platform(self) -> str:
+        return f"{self.os}/{self.arch}"
+
+    @property
+    def digest(self) -> str:
+        """The repo digest when the image came from a registry, else the image id."""
+        return self.registry_digest or self.id
+
+    @property
+    def registry_digest(self) -> str | None:
+        """The manifest digest of the image in a registry it came from; None for a local build or load."""
+        return self.repo_digests[0].split("@", 1)[1] if self.repo_digests else None
+
+
+@dataclass(frozen=True)
+class ConfigPart:
+    """One platform of a config-only image: its parent and what the variant Dockerfile sets."""
+
+    parent_ref: str
+    platform: str
+    env: tuple[tuple[str, str], ...]
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
+# rewrite-timestamp needs BuildKit v0.13, which Docker 26 embeds.
+OCI_EXPORT_MIN = (26, 0)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a docker version such as '26.1.5+dfsg1'; (0, 0, 0) if unreadable."""
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class EngineFeatures:
+    """What the daemon can do, read once from `docker version` and `docker info`."""
+
+    version: str
+    api_version: str
+    containerd_store: bool
+
+    @classmethod
+    def from_daemon(cls, version: dict[str, Any], info: dict[str, Any]) -> EngineFeatures:
+        status = info.get("DriverStatus") or []
+        snapshotter = any(
+            isinstance(row, list | tuple) and len(row) == 2 and row[1] == CONTAINERD_SNAPSHOTTER for row in status
+        )
+        return cls(str(version.get("Version", "")), str(version.get("ApiVersion", "")), snapshotter)
+
+    @property
+    def modern(self) -> bool:
+        """Multi-platform builds in one call, the oci exporter, reproducible digests."""
+        return self.containerd_store and parse_version(self.version)[:2] >= OCI_EXPORT_MIN
+
+    def describe(self) -> str:
+        store = "containerd image store" if self.containerd_store else "classic image store"
+        if self.modern:
+            return (
+                f"engine: docker {self.version} ({store}): multi-platform images in one BuildKit call, "
+                "oci exporter with rewrite-timestamp (reproducible digests)"
+            )
+        why = "" if self.containerd_store else "; Docker 26+ with the containerd image store builds them in one call"
+        return (
+            f"engine: docker {self.version} ({store}): one platform per BuildKit call, "
+            f"several platforms under -<arch> tags, digests not reproducible{why}"
+        )
+
+
+def _daemon_address() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def host_arch(name: str | None = None) -> str:
+    machine = name or host_platform.machine()
+    return ARCH_NAMES.get(machine, machine)
+
+
+def check_binfmt(arch: str, daemon_arch: str, root: Path = Path("/proc/sys/fs/binfmt_misc")) -> None:
+    """Refuse early when an `arch` container cannot run on this daemon (local daemons only)."""
+    if arch == daemon_arch:
+        return
+    qemu = QEMU_NAMES.get(arch, arch)
+    if not _daemon_address().startswith("unix://"):
+        return  # a remote daemon: `exec format error` is caught when running instead
+    entry = root / f"qemu-{qemu}"
+    try:
+        enabled = entry.read_text().splitlines()[0].strip() == "enabled"
+    except (OSError, IndexError):
+        enabled = False
+    if not enabled:
+        raise DockerError(
+            f"cannot run linux/{arch} containers on this linux/{daemon_arch} host: binfmt_misc has no enabled "
+            f"{entry.name} entry ({entry})",
+            hint=BINFMT_FIX.format(qemu=qemu),
+        )
+
+
+class Engine:
+    def __init__(self, client: docker.DockerClient, cli: str) -> None:
+        self.client = client
+        self.cli = cli
+        self._buildx_checked = False
+        self._arch: str | None = None
+        self._features: EngineFeatures | None = None
+        self._contexts: dict[str, bool] = {}  # builder name -> is a docker context
+
+    @classmethod
+    def connect(cls) -> Engine:
+        try:
+            client = docker.from_env(version="auto", timeout=300)
+            client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise DockerError(
+                f"cannot reach the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
+            ) from exc
+        engine = cls(client, os.environ.get("IMGBUILD_DOCKER", "docker"))
+        engine.remove_leftovers()
+        return engine
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove containers an imgbuild created and could not remove itself (it was killed)."""
+        removed = []
+        with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+            for c in self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}):
+                owner = (c.get("Labels") or {}).get(CONTAINER_LABEL, "")
+                if owner.isdigit() and _alive(int(owner)):
+                    continue
+                self.client.api.remove_container(c["Id"], force=True)
+                removed.append(str(c["Id"]))
+        return removed
+
+    @property
+    def arch(self) -> str:
+        """The daemon's own architecture, as a docker platform arch name."""
+        if self._arch is None:
+            self._arch = host_arch(str(self._call(self.client.info).get("Architecture", "")))
+        return self._arch
+
+    @property
+    def features(self) -> EngineFeatures:
+        """The daemon's version and image store, asked once per Engine."""
+        if self._features is None:
+            self._features = EngineFeatures.from_daemon(self._call(self.client.version), self._call(self.client.info))
+        return self._features
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except docker.errors.NotFound:
+            raise
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if isinstance(exc, requests.exceptions.ConnectionError):
+                raise DockerError(
+                    f"lost the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
+                ) from exc
+            raise DockerError(f"docker: {_short(exc)}") from exc
+
+    # -- images -----------------------------------------------------------
+    def image(self, ref: str) -> ImageInfo | None:
+        try:
+            img = self._call(self.client.images.get, ref)
+        except docker.errors.NotFound:
+            return None
+        return ImageInfo.from_attrs(img.attrs)
+
+    def require(self, ref: str) -> ImageInfo:
+        info = self.image(ref)
+        if info is None:
+            raise DockerError(f"no image {ref!r} in the local image store", hint="build it first, or check the name")
+        return info
+
+    def labelled(self, key: str, value: str) -> list[ImageInfo]:
+        """Every local image whose label `key` is `value` (e.g. a layer image by its digest)."""
+        echo(["docker", "images", "--filter", f"label={key}={value}"])
+        rows = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
+        found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone (or unreadable) by now
+        return [info for info in found if info is not None]
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, _, tag = ref.rpartition(":")
+        if not repo or "/" in tag:
+            repo, tag = ref, "latest"
+        echo(["docker", "tag", image_id, ref])
+        if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
+            raise DockerError(f"could not tag {image_id} as {ref}")
+
+    def untag(self, ref: str) -> None:
+        echo(["docker", "rmi", "--no-prune", ref])
+        with contextlib.suppress(docker.errors.NotFound):
+            self._call(self.client.api.remove_image, ref, noprune=True)
+
+    def remove(self, image_id: str) -> None:
+        """Remove an image and all its tags (for tests and cleanups)."""
+        echo(["docker", "rmi", "-f", image_id])
+        with contextlib.suppress(docker.errors.NotFound):
+            self._call(self.client.api.remove_image, image_id, force=True)
+
+    def pull(self, ref: str, platform: str) -> ImageInfo:
+        echo(["docker", "pull", "--platform", platform, ref])
+        try:
+            self.client.images.pull(ref, platform=platform)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise DockerError(
+                f"base image {ref} is not in the local image store, and pulling it for {platform} failed: "
+                f"{_short(exc)}",
+                hint="load it (`docker load -i FILE`), pull it where a registry is reachable, or build on the offline "
+                "stand-in with `--base skeleton`",
+            ) from exc
+        return self.require(ref)
+
+    def load(self, archive: IO[bytes]) -> None:
+        echo(["docker", "load"])
+        try:
+            self.client.images.load(archive)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise DockerError(f"docker load failed: {_short(exc)}") from exc
+
+    # -- builds -----------------------------------------------------------
+    def _check_buildx(self) -> None:
+        if self._buildx_checked:
+            return
+        try:
+            proc = subprocess.run([self.cli, "buildx", "version"], capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            raise DockerError(
+                f"docker CLI {self.cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER"
+            ) from exc
+        if proc.returncode != 0:
+            raise DockerError(
+                f"`{self.cli} buildx` is not available: {proc.stderr.strip()[-300:]}",
+                hint="install the buildx CLI plugin into ~/.docker/cli-plugins (`.ci/setup-host.sh` does it)",
+            )
+        self._buildx_checked = True
+
+    def build(
+        self,
+        context: bytes,
+        *,
+        tags: Sequence[str],
+        platform: str,
+        no_cache: bool = False,
+        verbose: bool = False,
+        epoch: int | None = None,
+        platform_tags: Mapping[str, str] | None = None,
+        builder: str | None = None,
+        layout: Path | None = None,
+    ) -> str:
+        """Build a context tar for `platform` (comma-separated for several); returns the image id.
+
+        On a modern engine (see `features`) the image goes through the oci
+        exporter with SOURCE_DATE_EPOCH=`epoch` and is loaded; `platform_tags`
+        (platform -> ref) then also names each platform's own manifest. The
+        image id is the manifest or index digest there, the config digest on
+        the classic store. `builder` names a buildx builder to build on (its
+        output comes back to this daemon as the OCI tar; it resolves bases itself).
+        `layout` is the OCI layout directory the modern path exports into
+        (ocilayout.py): blobs it already has are neither exported nor loaded
+        again; without it, a throwaway one (every blob exported and loaded).
+        """
+        if not tags:
+            raise ValueError("build needs a tag")
+        if "," in platform and not self.features.modern:
+            raise DockerError(
+                f"{self.features.describe()}: it cannot build {platform} in one call",
+                hint="build one platform at a time (--platform linux/arm64), or use Docker 26+ with the containerd "
+                "image store (`.ci/setup-host.sh` installs it)",
+            )
+        with contextlib.ExitStack() as stack:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="imgbuild-build-")))
+            args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
+            env = dict(os.environ)
+            if builder:
+                env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
+            iid, meta = tmp / "iid", tmp / "metadata.json"
+            into = layout or tmp / "layout"
+            if self.features.modern:
+                stack.enter_context(ocilayout.locked(into))
+                before = ocilayout.blob_names(into)
+                out = f"type=oci,tar=false,dest={into},name={tags[0]},rewrite-timestamp=true"
+                args += ["--provenance=false", "--metadata-file", str(meta), "--output", out]
+                if epoch is not None:
+                    env["SOURCE_DATE_EPOCH"] = str(epoch)
+            else:
+                args += ["--load", "--iidfile", str(iid), *(a for t in tags for a in ("--tag", t))]
+            if no_cache:
+                args.append("--no-cache")
+            args.append("-")
+            echo(args)
+            self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
+            if self.features.modern:
+                top = _descriptor(meta, tags[0])
+                image_id = self._load_layout(into, top, before, tags[0], platform_tags or {})
+                for t in tags[1:]:
+                    self.tag(image_id, t)
+                return image_id
+            image_id = iid.read_text().strip() if iid.exists() else ""
+        if not image_id.startswith("sha256:"):
+            info = self.image(tags[0])
+            if info is None:
+                raise DockerError(f"buildx finished but left no image for {', '.join(tags)}")
+            image_id = info.id
+        return image_id
+
+    def write_config_image(
+        self,
+        tag: str,
+        parts: Sequence[ConfigPart],
+        *,
+        epoch: int,
+        layout: Path,
+        platform_tags: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """The variant image of `parts` (one per platform) written without BuildKit; its id, or None.
+
+        Each part's parent must be in the store and in `layout` (BuildKit exported it there);
+        configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
+        engine without the oci path, or where a parent or its config is not known here.
+        """
+        if not self.features.modern or not parts:
+            return None
+        made: list[tuple[configimage.ConfigImage, dict[str, Any]]] = []
+        for part in parts:
+            parent = self.image(part.parent_ref)
+            found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
+            if not found:
+                return None
+            desc, manifest, config = found
+            image = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
+            if image is None:
+                return None
+            made.append((image, desc.get("platform") or _platform_dict(part.platform)))
+        with ocilayout.locked(layout):
+            before = ocilayout.blob_names(layout)
+            blobs = [b for image, _ in made for b in (image.config, image.manifest)]
+            if len(made) == 1:
+                top = {**made[0][0].manifest.descriptor(), "platform": made[0][1]}
+            else:
+                idx = configimage.index([(image.manifest, plat) for image, plat in made])
+                blobs.append(idx)
+                top = idx.descriptor()
+            top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
+            for blob in blobs:
+                ocilayout.put_blob(layout, blob.digest, blob.data)
+            echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
+            return self._load_layout(layout, top, before, tag, platform_tags or {})
+
+    def _builder_args(self, builder: str | None) -> list[str]:
+        """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
+
+        buildx refuses a docker context (another dockerd, e.g. a native arm64 node) as `--builder`;
+        the CLI's `--context` selects its docker-driver builder instead.
+        """
+        if not builder:
+            return ["buildx"]
+        if builder not in self._contexts:
+            proc = subprocess.run([self.cli, "context", "inspect", builder], capture_output=True, check=False)
+            self._contexts[builder] = proc.returncode == 0
+        return ["--context", builder, "buildx"] if self._contexts[builder] else ["buildx", "--builder", builder]
+
+    def _buildx(self, args: list[str], context: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
+        """Run a buildx build; `buildx version` is asked only when it fails (one process less per build)."""
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=None if verbose else subprocess.PIPE,
+                stderr=None if verbose else subprocess.STDOUT,
+                env=env,
+            )
+        except FileNotFoundError:
+            self._check_buildx()  # names the missing CLI
+            raise
+        try:
+            out, _ = proc.communicate(context)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.returncode != 0:
+            self._check_buildx()  # a missing buildx plugin gets its own message and hint
+            text = (out or b"").decode(errors="replace")
+            raise DockerError(
+                f"{what} failed:\n{_tail(text)}",
+                hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
+            )
+
+    def _load_layout(
+        self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
+    ) -> str:
+        """`docker load` what the build wrote into `layout`; name each platform's manifest too. Returns the top digest.
+
+        The index, manifests and configs are sent, and only the layers the export added (the store has
+        the parents' layers); a store that lacks one of the others gets them all.
+        """
+        entry = ocilayout.top_entry(top, _full_name(reference.parse(tag)), reference.parse(tag).tag or "latest")
+        try:
+            reach = ocilayout.closure(layout, top)
+            slim = [d for d, is_layer in reach.items() if not is_layer or d not in before]
+            try:
+                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], slim)))
+                loaded = self.image(tag)
+                lost = loaded is None or loaded.id != top["digest"]
+            except DockerError as exc:
+                if "not found" not in exc.message.lower():
+                    raise
+                lost = True
+            if lost:  # the store lost a layer the layout kept: send everything
+                with tempfile.TemporaryFile() as fh:
+                    ocilayout.write_tar(fh, layout, [entry], list(reach))
+                    fh.seek(0)
+                    self.load(fh)
+            manifests = ocilayout.platform_manifests(layout, top)
+        except ocilayout.LayoutError as exc:
+            raise DockerError(f"the build of {tag}: {exc}", hint=f"remove {layout} and build again") from exc
+        missing = sorted(set(platform_tags) - set(manifests))
+        if missing:
+            raise DockerError(f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
+        if platform_tags:
+            entries = [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
+            self.load(io.BytesIO(name_manifests(entries)))
+        info = self.image(tag)
+        if info is None or info.id != top["digest"]:
+            raise DockerError(
+                f"loaded the build of {tag}, but the store has {info.id if info else 'nothing'} under that name, "
+                f"not {top['digest']}"
+            )
+        return str(top["digest"])
+
+    # -- containers -------------------------------------------------------
+    def read_files(self, ref: str, paths: Sequence[str], platform: str | None = None) -> dict[str, bytes | None]:
+        """The bytes of each absolute path in the image (None: missing or not a regular file).
+
+        The container is created, never started, so no emulation is needed.
+        """
+        echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
+        api = self.client.api
+        cid = None
+        try:
+            with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
+                cid = self._call(
+                    api.create_container, ref, command=["imgbuild-read-only"], platform=platform, labels=_owner()
+                )["Id"]
+            out: dict[str, bytes | None] = {}
+            for path in paths:
+                out[path] = self._read_one(cid, path)
+            return out
+        finally:
+            if cid is not None:
+                with held_interrupts():
+                    self._call(api.remove_container, cid, force=True)
+
+    def _read_one(self, cid: str, path: str) -> bytes | None:
+        try:
+            stream, _ = self._call(self.client.api.get_archive, cid, path)
+        except docker.errors.NotFound:
+            return None
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar.getmembers():
+                if member.isfile():
+                    fh = tar.extractfile(member)
+                    return fh.read() if fh else None
+        return None
+
+    def run(
+        self,
+        ref: str,
+        argv: Sequence[str],
+        *,
+        platform: str | None = None,
+        timeout: int = 600,
+        entrypoint: Sequence[str] | None = None,
+        binds: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
+    ) -> RunResult:
+        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given.
+
+        `binds` ("host:container[:ro]") and `environment` are what runtime_run.runtime_run_options gives.
+        """
+        opts = ["--platform", platform] if platform else []
+        opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
+        opts += [a for b in binds for a in ("-v", b)]
+        opts += [a for k, v in sorted((environment or {}).items()) for a in ("-e", f"{k}={v}")]
+        echo(["docker", "run", "--rm", *opts, ref, *argv])
+        api = self.client.api
+        cid = None
+        try:
+            with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
+                cid = self._call(
+                    api.create_container,
+                    ref,
+                    command=list(argv),
+                    platform=platform,
+                    entrypoint=list(entrypoint) if entrypoint is not None else None,
+                    labels=_owner(),
+                    environment=dict(environment) if environment else None,
+                    host_config=api.create_host_config(binds=list(binds)) if binds else None,
+                )["Id"]
+            try:
+                api.start(cid)
+            except docker.errors.APIError as exc:  # e.g. the entrypoint does not exist in the image
+                return RunResult(-1, "", _short(exc))
+            try:
+                status = self._call(api.wait, cid, timeout=timeout)
+                code, timed_out = int(status.get("StatusCode", -1)), False
+            except DockerError as exc:
+                if "timed out" not in exc.message.lower():
+                    raise
+                self._call(api.kill, cid)
+                code, timed_out = -1, True
+            stdout = self._call(api.logs, cid, stdout=True, stderr=False).decode(errors="replace")
+            stderr = self._call(api.logs, cid, stdout=False, stderr=True).decode(errors="replace")
+        finally:
+            with (
+                held_interrupts(),
+                contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException),
+            ):
+                if cid is not None:
+                    api.remove_container(cid, force=True)
+        return RunResult(code, stdout, stderr, timed_out)
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block is done; it is delivered right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _owner() -> dict[str, str]:
+    return {CONTAINER_LABEL: str(os.getpid())}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+OCI_INDEX_TYPE = ocilayout.OCI_INDEX_TYPE
+OCI_MANIFEST_TYPE = ocilayout.OCI_MANIFEST_TYPE
+OCI_LAYOUT = ocilayout.OCI_LAYOUT
+
+
+def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
+    """An OCI layout tar without blobs that names manifests already in the store: (descriptor, ref) pairs."""
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX_TYPE,
+        "manifests": [
+            {
+                "mediaType": desc.get("mediaType", OCI_MANIFEST_TYPE),
+                "digest": desc["digest"],
+                "size": desc["size"],
+                "annotations": {
+                    "io.containerd.image.name": _full_name(reference.parse(ref)),
+                    "org.opencontainers.image.ref.name": reference.parse(ref).tag or "latest",
+                },
+            }
+            for desc, ref in entries
+        ],
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("oci-layout", OCI_LAYOUT), ("index.json", json.dumps(index).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _full_name(ref: reference.Reference) -> str:
+    return f"{ref.name}:{ref.tag or 'latest'}"
+
+
+def _platform_dict(platform: str) -> dict[str, str]:
+    os_name, _, arch = platform.partition("/")
+    return {"architecture": arch.split("/")[0], "os": os_name}
+
+
+def _descriptor(meta: Path, tag: str) -> dict[str, Any]:
+    """The exported image's descriptor from buildx's --metadata-file."""
+    try:
+        desc = json.loads(meta.read_text()).get("containerimage.descriptor")
+    except (OSError, ValueError):
+        desc = None
+    if not isinstance(desc, dict) or not str(desc.get("digest", "")).startswith("sha256:"):
+        raise DockerError(f"buildx finished but its metadata names no image for {tag} ({meta})")
+    return desc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:400] if text else type(exc).__name__
+
+
+def _tail(text: str, n: int = 25) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    picked = lines[-n:]
+    for ln in errors[-5:]:
+        if ln not in picked:
+            picked.insert(0, ln)
+    return "\n".join(picked)

@@ -1,0 +1,126 @@
+"""Dockerfiles and build contexts, rendered by pure functions.
+
+Two kinds of build, neither with a RUN (so no emulation is needed):
+
+- a layer: `FROM parent`, one `COPY` of the layer's files, and a label naming
+  the layer's inputs digest;
+- a variant image: `FROM` its top layer (or the base), then ENV, LABEL and
+  the cleared `ENTRYPOINT []` / `CMD []`. It adds no filesystem layer, so
+  images that share a layer image share its layers byte for byte.
+
+The context is a tar made here: only the files of the layer plus the
+Dockerfile, sorted, uid/gid 0, fixed modes and mtime 0, so equal inputs give
+an equal context (and `buildx build -` reads it from stdin).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from imgbuild.images.oci import layer_tar
+
+DOCKERFILE = "Dockerfile"
+MTIME = 0
+
+
+def quote(value: str) -> str:
+    """A double-quoted Dockerfile word: backslash, quote and $ escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _key(key: str) -> str:
+    if not key or any(c in key for c in ' \t\n="\\$'):
+        return quote(key)
+    return key
+
+
+def render_layer(parent_ref: str, package_root: str, site_packages: str, labels: Mapping[str, str]) -> str:
+    dest = f"{site_packages.rstrip('/')}/{package_root}/"
+    lines = [
+        "# imgbuild layer: the files below, on top of the parent image",
+        f"FROM {parent_ref}",
+        f"COPY {package_root}/ {dest}",
+        *_label_lines(labels),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_multi_layer(
+    parents: Mapping[str, str], package_root: str, site_packages: str, labels: Mapping[str, str]
+) -> str:
+    """A layer for several platforms: arch -> parent through stage aliases (BuildKit refuses `FROM x:${TARGETARCH}`)."""
+    dest = f"{site_packages.rstrip('/')}/{package_root}/"
+    lines = ["# imgbuild layer: the files below, on top of each platform's parent"]
+    lines += [f"FROM {ref} AS parent-{arch}" for arch, ref in sorted(parents.items())]
+    lines += ["FROM parent-${TARGETARCH}", f"COPY {package_root}/ {dest}", *_label_lines(labels)]
+    return "\n".join(lines) + "\n"
+
+
+def render_multi_variant(stages: Mapping[str, str]) -> str:
+    """A variant image for several platforms: arch -> that platform's `render_variant(..., stage=image-<arch>)`."""
+    lines = ["# imgbuild image for several platforms: one stage per arch, picked by TARGETARCH"]
+    lines += [stages[arch].rstrip("\n") for arch in sorted(stages)]
+    lines.append("FROM image-${TARGETARCH}")
+    return "\n".join(lines) + "\n"
+
+
+def render_variant(
+    from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str], stage: str | None = None
+) -> str:
+    lines = [
+        "# imgbuild image: metadata only, on top of its layers",
+        f"FROM {from_ref}" + (f" AS {stage}" if stage else ""),
+    ]
+    env = list(env)
+    if env:
+        lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
+    lines.extend(_label_lines(labels))
+    lines += ["ENTRYPOINT []", "CMD []"]
+    return "\n".join(lines) + "\n"
+
+
+def _label_lines(labels: Mapping[str, str]) -> list[str]:
+    if not labels:
+        return []
+    return ["LABEL " + " \\\n      ".join(f"{_key(k)}={quote(v)}" for k, v in sorted(labels.items()))]
+
+
+@dataclass(frozen=True)
+class ContextEntry:
+    name: str
+    kind: str  # "dir" or "file"
+    mode: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{'d' if self.kind == 'dir' else '-'}{self.mode:04o} 0:0 {self.size:>9} {self.name}"
+
+
+def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
+    """A deterministic tar: the Dockerfile plus `files` (context-relative paths)."""
+    for path in files:
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
+            raise ValueError(f"bad context path {path!r}")
+    return layer_tar({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
+
+
+def context_files(context: bytes) -> dict[str, bytes]:
+    """The files of a context tar made by `context_tar`, without the Dockerfile."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        for m in tar.getmembers():
+            fh = tar.extractfile(m) if m.isfile() and m.name != DOCKERFILE else None
+            if fh is not None:
+                out[m.name] = fh.read()
+    return out
+
+
+def listing(context: bytes) -> list[ContextEntry]:
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        return [ContextEntry(m.name, "dir" if m.isdir() else "file", m.mode, m.size) for m in tar.getmembers()]

@@ -1,0 +1,255 @@
+"""Image labels: what an image says about its inputs (pure).
+
+Standard OCI keys (org.opencontainers.image.*) plus an `imgbuild.` namespace
+with the upstream pin, the series digest, each patch's state and each file's
+state and sha256. As the OCI spec defines them, `source` and `revision` name
+this project's repository and commit (the source that built the image; the
+vLLM release is in `imgbuild.upstream.*`), `base.name` is a fully qualified
+reference, and `source`, `revision` and `base.digest` are absent when unknown
+rather than a placeholder. Everything is derived from the inputs, `created` included
+(the newest patch Last-Update or the upstream commit date, never the wall
+clock), so equal inputs give byte-equal image configs. Values are compact
+JSON where structured; the whole set stays around 1-2 KB.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from imgbuild.config.models import GitSource, UpstreamPin
+from imgbuild.errors import ConfigError
+from imgbuild.patches.variants import VariantPlan
+from imgbuild.registry import reference
+
+OCI = "org.opencontainers.image."
+PREFIX = "imgbuild."
+FORMAT = "1"
+
+# Keys every image built by imgbuild carries; smoke and inspect rely on them.
+REQUIRED = (
+    f"{OCI}version",
+    f"{OCI}created",
+    f"{OCI}base.name",
+    f"{OCI}title",
+    f"{PREFIX}format",
+    f"{PREFIX}variant",
+    f"{PREFIX}upstream.url",
+    f"{PREFIX}upstream.commit",
+    f"{PREFIX}series",
+    f"{PREFIX}patches",
+    f"{PREFIX}files",
+    f"{PREFIX}site-packages",
+    f"{PREFIX}layers",
+    f"{PREFIX}inputs",
+)
+# vLLM's license and this project's; image.labels may override it.
+LICENSES = "Apache-2.0"
+INPUTS = f"{PREFIX}inputs"
+CONFIG = f"{PREFIX}config"
+LAYER = f"{PREFIX}layer"
+SKELETON = f"{PREFIX}skeleton"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The pinned release as labels describe it."""
+
+    url: str
+    tag: str
+    version: str
+    commit: str
+
+    @classmethod
+    def from_pin(cls, pin: UpstreamPin) -> Upstream:
+        if isinstance(pin.source, GitSource):
+            url = pin.source.url
+        else:  # a package URL: names the release without naming an index host
+            url = pin.source.url or f"pkg:pypi/{pin.source.project}@{pin.source.version}"
+        return cls(url=url, tag=pin.tag, version=pin.version, commit=pin.commit)
+
+
+@dataclass(frozen=True)
+class Source:
+    """This project's repository and commit, when known (OCI `source` and `revision`)."""
+
+    url: str | None = None
+    revision: str | None = None
+
+
+def qualified(ref: str) -> str:
+    """A reference as docker resolves it: `vllm/vllm-openai:v1` -> `docker.io/vllm/vllm-openai:v1`."""
+    return str(reference.parse(ref))
+
+
+def source_url(remote: str) -> str | None:
+    """A git remote as a browsable https URL, credentials dropped; None if it is not a network remote."""
+    text = remote.strip()
+    m = re.match(r"^[\w.-]+@([\w.-]+):(.+)$", text)  # scp-like: git@host:owner/repo.git
+    if m and "://" not in text:
+        text = f"https://{m[1]}/{m[2]}"
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("https", "http", "ssh") or not parts.hostname:
+        return None
+    keep_port = parts.port and parts.scheme != "ssh"  # an ssh port is not the web server's
+    host = parts.hostname + (f":{parts.port}" if keep_port else "")
+    path = parts.path.removesuffix(".git").rstrip("/")
+    return f"https://{host}{path}"
+
+
+def parse_last_update(value: str) -> dt.datetime | None:
+    """A DEP-3 Last-Update (YYYY-MM-DD), as midnight UTC; None if unparseable."""
+    try:
+        day = dt.date.fromisoformat(value.strip()[:10])
+    except ValueError:
+        return None
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+
+
+def source_date(last_updates: Sequence[str], upstream_commit_time: int) -> str:
+    """`created` for every image of a project: the newest of its inputs' dates."""
+    dates = [d for d in (parse_last_update(v) for v in last_updates) if d is not None]
+    dates.append(dt.datetime.fromtimestamp(upstream_commit_time, tz=dt.UTC))
+    return max(dates).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(created: str) -> int:
+    """SOURCE_DATE_EPOCH for a `created` value (`source_date`'s format)."""
+    return int(dt.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
+
+
+def compact(data: object) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=False)
+
+
+def files_label(plan: VariantPlan) -> str:
+    """{"path": [state, sha256] or [state, sha256, pristine sha256]} (pristine only when it differs)."""
+    out: dict[str, list[str | None]] = {}
+    for f in plan.files:
+        entry: list[str | None] = [f.state, f.sha256]
+        if f.pristine_sha256 != f.sha256:
+            entry.append(f.pristine_sha256)
+        out[f.path] = entry
+    return compact(out)
+
+
+def patches_label(plan: VariantPlan) -> str:
+    states = {n: "applied" for n in plan.variant.selected}
+    states.update({n: "reverted" for n in plan.variant.reverted})
+    order = [*plan.variant.selected, *plan.variant.reverted]
+    return compact({n: states[n] for n in order})
+
+
+@dataclass(frozen=True)
+class FileLabel:
+    path: str
+    state: str
+    sha256: str
+    pristine_sha256: str | None
+
+
+def parse_files(value: str) -> list[FileLabel]:
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise ValueError("imgbuild.files is not a JSON object")
+    out = []
+    for path, entry in data.items():
+        if not isinstance(entry, list) or len(entry) not in (2, 3):
+            raise ValueError(f"imgbuild.files[{path!r}] is not [state, sha256(, pristine)]")
+        pristine = entry[2] if len(entry) == 3 else entry[1]
+        out.append(FileLabel(str(path), str(entry[0]), str(entry[1]), None if pristine is None else str(pristine)))
+    return out
+
+
+def image_labels(
+    *,
+    plan: VariantPlan,
+    upstream: Upstream,
+    series_digest: str,
+    created: str,
+    base_ref: str,
+    base_digest: str | None,
+    site_packages: str,
+    layer_digests: Sequence[str],
+    user: Mapping[str, str],
+    title: str,
+    source: Source | None = None,
+) -> dict[str, str]:
+    """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
+    for key in user:
+        if key.startswith(PREFIX):
+            raise ConfigError(
+                f"images/{plan.variant.name}.yaml: image.labels: {key!r} is reserved (imgbuild.* labels are computed)",
+                hint="choose another key",
+            )
+    known = {
+        f"{OCI}source": source.url if source else None,
+        f"{OCI}revision": source.revision if source else None,
+        f"{OCI}base.digest": base_digest,
+        f"{OCI}description": plan.variant.description or None,
+    }
+    labels = {
+        f"{OCI}version": upstream.version,
+        f"{OCI}created": created,
+        f"{OCI}title": title,
+        f"{OCI}licenses": LICENSES,
+        f"{OCI}base.name": qualified(base_ref) if base_ref else "",
+        **{k: v for k, v in known.items() if v},
+        **user,
+        f"{PREFIX}format": FORMAT,
+        f"{PREFIX}variant": plan.variant.name,
+        f"{PREFIX}upstream.url": upstream.url,
+        f"{PREFIX}upstream.tag": upstream.tag,
+        f"{PREFIX}upstream.commit": upstream.commit,
+        f"{PREFIX}series": series_digest,
+        f"{PREFIX}patches": patches_label(plan),
+        f"{PREFIX}files": files_label(plan),
+        f"{PREFIX}site-packages": site_packages,
+        f"{PREFIX}layers": compact(list(layer_digests)),
+        LAYER: layer_digests[-1] if layer_digests else "",
+    }
+    labels[CONFIG] = config_label(labels, plan.variant.image.env)
+    return dict(sorted(labels.items()))
+
+
+def _short_sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def config_label(labels: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str:
+    """`imgbuild.config`: the variant's ENV and a short sha256 of each label imgbuild sets, so that
+    `inspect` can name a label or variable changed after the build without the plan."""
+    hashed = {k: _short_sha(v) for k, v in sorted(labels.items()) if k not in (INPUTS, CONFIG)}
+    return compact({"env": dict(env), "labels": hashed})
+
+
+@dataclass(frozen=True)
+class ConfigLabel:
+    env: dict[str, str]
+    labels: dict[str, str]  # key -> short sha256 of its value
+
+    def matches(self, key: str, value: str) -> bool:
+        return self.labels.get(key) == _short_sha(value)
+
+
+def parse_config(value: str) -> ConfigLabel:
+    data = json.loads(value)
+    if not isinstance(data, dict) or not isinstance(data.get("env"), dict) or not isinstance(data.get("labels"), dict):
+        raise ValueError('imgbuild.config is not {"env": {...}, "labels": {...}}')
+    return ConfigLabel(
+        {str(k): str(v) for k, v in data["env"].items()}, {str(k): str(v) for k, v in data["labels"].items()}
+    )
+
+
+def missing_required(labels: Mapping[str, str]) -> list[str]:
+    return [k for k in REQUIRED if k not in labels]
+
+
+def oci_annotations(labels: Mapping[str, str]) -> dict[str, str]:
+    """The OCI keys of `labels`, as manifest annotations (what docker/metadata-action writes)."""
+    return {k: v for k, v in sorted(labels.items()) if k.startswith(OCI)}

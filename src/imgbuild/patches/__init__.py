@@ -1,0 +1,1 @@
+"""Patch files and what applying them means: pure logic over trees, no side effects."""

@@ -1,0 +1,296 @@
+"""Apply a stack of patches to a tree, in memory, and report what happened.
+
+Nothing here writes to disk: a `Tree` supplies the pristine contents and the
+original blobs for 3-way merges, and the result is a mapping of changed paths.
+That makes every apply transactional: a failure leaves no trace anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from imgbuild.patches.hunks import HunkOutcome, apply_hunks, split_lines
+from imgbuild.patches.patchfile import FileDiff, Patch
+
+# Severity order; a patch's method is the worst of its files'.
+METHODS = ("exact", "offset", "fuzz", "3way", "partly-upstreamed", "upstreamed", "conflict")
+OK_METHODS = frozenset({"exact", "offset", "upstreamed", "partly-upstreamed", "3way", "fuzz"})
+
+
+class Tree(Protocol):
+    def read(self, path: str) -> bytes | None:
+        """Pristine content of `path`, or None if the tree lacks it."""
+
+    def blob(self, sha: str) -> bytes | None:
+        """Any blob by id (for the original blobs of 3-way merges)."""
+
+    def symlink_prefix(self, path: str) -> str | None:
+        """The leading component of `path` that is a symlink, if any."""
+
+
+Merge3 = Callable[[bytes, bytes, bytes], tuple[bytes, int]]
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    path: str
+    old_path: str | None
+    method: str
+    hunks: tuple[HunkOutcome, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    patch: str
+    group: str
+    method: str
+    files: tuple[FileOutcome, ...]
+    filename: str = ""  # as in patches/series; the one spelling JSON uses
+
+    @property
+    def ok(self) -> bool:
+        return self.method in OK_METHODS
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "patch": self.filename or self.patch,
+            "group": self.group,
+            "method": self.method,
+            "files": [
+                {
+                    "path": f.path,
+                    "method": f.method,
+                    "reason": f.reason,
+                    "hunks": [
+                        {"hunk": h.hunk, "header": h.header, "method": h.method, "offset": h.offset, "line": h.line}
+                        for h in f.hunks
+                    ],
+                }
+                for f in self.files
+            ],
+        }
+
+
+@dataclass
+class StackResult:
+    outcomes: list[PatchOutcome] = field(default_factory=list)
+    changed: dict[str, bytes | None] = field(default_factory=dict)  # None: deleted
+    conflicts: dict[str, bytes] = field(default_factory=dict)  # files with conflict markers
+    own: list[dict[str, bytes | None]] = field(default_factory=list, repr=False)  # each patch's own changes
+    max_fuzz: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+
+def worst(methods: Sequence[str]) -> str:
+    return max(methods, key=METHODS.index) if methods else "exact"
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _encode(lines: Sequence[str]) -> bytes:
+    return "".join(lines).encode("utf-8", errors="surrogateescape")
+
+
+class _Overlay:
+    """The tree as the stack has changed it so far."""
+
+    def __init__(self, tree: Tree, changed: dict[str, bytes | None]) -> None:
+        self.tree = tree
+        self.changed = changed
+
+    def read(self, path: str) -> bytes | None:
+        return self.changed[path] if path in self.changed else self.tree.read(path)
+
+
+def _file_method(hunks: Sequence[HunkOutcome]) -> str:
+    methods = [h.method for h in hunks]
+    if methods and all(m == "upstreamed" for m in methods):
+        return "upstreamed"
+    applied = [m for m in methods if m != "upstreamed"]
+    if len(applied) < len(methods):
+        return worst(["partly-upstreamed", *applied]) if "fuzz" not in applied else "fuzz"
+    return worst(applied)
+
+
+def _apply_file(
+    fd: FileDiff, view: _Overlay, tree: Tree, max_fuzz: int, merge3: Merge3 | None
+) -> tuple[FileOutcome, dict[str, bytes | None], bytes | None]:
+    """Returns the outcome, the changes to make, and conflict-marked content if any."""
+    src = fd.old_path
+    for path in filter(None, (fd.old_path, fd.new_path)):
+        link = tree.symlink_prefix(path)
+        if link:
+            reason = f"{link} is a symlink in the tree; refusing to follow it"
+            return FileOutcome(fd.path, src, "conflict", (), reason), {}, None
+    current = view.read(src) if src else None
+    dest = fd.new_path
+
+    if src is None:  # the patch creates a file
+        wanted = _encode([line for h in fd.hunks for line in h.new])
+        existing = view.read(fd.path)
+        if existing is None:
+            return FileOutcome(fd.path, None, "exact", ()), {fd.path: wanted}, None
+        if existing == wanted:
+            return FileOutcome(fd.path, None, "upstreamed", (), "the file already exists with this content"), {}, None
+        return FileOutcome(fd.path, None, "conflict", (), "the patch creates a file that already exists"), {}, None
+
+    if current is None:
+        return FileOutcome(fd.path, src, "conflict", (), f"{src} does not exist in the tree"), {}, None
+
+    result = apply_hunks(split_lines(_decode(current)), fd.hunks, max_fuzz)
+    if result.lines is not None:
+        method = _file_method(result.hunks)
+        new = _encode(result.lines)
+        if method == "upstreamed":
+            return FileOutcome(fd.path, src, method, tuple(result.hunks), "every hunk is already present"), {}, None
+        if dest is None:
+            return FileOutcome(fd.path, src, method, tuple(result.hunks)), {src: None}, None
+        changes: dict[str, bytes | None] = {dest: new}
+        if fd.is_rename:
+            changes[src] = None
+        return FileOutcome(fd.path, src, method, tuple(result.hunks)), changes, None
+
+    # Hunks failed: a 3-way merge between the patch's original blob, the
+    # patched original, and what the tree has now.
+    base = tree.blob(fd.old_blob) if fd.old_blob else None
+    if merge3 is None or base is None or dest is None:
+        why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
+        why = fuzz_note(split_lines(_decode(current)), fd, max_fuzz) or why
+        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
+    theirs = apply_hunks(split_lines(_decode(base)), fd.hunks, 0)
+    if theirs.lines is None:
+        why = "the patch does not apply to its own original blob (stale index line?)"
+        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
+    merged, conflicts = merge3(current, base, _encode(theirs.lines))
+    if conflicts:
+        why = f"3-way merge left {conflicts} conflict(s)"
+        note = fuzz_note(split_lines(_decode(current)), fd, max_fuzz)
+        why = f"{why}; {note}" if note else why
+        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, merged
+    if merged == current:
+        return FileOutcome(fd.path, src, "upstreamed", tuple(result.hunks), "3-way merge is a no-op"), {}, None
+    return FileOutcome(fd.path, src, "3way", tuple(result.hunks)), {dest: merged}, None
+
+
+MAX_FUZZ = 3
+NOOP_MERGE = "3-way merge is a no-op"
+
+
+def fuzz_note(lines: Sequence[str], fd: FileDiff, max_fuzz: int) -> str:
+    """Say where failed hunks would land with more fuzz, and how to fix the patch instead."""
+    if max_fuzz >= MAX_FUZZ:
+        return ""
+    probe = apply_hunks(lines, fd.hunks, MAX_FUZZ)
+    if probe.lines is None:
+        return ""
+    fuzzy = [h for h in probe.hunks if h.method == "fuzz"]
+    if not fuzzy:
+        return ""
+    need = max(h.fuzz for h in fuzzy)
+    where = ", ".join(f"hunk #{h.hunk} `{h.header}` with fuzz {h.fuzz} at line {h.line}" for h in fuzzy)
+    return (
+        f"would apply with fuzz: {where}; `--allow-fuzz {need}` accepts it (never in CI), "
+        "`imgbuild patches rebase` or `patches edit`/`refresh` fixes the patch properly"
+    )
+
+
+def apply_patch(
+    patch: Patch, tree: Tree, changed: dict[str, bytes | None], *, max_fuzz: int = 0, merge3: Merge3 | None = None
+) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, bytes]]:
+    """Apply one patch on top of `changed`. Returns its outcome and its own changes."""
+    view = _Overlay(tree, dict(changed))
+    own: dict[str, bytes | None] = {}
+    marked: dict[str, bytes] = {}
+    files: list[FileOutcome] = []
+    for fd in patch.files:
+        outcome, changes, conflict = _apply_file(fd, view, tree, max_fuzz, merge3)
+        files.append(outcome)
+        own.update(changes)
+        view.changed.update(changes)
+        if conflict is not None:
+            marked[fd.path] = conflict
+    methods = [f.method for f in files]
+    method = "conflict" if "conflict" in methods else _patch_method(methods)
+    return PatchOutcome(patch.name, patch.group, method, tuple(files), patch.filename), own, marked
+
+
+def _patch_method(methods: Sequence[str]) -> str:
+    if all(m == "upstreamed" for m in methods):
+        return "upstreamed"
+    if "upstreamed" in methods or "partly-upstreamed" in methods:
+        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
+        return "fuzz" if "fuzz" in rest else ("3way" if "3way" in rest else "partly-upstreamed")
+    return worst(methods)
+
+
+def apply_stack(
+    patches: Sequence[Patch],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    keep_going: bool = True,
+) -> StackResult:
+    """Apply `patches` in order. A patch that fails changes nothing."""
+    result = StackResult(max_fuzz=max_fuzz)
+    for patch in patches:
+        outcome, own, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
+        _record(result, outcome, own, marked)
+        if not outcome.ok and not keep_going:
+            break
+    return result
+
+
+def _record(result: StackResult, outcome: PatchOutcome, own: dict[str, bytes | None], marked: dict[str, bytes]) -> None:
+    result.outcomes.append(outcome)
+    result.own.append(own)
+    if outcome.ok:
+        result.changed.update(own)
+    else:
+        result.conflicts.update(marked)
+
+
+def _merge_free(outcome: PatchOutcome) -> bool:
+    """True when every file of the outcome came from its hunks alone, so no 3-way merge setting changes it."""
+    return outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
+
+
+def derive_stack(
+    full: StackResult,
+    series: Sequence[Patch],
+    keep: Sequence[str],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+) -> StackResult:
+    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with
+    keep_going) for every kept patch whose files no left-out or re-applied patch has touched before it.
+
+    A patch's outcome depends only on the contents of its own files; those are the same as in the full
+    run until a patch that is left out (or that had to be applied again) changes one of them.
+    """
+    if len(full.own) != len(series) or full.max_fuzz != max_fuzz:
+        return apply_stack([p for p in series if p.name in set(keep)], tree, max_fuzz=max_fuzz, merge3=merge3)
+    kept = set(keep)
+    result = StackResult(max_fuzz=max_fuzz)
+    dirty: set[str] = set()  # files whose content may differ from the full run's at this point
+    for patch, outcome, own in zip(series, full.outcomes, full.own, strict=True):
+        if patch.name not in kept:
+            dirty.update(patch.paths)
+            continue
+        if dirty.isdisjoint(patch.paths) and _merge_free(outcome):
+            _record(result, outcome, own, {})
+            continue
+        again, own_again, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
+        _record(result, again, own_again, marked)
+        dirty.update(patch.paths)
+    return result

@@ -1,0 +1,402 @@
+"""Carry one patch onto another release: the step `rebase` and `check --onto` share.
+
+`carry_patch` follows moved files (renames.py), applies the patch in memory
+with the engine (exact, then offset, then a 3-way merge from the patch's
+original blobs; never fuzz), and gives it one outcome:
+
+- exact / offset / 3way: carried forward;
+- partly-upstreamed: some hunks are already in the release and are dropped;
+- upstreamed: every hunk is already in the release;
+- conflict: it does not apply (the 3-way merge's marked files come with it).
+
+Nothing is called upstreamed on one signal alone: each dropped hunk must
+reverse-apply to the release, its added lines must be present, and the
+patch-id of the hunks as written must equal the patch-id of the same change
+regenerated from the release. If any check disagrees, the outcome is a
+conflict, so a patch is never dropped by mistake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from imgbuild.errors import ImgbuildError
+from imgbuild.patches.apply import METHODS, FileOutcome, PatchOutcome, Tree, apply_patch
+from imgbuild.patches.hunks import apply_hunks, split_lines
+from imgbuild.patches.patchfile import FileDiff, Hunk, Patch
+from imgbuild.patches.renames import Move, RenameFinder, rewrite
+from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
+
+CARRIED = frozenset({"exact", "offset", "3way", "partly-upstreamed"})
+HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+MARKERS = ("<<<<<<< ", ">>>>>>> ")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The three checks behind calling hunks upstreamed."""
+
+    path: str
+    hunks: tuple[int, ...]
+    reverse_apply: bool
+    added_present: bool
+    patch_id: bool | None  # None: not checked (no hunks, e.g. a created file that already exists)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reverse_apply and self.added_present and self.patch_id is not False
+
+    def failed(self) -> str:
+        names = [
+            n for n, v in (("reverse-apply", self.reverse_apply), ("added lines present", self.added_present)) if not v
+        ]
+        if self.patch_id is False:
+            names.append("patch-id")
+        return ", ".join(names)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "hunks": list(self.hunks),
+            "reverse_apply": self.reverse_apply,
+            "added_lines_present": self.added_present,
+            "patch_id": self.patch_id,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class DroppedHunk:
+    path: str
+    hunk: int
+    header: str
+    line: int  # where the release already has it
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "hunk": self.hunk, "header": self.header, "line": self.line}
+
+
+@dataclass(frozen=True)
+class Carry:
+    patch: Patch  # as applied: paths rewritten to where the files are now
+    outcome: str  # exact | offset | 3way | partly-upstreamed | upstreamed | conflict
+    files: tuple[FileOutcome, ...]
+    moves: tuple[Move, ...]
+    changes: Mapping[str, bytes | None]  # this patch's own changes (clean part only, on conflict)
+    conflicts: Mapping[str, bytes] = field(default_factory=dict)  # files with conflict markers
+    dropped: tuple[DroppedHunk, ...] = ()
+    checks: tuple[Verification, ...] = ()
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome != "conflict"
+
+    @property
+    def carried(self) -> bool:
+        return self.outcome in CARRIED
+
+    def to_json(self) -> dict[str, object]:
+        detail = PatchOutcome(
+            self.patch.name, self.patch.group, self.outcome, self.files, self.patch.filename
+        ).to_json()
+        return {
+            **detail,
+            "reason": self.reason,
+            "moves": [m.to_json() for m in self.moves],
+            "dropped_hunks": [d.to_json() for d in self.dropped],
+            "upstreamed_checks": [c.to_json() for c in self.checks],
+            "conflicts": sorted(self.conflicts),
+        }
+
+
+class BlobTree:
+    """A Tree that also knows the original blobs of the patch being applied."""
+
+    def __init__(self, tree: Tree, blobs: Mapping[str, bytes]) -> None:
+        self.tree = tree
+        self.blobs = blobs
+
+    def read(self, path: str) -> bytes | None:
+        return self.tree.read(path)
+
+    def blob(self, sha: str) -> bytes | None:
+        return self.blobs[sha] if sha in self.blobs else self.tree.blob(sha)
+
+    def symlink_prefix(self, path: str) -> str | None:
+        return self.tree.symlink_prefix(path)
+
+
+class MemoTree:
+    """A Tree that remembers what it read: stacks that share files read each once."""
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self._read: dict[str, bytes | None] = {}
+        self._links: dict[str, str | None] = {}
+
+    def read(self, path: str) -> bytes | None:
+        if path not in self._read:
+            self._read[path] = self.tree.read(path)
+        return self._read[path]
+
+    def blob(self, sha: str) -> bytes | None:
+        return self.tree.blob(sha)
+
+    def symlink_prefix(self, path: str) -> str | None:
+        if path not in self._links:
+            self._links[path] = self.tree.symlink_prefix(path)
+        return self._links[path]
+
+
+# -- the original blobs: replay the series on the release it was written for --
+@dataclass(frozen=True)
+class OldStep:
+    patch: Patch
+    outcome: PatchOutcome
+    own: dict[str, bytes | None]
+    pre: dict[str, bytes]  # the patch's index-line old blob id -> the content it really applied to
+
+
+def replay_series(patches: Sequence[Patch], tree: Tree) -> list[OldStep]:
+    """Apply the series in order (exact or offset only) and remember each patch's pre-images."""
+    changed: dict[str, bytes | None] = {}
+    steps = []
+    for patch in patches:
+        pre: dict[str, bytes] = {}
+        for fd in patch.files:
+            if fd.old_path and fd.old_blob:
+                data = changed[fd.old_path] if fd.old_path in changed else tree.read(fd.old_path)
+                if data is not None:
+                    pre[fd.old_blob] = data
+        outcome, own, _ = apply_patch(patch, tree, changed, max_fuzz=0, merge3=None)
+        if outcome.ok:
+            changed.update(own)
+        steps.append(OldStep(patch, outcome, own, pre))
+    return steps
+
+
+class LazyBlobs:
+    """Original blobs per patch, computed on first use (needs the pinned release)."""
+
+    def __init__(self, patches: Sequence[Patch], tree: Callable[[], Tree | None]) -> None:
+        self._patches = patches
+        self._tree = tree
+        self._by_patch: dict[str, dict[str, bytes]] | None = None
+
+    def for_patch(self, name: str) -> Mapping[str, bytes]:
+        return _LazyMap(self, name)
+
+    def _load(self) -> dict[str, dict[str, bytes]]:
+        if self._by_patch is None:
+            try:
+                tree = self._tree()
+            except (ImgbuildError, GitError):  # no pinned release: 3-way merges use what the cache has
+                tree = None
+            steps = replay_series(self._patches, tree) if tree is not None else []
+            self._by_patch = {s.patch.name: s.pre for s in steps}
+        return self._by_patch
+
+
+class _LazyMap(Mapping[str, bytes]):
+    def __init__(self, owner: LazyBlobs, name: str) -> None:
+        self.owner, self.name = owner, name
+
+    def _map(self) -> dict[str, bytes]:
+        return self.owner._load().get(self.name, {})
+
+    def __getitem__(self, key: str) -> bytes:
+        return self._map()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return len(self._map())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._map()
+
+
+# -- raw patch text, for patch-ids of the hunks exactly as written -------------
+def raw_sections(raw: str) -> list[list[str]]:
+    """For each `diff --git` section of a patch text: the text of each of its hunks."""
+    sections: list[list[list[str]]] = []
+    hunk: list[str] | None = None
+    want = [0, 0]
+    for line in raw.splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            sections.append([])
+            hunk = None
+        elif sections and (m := HUNK_RE.match(line)):
+            want = [int(m.group(1) or 1), int(m.group(2) or 1)]
+            hunk = [line]
+            sections[-1].append(hunk)
+        elif hunk is not None and (want[0] > 0 or want[1] > 0 or line.startswith("\\")):
+            hunk.append(line)
+            blank = line in ("\n", "\r\n")
+            if line.startswith((" ", "-")) or blank:
+                want[0] -= 1
+            if line.startswith((" ", "+")) or blank:
+                want[1] -= 1
+    return [["".join(h) for h in section] for section in sections]
+
+
+def _canonical(path: str, hunks: Sequence[str]) -> str:
+    body = "".join(h if h.endswith("\n") else h + "\n" for h in hunks)
+    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n{body}"
+
+
+def _hunks_of(diff: str) -> list[str]:
+    sections = raw_sections(diff)
+    return sections[0] if sections else []
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _encode(lines: Sequence[str]) -> bytes:
+    return "".join(lines).encode("utf-8", errors="surrogateescape")
+
+
+def reverse(hunk: Hunk) -> Hunk:
+    return dataclasses.replace(hunk, old=hunk.new, new=hunk.old, old_start=hunk.new_start, new_start=hunk.old_start)
+
+
+def verify_upstreamed(
+    path: str, hunks: Sequence[Hunk], current: bytes, raw_hunks: Sequence[str] | None
+) -> Verification:
+    """Reverse-apply, added-lines and patch-id checks for `hunks` being in `current` already."""
+    lines = split_lines(_decode(current))
+    back = apply_hunks(lines, [reverse(h) for h in hunks], 0)
+    reverse_ok = back.lines is not None and all(o.method in ("exact", "offset") for o in back.hunks)
+    present = set(lines)
+    added_ok = all(line in present for h in hunks for line in h.new[h.lead : len(h.new) - h.trail])
+    pid: bool | None = None
+    note = ""
+    if reverse_ok and back.lines is not None and raw_hunks is not None:
+        context = max((max(h.lead, h.trail) for h in hunks), default=3) or 3
+        regenerated = _hunks_of(diff_no_index(_encode(back.lines), current, path, context=context))
+        written = patch_id(_canonical(path, raw_hunks))
+        found = patch_id(_canonical(path, regenerated))
+        pid = written is not None and written == found
+        if not pid:
+            note = "the release has these lines, but not as the same change (patch-id differs)"
+    return Verification(path, tuple(h.index for h in hunks), reverse_ok, added_ok, pid, note)
+
+
+# -- the step itself ------------------------------------------------------------
+def _method(methods: Sequence[str]) -> str:
+    if "conflict" in methods:
+        return "conflict"
+    if methods and all(m == "upstreamed" for m in methods):
+        return "upstreamed"
+    if "upstreamed" in methods or "partly-upstreamed" in methods:
+        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
+        return "3way" if "3way" in rest else "partly-upstreamed"
+    return max(methods, key=METHODS.index) if methods else "exact"
+
+
+def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder | None) -> dict[str, Move]:
+    """Paths of `patch` that are gone from the tree but moved in the release."""
+    moves: dict[str, Move] = {}
+    if finder is None:
+        return moves
+    for fd in patch.files:
+        if fd.old_path is not None and fd.old_path not in moves and read(fd.old_path) is None:
+            m = finder.follow(fd.old_path)
+            if m is not None and read(m.new) is not None:
+                moves[fd.old_path] = m
+        target = fd.new_path
+        if target is not None and target != fd.old_path and target not in moves and read(target) is None:
+            m = finder.follow_created(target)
+            if m is not None:
+                moves[target] = m
+    return moves
+
+
+def carry_patch(
+    patch: Patch,
+    tree: Tree,
+    changed: Mapping[str, bytes | None],
+    *,
+    finder: RenameFinder | None = None,
+    raw: str | None = None,
+    blobs: Mapping[str, bytes] | None = None,
+    label: str = "upstream",
+) -> Carry:
+    """Apply `patch` on `tree` overlaid with `changed`, and classify the result."""
+
+    def read(path: str) -> bytes | None:
+        return changed[path] if path in changed else tree.read(path)
+
+    moves = find_moves(patch, read, finder)
+    moved = rewrite(patch, moves)
+
+    def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
+        return merge_file(ours, base, theirs, (label, "original", patch.filename))
+
+    source = BlobTree(tree, blobs if blobs is not None else {})  # not `or`: that would load lazy blobs
+    outcome, own, marked = apply_patch(moved, source, dict(changed), max_fuzz=0, merge3=merge3)
+    files = list(outcome.files)
+    sections = raw_sections(raw) if raw is not None else None
+    checks: list[Verification] = []
+    dropped: list[DroppedHunk] = []
+    for i, (fd, fo) in enumerate(zip(moved.files, files, strict=True)):
+        if fo.method == "conflict" and fd.new_path is None and fd.old_path and read(fd.old_path) is None:
+            files[i] = fo = dataclasses.replace(fo, method="upstreamed", reason="the release already deleted the file")
+        if fo.method in ("conflict", "3way"):
+            continue
+        chosen = _upstreamed_hunks(fd, fo)
+        if chosen is None:
+            continue
+        if not chosen or fd.old_path is None or fd.new_path is None:
+            checks.append(Verification(fd.path, (), True, True, None, fo.reason))
+            dropped.extend(DroppedHunk(fd.path, h.index, h.header, 0) for h in fd.hunks)
+            continue
+        current = read(fd.old_path) or b""
+        raw_hunks = None
+        if sections is not None and i < len(sections) and len(sections[i]) == len(fd.hunks):
+            raw_hunks = [sections[i][h.index - 1] for h in chosen]
+        checks.append(verify_upstreamed(fd.path, chosen, current, raw_hunks))
+        lines = {o.hunk: o.line for o in fo.hunks}
+        dropped.extend(DroppedHunk(fd.path, h.index, h.header, lines.get(h.index, 0)) for h in chosen)
+    method = _method([f.method for f in files])
+    reason = "; ".join(f"{f.path}: {f.reason}" for f in files if f.method == "conflict" and f.reason)
+    bad = [c for c in checks if not c.ok]
+    if bad and method != "conflict":
+        method = "conflict"
+        reason = "; ".join(
+            f"{c.path}: hunks {', '.join(map(str, c.hunks))} look upstreamed, but {c.failed()} failed" for c in bad
+        )
+    return Carry(
+        patch=moved,
+        outcome=method,
+        files=tuple(files),
+        moves=tuple(moves.values()),
+        changes=own,
+        conflicts=marked if method == "conflict" else {},
+        dropped=tuple(dropped) if method != "conflict" else (),
+        checks=tuple(checks),
+        reason=reason,
+    )
+
+
+def _upstreamed_hunks(fd: FileDiff, fo: FileOutcome) -> list[Hunk] | None:
+    """The hunks of `fd` the release already has (None: none of them)."""
+    if fo.method == "upstreamed" and not any(h.method == "upstreamed" for h in fo.hunks):
+        return list(fd.hunks) if fd.old_path is not None and fd.new_path is not None else []
+    if fo.method not in ("upstreamed", "partly-upstreamed"):
+        return None
+    marked = {o.hunk for o in fo.hunks if o.method == "upstreamed"}
+    return [h for h in fd.hunks if h.index in marked]
+
+
+def conflict_marker_lines(data: bytes) -> list[int]:
+    """1-based lines that still hold conflict markers."""
+    return [i for i, line in enumerate(_decode(data).split("\n"), start=1) if line.startswith(MARKERS)]

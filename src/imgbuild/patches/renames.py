@@ -1,0 +1,179 @@
+"""Follow files that moved between two upstream releases.
+
+A patch written against release A names paths of A. When release B moved a
+file, or a whole directory, the patch is rewritten to the new path before it
+is applied. Moves come from git's rename detection between the two release
+commits, limited to the files that matter so it stays fast on a large tree.
+Directory renames are inferred from the files that left a directory (as
+`git merge` does), so files a patch creates in a moved directory follow too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from imgbuild.errors import ImgbuildError
+from imgbuild.patches.patchfile import FileDiff, Patch
+from imgbuild.upstream.git import CommitTree, GitError, GitRepo, name_status
+
+MAX_SOURCES = 400
+MAX_CANDIDATES = 2000
+
+
+@dataclass(frozen=True)
+class Move:
+    old: str
+    new: str
+    how: str  # "file" (git rename detection) or "directory" (inferred directory rename)
+
+    def to_json(self) -> dict[str, str]:
+        return {"old": self.old, "new": self.new, "how": self.how}
+
+
+def _parents(path: str) -> list[str]:
+    """Ancestor directories of `path`, deepest first."""
+    out = []
+    d = posixpath.dirname(path)
+    while d:
+        out.append(d)
+        d = posixpath.dirname(d)
+    return out
+
+
+def _dir_pair(old: str, new: str) -> tuple[str, str] | None:
+    """For a move old -> new, the directories that differ once the common tail is removed."""
+    a, b = old.split("/"), new.split("/")
+    tail = 0
+    while tail < min(len(a), len(b)) - 1 and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    if tail == 0:
+        return None
+    da, db = "/".join(a[:-tail]), "/".join(b[:-tail])
+    return (da, db) if da != db and da and db else None
+
+
+class RenameFinder:
+    """Moves between commit `old` (given lazily; None: unknown) and commit `new`, both in `repo`."""
+
+    def __init__(self, repo: GitRepo, old: Callable[[], str | None], new: str) -> None:
+        self.repo = repo
+        self._old_fn = old
+        self._old: str | None = None
+        self._old_known = False
+        self.new = new
+        self.new_tree = CommitTree(repo, new)
+        self.files: dict[str, str] = {}
+        self.dir_votes: dict[str, Counter[str]] = {}
+        self._changes: list[tuple[str, str, str | None]] | None = None
+        self._searched: set[str] = set()
+        self._dirs: dict[tuple[str, str], bool] = {}
+
+    @property
+    def old(self) -> str | None:
+        if not self._old_known:
+            self._old_known = True
+            try:
+                self._old = self._old_fn()
+            except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
+                self._old = None
+        return self._old
+
+    def _is_dir(self, tree: CommitTree, path: str) -> bool:
+        key = (tree.commit, path)
+        if key not in self._dirs:
+            entry = self.repo.entry(tree.commit, path) if path else None
+            self._dirs[key] = entry is not None and entry.kind == "tree"
+        return self._dirs[key]
+
+    def _search(self, path: str) -> None:
+        """Run rename detection for the files around `path` (once per vanished directory)."""
+        old = self.old
+        if old is None:
+            return
+        old_tree = CommitTree(self.repo, old)
+        top = posixpath.dirname(path)
+        for d in _parents(path):
+            if self._is_dir(self.new_tree, d):
+                break
+            top = d
+        if top in self._searched:
+            return
+        self._searched.add(top)
+        if self._changes is None:
+            try:
+                self._changes = name_status(self.repo, old, self.new, renames=False)
+            except GitError:
+                self._changes = []
+        prefix = top + "/" if top else ""
+        sources = [p for s, p, _ in self._changes if s == "D" and p.startswith(prefix)]
+        if path in old_tree_paths(old_tree, [path]) and path not in sources:
+            sources.append(path)
+        sources = sorted(sources, key=lambda p: (p != path, p))[:MAX_SOURCES]
+        names = {posixpath.basename(p) for p in sources}
+        added = [p for s, p, _ in self._changes if s == "A"]
+        candidates = [
+            p for p in added if posixpath.basename(p) in names or posixpath.dirname(p) == posixpath.dirname(path)
+        ]
+        if len(candidates) < MAX_CANDIDATES and len(added) <= MAX_CANDIDATES:
+            candidates = added
+        if not sources or not candidates:
+            return
+        try:
+            moves = name_status(self.repo, old, self.new, renames=True, paths=[*sources, *candidates[:MAX_CANDIDATES]])
+        except GitError:
+            return
+        for status, src, dst in moves:
+            if status == "R" and dst:
+                self.files[src] = dst
+                pair = _dir_pair(src, dst)
+                if pair:
+                    self.dir_votes.setdefault(pair[0], Counter())[pair[1]] += 1
+
+    def _via_dirs(self, path: str) -> Move | None:
+        for d in _parents(path):
+            votes = self.dir_votes.get(d)
+            if votes and not self._is_dir(self.new_tree, d):
+                target = votes.most_common(1)[0][0]
+                return Move(path, target + path[len(d) :], "directory")
+        return None
+
+    def follow(self, path: str) -> Move | None:
+        """Where `path`, missing from the new release, most likely went (None: not found)."""
+        if path not in self.files:
+            self._search(path)
+        if path in self.files:
+            return Move(path, self.files[path], "file")
+        return self._via_dirs(path)
+
+    def follow_created(self, path: str) -> Move | None:
+        """For a file a patch creates: follow its directory if that directory moved away."""
+        parent = posixpath.dirname(path)
+        if not parent or self._is_dir(self.new_tree, parent):
+            return None
+        old = self.old
+        if old is None or not self._is_dir(CommitTree(self.repo, old), parent):
+            return None  # the directory is new with the patch; nothing to follow
+        self._search(path)
+        return self._via_dirs(path)
+
+
+def old_tree_paths(tree: CommitTree, paths: Sequence[str]) -> set[str]:
+    return {p for p in paths if tree.blob_sha(p) is not None}
+
+
+def rewrite(patch: Patch, moves: dict[str, Move]) -> Patch:
+    """`patch` with every path in `moves` replaced by where it went."""
+    if not moves:
+        return patch
+
+    def where(path: str | None) -> str | None:
+        return moves[path].new if path is not None and path in moves else path
+
+    files: list[FileDiff] = [
+        dataclasses.replace(f, old_path=where(f.old_path), new_path=where(f.new_path)) for f in patch.files
+    ]
+    return dataclasses.replace(patch, files=tuple(files))

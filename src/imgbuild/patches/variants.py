@@ -1,0 +1,258 @@
+"""Resolve variants to patch selections, and selections to file plans.
+
+`resolve_variants` is pure: configs and patch metadata in, frozen selections
+out. `plan_variant` applies a selection to a `Tree` in memory (no I/O of its
+own) and says, for every file any patch touches, whether the variant carries
+it patched (and by which patches) or original, with its hashes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from imgbuild.config.models import SmokeSpec, VariantConfig
+from imgbuild.errors import ApplyError, ConfigError, unknown_name
+from imgbuild.patches.apply import Merge3, PatchOutcome, StackResult, Tree, apply_stack, derive_stack
+from imgbuild.patches.patchfile import Patch
+from imgbuild.upstream.git import blob_id, sha256
+
+DEFAULT_PLATFORMS = ("linux/arm64",)
+
+
+@dataclass(frozen=True)
+class ResolvedImage:
+    repository: str | None
+    tags: tuple[str, ...]
+    base: str | None
+    platforms: tuple[str, ...]
+    site_packages: str | None
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ResolvedVariant:
+    name: str
+    description: str
+    chain: tuple[str, ...]  # root ancestor first, this variant last
+    selected: tuple[str, ...]  # patch names, in series order
+    reverted: tuple[str, ...]  # series patches this variant leaves out
+    image: ResolvedImage
+    smoke: SmokeSpec
+
+
+def patch_names(patches: Sequence[Patch]) -> dict[str, list[str]]:
+    """Every name a variant may use (patch name, file name, group) -> patch names."""
+    names: dict[str, list[str]] = {}
+    for p in patches:
+        names.setdefault(p.name, []).append(p.name)
+        names.setdefault(p.filename, []).append(p.name)
+        if p.group:
+            names.setdefault(p.group, []).append(p.name)
+    return names
+
+
+def _expand(variant: str, key: str, words: Sequence[str], names: Mapping[str, list[str]]) -> set[str]:
+    out: set[str] = set()
+    for word in words:
+        if word not in names:
+            raise ConfigError(
+                f"images/{variant}.yaml: {key}: " + unknown_name("patch or group", word, names),
+                hint="use a group name from a patch's Group: field, or a patch name from patches/series",
+            )
+        out.update(names[word])
+    return out
+
+
+def _refuse_groupless(variant: str, reverted: Sequence[str], patches: Sequence[Patch], kept: set[str]) -> None:
+    """A variant that reverts a group must not keep a group-less patch that changes that group's files."""
+    for group in reverted:
+        files = {path for p in patches if p.group == group for path in p.paths}
+        for p in patches:
+            touched = sorted(files.intersection(p.paths))
+            if not p.group and p.name in kept and touched:
+                raise ConfigError(
+                    f"images/{variant}.yaml: revert: {group}: {p.filename} has no Group: line but changes "
+                    f"{', '.join(touched)}, a file of group {group!r}; {variant} would carry it patched",
+                    hint=f"add `Group: {group}` to the header of patches/{p.filename} (or a group of its own)",
+                )
+
+
+def resolve_variants(configs: Mapping[str, VariantConfig], patches: Sequence[Patch]) -> dict[str, ResolvedVariant]:
+    order = [p.name for p in patches]
+    names = patch_names(patches)
+    done: dict[str, ResolvedVariant] = {}
+
+    def resolve(name: str, stack: tuple[str, ...]) -> ResolvedVariant:
+        if name in done:
+            return done[name]
+        if name in stack:
+            cycle = " -> ".join((*stack[stack.index(name) :], name))
+            raise ConfigError(f"images/{name}.yaml: `from:` makes a cycle: {cycle}", hint="break the cycle")
+        cfg = configs[name]
+        parent: ResolvedVariant | None = None
+        if cfg.from_ is not None:
+            if cfg.from_ not in configs:
+                raise ConfigError(f"images/{name}.yaml: from: " + unknown_name("variant", cfg.from_, configs))
+            parent = resolve(cfg.from_, (*stack, name))
+        if cfg.patches == "all" or (cfg.patches is None and parent is None):
+            chosen = set(order)
+        else:
+            chosen = set(parent.selected if parent else ())
+            chosen |= _expand(name, "patches", cfg.patches or [], names)
+        chosen -= _expand(name, "revert", cfg.revert, names)
+        _refuse_groupless(name, cfg.revert, patches, chosen)
+        rv = ResolvedVariant(
+            name=name,
+            description=cfg.description,
+            chain=(*(parent.chain if parent else ()), name),
+            selected=tuple(p for p in order if p in chosen),
+            reverted=tuple(p for p in order if p not in chosen),
+            image=_inherit_image(cfg, parent),
+            smoke=cfg.smoke if (cfg.smoke.commands or parent is None) else parent.smoke,
+        )
+        done[name] = rv
+        return rv
+
+    for name in configs:
+        resolve(name, ())
+    return {n: done[n] for n in configs}
+
+
+def _inherit_image(cfg: VariantConfig, parent: ResolvedVariant | None) -> ResolvedImage:
+    img = cfg.image
+    up = parent.image if parent else None
+    env = dict(up.env) if up else {}
+    for k, v in img.env.items():
+        if v is None:
+            env.pop(k, None)  # `KEY: null` removes an inherited variable
+        else:
+            env[k] = v
+    labels = {**(dict(up.labels) if up else {}), **img.labels}
+    return ResolvedImage(
+        repository=img.repository or (up.repository if up else None),
+        tags=tuple(img.tags) if img.tags is not None else (cfg.name,),
+        base=img.base or (up.base if up else None),
+        platforms=tuple(img.platforms or (up.platforms if up else DEFAULT_PLATFORMS)),
+        site_packages=img.site_packages or (up.site_packages if up else None),
+        env=tuple(sorted(env.items())),
+        labels=tuple(sorted(labels.items())),
+    )
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str
+    state: str  # "patched" or "original"
+    patches: tuple[str, ...]  # patches of this variant that change the file
+    groups: tuple[str, ...]  # groups of every series patch touching the file
+    sha256: str
+    blob: str
+    pristine_blob: str | None
+    pristine_sha256: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "state": self.state,
+            "patches": list(self.patches),
+            "groups": list(self.groups),
+            "sha256": self.sha256,
+            "blob": self.blob,
+            "pristine_blob": self.pristine_blob,
+            "pristine_sha256": self.pristine_sha256,
+        }
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    variant: ResolvedVariant
+    files: tuple[PlannedFile, ...]
+    outcomes: tuple[PatchOutcome, ...]
+    contents: Mapping[str, bytes] = field(repr=False, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant.name,
+            "chain": list(self.variant.chain),
+            "patches": list(self.variant.selected),
+            "reverted": list(self.variant.reverted),
+            "files": [f.to_json() for f in self.files],
+            "apply": [o.to_json() for o in self.outcomes],
+        }
+
+
+def touched_paths(patches: Sequence[Patch]) -> list[str]:
+    return list(dict.fromkeys(path for p in patches for path in p.paths))
+
+
+def plan_variant(
+    variant: ResolvedVariant,
+    patches: Sequence[Patch],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    full: StackResult | None = None,
+) -> VariantPlan:
+    """Apply the variant's patches to pristine `tree` and describe every touched file.
+
+    `full`, the whole series already applied to `tree` (keep_going), is reused for the
+    patches that left-out ones do not affect, so each variant costs only its differences."""
+    by_name = {p.name: p for p in patches}
+    selected = [by_name[n] for n in variant.selected]
+    if full is None:
+        result = apply_stack(selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    else:
+        result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
+    if failed:
+        raise _selection_error(variant, failed[0], patches)
+    files: list[PlannedFile] = []
+    contents: dict[str, bytes] = {}
+    touching_by_path: dict[str, list[Patch]] = {}
+    for p in patches:
+        for path in p.paths:
+            touching_by_path.setdefault(path, []).append(p)
+    kept = set(variant.selected)
+    for path in touched_paths(patches):
+        pristine = tree.read(path)
+        data = result.changed.get(path, pristine)
+        touching = tuple(p.name for p in touching_by_path[path] if p.name in kept)
+        if data is None:
+            continue  # deleted by the variant, or created only by left-out patches
+        changed = path in result.changed and data != pristine
+        if not changed and pristine is not None and blob_id(data) != blob_id(pristine):
+            raise ApplyError(f"{variant.name}: {path} should equal the pristine blob but does not")
+        contents[path] = data
+        files.append(
+            PlannedFile(
+                path=path,
+                state="patched" if changed else "original",
+                patches=touching if changed else (),
+                groups=tuple(dict.fromkeys(p.group for p in touching_by_path[path])),
+                sha256=sha256(data),
+                blob=blob_id(data),
+                pristine_blob=blob_id(pristine) if pristine is not None else None,
+                pristine_sha256=sha256(pristine) if pristine is not None else None,
+            )
+        )
+    return VariantPlan(variant, tuple(files), tuple(result.outcomes), contents)
+
+
+def _selection_error(variant: ResolvedVariant, bad: PatchOutcome, patches: Sequence[Patch]) -> ApplyError:
+    by_name = {p.name: p for p in patches}
+    paths = set(by_name[bad.patch].paths)
+    overlapping = [n for n in variant.reverted if paths & set(by_name[n].paths)]
+    detail = "; ".join(f"{f.path}: {f.reason or f.method}" for f in bad.files if f.method not in ("exact", "offset"))
+    if overlapping:
+        return ApplyError(
+            f"variant {variant.name}: kept patch {bad.patch} does not apply without the left-out "
+            f"{', '.join(overlapping)} (they touch the same file: {detail})",
+            hint="rebase the kept patch so it applies on its own, or leave both out; imgbuild does not guess",
+        )
+    return ApplyError(
+        f"variant {variant.name}: patch {bad.patch} does not apply to the pinned release ({bad.method}: {detail})",
+        hint="run `imgbuild patches check` for the per-hunk report, then rebase or refresh the patch",
+    )

@@ -1,0 +1,1 @@
+"""Image references, credentials, the OCI distribution client and images.lock."""

@@ -1,0 +1,279 @@
+"""`images.lock`: each variant's base, resolved to a digest per platform.
+
+`imgbuild lock` asks each base's registry for the tag's manifest (an index,
+or one manifest) and records the index digest and every platform's manifest
+digest, together with the pinned upstream commit and the series digest, so
+one file says exactly what the images are made from. Builds and publishes
+take the base by digest from here.
+
+`check` compares the lock with the project (variants, bases, platforms, pin,
+series) and, unless offline, with what the registries say now. Rendering is
+deterministic, so writing an unchanged lock leaves the file byte-equal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from imgbuild.errors import ConfigError, RegistryError
+from imgbuild.patches.variants import ResolvedVariant
+from imgbuild.registry import reference
+from imgbuild.registry.client import INDEX_TYPES, Manifest, Registry
+
+FILENAME = "images.lock"
+VERSION = 1
+HEADER = (
+    "# images.lock: each variant's base image by digest, per platform, and the inputs it was locked with.\n"
+    "# Written by `imgbuild lock`; `imgbuild lock --check` fails when it is stale. Do not edit by hand.\n"
+)
+
+
+@dataclass(frozen=True)
+class LockedBase:
+    ref: str  # as written in images/*.yaml
+    digest: str  # what the tag pointed to: an index, or a single manifest
+    media_type: str
+    platforms: tuple[tuple[str, str], ...]  # (platform, manifest digest), sorted
+
+    def platform_digest(self, platform: str) -> str | None:
+        return dict(self.platforms).get(platform)
+
+    def pinned(self, platform: str | None = None) -> str:
+        """`ref:tag@digest` (docker uses the digest): the index's, or one platform's manifest's."""
+        digest = self.digest if platform is None else dict(self.platforms)[normalize_platform(platform)]
+        return f"{self.ref.split('@', 1)[0]}@{digest}"
+
+
+@dataclass(frozen=True)
+class LockedVariant:
+    base: str
+    platforms: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lock:
+    upstream_tag: str
+    upstream_commit: str
+    series: str
+    bases: Mapping[str, LockedBase]
+    variants: Mapping[str, LockedVariant]
+
+    def base_of(self, variant: str) -> LockedBase:
+        if variant not in self.variants:
+            raise ConfigError(f"{FILENAME} has no entry for variant {variant!r}", hint="run `imgbuild lock`")
+        return self.bases[self.variants[variant].base]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "version": VERSION,
+            "upstream": {"tag": self.upstream_tag, "commit": self.upstream_commit},
+            "series": self.series,
+            "bases": {
+                ref: {
+                    "digest": b.digest,
+                    "media_type": b.media_type,
+                    "platforms": dict(b.platforms),
+                }
+                for ref, b in sorted(self.bases.items())
+            },
+            "variants": {
+                name: {"base": v.base, "platforms": list(v.platforms)} for name, v in sorted(self.variants.items())
+            },
+        }
+
+    def render(self) -> str:
+        return HEADER + yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=200)
+
+
+def parse_lock(text: str, where: str = FILENAME) -> Lock:
+    try:
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError(f"not a version {VERSION} lock")
+        bases = {
+            str(ref): LockedBase(
+                ref=str(ref),
+                digest=str(b["digest"]),
+                media_type=str(b["media_type"]),
+                platforms=tuple(sorted((str(p), str(d)) for p, d in b["platforms"].items())),
+            )
+            for ref, b in (data.get("bases") or {}).items()
+        }
+        variants = {
+            str(name): LockedVariant(str(v["base"]), tuple(str(p) for p in v["platforms"]))
+            for name, v in (data.get("variants") or {}).items()
+        }
+        return Lock(
+            upstream_tag=str(data["upstream"]["tag"]),
+            upstream_commit=str(data["upstream"]["commit"]),
+            series=str(data["series"]),
+            bases=bases,
+            variants=variants,
+        )
+    except (yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{where}: cannot read the lock: {exc}", hint="regenerate it with `imgbuild lock`") from exc
+
+
+def load_lock(root: Path) -> Lock | None:
+    path = root / FILENAME
+    if not path.is_file():
+        return None
+    return parse_lock(path.read_text(), str(path))
+
+
+def platform_of(entry: Mapping[str, object]) -> str | None:
+    """`linux/arm64` from an index entry's platform (the arm64 `v8` variant is implied)."""
+    plat = entry.get("platform")
+    if not isinstance(plat, dict):
+        return None
+    os_, arch, var = plat.get("os"), plat.get("architecture"), plat.get("variant")
+    if not os_ or not arch or os_ == "unknown":
+        return None
+    if var and not (arch == "arm64" and var == "v8"):
+        return f"{os_}/{arch}/{var}"
+    return f"{os_}/{arch}"
+
+
+def normalize_platform(platform: str) -> str:
+    return platform.removesuffix("/v8") if platform.startswith("linux/arm64") else platform
+
+
+Opener = Callable[[reference.Reference], Registry]
+
+
+def open_registry(ref: reference.Reference) -> Registry:
+    return Registry(ref)
+
+
+def resolve_base(ref_text: str, opener: Opener = open_registry) -> LockedBase:
+    """Ask the base's registry what `ref_text` points to, per platform."""
+    ref = reference.parse(ref_text)
+    with opener(ref) as reg:
+        top = reg.get_manifest(ref.repository, ref.ref)
+        platforms: dict[str, str] = {}
+        if top.media_type in INDEX_TYPES:
+            for entry in top.json().get("manifests") or []:  # type: ignore[attr-defined]
+                plat = platform_of(entry)
+                if plat is not None and plat not in platforms:
+                    platforms[plat] = str(entry["digest"])
+        else:
+            plat = _single_platform(reg, ref.repository, top)
+            platforms[plat] = top.digest
+    return LockedBase(ref_text, top.digest, top.media_type, tuple(sorted(platforms.items())))
+
+
+def _single_platform(reg: Registry, repository: str, manifest: Manifest) -> str:
+    config = manifest.json().get("config")
+    if not isinstance(config, dict):
+        raise RegistryError(f"{reg.host}/{repository}@{manifest.digest} has no config descriptor")
+    data = json.loads(reg.get_blob(repository, str(config["digest"])))
+    arch, os_, var = data.get("architecture"), data.get("os"), data.get("variant")
+    return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
+
+
+def _base_of(v: ResolvedVariant) -> str:
+    if not v.image.base:
+        raise ConfigError(
+            f"images/{v.name}.yaml: image.base is not set (nor inherited through from:)",
+            hint="set image.base, e.g. vllm/vllm-openai:v0.33.0, in the root variant",
+        )
+    return v.image.base
+
+
+def make_lock(
+    variants: Sequence[ResolvedVariant],
+    upstream_tag: str,
+    upstream_commit: str,
+    series: str,
+    resolve: Callable[[str], LockedBase] = resolve_base,
+) -> Lock:
+    bases: dict[str, LockedBase] = {}
+    for v in variants:
+        ref = _base_of(v)
+        if ref not in bases:
+            bases[ref] = resolve(ref)
+    locked = {
+        v.name: LockedVariant(_base_of(v), tuple(normalize_platform(p) for p in v.image.platforms)) for v in variants
+    }
+    lock = Lock(upstream_tag, upstream_commit, series, bases, locked)
+    missing = missing_platforms(lock)
+    if missing:
+        raise RegistryError(
+            "; ".join(missing), hint="the base is not published for that platform; change image.platforms"
+        )
+    return lock
+
+
+def missing_platforms(lock: Lock) -> list[str]:
+    out = []
+    for name, v in sorted(lock.variants.items()):
+        base = lock.bases.get(v.base)
+        have = {p for p, _ in base.platforms} if base else set()
+        for p in v.platforms:
+            if p not in have:
+                has = ", ".join(sorted(have)) or "none"
+                out.append(f"variant {name}: base {v.base} has no {p} image in the lock (has {has})")
+    return out
+
+
+def check(
+    lock: Lock | None,
+    variants: Sequence[ResolvedVariant],
+    upstream_tag: str,
+    upstream_commit: str,
+    series: str,
+    resolve: Callable[[str], LockedBase] | None = resolve_base,
+) -> list[str]:
+    """Problems that make the lock stale; `resolve=None` checks offline."""
+    if lock is None:
+        return [f"{FILENAME} is missing; run `imgbuild lock`"]
+    problems = []
+    if lock.upstream_commit != upstream_commit or lock.upstream_tag != upstream_tag:
+        problems.append(
+            f"upstream: locked {lock.upstream_tag} {lock.upstream_commit[:12]}, "
+            f"pinned {upstream_tag} {upstream_commit[:12]}"
+        )
+    if lock.series != series:
+        problems.append(f"series: locked {lock.series[:12]}, now {series[:12]} (patches/ changed)")
+    names = {v.name for v in variants}
+    for extra in sorted(set(lock.variants) - names):
+        problems.append(f"variant {extra}: locked but no longer in images/")
+    for v in variants:
+        entry = lock.variants.get(v.name)
+        if entry is None:
+            problems.append(f"variant {v.name}: not in the lock")
+            continue
+        base = _base_of(v)
+        if entry.base != base:
+            problems.append(f"variant {v.name}: locked base {entry.base}, images/ says {base}")
+        want = tuple(normalize_platform(p) for p in v.image.platforms)
+        if entry.platforms != want:
+            problems.append(
+                f"variant {v.name}: locked platforms {', '.join(entry.platforms)}, images/ says {', '.join(want)}"
+            )
+    problems += missing_platforms(lock)
+    if resolve is not None:
+        for ref, locked in sorted(lock.bases.items()):
+            now = resolve(ref)
+            if now.digest != locked.digest:
+                problems.append(f"base {ref}: locked {locked.digest}, the registry now has {now.digest}")
+            elif now.platforms != locked.platforms:
+                problems.append(f"base {ref}: its platforms changed in the registry")
+    return problems
+
+
+def write_lock(root: Path, lock: Lock) -> bool:
+    """Write `images.lock`; False when it already had exactly this content."""
+    path = root / FILENAME
+    text = lock.render()
+    if path.is_file() and path.read_text() == text:
+        return False
+    tmp = path.with_name(f".{FILENAME}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return True

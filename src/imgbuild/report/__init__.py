@@ -1,0 +1,1 @@
+"""Rendering apart from logic: tables, JSON and JUnit of every command's results."""

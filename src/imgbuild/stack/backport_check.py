@@ -1,0 +1,62 @@
+"""Has a release taken a backport? Shared by `patches rebase` and `check --onto`.
+
+Per hunk, replay.carry_patch already says `upstreamed` when the release has
+every hunk. A fix that upstream changed again before the release no longer
+matches hunk by hunk; then the backport is looked up by patch-id among the
+commits between the two releases, restricted to the backport's own files (an
+upstream commit that also touched tests still matches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from imgbuild.patches.backport import is_backport
+from imgbuild.patches.carry import Carry
+from imgbuild.upstream.git import LITERAL, GitError, GitRepo, patch_id
+
+
+def diff_part(raw: str) -> str:
+    at = raw.find("diff --git ")
+    while at > 0 and raw[at - 1] != "\n":
+        at = raw.find("diff --git ", at + 1)
+    return raw[at:] if at >= 0 else ""
+
+
+def release_patch_ids(repo: GitRepo, old: str, new: str, paths: list[str]) -> dict[str, str]:
+    """patch-id -> commit, for each commit in new but not in old, limited to `paths`."""
+    try:
+        log = repo.run(
+            "log", "-p", "--no-merges", "--full-index", "--no-color", "--no-renames", "--format=commit %H",
+            new, f"^{old}", "--", *paths, env=LITERAL,
+        )  # fmt: skip
+    except GitError:
+        return {}
+    ids: dict[str, str] = {}
+    try:
+        out = repo.run("patch-id", "--stable", stdin=log.encode("utf-8", errors="surrogateescape")) if log else ""
+    except GitError:
+        return {}
+    for line in out.splitlines():
+        pid, _, sha = line.partition(" ")
+        ids.setdefault(pid, sha)
+    return ids
+
+
+def recognise(carry: Carry, raw: str, repo: GitRepo, old: str, new: str, tag: str) -> Carry:
+    """`carry`, or an `upstreamed` one when the backport's patch-id is among old..new's commits."""
+    if not is_backport(carry.patch.fields) or carry.outcome != "conflict":
+        return carry
+    mine = patch_id(diff_part(raw))
+    if mine is None:
+        return carry
+    found = release_patch_ids(repo, old, new, list(carry.patch.paths)).get(mine)
+    if found is None:
+        return carry
+    return dataclasses.replace(
+        carry,
+        outcome="upstreamed",
+        changes={},
+        conflicts={},
+        reason=f"backport applied upstream in {tag}: commit {found[:12]} has the same patch-id",
+    )

@@ -1,0 +1,127 @@
+"""Write a patched tree to a directory, all or nothing.
+
+Everything is written into a staging directory beside the destination, with a
+known name, and renamed into place at the end, so an interrupted run leaves the
+destination untouched. A lock file beside it (flock; the OS drops it when a
+process dies) lets one run at a time write a destination: a second one is
+refused, and a run that holds the lock removes the staging directory that a
+killed run left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import shutil
+import tarfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from imgbuild.errors import StateError, write_error
+from imgbuild.upstream.git import GitRepo
+
+
+def staging_path(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.imgbuild-staging"
+
+
+def lock_path(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.imgbuild-lock"
+
+
+@contextlib.contextmanager
+def dest_lock(dest: Path) -> Iterator[None]:
+    """Hold the lock of `dest`, or refuse (exit 10) when another imgbuild holds it."""
+    path = lock_path(dest)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StateError(
+                f"another imgbuild is writing {dest} (pid {holder})",
+                hint="wait for it to finish, or choose another DIR",
+            ) from None
+        # The holder before us may have removed the file after we opened it: lock the file that is there now.
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+
+
+def _remove_stale(dest: Path) -> None:
+    """Staging left by a run that was killed (our known name, and the random names of older versions)."""
+    for stale in [staging_path(dest), *dest.parent.glob(f".{dest.name}.staging-*")]:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+
+
+def write_tree(
+    dest: Path,
+    repo: GitRepo,
+    commit: str,
+    changed: Mapping[str, bytes | None],
+    *,
+    only_changed: bool = False,
+) -> int:
+    """Write the pristine `commit` overlaid with `changed` to `dest`. Returns files written."""
+    dest = Path(os.path.abspath(dest))
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise StateError(
+            f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
+        )
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with dest_lock(dest):
+            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):  # another run finished first
+                raise StateError(
+                    f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
+                )
+            _remove_stale(dest)
+            return _write(dest, staging_path(dest), repo, commit, changed, only_changed)
+    except OSError as exc:
+        raise write_error(dest, exc) from exc
+
+
+def _write(
+    dest: Path, staging: Path, repo: GitRepo, commit: str, changed: Mapping[str, bytes | None], only_changed: bool
+) -> int:
+    staging.mkdir()
+    try:
+        count = 0
+        if not only_changed:
+            archive = repo.repo.git.archive(commit, output_stream=None, stdout_as_string=False)
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(staging, filter="data")
+                count = sum(1 for m in tar.getmembers() if m.isfile())
+        for path, data in sorted(changed.items()):
+            target = staging / path
+            if data is None:
+                target.unlink(missing_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            existed = target.exists()
+            target.write_bytes(data)
+            count += 0 if existed else 1
+        if dest.exists():
+            dest.rmdir()
+        os.rename(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return count

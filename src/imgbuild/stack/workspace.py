@@ -1,0 +1,167 @@
+"""The project's work area, `.imgbuild-work/`: state dirs, the lock, atomic JSON.
+
+`patches rebase` keeps its state in `.imgbuild-work/rebase/` and `patches edit`
+in `.imgbuild-work/pq/`; each holds a `state.json` and a git work tree `tree/`
+whose config carries the state's token, so a directory imgbuild did not make
+is never mistaken for (or deleted as) one of its own. One lock file serializes
+every command that changes that state; the OS drops the lock when a process
+dies, which is how an interrupted command is told from a running one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imgbuild import digests
+from imgbuild.atomic import write_json
+from imgbuild.errors import StateError
+from imgbuild.upstream.git import GitRepo, diff_commits, init_scratch, scratch_marker
+
+WORK = ".imgbuild-work"
+KINDS = {"rebase": "patches rebase", "pq": "patches edit"}
+INPUTS = ("patches/series", "patches/upstream.yaml")  # what every session hashes, besides its patches
+
+
+def work_root(root: Path) -> Path:
+    return root / WORK
+
+
+def state_dir(root: Path, kind: str) -> Path:
+    return work_root(root) / kind
+
+
+@contextlib.contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Hold the project's patch-state lock, or refuse if another command holds it."""
+    base = work_root(root)
+    base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise StateError(
+                f"another imgbuild command is changing the patch state of {root} (pid {holder})",
+                hint="wait for it to finish",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_state(directory: Path, kind: str) -> dict[str, Any] | None:
+    """The state in `directory`, None if there is none; StateError if the directory is not imgbuild's."""
+    if not directory.exists():
+        return None
+    path = directory / "state.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise StateError(
+            f"{directory} exists but was not made by `imgbuild {KINDS[kind]}` (no valid state.json); "
+            "refusing to touch it",
+            hint="move it out of the way yourself if it is not needed",
+        )
+    tree = directory / "tree"
+    if scratch_marker(tree) != data.get("token"):
+        raise StateError(
+            f"{tree} is not the work tree imgbuild made for this {KINDS[kind]} (foreign or replaced); "
+            "refusing to use it",
+            hint=f"inspect it, then remove {directory} yourself, or restore the original work tree",
+        )
+    return data
+
+
+def create_dir(final: Path, build: Callable[[Path], None]) -> None:
+    """Build a directory in a staging place and rename it to `final` in one step."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-staging-", dir=final.parent))
+    try:
+        build(staging)
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def sha256_file(path: Path) -> str | None:
+    """sha256 of a file, or None when it does not exist."""
+    try:
+        return digests.sha256_file(path)
+    except FileNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Session:
+    """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): what both do the same way.
+
+    The lock, `state.json`, the scratch work tree that borrows the cache
+    mirror's objects, the hashes of the inputs it started from, and the diffs
+    it exports patches from.
+    """
+
+    root: Path
+    kind: str
+
+    @property
+    def directory(self) -> Path:
+        return state_dir(self.root, self.kind)
+
+    @property
+    def tree(self) -> Path:
+        return self.directory / "tree"
+
+    @property
+    def txn(self) -> Path:
+        """Where the journal of its write to patches/ lives (export.Journal)."""
+        return self.directory / "txn"
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.root)
+
+    def read(self) -> dict[str, Any] | None:
+        return read_state(self.directory, self.kind)
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        write_json(self.directory / "state.json", data)
+
+    def scratch(self) -> GitRepo:
+        return GitRepo(self.tree)
+
+    def create(self, objects: Path, token: str, fill: Callable[[GitRepo, Path], None]) -> None:
+        """Make the state dir in one step: a scratch repo on `objects`, filled by `fill(repo, staging)`."""
+
+        def build(staging: Path) -> None:
+            fill(init_scratch(staging / "tree", objects, token), staging)
+
+        try:
+            create_dir(self.directory, build)
+        except FileExistsError as exc:
+            raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory)
+
+    def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
+        """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
+        return {p: sha256_file(self.root / p) for p in (*INPUTS, *patch_paths)}
+
+    @staticmethod
+    def diff(repo: GitRepo, old: str, new: str, context: int) -> str:
+        """The diff a patch is exported from (export.export_best calls it with the context it wants)."""
+        return diff_commits(repo, old, new, context=context)

@@ -1,0 +1,377 @@
+"""Turn commits back into patch files, and rewrite patches/ all or nothing.
+
+- A patch is re-exported only when its content changed: the regenerated diff
+  is compared with the old one hunk by hunk (paths, index lines, positions and
+  lines; not the free text git puts after `@@`). An unchanged patch keeps its
+  bytes.
+- The DEP-3 header is kept byte for byte; only the value of `Last-Update:`
+  is bumped, and only when the diff changed.
+- `series` and `upstream.yaml` are edited line by line, so comments, order
+  and formatting survive.
+- `Journal` writes a set of files as one step: new contents are staged and
+  the old ones backed up first; a crash half-way is finished (`apply`) or
+  undone (`rollback`) by the next command.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from imgbuild.atomic import write_json
+from imgbuild.config.models import UpstreamPin
+from imgbuild.errors import ConfigError, StateError
+from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.stack.workspace import sha256_file
+
+LAST_UPDATE_RE = re.compile(r"^(Last-Update:[ \t]*)([^\r\n]*)", re.MULTILINE)
+DORMANT_RE = re.compile(r"^#\s*upstreamed in (\S+):\s+(\S+)\s*$")
+
+
+def today() -> str:
+    """Today's date (UTC), or SOURCE_DATE_EPOCH's when set, for Last-Update."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
+    return when.date().isoformat()
+
+
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def encode(text: str) -> bytes:
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+# -- patch content ---------------------------------------------------------------
+def bump_last_update(header: str, date: str) -> str:
+    return LAST_UPDATE_RE.sub(lambda m: m.group(1) + date, header, count=1)
+
+
+def signature(patch: Patch) -> tuple[object, ...]:
+    """What makes two diffs the same change at the same place (ignores `@@` trailing text)."""
+    return tuple(
+        (
+            f.old_path,
+            f.new_path,
+            f.old_blob,
+            f.new_blob,
+            tuple((h.old_start, h.new_start, h.old, h.new) for h in f.hunks),
+        )
+        for f in patch.files
+    )
+
+
+def context_of(patch: Patch) -> int:
+    """The -U the patch was most likely written with (3 when it cannot tell).
+
+    A hunk that does not start at line 1 has exactly -U lines of leading
+    context; hunks at either end of a file have fewer, so they do not count.
+    """
+    leads = [h.lead for f in patch.files if f.old_path and f.new_path for h in f.hunks if h.old_start > 1]
+    return max(leads) if leads else 3
+
+
+def context_candidates(patch: Patch) -> list[int]:
+    """-U values to regenerate `patch` with, most likely first."""
+    edges = sorted({max(h.lead, h.trail) for f in patch.files for h in f.hunks}, reverse=True)
+    return list(dict.fromkeys([context_of(patch), 3, *edges]))
+
+
+def parse_text(filename: str, text: str, package_root: str) -> Patch:
+    with tempfile.TemporaryDirectory(prefix="imgbuild-patch-") as tmp:
+        path = Path(tmp) / filename
+        path.write_bytes(encode(text))
+        return parse_patch(path, package_root)
+
+
+@dataclass(frozen=True)
+class Exported:
+    data: bytes | None  # new file bytes; None when the patch is unchanged
+    diff_changed: bool
+    header_changed: bool
+
+
+def export_patch(
+    original: bytes | None,
+    old: Patch | None,
+    header: str,
+    diff: str,
+    *,
+    filename: str,
+    package_root: str,
+    date: str,
+    header_changed: bool = False,
+) -> Exported:
+    """New bytes for a patch whose diff is now `diff` (None when nothing changed)."""
+    new = parse_text(filename, header + diff, package_root)
+    diff_changed = old is None or signature(new) != signature(old)
+    if original is not None and not diff_changed and not header_changed:
+        return Exported(None, False, False)
+    text = (bump_last_update(header, date) if diff_changed else header) + diff
+    data = encode(text)
+    return Exported(None if data == original else data, diff_changed, header_changed)
+
+
+def export_best(
+    make_diff: Callable[[int], str],
+    original: bytes,
+    old: Patch,
+    header: str,
+    *,
+    filename: str,
+    package_root: str,
+    date: str,
+    header_changed: bool = False,
+) -> tuple[Exported, str]:
+    """Like export_patch, regenerating the diff with the -U that reproduces `old` when the change is the same."""
+    first: tuple[Exported, str] | None = None
+    for context in context_candidates(old):
+        diff = make_diff(context)
+        if not diff:
+            return Exported(None, True, header_changed), diff
+        exported = export_patch(
+            original, old, header, diff, filename=filename, package_root=package_root, date=date,
+            header_changed=header_changed,
+        )  # fmt: skip
+        if not exported.diff_changed:
+            return exported, diff
+        first = first or (exported, diff)
+    assert first is not None
+    return first
+
+
+# -- patches/series ---------------------------------------------------------------
+def _entry_name(line: str) -> str | None:
+    body = line.split("#", 1)[0].strip()
+    return body.split()[0] if body else None
+
+
+def rewrite_series_lines(text: str, replace: Mapping[int, str | None]) -> str:
+    """`text` with 1-based line N replaced by replace[N] (a line without newline, or None to delete it)."""
+    lines = text.splitlines(keepends=True)
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if number not in replace:
+            out.append(line)
+        elif replace[number] is not None:
+            end = line[len(line.rstrip("\r\n")) :] or "\n"
+            out.append(f"{replace[number]}{end}")
+    return "".join(out)
+
+
+def reorder_series(text: str, order: Sequence[str]) -> str:
+    """`text` listing exactly `order`: kept entries keep their lines, new ones follow their predecessor."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    slots = [i for i, line in enumerate(lines) if _entry_name(line)]
+    by_name = {_entry_name(lines[i]): lines[i] for i in slots}
+    kept = [n for n in order if n in by_name]
+    removed = [i for i in slots if _entry_name(lines[i]) not in set(order)]
+    live = [i for i in slots if i not in removed]
+    placed: dict[int, str] = {i: by_name[name] for i, name in zip(live, kept, strict=True)}
+    after: dict[int, list[str]] = {}
+    head: list[str] = []
+    position = {name: live[k] for k, name in enumerate(kept)}
+    previous: str | None = None
+    for name in order:
+        if name not in by_name:
+            line = f"{name}\n"
+            if previous is None:
+                head.append(line)
+            else:
+                after.setdefault(position[previous], []).append(line)
+                position[name] = position[previous]
+        previous = name
+    out: list[str] = []
+    first_slot = live[0] if live else len(lines)
+    for i, line in enumerate(lines):
+        if i == first_slot:
+            out.extend(head)
+        if i in removed:
+            continue
+        out.append(placed.get(i, line))
+        out.extend(after.get(i, []))
+    if first_slot == len(lines):
+        out.extend(head)
+    return "".join(out)
+
+
+def dormant_markers(text: str) -> list[tuple[int, str, str]]:
+    """(line, tag, filename) of each `# upstreamed in TAG: FILE` line of a series."""
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        m = DORMANT_RE.match(line)
+        if m:
+            found.append((number, m.group(1), m.group(2)))
+    return found
+
+
+def dormant_line(tag: str, filename: str) -> str:
+    return f"# upstreamed in {tag}: {filename}"
+
+
+# -- patches/upstream.yaml ------------------------------------------------------------
+def rewrite_pin(text: str, pin: UpstreamPin, values: Mapping[str, str | None], source: Mapping[str, str | None]) -> str:
+    """`text` with top-level keys `values` and `source:` keys replaced in place (None removes a key)."""
+    out = text
+    for key, value in values.items():
+        out = _set_key(out, key, value, indent="")
+    for key, value in source.items():
+        out = _set_key(out, key, value, indent=r"[ \t]+")
+    try:
+        data = yaml.safe_load(out)
+        check = UpstreamPin.model_validate(data)
+    except (yaml.YAMLError, pydantic.ValidationError) as exc:  # the in-place edit broke it: full rewrite below
+        check = None
+        problem = str(exc)
+    else:
+        problem = ""
+    expect = {**values, **{f"source.{k}": v for k, v in source.items()}}
+    if check is not None and all(_get(check, k) == v for k, v in expect.items()):
+        return out
+    data = pin.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data.update({k: v for k, v in values.items() if v is not None})
+    for k, v in source.items():
+        if v is None:
+            data["source"].pop(k, None)
+        else:
+            data["source"][k] = v
+    comments = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    rewritten = comments + yaml.safe_dump(data, sort_keys=False)
+    try:
+        UpstreamPin.model_validate(yaml.safe_load(rewritten))
+    except (yaml.YAMLError, pydantic.ValidationError) as exc:
+        raise ConfigError(f"cannot rewrite patches/upstream.yaml ({problem or exc})") from exc
+    return rewritten
+
+
+def _get(pin: UpstreamPin, dotted: str) -> Any:
+    obj: Any = pin
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _set_key(text: str, key: str, value: str | None, *, indent: str) -> str:
+    pattern = re.compile(rf"^({indent}){re.escape(key)}:[^\r\n]*(\r?\n|$)", re.MULTILINE)
+    if value is None:
+        return pattern.sub("", text, count=1)
+    rendered = yaml.safe_dump(value, default_style=None).strip()
+    rendered = rendered.removesuffix("\n...").strip()
+    return pattern.sub(lambda m: f"{m.group(1)}{key}: {rendered}{m.group(2)}", text, count=1)
+
+
+# -- writing many files as one step -----------------------------------------------------
+class Journal:
+    """Stage writes and deletes under `work`, then apply them to `root` (or roll them back)."""
+
+    def __init__(self, root: Path, work: Path) -> None:
+        self.root = root
+        self.work = work
+        self.path = work / "journal.json"
+        self.ops: list[dict[str, Any]] = []
+
+    def write(self, dest: str, data: bytes) -> None:
+        self.ops.append({"dest": dest, "data": data})
+
+    def delete(self, dest: str) -> None:
+        self.ops.append({"dest": dest, "data": None})
+
+    @property
+    def dests(self) -> list[str]:
+        return [op["dest"] for op in self.ops]
+
+    def prepare(self) -> None:
+        """Stage new contents and back up old ones; after this, apply and rollback both work."""
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        (self.work / "staged").mkdir(parents=True)
+        (self.work / "backup").mkdir(parents=True)
+        record = []
+        for n, op in enumerate(self.ops):
+            dest = self.root / op["dest"]
+            entry: dict[str, Any] = {"dest": op["dest"], "staged": None, "backup": None, "made_dirs": []}
+            if op["data"] is not None:
+                (self.work / "staged" / str(n)).write_bytes(op["data"])
+                entry["staged"] = f"staged/{n}"
+            if dest.exists():
+                shutil.copy2(dest, self.work / "backup" / str(n))
+                entry["backup"] = f"backup/{n}"
+            missing = []
+            parent = dest.parent
+            while not parent.exists():
+                missing.append(str(parent.relative_to(self.root)))
+                parent = parent.parent
+            entry["made_dirs"] = missing
+            record.append(entry)
+        write_json(self.path, {"ops": record})
+
+    @classmethod
+    def load(cls, root: Path, work: Path) -> Journal | None:
+        journal = cls(root, work)
+        if not journal.path.exists():
+            return None
+        journal.ops = json.loads(journal.path.read_text(encoding="utf-8"))["ops"]
+        return journal
+
+    def _record(self) -> list[dict[str, Any]]:
+        ops: list[dict[str, Any]] = json.loads(self.path.read_text(encoding="utf-8"))["ops"]
+        return ops
+
+    def apply(self) -> None:
+        """Move every staged file into place (idempotent: safe to run again after a crash)."""
+        for entry in self._record():
+            dest = self.root / entry["dest"]
+            if entry["staged"] is not None:
+                staged = self.work / entry["staged"]
+                if staged.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(staged, dest)
+            else:
+                dest.unlink(missing_ok=True)
+                parent = dest.parent
+                if parent.is_dir() and parent not in (self.root, self.root / "patches") and not any(parent.iterdir()):
+                    parent.rmdir()  # e.g. patches/upstreamed/ once nothing is left there
+
+    def rollback(self) -> None:
+        """Put every file back as it was before `apply` started."""
+        for entry in reversed(self._record()):
+            dest = self.root / entry["dest"]
+            if entry["backup"] is not None:
+                tmp = dest.with_name(f".{dest.name}.restore")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.work / entry["backup"], tmp)
+                os.replace(tmp, dest)
+            else:
+                dest.unlink(missing_ok=True)
+            for made in entry["made_dirs"]:
+                path = self.root / made
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+
+    def discard(self) -> None:
+        if self.work.exists():
+            shutil.rmtree(self.work)
+
+
+def check_unchanged(root: Path, recorded: Mapping[str, str | None], what: str) -> None:
+    """Refuse when a file imgbuild read at the start has changed since."""
+    changed = [rel for rel, digest in recorded.items() if sha256_file(root / rel) != digest]
+    if changed:
+        raise StateError(
+            f"{', '.join(sorted(changed))} changed since {what} started; imgbuild will not overwrite that work",
+            hint=f"restore the file(s), or abort {what} and start again",
+        )
