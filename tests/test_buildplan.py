@@ -154,7 +154,6 @@ def test_dry_run_prints_plan_layers_dockerfiles_and_context(project: Project, tm
 
 
 def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Path) -> None:
-    from imgbuild.images.build import variant_plans
     from imgbuild.project import Project
     from tests.synth import Upstream, make_project
 
@@ -162,6 +161,6 @@ def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Pat
     up.release("v1", {"vllm/a.py": "a\n"})
     variants = {"latest": {"name": "latest", "image": {"platforms": ["linux/arm64", "linux/amd64"]}}}
     project = Project.load(make_project(tmp_path / "p", up, "v1", [], variants=variants))
-    assert [p.variant.image.platforms for p in variant_plans(project, None)] == [("linux/arm64",)]
-    assert [p.variant.image.platforms for p in variant_plans(project, "linux/amd64")] == [("linux/amd64",)]
-    assert [p.variant.image.platforms for p in variant_plans(project, "all")] == [("linux/arm64", "linux/amd64")]
+    assert [p.variant.image.platforms for p in project.selected_plans(project.select())] == [("linux/arm64",)]
+    assert [p.variant.image.platforms for p in project.selected_plans(project.select(platform="linux/amd64"))] == [("linux/amd64",)]
+    assert [p.variant.image.platforms for p in project.selected_plans(project.select(platform="all"))] == [("linux/arm64", "linux/amd64")]

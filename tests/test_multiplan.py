@@ -9,7 +9,7 @@ import pytest
 
 from imgbuild.errors import ConfigError
 from imgbuild.images import labels
-from imgbuild.images.build import project_inputs, variant_plans
+from imgbuild.images.build import project_inputs
 from imgbuild.images.docker import EngineFeatures, parse_version
 from imgbuild.images.dockerfile import context_files, listing
 from imgbuild.images.multiplan import MultiPlan, index_inputs, make_multi_plan
@@ -33,7 +33,7 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
 
 
 def plans(project: Project, site: dict[str, str] | None = None) -> tuple[BuildPlan, MultiPlan]:
-    vplans = variant_plans(project, ",".join(PLATFORMS))
+    vplans = project.selected_plans(project.select(platform=",".join(PLATFORMS)))
     bases = {
         (p.variant.name, pf): BaseInfo(SKEL[pf], base_id(pf), base_id(pf), pf, (site or {}).get(pf, SITE))
         for p in vplans
@@ -69,7 +69,7 @@ def test_engine_path_is_read_from_version_and_image_store() -> None:
 
 
 def test_platform_option_takes_a_list(project: Project) -> None:
-    assert [p.variant.image.platforms for p in variant_plans(project, "linux/amd64,linux/arm64")] == [PLATFORMS] * 2
+    assert [p.variant.image.platforms for p in project.selected_plans(project.select(platform="linux/amd64,linux/arm64"))] == [PLATFORMS] * 2
 
 
 def test_layers_become_one_build_each_with_per_arch_parents(project: Project) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from imgbuild.images import labels, publish
-from imgbuild.images.build import variant_plans
 from imgbuild.images.inputs import project_inputs, project_source
 from imgbuild.images.oci import canonical_json, make_layer
 from imgbuild.images.plan import BaseInfo, make_build_plan
@@ -78,7 +77,7 @@ def test_labels_name_this_project_and_leave_unknowns_out(project: Project) -> No
 
 def test_publish_writes_the_oci_keys_as_manifest_and_index_annotations(project: Project) -> None:
     inputs = project_inputs(project)
-    plans = variant_plans(project, "linux/arm64,linux/amd64")
+    plans = project.selected_plans(project.select(platform="linux/arm64,linux/amd64"))
     per = {}
     for arch in ("arm64", "amd64"):
         platform = f"linux/{arch}"

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
-from imgbuild.config.models import UpstreamPin, VariantConfig, load_pin, load_variant
+from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pin, load_variant
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.patches.apply import StackResult
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
@@ -51,6 +54,30 @@ def find_root(start: Path | None = None) -> Path:
 
 def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
     return merge_file(ours, base, theirs, ("upstream", "original", "patch"))
+
+
+ALL_PLATFORMS = "all"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a command asked for, resolved once (`Project.select`): the variants by name, in order, and
+    the platforms each variant of the project is made for in this run. Every variant has an entry,
+    not only the named ones: layers are planned over all of them."""
+
+    names: tuple[str, ...]
+    platforms: tuple[tuple[str, tuple[str, ...]], ...]  # (variant, its platforms), in the project's order
+
+    def platforms_of(self, variant: str) -> tuple[str, ...]:
+        return dict(self.platforms)[variant]
+
+    def narrow(self, plans: Sequence[VariantPlan]) -> list[VariantPlan]:
+        """`plans` with each variant's image.platforms replaced by the selected ones."""
+        out = []
+        for p in plans:
+            image = dataclasses.replace(p.variant.image, platforms=self.platforms_of(p.variant.name))
+            out.append(dataclasses.replace(p, variant=dataclasses.replace(p.variant, image=image)))
+        return out
 
 
 @dataclass
@@ -101,6 +128,33 @@ class Project:
         if name not in self.variants:
             raise ConfigError(unknown_name("variant", name, self.variants), hint="variants are the files in images/")
         return self.variants[name]
+
+    def chain_order(self) -> tuple[str, ...]:
+        """Every variant, parents before children (then by name)."""
+        return tuple(sorted(self.variants, key=lambda n: (len(self.variants[n].chain), n)))
+
+    def select(
+        self,
+        names: Sequence[str] | None = None,
+        platform: str | None = None,
+        *,
+        default: Literal["first", "declared"] = "first",
+    ) -> Selection:
+        """The CLI's variant names (none: every variant, in chain order) and its --platform: None (each
+        variant's first declared platform, or every declared one with default="declared"), "all" (every
+        declared platform) or a comma list (those, for every variant). Unknown names and unsupported
+        platforms raise here (ConfigError with "did you mean", UsageError), before any work."""
+        check_platform(platform, allow_all=True)
+        chosen = tuple(names) if names else self.chain_order()
+        for name in chosen:
+            self.variant(name)
+        wanted = () if platform in (None, ALL_PLATFORMS) else tuple(p.strip() for p in platform.split(",") if p.strip())
+        every = platform == ALL_PLATFORMS or default == "declared"
+        per = []
+        for name, v in self.variants.items():
+            declared = tuple(v.image.platforms)
+            per.append((name, wanted or (declared if every else declared[:1])))
+        return Selection(chosen, tuple(per))
 
     def lint(self) -> list[str]:
         """Problems that do not stop an apply but that review should catch."""
@@ -157,6 +211,10 @@ class Project:
         chosen = [self.variant(n) for n in names] if names else list(self.variants.values())
         tree = self.tree()
         return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz, full=full) for v in chosen]
+
+    def selected_plans(self, selection: Selection) -> list[VariantPlan]:
+        """Every variant's plan (layers are shared), each made for the platforms `selection` picked."""
+        return selection.narrow(self.plan())
 
 
 def load_project() -> Project:

@@ -32,8 +32,8 @@ def modern(engine: Engine) -> Engine:
 def buildkit_ids(engine: Engine, project: Path, cache: Path, platform: str | None) -> dict[str, str]:
     """immutable ref -> the id BuildKit gives the same variant Dockerfile (built under a scratch tag)."""
     proj = Project.load(project)
-    opts = BuildOptions(base="skeleton", platform=platform)
-    plan, _, _ = prepare(engine, proj, ["latest", "engram-mem"], opts, lambda _: None)
+    opts = BuildOptions(base="skeleton")
+    plan, _, _ = prepare(engine, proj, proj.select(["latest", "engram-mem"], platform), opts, lambda _: None)
     epoch = labels.epoch(project_inputs(proj).created)
     multi = multi_plan(engine, proj, plan)
     builds = [(mi.immutable_ref, mi.context, ",".join(mi.platforms)) for mi in multi.images] if multi else []

@@ -80,7 +80,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 def publish(
     project: Path, registry: str, repository: str, variants: tuple[str, ...] = ("latest", "engram-mem")
 ) -> tuple[list[pub.VariantPublish], list[pub.Outcome], Stats]:
-    return pub.publish(Project.load(project), list(variants), registry, repository=repository, say=lambda _: None)
+    proj = Project.load(project)
+    selection = proj.select(list(variants), default="declared")
+    r = pub.publish(proj, selection, registry, repository=repository, say=lambda _: None)
+    assert r.outcomes is not None and r.stats is not None
+    return r.plan, r.outcomes, r.stats
 
 
 def copy_project(world: World, dest: Path) -> Path:

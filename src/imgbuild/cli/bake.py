@@ -13,7 +13,7 @@ from imgbuild.images import bake as bakemod
 from imgbuild.images.inputs import project_inputs
 from imgbuild.project import load_project
 from imgbuild.registry import reference
-from imgbuild.registry.client import Registry
+from imgbuild.registry.client import Registries
 from imgbuild.registry.lock import load_lock
 from imgbuild.report.tables import console, err_console, print_json
 
@@ -109,13 +109,8 @@ def bake(
 
 def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
     out = {}
-    clients: dict[str, Registry] = {}
-    try:
+    with Registries() as regs:
         for t in targets:
             ref = reference.join(registry, t.repository)
-            reg = clients.setdefault(ref.host, Registry(ref))
-            out[t.variant] = reg.head_manifest(ref.repository, t.immutable_tag) is not None
-    finally:
-        for c in clients.values():
-            c.close()
+            out[t.variant] = regs.get(ref).head_manifest(ref.repository, t.immutable_tag) is not None
     return out

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError, UsageError
+from imgbuild.errors import UsageError
 from imgbuild.images import publish as pub
 from imgbuild.images import signing
 from imgbuild.project import load_project
-from imgbuild.registry.lock import load_lock
-from imgbuild.report.tables import console, print_json
+from imgbuild.report.publish import print_publish
+from imgbuild.report.tables import print_json
 
 
 def publish(
@@ -65,61 +63,12 @@ def publish(
     if key is not None:
         signing.key_file(key, "--key")
     project = load_project()
-    t0 = time.perf_counter()
+    selection = project.select(variants, ",".join(platform) if platform else None, default="declared")
     if dry_run:
-        lock = load_lock(project.root)
-        if lock is None:
-            raise ConfigError("images.lock is missing", hint="run `imgbuild lock`")
-        regs = pub.Registries()
-        try:
-            plan = pub.plan_publish(project, lock, variants, registry, regs, repository=repository, platforms=platform)
-        finally:
-            regs.close()
-        if as_json:
-            print_json({"dry_run": True, "variants": [vp.to_json() for vp in plan]})
-        else:
-            console.print(_table(plan, None))
-            _refs(plan)
-        return
-    plan, outcomes, stats = pub.publish(project, variants, registry, repository=repository, platforms=platform)
-    attached = pub.attach(plan, key, sbom=sbom, sign=sign) if key is not None and (sbom or sign) else []
-    seconds = time.perf_counter() - t0
+        result = pub.dry_run(project, selection, registry, repository=repository)
+    else:
+        result = pub.publish(project, selection, registry, repository=repository, key=key, sbom=sbom, sign=sign)
     if as_json:
-        print_json(
-            {
-                "variants": [{**vp.to_json(), **o.to_json()} for vp, o in zip(plan, outcomes, strict=True)],
-                "stats": stats.to_json(),
-                "attached": attached,
-                "seconds": round(seconds, 3),
-            }
-        )
-        return
-    console.print(_table(plan, outcomes))
-    _refs(plan)
-    s = stats
-    console.print(
-        f"uploaded {s.bytes_up} bytes ({len(s.blobs_uploaded)} blobs, {len(s.manifests_put)} manifests); "
-        f"mounted {len(s.blobs_mounted)} blobs, {len(s.blobs_present)} already present; {seconds:.2f}s"
-    )
-
-
-def _table(plan: list[pub.VariantPublish], outcomes: list[pub.Outcome] | None) -> Table:
-    table = Table(title="publish")
-    for col in ("variant", "platform", "manifest", "new layers", "result"):
-        table.add_column(col)
-    for i, vp in enumerate(plan):
-        o = outcomes[i] if outcomes else None
-        result = "dry run" if o is None else o.state + (f" (moved {', '.join(o.moved)})" if o.moved else "")
-        for j, pi in enumerate(vp.images):
-            layers = "\n".join(f"{lay.blob.digest[7:19]} {lay.blob.size} B" for lay in pi.layers) or "-"
-            first = j == 0
-            table.add_row(vp.variant if first else "", pi.build.platform, pi.manifest.digest[7:19], layers,
-                          result if first else "")  # fmt: skip
-    return table
-
-
-def _refs(plan: list[pub.VariantPublish]) -> None:
-    for vp in plan:
-        console.print(f"{vp.variant}: index {vp.index.digest}", soft_wrap=True, highlight=False)
-        for ref in vp.refs:
-            console.print(f"  {ref}", soft_wrap=True, highlight=False)
+        print_json(result.to_json())
+    else:
+        print_publish(result)

@@ -54,13 +54,16 @@ def smoke_cmd(
     eng = Engine.connect()
     if junit is not None:
         check_junit_path(junit)
+    from imgbuild.config.models import check_platform  # image references take --platform too, without a project
+
     project = _project()
-    opts = options(base, repository, platform)
+    check_platform(platform, allow_all=True)
+    opts = options(base, repository)
     reports: list[SmokeReport] = []
     variant_names = [t for t in targets if project is not None and t in project.variants]
     if variant_names:
         assert project is not None
-        plan, _, _ = engine.prepare(eng, project, variant_names, opts)
+        plan, _, _ = engine.prepare(eng, project, project.select(variant_names, platform), opts)
         finder = engine.importer_finder(project)
         for ib in engine.smoke_images(eng, project, plan):  # each platform of a multi-platform image
             if eng.image(ib.immutable_ref) is None:

@@ -33,7 +33,7 @@ from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, pl
 from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
 from imgbuild.patches.variants import VariantPlan
-from imgbuild.project import Project
+from imgbuild.project import Project, Selection
 from imgbuild.upstream.mirror import cache_dir
 
 SKELETON = "skeleton"
@@ -51,7 +51,6 @@ def _stderr(msg: str) -> None:
 class BuildOptions:
     base: str | None = None  # "skeleton" or an image reference; overrides image.base
     repository: str | None = None  # overrides image.repository (e.g. for tests)
-    platform: str | None = None  # overrides image.platforms
     force: bool = False
     smoke: bool = True
     verbose: bool = False
@@ -106,37 +105,30 @@ class ImageResult:
         }
 
 
+@dataclass(frozen=True)
+class DryRun:
+    """What `build --dry-run` shows: the per-platform plan, whether the daemon answered (else the bases are
+    unresolved and the digests provisional), and the multi-platform plan this engine would run instead."""
+
+    plan: BuildPlan
+    asked: bool
+    multi: MultiPlan | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {**({"multi_platform": self.multi.to_json()} if self.multi else {}), **self.plan.to_json()}
+
+
 @dataclass
 class BuildResult:
     plan: BuildPlan
     layers: list[LayerResult] = field(default_factory=list)
     images: list[ImageResult] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, object]:
+        return {"layers": [lr.to_json() for lr in self.layers], "images": [i.to_json() for i in self.images]}
+
 
 # -- planning ---------------------------------------------------------------
-ALL_PLATFORMS = "all"
-
-
-def variant_plans(project: Project, platform: str | None) -> list[VariantPlan]:
-    """Plans narrowed to the platforms a local build makes.
-
-    By default a build makes the variant's first platform under the plain tags
-    (`vllm-dsv41:latest`). `--platform all` builds every declared platform,
-    `--platform a,b` those. On Docker 26 with the containerd image store they
-    become one multi-platform image per tag (multiplan.py); on older engines
-    each platform is built on its own under `-<arch>` tag suffixes.
-    """
-    plans = project.plan()
-    if platform == ALL_PLATFORMS:
-        return plans
-    wanted = tuple(p.strip() for p in (platform or "").split(",") if p.strip())
-    out = []
-    for p in plans:
-        image = dataclasses.replace(p.variant.image, platforms=wanted or (p.variant.image.platforms[0],))
-        out.append(dataclasses.replace(p, variant=dataclasses.replace(p.variant, image=image)))
-    return out
-
-
 def base_ref(plan: VariantPlan, options: BuildOptions) -> str:
     ref = options.base or plan.variant.image.base
     if not ref:
@@ -635,19 +627,24 @@ def importer_finder(project: Project) -> ImporterFinder:
 
 
 def prepare(
-    engine: Engine, project: Project, variants: Sequence[str], options: BuildOptions, say: Say = _stderr
+    engine: Engine, project: Project, selection: Selection, options: BuildOptions, say: Say = _stderr
 ) -> tuple[BuildPlan, list[VariantPlan], dict[tuple[str, str], BaseInfo]]:
     """Plan, resolve bases, check drift: everything before the first tag or build.
+
+    By default a build makes each variant's first platform under the plain tags
+    (`vllm-dsv41:latest`); `--platform all` or `a,b` (Project.select) several.
+    On Docker 26 with the containerd image store they become one multi-platform
+    image per tag (multiplan.py); on older engines each platform is built on its
+    own under `-<arch>` tag suffixes.
 
     The drift check is skipped only when every wanted image already exists with
     equal inputs (the inputs name the base's image id, and it was checked then).
     """
-    for name in variants:
-        project.variant(name)
-    plans = variant_plans(project, options.platform)
+    plans = project.selected_plans(selection)
     resolver = Bases(engine, project, options, say)
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
-    plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
+    names = list(selection.names)
+    plan = make_build_plan(project_inputs(project), plans, bases, names, repository=options.repository)
     multi = multi_plan(engine, project, plan)
     wanted = [(ib.immutable_ref, ib.inputs_digest) for ib in plan.images] if multi is None else []
     wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
@@ -664,13 +661,13 @@ def _current(engine: Engine, ref: str, inputs: str) -> bool:
 def build(
     engine: Engine,
     project: Project,
-    variants: Sequence[str],
+    selection: Selection,
     options: BuildOptions,
     say: Say = _stderr,
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     say(engine.features.describe())
-    plan, _, _ = prepare(engine, project, variants, options, say)
+    plan, _, _ = prepare(engine, project, selection, options, say)
     multi = multi_plan(engine, project, plan)
     check_collisions(engine, plan, multi)
     epoch = labels.epoch(project_inputs(project).created)
@@ -678,18 +675,15 @@ def build(
     return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
 
 
-def dry_run(
-    project: Project, variants: Sequence[str], options: BuildOptions
-) -> tuple[BuildPlan, bool, MultiPlan | None]:
+def dry_run(project: Project, selection: Selection, options: BuildOptions) -> DryRun:
     """The build plan without building (and the multi-platform one the engine would run); asks the daemon
     about bases only if it answers."""
-    for name in variants:
-        project.variant(name)
     try:
         engine: Engine | None = Engine.connect()
     except DockerError:
         engine = None
-    plans = variant_plans(project, options.platform)
+    plans = project.selected_plans(selection)
     bases = dry_bases(project, plans, options, engine)
-    plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
-    return plan, engine is not None, multi_plan(engine, project, plan) if engine else None
+    names = list(selection.names)
+    plan = make_build_plan(project_inputs(project), plans, bases, names, repository=options.repository)
+    return DryRun(plan, engine is not None, multi_plan(engine, project, plan) if engine else None)

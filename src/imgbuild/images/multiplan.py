@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.errors import ConfigError
 from imgbuild.images import dockerfile, labels
-from imgbuild.images.plan import BuildPlan, ImageBuild, LayerBuild, ProjectInputs, arch_of
+from imgbuild.images.plan import BuildPlan, ImageBuild, LayerBuild, ProjectInputs, Tagged, arch_of
 
 LAYER_FORMAT = "imgbuild-multi-layer/1"
 INDEX_FORMAT = "imgbuild-index/1"  # publish.py hashes a published index the same way
@@ -46,9 +46,18 @@ class MultiLayer:
     context: bytes = field(repr=False)
     parts: tuple[LayerBuild, ...] = field(repr=False)  # one per platform, as a single-platform build plans it
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "tag": self.tag,
+            "digest": self.digest,
+            "platforms": list(self.platforms),
+            "files": list(self.files),
+            "dockerfile": self.dockerfile,
+        }
+
 
 @dataclass(frozen=True)
-class MultiImage:
+class MultiImage(Tagged):
     variant: str
     platforms: tuple[str, ...]
     inputs_digest: str
@@ -60,16 +69,19 @@ class MultiImage:
     parts: tuple[ImageBuild, ...] = field(repr=False)  # per platform: labels and a `-<arch>` immutable tag
 
     @property
-    def immutable_ref(self) -> str:
-        return f"{self.repository}:{self.immutable_tag}"
-
-    @property
-    def moving_refs(self) -> tuple[str, ...]:
-        return tuple(f"{self.repository}:{t}" for t in self.moving_tags)
-
-    @property
     def platform_refs(self) -> dict[str, str]:
         return {p.platform: p.immutable_ref for p in self.parts}
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platforms": list(self.platforms),
+            "immutable": self.immutable_ref,
+            "moving": list(self.moving_refs),
+            "platform_refs": self.platform_refs,
+            "inputs_digest": self.inputs_digest,
+            "dockerfile": self.dockerfile,
+        }
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,9 @@ class MultiPlan:
     layers: tuple[MultiLayer, ...]  # parents before children
     images: tuple[MultiImage, ...]
     source: BuildPlan = field(repr=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {"layers": [ml.to_json() for ml in self.layers], "images": [mi.to_json() for mi in self.images]}
 
 
 def _sha(*parts: str) -> str:

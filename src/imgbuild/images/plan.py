@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.errors import ConfigError
 from imgbuild.images import dockerfile, labels
-from imgbuild.images.layers import LayerPlan, overlay_files, plan_layers
+from imgbuild.images.layers import LayerPlan, describe, overlay_files, plan_layers
 from imgbuild.patches.variants import VariantPlan
 
 LAYER_FORMAT = "imgbuild-layer/1"
@@ -49,6 +49,22 @@ class ProjectInputs:
     source: labels.Source = field(default_factory=labels.Source)
 
 
+class Tagged:
+    """The refs of a build with a repository, an immutable tag and moving tags (one image or several platforms)."""
+
+    repository: str
+    immutable_tag: str
+    moving_tags: tuple[str, ...]
+
+    @property
+    def immutable_ref(self) -> str:
+        return f"{self.repository}:{self.immutable_tag}"
+
+    @property
+    def moving_refs(self) -> tuple[str, ...]:
+        return tuple(f"{self.repository}:{t}" for t in self.moving_tags)
+
+
 @dataclass(frozen=True)
 class LayerBuild:
     digest: str
@@ -61,9 +77,19 @@ class LayerBuild:
     variants: tuple[str, ...]
     index: int
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "tag": self.tag,
+            "digest": self.digest,
+            "platform": self.platform,
+            "files": list(self.files),
+            "dockerfile": self.dockerfile,
+            "context": [str(e) for e in dockerfile.listing(self.context)],
+        }
+
 
 @dataclass(frozen=True)
-class ImageBuild:
+class ImageBuild(Tagged):
     variant: str
     platform: str
     base: BaseInfo
@@ -78,13 +104,18 @@ class ImageBuild:
     moving_tags: tuple[str, ...]
     plan: VariantPlan = field(repr=False)
 
-    @property
-    def immutable_ref(self) -> str:
-        return f"{self.repository}:{self.immutable_tag}"
-
-    @property
-    def moving_refs(self) -> tuple[str, ...]:
-        return tuple(f"{self.repository}:{t}" for t in self.moving_tags)
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platform": self.platform,
+            "base": self.base.ref,
+            "immutable": self.immutable_ref,
+            "moving": list(self.moving_refs),
+            "inputs_digest": self.inputs_digest,
+            "layers": list(self.layers),
+            "dockerfile": self.dockerfile,
+            "labels": dict(self.labels),
+        }
 
 
 @dataclass(frozen=True)
@@ -95,6 +126,14 @@ class BuildPlan:
 
     def layer(self, digest: str) -> LayerBuild:
         return next(lb for lb in self.layers if lb.digest == digest)
+
+    def to_json(self) -> dict[str, object]:
+        """What `build --dry-run --json` prints of the per-platform plan."""
+        return {
+            "layers": [lb.to_json() for lb in self.layers],
+            "images": [ib.to_json() for ib in self.images],
+            "layer_plans": {title: describe(lp) for title, lp in self.layer_plans},
+        }
 
 
 def _sha(*parts: str) -> str:

@@ -38,9 +38,18 @@ from imgbuild.images.inputs import project_inputs
 from imgbuild.images.oci import Blob, Layer, canonical_json, derive_config, make_layer
 from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, LayerBuild, make_build_plan
 from imgbuild.patches.variants import VariantPlan
-from imgbuild.project import Project
+from imgbuild.project import Project, Selection
 from imgbuild.registry import reference
-from imgbuild.registry.client import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, Stats
+from imgbuild.registry.client import (
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Manifest,
+    Registries,
+    Registry,
+    Stats,
+)
 from imgbuild.registry.lock import Lock, LockedBase, load_lock, missing_platforms, normalize_platform
 
 INDEX_FORMAT = "imgbuild-index/1"
@@ -134,37 +143,6 @@ class Outcome:
 
 
 # -- planning (reads manifests and configs only) ----------------------------------
-class Registries:
-    """One client per registry host, shared by every step of a run."""
-
-    def __init__(self, factory: Callable[[reference.Reference], Registry] = Registry) -> None:
-        self.factory = factory
-        self.clients: dict[str, Registry] = {}
-
-    def get(self, ref: reference.Reference) -> Registry:
-        if ref.host not in self.clients:
-            self.clients[ref.host] = self.factory(ref)
-        return self.clients[ref.host]
-
-    def stats(self) -> Stats:
-        total = Stats()
-        for c in self.clients.values():
-            s = c.stats
-            total.requests += s.requests
-            total.bytes_up += s.bytes_up
-            total.bytes_down += s.bytes_down
-            total.blobs_uploaded += s.blobs_uploaded
-            total.blobs_mounted += s.blobs_mounted
-            total.blobs_present += s.blobs_present
-            total.manifests_put += s.manifests_put
-            total.manifests_present += s.manifests_present
-        return total
-
-    def close(self) -> None:
-        for c in self.clients.values():
-            c.close()
-
-
 def fetch_base(regs: Registries, locked: LockedBase, platform: str, site_packages: str | None) -> RemoteBase:
     ref = reference.parse(locked.ref)
     digest = locked.platform_digest(normalize_platform(platform))
@@ -212,22 +190,18 @@ def _epoch(created: str) -> int:
 def plan_publish(
     project: Project,
     lock: Lock,
-    variants: Sequence[str],
+    selection: Selection,
     registry: str,
     regs: Registries,
     *,
     repository: str | None = None,
-    platforms: Sequence[str] | None = None,
 ) -> list[VariantPublish]:
-    """Everything to upload, computed before the first write."""
-    for name in variants:
-        project.variant(name)
+    """Everything to upload, computed before the first write (`selection`: Project.select(..., default="declared"))."""
+    variants = selection.names
     problems = missing_platforms(lock)
     if problems:
         raise ConfigError("images.lock: " + "; ".join(problems), hint="run `imgbuild lock`")
-    plans = project.plan()
-    if platforms:
-        plans = [_with_platforms(p, platforms) for p in plans]
+    plans = project.selected_plans(selection)
     by_name = {p.variant.name: p for p in plans}
     bases: dict[tuple[str, str], RemoteBase] = {}
     for p in plans:
@@ -257,11 +231,6 @@ def plan_publish(
             images.append(_platform_image(ib, base, layers, inputs.created))
         out.append(_variant(name, images, registry, inputs.upstream.version, repository))
     return out
-
-
-def _with_platforms(plan: VariantPlan, platforms: Sequence[str]) -> VariantPlan:
-    image = dataclasses.replace(plan.variant.image, platforms=tuple(platforms))
-    return dataclasses.replace(plan, variant=dataclasses.replace(plan.variant, image=image))
 
 
 def _layer(
@@ -425,27 +394,69 @@ def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool,
     return done
 
 
-def publish(
-    project: Project,
-    variants: Sequence[str],
-    registry: str,
-    *,
-    repository: str | None = None,
-    platforms: Sequence[str] | None = None,
-    regs: Registries | None = None,
-    say: Say = _stderr,
-) -> tuple[list[VariantPublish], list[Outcome], Stats]:
+@dataclass
+class PublishResult:
+    """What a publish did (or, `outcomes` None, would do): the plan, each variant's outcome, the registry
+    traffic of the whole run, what was attached (SBOMs, signatures) and how long it took."""
+
+    plan: list[VariantPublish]
+    outcomes: list[Outcome] | None = None
+    stats: Stats | None = None
+    attached: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        if self.outcomes is None or self.stats is None:
+            return {"dry_run": True, "variants": [vp.to_json() for vp in self.plan]}
+        return {
+            "variants": [{**vp.to_json(), **o.to_json()} for vp, o in zip(self.plan, self.outcomes, strict=True)],
+            "stats": self.stats.to_json(),
+            "attached": self.attached,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _lock(project: Project) -> Lock:
     lock = load_lock(project.root)
     if lock is None:
         raise ConfigError(
             "images.lock is missing: publishing takes each base by digest from it", hint="run `imgbuild lock`"
         )
+    return lock
+
+
+def dry_run(project: Project, selection: Selection, registry: str, *, repository: str | None = None) -> PublishResult:
+    """The plan with its digests; reads manifests and configs, writes nothing."""
+    t0 = time.perf_counter()
+    lock = _lock(project)
+    with Registries() as regs:
+        plan = plan_publish(project, lock, selection, registry, regs, repository=repository)
+    return PublishResult(plan, seconds=time.perf_counter() - t0)
+
+
+def publish(
+    project: Project,
+    selection: Selection,
+    registry: str,
+    *,
+    repository: str | None = None,
+    regs: Registries | None = None,
+    key: Path | None = None,
+    sbom: bool = False,
+    sign: bool = False,
+    say: Say = _stderr,
+) -> PublishResult:
+    """Plan, push each variant, then attach SBOMs and signatures (with `key`)."""
+    t0 = time.perf_counter()
+    lock = _lock(project)
     own = regs is None
     regs = regs or Registries()
     try:
-        plan = plan_publish(project, lock, variants, registry, regs, repository=repository, platforms=platforms)
+        plan = plan_publish(project, lock, selection, registry, regs, repository=repository)
         outcomes = [push_variant(vp, regs, say) for vp in plan]
-        return plan, outcomes, regs.stats()
+        stats = regs.stats()
     finally:
         if own:
             regs.close()
+    attached = attach(plan, key, sbom=sbom, sign=sign, say=say) if key is not None and (sbom or sign) else []
+    return PublishResult(plan, outcomes, stats, attached, time.perf_counter() - t0)

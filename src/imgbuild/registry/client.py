@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
@@ -439,3 +439,40 @@ def _counting(chunks: Iterable[bytes], stats: Stats) -> Iterator[bytes]:
 def _clean(message: str) -> str:
     """Connection errors can be long; URLs here never carry credentials."""
     return message[:300]
+
+
+class Registries:
+    """One client per registry host, shared by every step of a run (publish, bake --matrix): the one cache."""
+
+    def __init__(self, factory: Callable[[Reference], Registry] = Registry) -> None:
+        self.factory = factory
+        self.clients: dict[str, Registry] = {}
+
+    def get(self, ref: Reference) -> Registry:
+        if ref.host not in self.clients:
+            self.clients[ref.host] = self.factory(ref)
+        return self.clients[ref.host]
+
+    def stats(self) -> Stats:
+        total = Stats()
+        for c in self.clients.values():
+            s = c.stats
+            total.requests += s.requests
+            total.bytes_up += s.bytes_up
+            total.bytes_down += s.bytes_down
+            total.blobs_uploaded += s.blobs_uploaded
+            total.blobs_mounted += s.blobs_mounted
+            total.blobs_present += s.blobs_present
+            total.manifests_put += s.manifests_put
+            total.manifests_present += s.manifests_present
+        return total
+
+    def close(self) -> None:
+        for c in self.clients.values():
+            c.close()
+
+    def __enter__(self) -> Registries:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,62 @@
+"""Rendering of `build`: the dry run's plan (layers, Dockerfiles, contexts) and what a build did."""
+
+from __future__ import annotations
+
+from imgbuild.images import dockerfile, layers
+from imgbuild.images.build import BuildResult, DryRun, sharing
+from imgbuild.images.multiplan import MultiPlan
+from imgbuild.report.tables import console, plan_matrix
+
+
+def print_dry_run(dry: DryRun) -> None:
+    plan = dry.plan
+    console.print(plan_matrix([ib.plan for ib in plan.images]))
+    for title, lp in plan.layer_plans:
+        console.print(f"[bold]layers ({title})[/]")
+        for line in layers.describe(lp):
+            console.print(f"  {line}", markup=False)
+    if not dry.asked:
+        console.print(
+            "[yellow]the Docker daemon did not answer: base image ids are 'unresolved', so digests are provisional[/]"
+        )
+    for lb in plan.layers:
+        console.rule(f"layer {lb.tag} ({lb.platform})")
+        console.print(lb.dockerfile, markup=False, highlight=False, soft_wrap=True)
+        console.print("context:", markup=False)
+        for entry in dockerfile.listing(lb.context):
+            console.print(f"  {entry}", markup=False, highlight=False)
+    for ib in plan.images:
+        console.rule(f"image {ib.variant} ({ib.platform}): {ib.immutable_ref} -> {', '.join(ib.moving_refs)}")
+        console.print(ib.dockerfile, markup=False, highlight=False, soft_wrap=True)
+        console.print(f"context: {', '.join(str(e) for e in dockerfile.listing(ib.context))}", markup=False)
+    if dry.multi is not None:
+        _print_multi(dry.multi)
+
+
+def _print_multi(multi: MultiPlan) -> None:
+    console.rule("this engine builds each of these in one call, for every platform")
+    for ml in multi.layers:
+        console.rule(f"layer {ml.tag} ({', '.join(ml.platforms)})")
+        console.print(ml.dockerfile, markup=False, highlight=False, soft_wrap=True)
+    for mi in multi.images:
+        refs = f"{mi.immutable_ref} -> {', '.join(mi.moving_refs)}"
+        console.rule(f"image {mi.variant} ({', '.join(mi.platforms)}): {refs}")
+        console.print(mi.dockerfile, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_result(result: BuildResult) -> None:
+    for lr in result.layers:
+        console.print(
+            f"layer {lr.tag}: {'built' if lr.built else 'reused'} ({lr.image_id[7:19]}; {', '.join(lr.files)})"
+        )
+    shared = sharing(result.images)
+    for ir in result.images:
+        status = "built" if ir.built else "reused, unchanged inputs (no docker build)"
+        moving = ir.moving if ir.moved or not ir.built else ()
+        tags = ", ".join([ir.immutable, *(() if ir.index_ref else moving)])
+        console.print(f"[bold]{ir.variant}[/] ({ir.platform}): {status}; {ir.image_id[7:19]}; tags {tags}")
+        if ir.index_ref:  # one platform of a multi-platform image
+            console.print(f"  in {', '.join([ir.index_ref, *moving])} ({ir.index[7:19]}, every platform)")
+        console.print(f"  layers: {shared[f'{ir.variant} {ir.platform}']}")
+        if ir.note:
+            console.print(f"  note: {ir.note}")
