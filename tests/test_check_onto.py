@@ -9,6 +9,7 @@ import pytest
 
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
+from imgbuild.report.matrix import matrix_markdown
 from imgbuild.stack.matrix import check_onto
 from tests.rebase_world import PATCHES, build_upstream, project, snapshot
 from tests.runner import imgbuild_captured as cli
@@ -46,7 +47,7 @@ def test_matrix_over_variants_and_refs(tmp_path: Path, world: Upstream) -> None:
     ]
     guard = variants["engram-mem"]["results"]["v1"]["patches"]["0006-sm121-engram-guard.patch"]
     assert guard["patch"] == "0006-sm121-engram-guard.patch" and guard["method"] == "conflict"
-    md = matrix.to_markdown()
+    md = matrix_markdown(matrix)
     assert "| **engram-mem** |" in md and "❌ conflict" in md and "⬆️ upstreamed" in md
 
 

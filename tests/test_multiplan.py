@@ -69,7 +69,8 @@ def test_engine_path_is_read_from_version_and_image_store() -> None:
 
 
 def test_platform_option_takes_a_list(project: Project) -> None:
-    assert [p.variant.image.platforms for p in project.selected_plans(project.select(platform="linux/amd64,linux/arm64"))] == [PLATFORMS] * 2
+    plans = project.selected_plans(project.select(platform="linux/amd64,linux/arm64"))
+    assert [p.variant.image.platforms for p in plans] == [PLATFORMS] * 2
 
 
 def test_layers_become_one_build_each_with_per_arch_parents(project: Project) -> None:

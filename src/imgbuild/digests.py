@@ -12,3 +12,11 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_file_or_none(path: Path) -> str | None:
+    """sha256 of a file, or None when it does not exist (inputs a session records)."""
+    try:
+        return sha256_file(path)
+    except FileNotFoundError:
+        return None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.project import load_project
+from imgbuild.report.matrix import matrix_markdown, matrix_table
 from imgbuild.report.tables import console, err_console, print_json
 from imgbuild.stack.matrix import check_onto
 
@@ -37,7 +38,7 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
     if markdown is not None:
-        text = matrix.to_markdown()
+        text = matrix_markdown(matrix)
         if str(markdown) == "-":
             print(text, end="")
         else:
@@ -47,7 +48,7 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
     if as_json:
         print_json(matrix.to_json())
     elif markdown is None or str(markdown) != "-":
-        console.print(matrix.table())
+        console.print(matrix_table(matrix))
         for ref in matrix.refs:
             console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
         console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")

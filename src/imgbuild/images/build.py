@@ -596,7 +596,7 @@ def _image_id(engine: Engine, ref: str) -> str | None:
 
 
 def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Expected:
-    files = tuple(labels.parse_files(ib.labels[f"{labels.PREFIX}files"]))
+    files = tuple(labels.file_labels(ib.plan))  # from the plan; its label says the same
     paths = tuple(f.path for f in files)
     return Expected(
         platform=ib.platform,

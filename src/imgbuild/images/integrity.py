@@ -76,28 +76,24 @@ def expected_env(base_env: Sequence[str], env: Mapping[str, str]) -> dict[str, s
 
 
 def env_problems(actual: Sequence[str], expected: Mapping[str, str]) -> list[str]:
-    have = _env_map(actual)
-    problems = []
-    for key in sorted(set(have) | set(expected)):
-        if key not in have:
-            problems.append(f"ENV {key}: missing, plan says {_cut(expected[key])}")
-        elif key not in expected:
-            problems.append(f"ENV {key}={_cut(have[key])}: not in the plan (nor the base)")
-        elif have[key] != expected[key]:
-            problems.append(f"ENV {key}: image has {_cut(have[key])}, plan says {_cut(expected[key])}")
-    return _noted(problems)
+    return _exact("ENV", _env_map(actual), expected)
 
 
 def label_problems(actual: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
     """Exact: every key of `expected` with its value, and no other key."""
+    return _exact("label", actual, expected)
+
+
+def _exact(what: str, have: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
+    """Each key where `have` is not `expected` (ENV or labels against the plan)."""
     problems = []
-    for key in sorted(set(actual) | set(expected)):
-        if key not in actual:
-            problems.append(f"label {key}: missing, plan says {_cut(expected[key])}")
+    for key in sorted(set(have) | set(expected)):
+        if key not in have:
+            problems.append(f"{what} {key}: missing, plan says {_cut(expected[key])}")
         elif key not in expected:
-            problems.append(f"label {key}={_cut(actual[key])}: not in the plan (nor the base)")
-        elif actual[key] != expected[key]:
-            problems.append(f"label {key}: image has {_cut(actual[key])}, plan says {_cut(expected[key])}")
+            problems.append(f"{what} {key}={_cut(have[key])}: not in the plan (nor the base)")
+        elif have[key] != expected[key]:
+            problems.append(f"{what} {key}: image has {_cut(have[key])}, plan says {_cut(expected[key])}")
     return _noted(problems)
 
 

@@ -130,7 +130,7 @@ def compact(data: object) -> str:
 def files_label(plan: VariantPlan) -> str:
     """{"path": [state, sha256] or [state, sha256, pristine sha256]} (pristine only when it differs)."""
     out: dict[str, list[str | None]] = {}
-    for f in plan.files:
+    for f in file_labels(plan):
         entry: list[str | None] = [f.state, f.sha256]
         if f.pristine_sha256 != f.sha256:
             entry.append(f.pristine_sha256)
@@ -151,6 +151,11 @@ class FileLabel:
     state: str
     sha256: str
     pristine_sha256: str | None
+
+
+def file_labels(plan: VariantPlan) -> list[FileLabel]:
+    """What `imgbuild.files` says of `plan`, straight from the plan (what parse_files reads back)."""
+    return [FileLabel(f.path, f.state, f.sha256, f.pristine_sha256) for f in plan.files]
 
 
 def parse_files(value: str) -> list[FileLabel]:

@@ -381,6 +381,7 @@ def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool,
                     base_name=labels.qualified(pi.base.info.ref),
                     base_digest=pi.base.manifest.digest,
                     site_packages=pi.base.info.site_packages,
+                    files=tuple(labels.file_labels(pi.build.plan)),
                 )
                 ref = f"{vp.target.name}@{pi.manifest.digest}"
                 signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)

@@ -32,6 +32,7 @@ class ImageFacts:
     base_name: str
     base_digest: str
     site_packages: str
+    files: tuple[lbl.FileLabel, ...] | None = None  # the plan's; None: read from the imgbuild.files label
 
 
 def _purl_oci(name: str, digest: str, platform: str | None = None) -> str:
@@ -50,7 +51,7 @@ def spdx(facts: ImageFacts) -> dict[str, object]:
     tag, commit = lab.get(f"{lbl.PREFIX}upstream.tag", ""), lab.get(f"{lbl.PREFIX}upstream.commit", "")
     patches = lab.get(f"{lbl.PREFIX}patches", "{}")
     version = lab.get(f"{lbl.OCI}version", "")
-    files = lbl.parse_files(lab[f"{lbl.PREFIX}files"])
+    files = facts.files if facts.files is not None else lbl.parse_files(lab[f"{lbl.PREFIX}files"])
     site = facts.site_packages.rstrip("/")
     file_entries: list[dict[str, object]] = []
     for i, f in enumerate(files):

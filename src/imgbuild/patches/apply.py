@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from imgbuild.patches.hunks import HunkOutcome, apply_hunks, split_lines
+from imgbuild.patches.hunks import HunkOutcome, apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import FileDiff, Patch
 
 # Severity order; a patch's method is the worst of its files'.
@@ -91,14 +91,6 @@ def worst(methods: Sequence[str]) -> str:
     return max(methods, key=METHODS.index) if methods else "exact"
 
 
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="surrogateescape")
-
-
-def _encode(lines: Sequence[str]) -> bytes:
-    return "".join(lines).encode("utf-8", errors="surrogateescape")
-
-
 class _Overlay:
     """The tree as the stack has changed it so far."""
 
@@ -134,7 +126,7 @@ def _apply_file(
     dest = fd.new_path
 
     if src is None:  # the patch creates a file
-        wanted = _encode([line for h in fd.hunks for line in h.new])
+        wanted = encode("".join([line for h in fd.hunks for line in h.new]))
         existing = view.read(fd.path)
         if existing is None:
             return FileOutcome(fd.path, None, "exact", ()), {fd.path: wanted}, None
@@ -145,10 +137,10 @@ def _apply_file(
     if current is None:
         return FileOutcome(fd.path, src, "conflict", (), f"{src} does not exist in the tree"), {}, None
 
-    result = apply_hunks(split_lines(_decode(current)), fd.hunks, max_fuzz)
+    result = apply_hunks(split_lines(decode(current)), fd.hunks, max_fuzz)
     if result.lines is not None:
         method = _file_method(result.hunks)
-        new = _encode(result.lines)
+        new = encode("".join(result.lines))
         if method == "upstreamed":
             return FileOutcome(fd.path, src, method, tuple(result.hunks), "every hunk is already present"), {}, None
         if dest is None:
@@ -163,16 +155,16 @@ def _apply_file(
     base = tree.blob(fd.old_blob) if fd.old_blob else None
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
-        why = fuzz_note(split_lines(_decode(current)), fd, max_fuzz) or why
+        why = fuzz_note(split_lines(decode(current)), fd, max_fuzz) or why
         return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
-    theirs = apply_hunks(split_lines(_decode(base)), fd.hunks, 0)
+    theirs = apply_hunks(split_lines(decode(base)), fd.hunks, 0)
     if theirs.lines is None:
         why = "the patch does not apply to its own original blob (stale index line?)"
         return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
-    merged, conflicts = merge3(current, base, _encode(theirs.lines))
+    merged, conflicts = merge3(current, base, encode("".join(theirs.lines)))
     if conflicts:
         why = f"3-way merge left {conflicts} conflict(s)"
-        note = fuzz_note(split_lines(_decode(current)), fd, max_fuzz)
+        note = fuzz_note(split_lines(decode(current)), fd, max_fuzz)
         why = f"{why}; {note}" if note else why
         return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, merged
     if merged == current:

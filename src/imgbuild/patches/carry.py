@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.errors import ImgbuildError
 from imgbuild.patches.apply import METHODS, FileOutcome, PatchOutcome, Tree, apply_patch
-from imgbuild.patches.hunks import apply_hunks, split_lines
+from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import FileDiff, Hunk, Patch
 from imgbuild.patches.renames import Move, RenameFinder, rewrite
 from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
@@ -256,14 +256,6 @@ def _hunks_of(diff: str) -> list[str]:
     return sections[0] if sections else []
 
 
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="surrogateescape")
-
-
-def _encode(lines: Sequence[str]) -> bytes:
-    return "".join(lines).encode("utf-8", errors="surrogateescape")
-
-
 def reverse(hunk: Hunk) -> Hunk:
     return dataclasses.replace(hunk, old=hunk.new, new=hunk.old, old_start=hunk.new_start, new_start=hunk.old_start)
 
@@ -272,7 +264,7 @@ def verify_upstreamed(
     path: str, hunks: Sequence[Hunk], current: bytes, raw_hunks: Sequence[str] | None
 ) -> Verification:
     """Reverse-apply, added-lines and patch-id checks for `hunks` being in `current` already."""
-    lines = split_lines(_decode(current))
+    lines = split_lines(decode(current))
     back = apply_hunks(lines, [reverse(h) for h in hunks], 0)
     reverse_ok = back.lines is not None and all(o.method in ("exact", "offset") for o in back.hunks)
     present = set(lines)
@@ -281,7 +273,7 @@ def verify_upstreamed(
     note = ""
     if reverse_ok and back.lines is not None and raw_hunks is not None:
         context = max((max(h.lead, h.trail) for h in hunks), default=3) or 3
-        regenerated = _hunks_of(diff_no_index(_encode(back.lines), current, path, context=context))
+        regenerated = _hunks_of(diff_no_index(encode("".join(back.lines)), current, path, context=context))
         written = patch_id(_canonical(path, raw_hunks))
         found = patch_id(_canonical(path, regenerated))
         pid = written is not None and written == found
@@ -399,4 +391,4 @@ def _upstreamed_hunks(fd: FileDiff, fo: FileOutcome) -> list[Hunk] | None:
 
 def conflict_marker_lines(data: bytes) -> list[int]:
     """1-based lines that still hold conflict markers."""
-    return [i for i, line in enumerate(_decode(data).split("\n"), start=1) if line.startswith(MARKERS)]
+    return [i for i, line in enumerate(decode(data).split("\n"), start=1) if line.startswith(MARKERS)]

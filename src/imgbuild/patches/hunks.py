@@ -14,6 +14,15 @@ from dataclasses import dataclass
 from imgbuild.patches.patchfile import Hunk
 
 
+def decode(data: bytes) -> str:
+    """File and patch bytes as text: UTF-8, with any other byte kept (surrogateescape), so encode() gives it back."""
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def encode(text: str) -> bytes:
+    return text.encode("utf-8", errors="surrogateescape")
+
+
 def split_lines(text: str) -> list[str]:
     """Split on '\\n' only (str.splitlines also splits on form feeds)."""
     parts = text.split("\n")

@@ -27,10 +27,11 @@ from imgbuild.errors import ApplyError, PatchError, UpstreamError, UsageError
 from imgbuild.patches import backport
 from imgbuild.patches.backport import Change, GithubRef
 from imgbuild.patches.carry import Carry, carry_patch
+from imgbuild.patches.hunks import decode, encode
 from imgbuild.project import Project
 from imgbuild.stack.rebase import refuse_if_busy
 from imgbuild.stack.workspace import locked, work_root
-from imgbuild.stack.writeback import Journal, decode, encode, parse_text, today
+from imgbuild.stack.writeback import Journal, parse_text, today
 from imgbuild.upstream.git import DIFF_FLAGS, LITERAL, GitError, GitRepo, commit_files, diff_commits, init_scratch
 
 DEFAULT_GITHUB = "vllm-project/vllm"

@@ -14,8 +14,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from rich.table import Table
-
 from imgbuild.patches.backport import is_backport
 from imgbuild.patches.carry import Carry, LazyBlobs, MemoTree, carry_patch
 from imgbuild.patches.renames import RenameFinder
@@ -26,7 +24,6 @@ from imgbuild.upstream.refs import resolve_ref
 
 SERIES = "series"
 STRICT_OK = frozenset({"exact", "offset"})
-MARK = {"exact": "✅", "offset": "✅", "3way": "⚠️", "partly-upstreamed": "⬆️", "upstreamed": "⬆️", "conflict": "❌"}
 
 
 @dataclass(frozen=True)
@@ -116,61 +113,6 @@ class Matrix:
                 for stack, names in self.stacks
             ],
         }
-
-    def to_markdown(self) -> str:
-        refs = self.refs
-        head = "| variant | patch | " + " | ".join(f"`{r.tag}`" for r in refs) + " |"
-        rule = "|---|---|" + "---|" * len(refs)
-        verdict = "all variants carry" if self.ok else self.summary
-        lines = [
-            f"## imgbuild patches check: {self.upstream}",
-            "",
-            f"**{'✅' if self.ok else '❌'} {verdict}** to "
-            + ", ".join(f"`{r.tag}` (`{r.commit[:12]}`)" for r in refs)
-            + (" (strict: exact or offset only)" if self.strict else ""),
-            "",
-            head,
-            rule,
-        ]
-        for stack, names in self.stacks:
-            cells = [f"**{self.verdict(stack, r.ref)}**" for r in refs]
-            lines.append(f"| **{stack}** | ({len(names)} patches) | " + " | ".join(cells) + " |")
-            for n in names:
-                row = []
-                for r in refs:
-                    c = self.cells[(stack, r.ref, n)]
-                    row.append(f"{MARK.get(c.outcome, '')} {self.label(c)}".strip())
-                lines.append(f"| {stack} | `{n}` | " + " | ".join(row) + " |")
-        problems = []
-        for (stack, ref, name), c in self.cells.items():
-            if not self.passes(c) and c.reason:
-                problems.append(f"- {stack} on `{ref}`: `{name}`: {c.reason}")
-        if problems:
-            lines += ["", "<details><summary>why</summary>", "", *sorted(set(problems)), "", "</details>"]
-        return "\n".join(lines) + "\n"
-
-    def table(self) -> Table:
-        table = Table(title=f"variant x ref x patch ({self.upstream})")
-        table.add_column("variant")
-        table.add_column("patch")
-        for r in self.refs:
-            table.add_column(r.tag if r.tag == r.ref else f"{r.ref} ({r.tag})")
-        style = {"exact": "green", "offset": "yellow", "3way": "yellow", "conflict": "bold red"}
-        look = {"PASS": "green", "CHANGES": "yellow", "FAIL": "bold red"}
-        for stack, names in self.stacks:
-            table.add_row(
-                f"[bold]{stack}[/]",
-                f"({len(names)} patches)",
-                *[f"[{look[self.verdict(stack, r.ref)]}]{self.verdict(stack, r.ref)}[/]" for r in self.refs],
-            )
-            for n in names:
-                cells = []
-                for r in self.refs:
-                    c = self.cells[(stack, r.ref, n)]
-                    s = style.get(c.outcome, "cyan")
-                    cells.append(f"[{s}]{self.label(c)}[/]")
-                table.add_row("", n, *cells)
-        return table
 
 
 def _cell_json(carry: Carry, tag: str) -> dict[str, object]:

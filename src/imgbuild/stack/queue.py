@@ -28,6 +28,7 @@ from imgbuild.atomic import write_json
 from imgbuild.errors import ApplyError, PatchError, StateError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.carry import replay_series
+from imgbuild.patches.hunks import decode, encode
 from imgbuild.patches.patchfile import Patch, parse_header
 from imgbuild.project import Project
 from imgbuild.stack.workspace import Session, state_dir
@@ -36,8 +37,6 @@ from imgbuild.stack.writeback import (
     bump_last_update,
     check_unchanged,
     context_of,
-    decode,
-    encode,
     export_best,
     parse_text,
     reorder_series,

@@ -34,6 +34,7 @@ from imgbuild.errors import ApplyError, ImgbuildError, StateError
 from imgbuild.patches import backport
 from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines, replay_series
+from imgbuild.patches.hunks import decode
 from imgbuild.patches.patchfile import Patch, parse_patch
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.patches.series import parse_series
@@ -58,7 +59,6 @@ from imgbuild.stack.workspace import Session, state_dir
 from imgbuild.stack.writeback import (
     Journal,
     check_unchanged,
-    decode,
     dormant_line,
     dormant_markers,
     export_best,

@@ -98,14 +98,6 @@ def create_dir(final: Path, build: Callable[[Path], None]) -> None:
         raise
 
 
-def sha256_file(path: Path) -> str | None:
-    """sha256 of a file, or None when it does not exist."""
-    try:
-        return digests.sha256_file(path)
-    except FileNotFoundError:
-        return None
-
-
 @dataclass(frozen=True)
 class Session:
     """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): what both do the same way.
@@ -159,7 +151,7 @@ class Session:
 
     def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
         """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
-        return {p: sha256_file(self.root / p) for p in (*INPUTS, *patch_paths)}
+        return {p: digests.sha256_file_or_none(self.root / p) for p in (*INPUTS, *patch_paths)}
 
     @staticmethod
     def diff(repo: GitRepo, old: str, new: str, context: int) -> str:

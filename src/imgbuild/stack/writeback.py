@@ -31,9 +31,10 @@ import yaml
 
 from imgbuild.atomic import write_json
 from imgbuild.config.models import UpstreamPin
+from imgbuild.digests import sha256_file_or_none
 from imgbuild.errors import ConfigError, StateError
+from imgbuild.patches.hunks import encode
 from imgbuild.patches.patchfile import Patch, parse_patch
-from imgbuild.stack.workspace import sha256_file
 
 LAST_UPDATE_RE = re.compile(r"^(Last-Update:[ \t]*)([^\r\n]*)", re.MULTILINE)
 DORMANT_RE = re.compile(r"^#\s*upstreamed in (\S+):\s+(\S+)\s*$")
@@ -44,14 +45,6 @@ def today() -> str:
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     when = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
     return when.date().isoformat()
-
-
-def decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="surrogateescape")
-
-
-def encode(text: str) -> bytes:
-    return text.encode("utf-8", errors="surrogateescape")
 
 
 # -- patch content ---------------------------------------------------------------
@@ -369,7 +362,7 @@ class Journal:
 
 def check_unchanged(root: Path, recorded: Mapping[str, str | None], what: str) -> None:
     """Refuse when a file imgbuild read at the start has changed since."""
-    changed = [rel for rel, digest in recorded.items() if sha256_file(root / rel) != digest]
+    changed = [rel for rel, digest in recorded.items() if sha256_file_or_none(root / rel) != digest]
     if changed:
         raise StateError(
             f"{', '.join(sorted(changed))} changed since {what} started; imgbuild will not overwrite that work",
