@@ -47,7 +47,14 @@ from imgbuild.digests import sha256_file
 from imgbuild.errors import DockerError, StateError, UpstreamError
 from imgbuild.images import runtime_lock as rl
 from imgbuild.images.docker import Engine, ImageInfo, echo
-from imgbuild.images.skeleton import ENTRYPOINT, EPOCH, PATH_ENV, PTH, SITE_PACKAGES, RootfsRecipe, ensure_rootfs
+from imgbuild.images.skeleton import (
+    PTH,
+    SITE_PACKAGES,
+    RootfsRecipe,
+    archive_metadata,
+    base_config,
+    ensure_rootfs,
+)
 
 REPOSITORY = "imgbuild-runtime"
 FORMAT = "imgbuild-runtime/2"
@@ -339,30 +346,15 @@ def write_layer(target: Path, site_packages: str, out: Path) -> str:
 
 def image_config(spec: RuntimeSpec, diff_ids: list[str], rootfs_cmd: str) -> dict[str, object]:
     vllm = spec.lock.pin(rl.ROOT)
-    config: dict[str, object] = {
-        "architecture": spec.arch,
-        "os": "linux",
-        "created": EPOCH,
-        "config": {
-            "Env": [PATH_ENV],
-            "Entrypoint": list(ENTRYPOINT),
-            "Labels": {
-                LABEL: spec.key(),
-                "imgbuild.runtime.lock": spec.lock.digest(),
-                "imgbuild.site-packages": spec.site_packages,
-                "imgbuild.runtime.vllm": vllm.version if vllm else "",
-                "org.opencontainers.image.description": "imgbuild runtime base: stand-in that can import vllm",
-            },
-        },
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [
-            {"created": EPOCH, "created_by": rootfs_cmd},
-            {"created": EPOCH, "created_by": f"imgbuild runtime: {len(spec.lock.pins)} locked wheels (pip --target)"},
-        ],
+    labels = {
+        LABEL: spec.key(),
+        "imgbuild.runtime.lock": spec.lock.digest(),
+        "imgbuild.site-packages": spec.site_packages,
+        "imgbuild.runtime.vllm": vllm.version if vllm else "",
+        "org.opencontainers.image.description": "imgbuild runtime base: stand-in that can import vllm",
     }
-    if spec.arch == "arm64":
-        config["variant"] = "v8"
-    return config
+    made = f"imgbuild runtime: {len(spec.lock.pins)} locked wheels (pip --target)"
+    return base_config(spec.arch, labels, diff_ids, [rootfs_cmd, made])
 
 
 def _stream_archive(spec: RuntimeSpec, rootfs: Path, layer: LayerStream) -> Callable[[IO[bytes]], None]:
@@ -378,11 +370,8 @@ def _stream_archive(spec: RuntimeSpec, rootfs: Path, layer: LayerStream) -> Call
             # tarfile takes a short read for the end: BufferedReader reads until full
             tar.addfile(info, io.BufferedReader(layer, 1 << 20))
             diff_ids = [f"sha256:{sha256_file(rootfs)}", layer.diff_id]
-            config = json.dumps(image_config(spec, diff_ids, made_by), sort_keys=True).encode()
-            config_name = f"{hashlib.sha256(config).hexdigest()}.json"
-            layers = ["rootfs/layer.tar", "runtime/layer.tar"]
-            manifest = json.dumps([{"Config": config_name, "RepoTags": [spec.tag], "Layers": layers}]).encode()
-            for name, data in ((config_name, config), ("manifest.json", manifest)):
+            config = image_config(spec, diff_ids, made_by)
+            for name, data in archive_metadata(config, spec.tag, ["rootfs/layer.tar", "runtime/layer.tar"]):
                 member = tarfile.TarInfo(name)
                 member.size = len(data)
                 tar.addfile(member, io.BytesIO(data))

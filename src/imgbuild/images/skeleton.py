@@ -186,30 +186,38 @@ def vllm_layer(repo: GitRepo, commit: str, package_root: str, site_packages: str
     return buf.getvalue()
 
 
-def image_config(spec: SkeletonSpec, diff_ids: list[str], rootfs_cmd: str) -> dict[str, object]:
+def base_config(arch: str, labels: dict[str, str], diff_ids: list[str], history: list[str]) -> dict[str, object]:
+    """The image config of a stand-in base (skeleton or runtime): fixed date, PATH, the stock ENTRYPOINT."""
     config: dict[str, object] = {
-        "architecture": spec.arch,
+        "architecture": arch,
         "os": "linux",
         "created": EPOCH,
-        "config": {
-            "Env": [PATH_ENV],
-            "Entrypoint": list(ENTRYPOINT),
-            "Labels": {
-                SKELETON: spec.key(),
-                "imgbuild.site-packages": spec.site_packages,
-                "imgbuild.upstream.commit": spec.upstream_commit,
-                "org.opencontainers.image.description": "imgbuild skeleton: offline stand-in for the stock vLLM image",
-            },
-        },
+        "config": {"Env": [PATH_ENV], "Entrypoint": list(ENTRYPOINT), "Labels": labels},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [
-            {"created": EPOCH, "created_by": rootfs_cmd},
-            {"created": EPOCH, "created_by": f"imgbuild skeleton: {spec.package_root}/ *.py of {spec.upstream_commit}"},
-        ],
+        "history": [{"created": EPOCH, "created_by": step} for step in history],
     }
-    if spec.arch == "arm64":
+    if arch == "arm64":
         config["variant"] = "v8"
     return config
+
+
+def archive_metadata(config: dict[str, object], tag: str, layers: list[str]) -> list[tuple[str, bytes]]:
+    """The config (named by its sha256) and manifest.json of a docker-archive holding `layers`."""
+    data = json.dumps(config, sort_keys=True).encode()
+    name = f"{hashlib.sha256(data).hexdigest()}.json"
+    manifest = json.dumps([{"Config": name, "RepoTags": [tag], "Layers": layers}]).encode()
+    return [(name, data), ("manifest.json", manifest)]
+
+
+def image_config(spec: SkeletonSpec, diff_ids: list[str], rootfs_cmd: str) -> dict[str, object]:
+    labels = {
+        SKELETON: spec.key(),
+        "imgbuild.site-packages": spec.site_packages,
+        "imgbuild.upstream.commit": spec.upstream_commit,
+        "org.opencontainers.image.description": "imgbuild skeleton: offline stand-in for the stock vLLM image",
+    }
+    made = f"imgbuild skeleton: {spec.package_root}/ *.py of {spec.upstream_commit}"
+    return base_config(spec.arch, labels, diff_ids, [rootfs_cmd, made])
 
 
 def write_archive(out: Path, spec: SkeletonSpec, rootfs: Path, layer: bytes) -> None:
@@ -217,13 +225,10 @@ def write_archive(out: Path, spec: SkeletonSpec, rootfs: Path, layer: bytes) -> 
     diff_ids = [f"sha256:{sha256_file(rootfs)}", f"sha256:{hashlib.sha256(layer).hexdigest()}"]
     recipe = spec.rootfs
     made_by = " ".join(recipe.command(Path("OUT.tar"))[:6])
-    config = json.dumps(image_config(spec, diff_ids, made_by), sort_keys=True).encode()
-    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
-    manifest = json.dumps(
-        [{"Config": config_name, "RepoTags": [spec.tag], "Layers": ["rootfs/layer.tar", "vllm/layer.tar"]}]
-    )
+    config = image_config(spec, diff_ids, made_by)
+    meta = archive_metadata(config, spec.tag, ["rootfs/layer.tar", "vllm/layer.tar"])
     with tarfile.open(out, "w") as tar:
-        for name, data in ((config_name, config), ("manifest.json", manifest.encode()), ("vllm/layer.tar", layer)):
+        for name, data in (*meta, ("vllm/layer.tar", layer)):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
