@@ -168,3 +168,13 @@ def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Pat
     assert platforms(None) == [("linux/arm64",)]
     assert platforms("linux/amd64") == [("linux/amd64",)]
     assert platforms("all") == [("linux/arm64", "linux/amd64")]
+
+
+def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project: Project) -> None:
+    from imgbuild.images.build import expected_for
+
+    for ib in build_plan(project, ["latest", "engram-mem"]).images:
+        files = expected_for(ib).files
+        assert files == tuple(labels.file_labels(ib.plan))
+        assert files == tuple(labels.parse_files(ib.labels["imgbuild.files"]))  # what `smoke IMAGE` reads back
+        assert {f.state for f in files} == ({"patched"} if ib.variant == "latest" else {"patched", "original"})

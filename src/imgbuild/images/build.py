@@ -682,6 +682,11 @@ def dry_run(project: Project, selection: Selection, options: BuildOptions) -> Dr
         engine: Engine | None = Engine.connect()
     except DockerError:
         engine = None
+    return dry_plan(project, selection, options, engine)
+
+
+def dry_plan(project: Project, selection: Selection, options: BuildOptions, engine: Engine | None) -> DryRun:
+    """`dry_run` with the engine given (None: no daemon, so bases are unresolved)."""
     plans = project.selected_plans(selection)
     bases = dry_bases(project, plans, options, engine)
     names = list(selection.names)
