@@ -99,7 +99,8 @@ def main() -> None:
             proj = Project.load(project_dir)
             lock = load_lock(project_dir)
             assert lock is not None
-            plan = pub.plan_publish(proj, lock, ["engram-mem"], proxy.host, regs, repository=f"fast{i}/vllm-dsv41")
+            selection = proj.select(["engram-mem"], default="declared")
+            plan = pub.plan_publish(proj, lock, selection, proxy.host, regs, repository=f"fast{i}/vllm-dsv41")
             t1 = time.perf_counter()
             outcomes = [pub.push_variant(vp, regs, say=lambda _: None) for vp in plan]
             t2 = time.perf_counter()
@@ -117,9 +118,10 @@ def main() -> None:
             assert outcomes[0].state == "published"
         proxy.reset()
         t0 = time.perf_counter()
-        _, outcomes, _ = pub.publish(
-            Project.load(project_dir), ["engram-mem"], proxy.host, repository="fast0/vllm-dsv41", say=lambda _: None
-        )
+        proj = Project.load(project_dir)
+        selection = proj.select(["engram-mem"], default="declared")
+        outcomes = pub.publish(proj, selection, proxy.host, repository="fast0/vllm-dsv41", say=lambda _: None).outcomes
+        assert outcomes is not None
         again_time, again_wire = time.perf_counter() - t0, proxy.bytes_up
         assert outcomes[0].state == "unchanged"
 
