@@ -160,6 +160,46 @@ class GitRepo:
                 found[name] = TreeEntry(name, mode, kind, sha)
         return found
 
+    # -- named porcelain (what rebase, the patch queue and the image labels ask of a work tree) --
+    def verify(self, rev: str) -> str:
+        """`rev-parse --verify` of `rev`: the object id; GitError when `rev` does not resolve."""
+        return self.run("rev-parse", "--verify", "-q", rev).strip()
+
+    def commit_time(self, commit: str) -> int:
+        """The committer date of `commit` in seconds (0 when git prints none)."""
+        return int(self.run("show", "-s", "--format=%ct", commit).strip() or 0)
+
+    def remote_url(self, name: str = "origin") -> str:
+        return self.run("remote", "get-url", name).strip()
+
+    def status(self, *paths: str) -> str:
+        """`git status --porcelain` of `paths` ('' when they are clean)."""
+        return self.run("status", "--porcelain", "--", *paths)
+
+    def untracked(self) -> list[str]:
+        """Files in the work tree that git does not track and does not ignore."""
+        return [p for p in self.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
+
+    def stage(self, *paths: str) -> None:
+        """`git add -A` of `paths` (new, changed and deleted files alike)."""
+        self.run("add", "-A", "--", *paths)
+
+    def stage_tracked(self) -> None:
+        """`git add -u`: every change to a tracked file."""
+        self.run("add", "-u")
+
+    def staged_paths(self, commit: str) -> list[str]:
+        """Paths whose staged content differs from `commit`."""
+        return [p for p in self.run("diff", "--cached", "--name-only", "-z", commit).split("\0") if p]
+
+    def write_tree(self) -> str:
+        """The tree of the index, written as an object."""
+        return self.run("write-tree").strip()
+
+    def move_ref(self, ref: str, commit: str, reason: str) -> None:
+        """Point `ref` (HEAD: the branch it names) at `commit`, with `reason` in the reflog."""
+        self.run("update-ref", "-m", reason, ref, commit)
+
     def symlink_prefix(self, commit: str, path: str) -> str | None:
         """The first leading component of `path` that is a symlink in `commit`."""
         parts = path.split("/")
