@@ -63,8 +63,8 @@ def clean(engine: Engine) -> None:
     for tag in tags(engine):
         engine.untag(tag)
     for image_id in ids:  # the classic store keeps untagged images; the containerd store drops them with the name
-        if engine.image(image_id) is not None:
-            engine.remove(image_id)
+        if engine.image(image_id) is not None:  # the benchmark's own images: removed with the SDK
+            engine.client.api.remove_image(image_id, force=True)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ RANK = {
     "errors": 0,
     "digests": 0,
     "atomic": 0,
+    "proc": 0,
     "config": 1,
     "upstream": 2,
     "patches": 3,
@@ -57,3 +58,33 @@ def test_imports_run_one_way() -> None:
             if other != room and RANK[other] >= RANK[room]:
                 wrong.append(f"{path.relative_to(PACKAGE)}:{line}: {room} imports {other}")
     assert not wrong, "imports against the layer order:\n" + "\n".join(wrong)
+
+
+# The one module that starts processes on the host (the tools' funnels sit on it), and the program
+# smoke runs inside the image, which is shipped as a resource and never runs here.
+PROCESS_FUNNEL = PACKAGE / "proc.py"
+IN_IMAGE = PACKAGE / "images" / "in_image"
+
+
+def test_only_the_process_funnel_mentions_subprocess() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PROCESS_FUNNEL or IN_IMAGE in path.parents:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if "subprocess" in line or "os.system" in line or "os.exec" in line or "os.spawn" in line:
+                found.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
+    assert not found, "start processes through imgbuild.proc (or a tool's funnel on it):\n" + "\n".join(found)
+
+
+def test_the_in_image_programs_are_not_imported_on_the_host() -> None:
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if IN_IMAGE in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if any("in_image" in n for n in names):
+                    importers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert list(IN_IMAGE.glob("*.py")) and not importers, importers

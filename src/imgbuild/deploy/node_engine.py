@@ -10,7 +10,6 @@ that names it.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
@@ -20,7 +19,7 @@ import requests
 
 from imgbuild.deploy.ssh import SSHDial
 from imgbuild.errors import DockerError
-from imgbuild.images.docker import Engine
+from imgbuild.images.docker import Engine, context_host
 
 SCHEMES = ("ssh://", "tcp://", "unix://", "npipe://", "http://", "https://")
 
@@ -29,16 +28,10 @@ def resolve_node(spec: str) -> str:
     """The daemon URL for a --to value: a URL as is, a docker context name through `docker context inspect`."""
     if spec.startswith(SCHEMES):
         return spec
-    proc = subprocess.run(
-        ["docker", "context", "inspect", spec, "--format", "{{.Endpoints.docker.Host}}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    host = proc.stdout.strip()
-    if proc.returncode != 0 or not host:
+    host, why = context_host(spec)
+    if not host:
         raise DockerError(
-            f"{spec}: not a docker URL or context ({proc.stderr.strip() or 'no such context'})",
+            f"{spec}: not a docker URL or context ({why})",
             hint="give ssh://user@host, tcp://host:port, unix:///path or a name from `docker context ls`",
         )
     return host

@@ -13,12 +13,12 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from imgbuild import proc
 from imgbuild.errors import DockerError
 
 
@@ -50,7 +50,7 @@ class SSHDial:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(self.path))
         self._server.listen(16)
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs: list[proc.Popen[bytes]] = []
         self._lock = threading.Lock()
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -66,35 +66,33 @@ class SSHDial:
             except OSError:
                 return
             try:
-                proc = subprocess.Popen(
-                    self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-                )
-            except OSError:
+                child = proc.popen(self.argv, stdin=proc.PIPE, stdout=proc.PIPE, stderr=proc.DEVNULL)
+            except (OSError, proc.ToolNotFound):
                 conn.close()
                 continue
             with self._lock:
-                self._procs.append(proc)
-            threading.Thread(target=self._up, args=(conn, proc), daemon=True).start()
-            threading.Thread(target=self._down, args=(conn, proc), daemon=True).start()
+                self._procs.append(child)
+            threading.Thread(target=self._up, args=(conn, child), daemon=True).start()
+            threading.Thread(target=self._down, args=(conn, child), daemon=True).start()
 
     @staticmethod
-    def _up(conn: socket.socket, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdin is not None
+    def _up(conn: socket.socket, child: proc.Popen[bytes]) -> None:
+        assert child.stdin is not None
         try:
             while data := conn.recv(1 << 16):
-                proc.stdin.write(data)
-                proc.stdin.flush()
+                child.stdin.write(data)
+                child.stdin.flush()
         except OSError:
             pass
         finally:
             with contextlib.suppress(OSError):
-                proc.stdin.close()
+                child.stdin.close()
 
     @staticmethod
-    def _down(conn: socket.socket, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
+    def _down(conn: socket.socket, child: proc.Popen[bytes]) -> None:
+        assert child.stdout is not None
         try:
-            while data := os.read(proc.stdout.fileno(), 1 << 16):
+            while data := os.read(child.stdout.fileno(), 1 << 16):
                 conn.sendall(data)
         except OSError:
             pass
@@ -111,11 +109,11 @@ class SSHDial:
             self._server.close()
         with self._lock:
             procs = list(self._procs)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
+        for child in procs:
+            if child.poll() is None:
+                child.terminate()
                 try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                    child.wait(timeout=10)
+                except proc.TimeoutExpired:
+                    child.kill()
         shutil.rmtree(self._dir, ignore_errors=True)

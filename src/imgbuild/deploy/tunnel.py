@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from imgbuild import proc
 from imgbuild.deploy.ssh import ssh_base
 from imgbuild.errors import DockerError
 
@@ -97,21 +97,21 @@ def loopback_registry() -> Iterator[int]:
             "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
             f"    rootdirectory: {tmp}/data\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n"
         )
-        proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = proc.popen([binary, "serve", str(config)], stdout=proc.DEVNULL, stderr=proc.DEVNULL)
         try:
             deadline = time.monotonic() + 30
             while True:
                 with contextlib.suppress(requests.RequestException):
                     if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code == 200:
                         break
-                if proc.poll() is not None or time.monotonic() > deadline:
+                if child.poll() is not None or time.monotonic() > deadline:
                     raise DockerError(f"the loopback registry on 127.0.0.1:{port} did not start")
                 time.sleep(0.2)
             yield port
         finally:
-            proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            child.terminate()
+            with contextlib.suppress(proc.TimeoutExpired):
+                child.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -124,17 +124,22 @@ def node_path(node_url: str, local_port: int) -> Iterator[int]:
         remote = _free_port()  # a guess at a free port there; ssh fails clearly when it is taken
         argv = [*ssh_base(node_url), "-N", "-o", "ExitOnForwardFailure=yes", "-R", f"{remote}:127.0.0.1:{local_port}"]
         parts = urlsplit(node_url)
-        proc = subprocess.Popen([*argv, "--", str(parts.hostname)], stderr=subprocess.PIPE)
+        try:
+            child = proc.popen([*argv, "--", str(parts.hostname)], stderr=proc.PIPE)
+        except proc.ToolNotFound as exc:
+            raise DockerError(
+                f"{node_url}: cannot open the registry tunnel: {exc}", hint="install openssh-client"
+            ) from exc
         try:
             time.sleep(1.0)  # ExitOnForwardFailure: a failed forward ends ssh at once
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            if child.poll() is not None:
+                err = child.stderr.read().decode(errors="replace") if child.stderr else ""
                 raise DockerError(f"{node_url}: cannot open the registry tunnel (ssh -R): {err.strip()}")
             yield remote
         finally:
-            proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            child.terminate()
+            with contextlib.suppress(proc.TimeoutExpired):
+                child.wait(timeout=10)
         return
     host = urlsplit(node_url).hostname or ""
     if host in ("127.0.0.1", "localhost", "::1"):

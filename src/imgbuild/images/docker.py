@@ -27,12 +27,10 @@ import platform as host_platform
 import re
 import shlex
 import signal
-import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -41,8 +39,10 @@ import docker
 import docker.errors
 import requests
 
+from imgbuild import proc
 from imgbuild.errors import DockerError
 from imgbuild.images import configimage, ocilayout
+from imgbuild.proc import echo
 from imgbuild.registry import reference
 
 START_HINT = (
@@ -58,9 +58,18 @@ ARCH_NAMES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": 
 QEMU_NAMES = {"arm64": "aarch64", "amd64": "x86_64"}
 
 
-def echo(args: Iterable[str]) -> None:
-    if os.environ.get("IMGBUILD_ECHO"):
-        print("+ " + shlex.join(args), file=sys.stderr)
+def _not_found(cli: str) -> DockerError:
+    return DockerError(f"docker CLI {cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER")
+
+
+def context_host(name: str, cli: str = "docker") -> tuple[str, str]:
+    """The daemon URL of docker context `name` (`docker context inspect`), with '' and why not where it has none."""
+    try:
+        done = proc.run([cli, "context", "inspect", name, "--format", "{{.Endpoints.docker.Host}}"], text=True)
+    except proc.ToolNotFound as exc:
+        raise _not_found(cli) from exc
+    host = done.stdout.strip() if done.returncode == 0 else ""
+    return host, "" if host else (done.stderr.strip() or "no such context")
 
 
 @dataclass(frozen=True)
@@ -299,12 +308,6 @@ class Engine:
         with contextlib.suppress(docker.errors.NotFound):
             self._call(self.client.api.remove_image, ref, noprune=True)
 
-    def remove(self, image_id: str) -> None:
-        """Remove an image and all its tags (for tests and cleanups)."""
-        echo(["docker", "rmi", "-f", image_id])
-        with contextlib.suppress(docker.errors.NotFound):
-            self._call(self.client.api.remove_image, image_id, force=True)
-
     def pull(self, ref: str, platform: str) -> ImageInfo:
         echo(["docker", "pull", "--platform", platform, ref])
         try:
@@ -330,14 +333,12 @@ class Engine:
         if self._buildx_checked:
             return
         try:
-            proc = subprocess.run([self.cli, "buildx", "version"], capture_output=True, text=True, check=False)
-        except FileNotFoundError as exc:
+            done = proc.run([self.cli, "buildx", "version"], text=True)
+        except proc.ToolNotFound as exc:
+            raise _not_found(self.cli) from exc
+        if done.returncode != 0:
             raise DockerError(
-                f"docker CLI {self.cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER"
-            ) from exc
-        if proc.returncode != 0:
-            raise DockerError(
-                f"`{self.cli} buildx` is not available: {proc.stderr.strip()[-300:]}",
+                f"`{self.cli} buildx` is not available: {done.stderr.strip()[-300:]}",
                 hint="install the buildx CLI plugin into ~/.docker/cli-plugins (`.ci/setup-host.sh` does it)",
             )
         self._buildx_checked = True
@@ -395,7 +396,6 @@ class Engine:
             if no_cache:
                 args.append("--no-cache")
             args.append("-")
-            echo(args)
             self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
             if self.features.modern:
                 top = _descriptor(meta, tags[0])
@@ -463,30 +463,29 @@ class Engine:
         if not builder:
             return ["buildx"]
         if builder not in self._contexts:
-            proc = subprocess.run([self.cli, "context", "inspect", builder], capture_output=True, check=False)
-            self._contexts[builder] = proc.returncode == 0
+            self._contexts[builder] = bool(context_host(builder, self.cli)[0])
         return ["--context", builder, "buildx"] if self._contexts[builder] else ["buildx", "--builder", builder]
 
     def _buildx(self, args: list[str], context: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
         """Run a buildx build; `buildx version` is asked only when it fails (one process less per build)."""
         try:
-            proc = subprocess.Popen(
+            child = proc.popen(
                 args,
-                stdin=subprocess.PIPE,
-                stdout=None if verbose else subprocess.PIPE,
-                stderr=None if verbose else subprocess.STDOUT,
+                stdin=proc.PIPE,
+                stdout=None if verbose else proc.PIPE,
+                stderr=None if verbose else proc.STDOUT,
                 env=env,
             )
-        except FileNotFoundError:
+        except proc.ToolNotFound:
             self._check_buildx()  # names the missing CLI
             raise
         try:
-            out, _ = proc.communicate(context)
+            out, _ = child.communicate(context)
         except BaseException:
-            proc.kill()
-            proc.wait()
+            child.kill()
+            child.wait()
             raise
-        if proc.returncode != 0:
+        if child.returncode != 0:
             self._check_buildx()  # a missing buildx plugin gets its own message and hint
             text = (out or b"").decode(errors="replace")
             raise DockerError(

@@ -17,7 +17,7 @@ from imgbuild.upstream.git import GitError, GitRepo
 def project_inputs(project: Project) -> ProjectInputs:
     up = project.upstream
     try:
-        when = int(up.repo.run("show", "-s", "--format=%ct", up.commit).strip() or 0)
+        when = up.repo.commit_time(up.commit)
     except (GitError, ValueError):  # a commit without a readable date counts as the epoch
         when = 0
     return ProjectInputs(
@@ -33,11 +33,11 @@ def project_source(root: Path) -> labels.Source:
     """This project's repository URL (its `origin`) and commit, as far as git knows them."""
     try:
         repo = GitRepo(root)
-        revision = repo.run("rev-parse", "--verify", "-q", "HEAD").strip()
+        revision = repo.verify("HEAD")
     except GitError:
         return labels.Source()
     try:
-        remote = repo.run("remote", "get-url", "origin").strip()
+        remote = repo.remote_url("origin")
     except GitError:
         remote = ""
     return labels.Source(labels.source_url(remote) if remote else None, revision or None)

@@ -16,58 +16,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 
 MARK = "imgbuild-probe "
 
-PROBE = """\
-import ast, hashlib, subprocess, sys, traceback
-def out(*rec):
-    print("imgbuild-probe", repr(rec), flush=True)
-paths, commands, timeout, modules, version = ast.literal_eval(sys.argv[1])
-out("python", sys.version.split()[0])
-for p in paths:
-    try:
-        with open(p, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        out("file", p, None, type(e).__name__)
-        out("compile", p, False, type(e).__name__ + " " + str(e)[:300])
-        continue
-    out("file", p, hashlib.sha256(data).hexdigest(), "")
-    try:
-        compile(data, p, "exec", dont_inherit=True)
-        out("compile", p, True, "")
-    except Exception as e:
-        out("compile", p, False, type(e).__name__ + " " + str(e).replace("\\n", " ")[:300])
-def run(kind, cmd):
-    try:
-        r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, timeout=timeout)
-        out(kind, cmd, r.returncode, False, r.stdout.decode(errors="replace")[-2000:],
-            r.stderr.decode(errors="replace")[-2000:])
-    except subprocess.TimeoutExpired:
-        out(kind, cmd, -1, True, "", "")
-for c in commands:
-    run("command", c)
-if modules:
-    import importlib
-    for m in modules:
-        out("import-start", m)
-        try:
-            importlib.import_module(m)
-            out("import", m, True, "", "", [])
-        except BaseException as e:
-            where = ""
-            tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
-            files = sorted(set(f.filename for f in tb))
-            if isinstance(e, SyntaxError) and e.filename:
-                where = "%s:%s" % (e.filename, e.lineno)
-                files.append(e.filename)
-            elif tb:
-                where = "%s:%s" % (tb[-1].filename, tb[-1].lineno)
-            out("import", m, False, type(e).__name__ + ": " + str(e).replace("\\n", " ")[:300], where, files)
-if version:
-    run("version", version)
-"""
+# The program itself runs inside the image, never on the host (so it may start processes itself):
+# in_image/smoke_probe.py, shipped as a resource and passed to `python3 -c`.
+PROBE = (resources.files("imgbuild.images") / "in_image" / "smoke_probe.py").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -46,7 +45,7 @@ from typing import IO, Any
 from imgbuild.digests import sha256_file
 from imgbuild.errors import DockerError, StateError, UpstreamError
 from imgbuild.images import runtime_lock as rl
-from imgbuild.images.docker import Engine, ImageInfo, echo
+from imgbuild.images.docker import Engine, ImageInfo
 from imgbuild.images.skeleton import (
     PTH,
     SITE_PACKAGES,
@@ -55,6 +54,7 @@ from imgbuild.images.skeleton import (
     base_config,
     ensure_rootfs,
 )
+from imgbuild.upstream import pip
 
 REPOSITORY = "imgbuild-runtime"
 FORMAT = "imgbuild-runtime/2"
@@ -136,17 +136,7 @@ def _staging(cache: Path, what: str) -> Path:
 
 
 def _pip(args: list[str], *, verbose: bool, what: str) -> None:
-    cmd = [sys.executable, "-m", "pip", *args]
-    echo(cmd)
-    # pip's progress goes to stderr, so `--json` keeps stdout to itself
-    proc = subprocess.run(
-        cmd,
-        env={**os.environ, **PIP_ENV},
-        stdout=sys.stderr if verbose else subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
+    proc = pip.run_logged(args, env=PIP_ENV, verbose=verbose)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout or "").strip().splitlines()[-15:])
         raise UpstreamError(f"pip {what} failed (exit {proc.returncode}):\n{tail}")

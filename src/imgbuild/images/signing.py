@@ -12,12 +12,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from imgbuild import proc
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.images import labels as lbl
 from imgbuild.images import sbom
@@ -47,35 +47,30 @@ def key_file(path: Path, what: str) -> Path:
     return path
 
 
-def _run(args: list[str], ref: str) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], ref: str) -> proc.CompletedProcess[str]:
     full = [_cli(), *args]
     if reference.is_loopback(reference.parse(ref).host):
         full.insert(2, "--allow-http-registry")
     full.append(ref)
-    from imgbuild.images.docker import echo  # here: `publish` without --sign needs no docker SDK
-
-    echo(full)
     try:
-        return subprocess.run(
-            full, capture_output=True, text=True, check=False, env={**os.environ, "COSIGN_YES": "true"}
-        )
-    except FileNotFoundError as exc:
+        return proc.run(full, text=True, env={**os.environ, "COSIGN_YES": "true"})
+    except proc.ToolNotFound as exc:
         raise RegistryError(f"cosign ({_cli()}) is not installed", hint=HINT) from exc
 
 
-def _fail(what: str, proc: subprocess.CompletedProcess[str]) -> RegistryError:
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
+def _fail(what: str, done: proc.CompletedProcess[str]) -> RegistryError:
+    tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-4:])
     return RegistryError(
-        f"cosign {what} failed (exit {proc.returncode}):\n{tail}",
+        f"cosign {what} failed (exit {done.returncode}):\n{tail}",
         hint="check the key, its COSIGN_PASSWORD and the registry credentials",
     )
 
 
 def sign(ref: str, key: Path) -> None:
     """Sign `ref` (`name@digest`) with the private key."""
-    proc = _run(["sign", "--key", str(key), "--tlog-upload=false"], ref)
-    if proc.returncode != 0:
-        raise _fail(f"sign {ref}", proc)
+    done = _run(["sign", "--key", str(key), "--tlog-upload=false"], ref)
+    if done.returncode != 0:
+        raise _fail(f"sign {ref}", done)
 
 
 def attest_sbom(ref: str, sbom: bytes, key: Path) -> None:
@@ -83,27 +78,27 @@ def attest_sbom(ref: str, sbom: bytes, key: Path) -> None:
     with tempfile.NamedTemporaryFile(prefix="imgbuild-sbom-", suffix=".spdx.json") as fh:
         fh.write(sbom)
         fh.flush()
-        proc = _run(
+        done = _run(
             ["attest", "--key", str(key), "--tlog-upload=false", "--type", "spdxjson", "--predicate", fh.name], ref
         )
-    if proc.returncode != 0:
-        raise _fail(f"attest {ref}", proc)
+    if done.returncode != 0:
+        raise _fail(f"attest {ref}", done)
 
 
 def verify_signature(ref: str, pub: Path) -> Verified:
-    proc = _run(["verify", "--key", str(pub), "--insecure-ignore-tlog=true", "--output", "json"], ref)
-    if proc.returncode != 0:
-        return Verified(False, _last(proc))
+    done = _run(["verify", "--key", str(pub), "--insecure-ignore-tlog=true", "--output", "json"], ref)
+    if done.returncode != 0:
+        return Verified(False, _last(done))
     return Verified(True, f"signed, verified with {pub}")
 
 
 def verify_sbom(ref: str, pub: Path) -> Verified:
     """The SPDX attestation on `ref`, verified; its predicate is the SBOM."""
     args = ["verify-attestation", "--key", str(pub), "--insecure-ignore-tlog=true", "--type", "spdxjson"]
-    proc = _run(args, ref)
-    if proc.returncode != 0:
-        return Verified(False, _last(proc))
-    for line in proc.stdout.splitlines():
+    done = _run(args, ref)
+    if done.returncode != 0:
+        return Verified(False, _last(done))
+    for line in done.stdout.splitlines():
         try:
             envelope = json.loads(line)
             statement = json.loads(base64.b64decode(envelope["payload"]))
@@ -115,9 +110,9 @@ def verify_sbom(ref: str, pub: Path) -> Verified:
     return Verified(False, "verified, but no SPDX predicate in the attestation")
 
 
-def _last(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else f"exit {proc.returncode}"
+def _last(done: proc.CompletedProcess[str]) -> str:
+    lines = [ln for ln in (done.stderr or done.stdout).strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else f"exit {done.returncode}"
 
 
 @dataclass(frozen=True)

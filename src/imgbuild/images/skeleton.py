@@ -28,7 +28,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -36,9 +35,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from imgbuild import proc
 from imgbuild.digests import sha256_file
 from imgbuild.errors import DockerError
-from imgbuild.images.docker import Engine, ImageInfo, check_binfmt, echo, host_arch
+from imgbuild.images.docker import Engine, ImageInfo, check_binfmt, host_arch
 from imgbuild.images.labels import SKELETON
 from imgbuild.upstream.git import GitRepo
 
@@ -140,12 +140,11 @@ def ensure_rootfs(recipe: RootfsRecipe, cache: Path, *, verbose: bool = False) -
     staging = Path(tmp)
     cmd = recipe.command(staging)
     _log(f"making the {recipe.suite} {recipe.arch} rootfs with mmdebstrap (about a minute, once; cached as {out})")
-    echo(cmd)
     try:
-        proc = subprocess.run(cmd, capture_output=not verbose, text=True, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
-            raise DockerError(f"mmdebstrap failed (exit {proc.returncode}):\n{tail}", hint=MMDEBSTRAP_HINT)
+        done = proc.run(cmd, capture=not verbose, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or "").strip().splitlines()[-15:])
+            raise DockerError(f"mmdebstrap failed (exit {done.returncode}):\n{tail}", hint=MMDEBSTRAP_HINT)
         os.replace(staging, out)
     finally:
         staging.unlink(missing_ok=True)
@@ -159,7 +158,7 @@ def _dirs(path: str) -> list[str]:
 
 def vllm_layer(repo: GitRepo, commit: str, package_root: str, site_packages: str) -> bytes:
     """A layer tar: the .py files of `package_root/` at `commit` under site-packages, plus the .pth."""
-    archive = repo.repo.git.archive(commit, package_root, output_stream=None, stdout_as_string=False)
+    archive = repo.archive(commit, package_root)
     site = site_packages.strip("/")
     files: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(archive)) as src:

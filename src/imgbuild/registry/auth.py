@@ -13,10 +13,10 @@ import base64
 import binascii
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imgbuild import proc
 from imgbuild.errors import RegistryError
 from imgbuild.registry.reference import DOCKER_HUB, DOCKER_HUB_AUTH_KEY
 
@@ -104,22 +104,22 @@ def _from_entry(entry: dict[str, object], host: str) -> Credentials | None:
 def run_helper(helper: str, server: str, host: str) -> Credentials | None:
     exe = f"docker-credential-{helper}"
     try:
-        proc = subprocess.run([exe, "get"], input=server.encode(), capture_output=True, timeout=60, check=False)
-    except FileNotFoundError as exc:
+        done = proc.run([exe, "get"], input=server.encode(), timeout=60)
+    except proc.ToolNotFound as exc:
         raise RegistryError(
             f"the docker config names credential helper {helper!r}, but {exe} is not on PATH",
             hint="install the helper, or remove credsStore/credHelpers from the docker config",
         ) from exc
-    except subprocess.TimeoutExpired as exc:
+    except proc.ToolTimeout as exc:
         raise RegistryError(f"{exe} get did not answer within 60 s for {host}") from exc
-    if proc.returncode != 0:
-        out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+    if done.returncode != 0:
+        out = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
         if "credentials not found" in out.lower():
             return None
         # The helper's output is not echoed: it might contain a secret.
-        raise RegistryError(f"{exe} get failed for {host} (exit {proc.returncode})")
+        raise RegistryError(f"{exe} get failed for {host} (exit {done.returncode})")
     try:
-        data = json.loads(proc.stdout)
+        data = json.loads(done.stdout)
         user, secret = str(data["Username"]), str(data["Secret"])
     except (ValueError, KeyError, TypeError) as exc:
         raise RegistryError(f"{exe} get for {host} did not print {{Username, Secret}} JSON") from exc

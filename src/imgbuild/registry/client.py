@@ -22,14 +22,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import requests
 
+from imgbuild import proc
 from imgbuild.errors import RegistryError
 from imgbuild.registry import auth as dockerauth
 from imgbuild.registry.reference import Reference
@@ -149,7 +148,6 @@ class Registry:
         self._token_scopes: frozenset[str] = frozenset()
         self._bearer: dict[str, str] | None = None  # the realm challenge, once seen
         self._auth_header: str | None = None
-        self._echo = bool(os.environ.get("IMGBUILD_ECHO_REGISTRY"))
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be there in this run
 
     def close(self) -> None:
@@ -256,8 +254,7 @@ class Registry:
             hdrs = dict(headers or {})
             if self._auth_header and urlsplit(url).netloc == urlsplit(self.base_url).netloc:
                 hdrs["Authorization"] = self._auth_header
-            if self._echo:
-                print(f"+ {method} {url}", file=sys.stderr)
+            proc.echo([method, url])
             try:
                 resp = self.session.request(method, url, headers=hdrs, data=data, stream=stream, timeout=TIMEOUT)
             except requests.RequestException as exc:

@@ -105,7 +105,7 @@ def _write(
     try:
         count = 0
         if not only_changed:
-            archive = repo.repo.git.archive(commit, output_stream=None, stdout_as_string=False)
+            archive = repo.archive(commit)
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(staging, filter="data")
                 count = sum(1 for m in tar.getmembers() if m.isfile())

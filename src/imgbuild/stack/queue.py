@@ -406,7 +406,7 @@ def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tu
             out.append((name, sha))
         parent = sha
     if rewriting:
-        scratch.run("update-ref", "-m", "imgbuild patches refresh", "HEAD", parent)
+        scratch.move_ref("HEAD", parent, "imgbuild patches refresh")
     return out
 
 

@@ -270,7 +270,7 @@ def _save(root: Path, state: RebaseState) -> None:
 def _refuse_dirty_patches(root: Path) -> None:
     try:
         repo = GitRepo(root)
-        out = repo.run("status", "--porcelain", "--", "patches")
+        out = repo.status("patches")
     except GitError:
         return  # not a git checkout: nothing to compare with
     if out.strip():
@@ -405,7 +405,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
             target.write_bytes(data)
         clean.append(path)
     if clean:
-        scratch.run("add", "-A", "--", *clean)
+        scratch.stage(*clean)
     markers: dict[str, tuple[int, ...]] = {}
     for path, data in sorted(carry.conflicts.items()):
         target = tree / path
@@ -460,15 +460,15 @@ def _take_resolution(root: Path, state: RebaseState, log: Log) -> None:
             f"the work tree {tree} is no longer on the rebase (HEAD {current} does not descend from {head[:12]})",
             hint="check out the rebase branch again, or `imgbuild patches rebase --abort`",
         )
-    untracked = [p for p in scratch.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
+    untracked = scratch.untracked()
     if untracked:
         raise StateError(
             f"new file(s) in the work tree that are not added to git: {', '.join(untracked[:10])}; "
             f"--continue would leave them out of {item.filename}",
             hint=f"`git -C {tree} add FILE` to put a file in the patch, or delete it; then run --continue again",
         )
-    scratch.run("add", "-u")
-    changed = [p for p in scratch.run("diff", "--cached", "--name-only", "-z", head).split("\0") if p]
+    scratch.stage_tracked()
+    changed = scratch.staged_paths(head)
     left = []
     for path in changed:
         file = tree / path
@@ -479,7 +479,7 @@ def _take_resolution(root: Path, state: RebaseState, log: Log) -> None:
             f"conflict markers are still in the work tree: {', '.join(left[:10])}",
             hint=f"resolve them in {tree}, then run --continue again",
         )
-    new_tree = scratch.run("write-tree").strip()
+    new_tree = scratch.write_tree()
     if new_tree == tree_id(scratch, head):
         raise StateError(
             f"the work tree {tree} holds no change for {item.filename}",

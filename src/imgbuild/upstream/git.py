@@ -1,28 +1,32 @@
 """All git access goes through this module.
 
-GitRepo wraps a gitpython Repo. Commands run via `GitRepo.run`, which can echo
-them (IMGBUILD_ECHO_GIT=1) so users can see exactly what imgbuild did. Objects
+GitRepo wraps a gitpython Repo. Commands run via `GitRepo.run` and the named
+functions below, all through `_git` and the process funnel (imgbuild/proc.py),
+which echoes them (IMGBUILD_ECHO=1) so users can see exactly what imgbuild did;
+`git fast-import` streams through `fast_import`. Objects
 are read through gitpython's object database, which keeps one long-running
 `git cat-file --batch` process instead of a process per blob.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 from gitdb import IStream, LooseObjectDB
 from gitdb.exc import BadObject
+
+from imgbuild import proc
 
 SYMLINK_MODE = "120000"
 IDENTITY = {
@@ -55,9 +59,14 @@ class TreeEntry:
     sha: str
 
 
-def _echo(args: Iterable[str]) -> None:
-    if os.environ.get("IMGBUILD_ECHO_GIT"):
-        print("+ git " + " ".join(args), file=sys.stderr)
+def _git(
+    args: Iterable[str], stdin: bytes | None = None, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> proc.CompletedProcess[bytes]:
+    """`git ARGS` with imgbuild's identity; the exit status is the caller's to read."""
+    try:
+        return proc.run(["git", *args], input=stdin, cwd=cwd, env={**os.environ, **IDENTITY, **(env or {})})
+    except proc.ToolNotFound as exc:
+        raise GitError("git is not installed (not found on PATH)") from exc
 
 
 class GitRepo:
@@ -82,20 +91,18 @@ class GitRepo:
 
     def run(self, *args: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> str:
         """Run one git command in this repository and return its stdout."""
-        _echo(args)
-        full_env = {**os.environ, **IDENTITY, **(env or {})}
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=self.path,
-            input=stdin,
-            env=full_env,
-            capture_output=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            stderr = proc.stderr.decode(errors="replace").strip()
+        done = _git(args, stdin, self.path, env)
+        if done.returncode != 0:
+            stderr = done.stderr.decode(errors="replace").strip()
             raise GitError(f"git {' '.join(args)} failed: {stderr}")
-        return proc.stdout.decode(errors="surrogateescape")
+        return done.stdout.decode(errors="surrogateescape")
+
+    def archive(self, commit: str, *paths: str) -> bytes:
+        """`git archive` of `commit` (tar), limited to `paths` when given."""
+        done = _git(["archive", "--format=tar", commit, *(["--", *paths] if paths else [])], cwd=self.path)
+        if done.returncode != 0:
+            raise GitError(f"git archive {commit} failed: {done.stderr.decode(errors='replace').strip()}")
+        return done.stdout
 
     # -- objects ---------------------------------------------------------
     def resolve_commit(self, rev: str) -> str | None:
@@ -153,6 +160,46 @@ class GitRepo:
                 found[name] = TreeEntry(name, mode, kind, sha)
         return found
 
+    # -- named porcelain (what rebase, the patch queue and the image labels ask of a work tree) --
+    def verify(self, rev: str) -> str:
+        """`rev-parse --verify` of `rev`: the object id; GitError when `rev` does not resolve."""
+        return self.run("rev-parse", "--verify", "-q", rev).strip()
+
+    def commit_time(self, commit: str) -> int:
+        """The committer date of `commit` in seconds (0 when git prints none)."""
+        return int(self.run("show", "-s", "--format=%ct", commit).strip() or 0)
+
+    def remote_url(self, name: str = "origin") -> str:
+        return self.run("remote", "get-url", name).strip()
+
+    def status(self, *paths: str) -> str:
+        """`git status --porcelain` of `paths` ('' when they are clean)."""
+        return self.run("status", "--porcelain", "--", *paths)
+
+    def untracked(self) -> list[str]:
+        """Files in the work tree that git does not track and does not ignore."""
+        return [p for p in self.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
+
+    def stage(self, *paths: str) -> None:
+        """`git add -A` of `paths` (new, changed and deleted files alike)."""
+        self.run("add", "-A", "--", *paths)
+
+    def stage_tracked(self) -> None:
+        """`git add -u`: every change to a tracked file."""
+        self.run("add", "-u")
+
+    def staged_paths(self, commit: str) -> list[str]:
+        """Paths whose staged content differs from `commit`."""
+        return [p for p in self.run("diff", "--cached", "--name-only", "-z", commit).split("\0") if p]
+
+    def write_tree(self) -> str:
+        """The tree of the index, written as an object."""
+        return self.run("write-tree").strip()
+
+    def move_ref(self, ref: str, commit: str, reason: str) -> None:
+        """Point `ref` (HEAD: the branch it names) at `commit`, with `reason` in the reflog."""
+        self.run("update-ref", "-m", reason, ref, commit)
+
     def symlink_prefix(self, commit: str, path: str) -> str | None:
         """The first leading component of `path` that is a symlink in `commit`."""
         parts = path.split("/")
@@ -173,12 +220,10 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, 
             p = Path(tmp) / name
             p.write_bytes(data)
             names.append(str(p))
-        args = ["merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2], *names]
-        _echo(args)
-        proc = subprocess.run(["git", *args], capture_output=True, check=False)
-    if proc.returncode < 0 or proc.returncode > 127:
-        raise GitError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout, proc.returncode
+        done = _git(["merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2], *names])
+    if done.returncode < 0 or done.returncode > 127:
+        raise GitError(f"git merge-file failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout, done.returncode
 
 
 class CommitTree:
@@ -223,14 +268,14 @@ class CommitTree:
                 wanted.setdefault(str(item.hexsha), []).append(path)
         if len(wanted) < 2:
             return
-        proc = _run_bare(
+        done = _run_bare(
             ["cat-file", "--batch"], stdin="".join(f"{sha}\n" for sha in wanted).encode(), cwd=self.repo.path
         )
-        out, pos = proc.stdout, 0
+        out, pos = done.stdout, 0
         for sha, where in wanted.items():  # answered in the order asked
             end = out.find(b"\n", pos)
             header = out[pos:end].split()
-            if proc.returncode != 0 or len(header) != 3 or header[:2] != [sha.encode(), b"blob"]:
+            if done.returncode != 0 or len(header) != 3 or header[:2] != [sha.encode(), b"blob"]:
                 return
             start, size = end + 1, int(header[2])
             for path in where:
@@ -260,13 +305,13 @@ class CommitTree:
         args = ["grep", "-l", "-z", "-F", "--no-color", "--no-textconv", "-I"]
         for w in words:
             args += ["-e", w]
-        proc = _run_bare([*args, self.commit, "--", under], cwd=self.repo.path)
-        if proc.returncode == 1:  # nothing matched
+        done = _run_bare([*args, self.commit, "--", under], cwd=self.repo.path)
+        if done.returncode == 1:  # nothing matched
             return []
-        if proc.returncode != 0:
-            raise GitError(f"git grep in {self.repo.path} failed: {proc.stderr.decode(errors='replace').strip()}")
+        if done.returncode != 0:
+            raise GitError(f"git grep in {self.repo.path} failed: {done.stderr.decode(errors='replace').strip()}")
         prefix = f"{self.commit}:"
-        names = proc.stdout.decode(errors="surrogateescape").split("\0")
+        names = done.stdout.decode(errors="surrogateescape").split("\0")
         return [n.removeprefix(prefix) for n in names if n]
 
     def paths(self, under: str) -> list[str]:
@@ -303,20 +348,16 @@ class CommitInfo:
         return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": self.author_date}
 
 
-def _run_bare(
-    args: list[str], stdin: bytes | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    _echo(args)
-    env = {**os.environ, **IDENTITY}
-    return subprocess.run(["git", *args], input=stdin, cwd=cwd, env=env, capture_output=True, check=False)
+def _run_bare(args: list[str], stdin: bytes | None = None, cwd: Path | None = None) -> proc.CompletedProcess[bytes]:
+    return _git(args, stdin, cwd)
 
 
 def init_scratch(path: Path, objects: Path, marker: str) -> GitRepo:
     """A new non-bare repository at `path` borrowing objects from `objects` (alternates)."""
     path.mkdir(parents=True, exist_ok=True)
-    proc = _run_bare(["init", "-q", "--template=", str(path)])  # no sample hooks: less to create and remove
-    if proc.returncode != 0:
-        raise GitError(f"git init {path} failed: {proc.stderr.decode(errors='replace').strip()}")
+    done = _run_bare(["init", "-q", "--template=", str(path)])  # no sample hooks: less to create and remove
+    if done.returncode != 0:
+        raise GitError(f"git init {path} failed: {done.stderr.decode(errors='replace').strip()}")
     repo = GitRepo(path)
     info = Path(repo.repo.git_dir) / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
@@ -330,8 +371,8 @@ def scratch_marker(path: Path) -> str | None:
     """The marker of an imgbuild scratch repository at `path`, or None if it is not one."""
     if not (path / ".git").exists():
         return None
-    proc = _run_bare(["config", "--file", str(path / ".git" / "config"), "--get", SCRATCH_MARKER_KEY])
-    return (proc.stdout.decode().strip() or None) if proc.returncode == 0 else None
+    done = _run_bare(["config", "--file", str(path / ".git" / "config"), "--get", SCRATCH_MARKER_KEY])
+    return (done.stdout.decode().strip() or None) if done.returncode == 0 else None
 
 
 def tree_id(repo: GitRepo, commit: str) -> str:
@@ -349,7 +390,7 @@ def commit_raw(
 
 
 def commit_files(repo: GitRepo, base_commit: str, files: Mapping[str, bytes | None], message: str) -> str:
-    """A commit on `base_commit` with `files` replaced, written in-process (no git subprocess)."""
+    """A commit on `base_commit` with `files` replaced, written in-process (no git process)."""
     base = repo.repo.commit(base_commit)
     tree = _tree_in_process(repo, base.tree, files) or _store(repo, b"tree", b"")
     return _commit_in_process(repo, tree, [base_commit], message)
@@ -493,26 +534,86 @@ def diff_no_index(before: bytes, after: bytes, path: str, *, context: int = 3) -
             target = Path(tmp) / side / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        proc = _run_bare(
+        done = _run_bare(
             ["diff", "--no-index", *DIFF_FLAGS[:5], "--no-prefix", f"-U{context}", f"a/{path}", f"b/{path}"],
             cwd=Path(tmp),
         )
-    if proc.returncode not in (0, 1):
-        raise GitError(f"git diff --no-index failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode("utf-8", errors="surrogateescape")
+    if done.returncode not in (0, 1):
+        raise GitError(f"git diff --no-index failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout.decode("utf-8", errors="surrogateescape")
 
 
 def patch_id(diff: str) -> str | None:
     """`git patch-id --stable` of a diff text (None for an empty diff)."""
-    proc = _run_bare(["patch-id", "--stable"], stdin=diff.encode("utf-8", errors="surrogateescape"))
-    if proc.returncode != 0:
-        raise GitError(f"git patch-id failed: {proc.stderr.decode(errors='replace').strip()}")
-    out = proc.stdout.decode().split()
+    done = _run_bare(["patch-id", "--stable"], stdin=diff.encode("utf-8", errors="surrogateescape"))
+    if done.returncode != 0:
+        raise GitError(f"git patch-id failed: {done.stderr.decode(errors='replace').strip()}")
+    out = done.stdout.decode().split()
     return out[0] if out else None
 
 
 def ls_remote_tags(url: str) -> list[str]:
-    proc = _run_bare(["ls-remote", "--tags", "--refs", url])
-    if proc.returncode != 0:
-        raise GitError(f"git ls-remote {url} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return [line.split("refs/tags/", 1)[1] for line in proc.stdout.decode().splitlines() if "refs/tags/" in line]
+    done = _run_bare(["ls-remote", "--tags", "--refs", url])
+    if done.returncode != 0:
+        raise GitError(f"git ls-remote {url} failed: {done.stderr.decode(errors='replace').strip()}")
+    return [line.split("refs/tags/", 1)[1] for line in done.stdout.decode().splitlines() if "refs/tags/" in line]
+
+
+# -- The cache mirror's checks and its one stream (upstream/mirror.py) --
+def ref_target(path: Path, ref: str) -> str:
+    """The object `ref` points at in the repository at `path` ('' when there is no such ref).
+    GitError (its first stderr line) when the refs cannot be read: a broken ref is not a missing one."""
+    done = _run_bare(["for-each-ref", "--format=%(objectname)", ref], cwd=path)
+    err = done.stderr.decode(errors="replace").strip()
+    if done.returncode != 0 or err:
+        raise GitError((err or f"git for-each-ref exited {done.returncode}").splitlines()[0])
+    return done.stdout.decode().strip()
+
+
+def commit_readable(path: Path, sha: str) -> bool:
+    return _run_bare(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=path).returncode == 0
+
+
+def check_connected(path: Path, commit: str) -> None:
+    """Every object of `commit` is there and readable (`git fsck --connectivity-only`); GitError naming the first
+    problem otherwise."""
+    done = _run_bare(["fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit], cwd=path)
+    lines = done.stderr.decode(errors="replace").splitlines()
+    bad = [ln for ln in lines if ln.startswith(("error", "fatal", "missing", "broken"))]
+    if done.returncode != 0 or bad:
+        raise GitError(bad[0] if bad else f"git fsck exited {done.returncode}")
+
+
+@contextlib.contextmanager
+def fast_import(repo: GitRepo, *options: str, config: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
+    """A `git fast-import` into `repo`: write its commands to the stream yielded. GitError (with the end of
+    fast-import's stderr) when it fails; a write it refused early (a broken pipe) is reported that way too."""
+    args = [a for key, value in (config or {}).items() for a in ("-c", f"{key}={value}")]
+    with tempfile.TemporaryFile() as errors:
+        try:
+            child = proc.popen(
+                ["git", *args, "fast-import", *options],
+                cwd=repo.path,
+                stdin=proc.PIPE,
+                stdout=proc.DEVNULL,
+                stderr=errors,
+            )
+        except proc.ToolNotFound as exc:
+            raise GitError("git is not installed (not found on PATH)") from exc
+        assert child.stdin is not None
+        try:
+            yield child.stdin
+        except BrokenPipeError:
+            pass  # fast-import stopped early; its exit status and stderr say why
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.close()
+        returncode = child.wait()
+        errors.seek(0)
+        stderr = errors.read()
+    if returncode != 0:
+        raise GitError(f"git fast-import failed: {stderr.decode(errors='replace')[-400:]}")

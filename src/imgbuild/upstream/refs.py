@@ -9,13 +9,12 @@ for a commit when one points at it.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
+from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, ls_remote_tags, tags_at
 from imgbuild.upstream.mirror import Mirror, Resolved
 
@@ -46,9 +45,9 @@ def latest_release(pin: UpstreamPin) -> str:
         if tag is None:
             raise UpstreamError(f"{source.url} has no release tags (like v1.2.3)")
         return tag
-    cmd = [sys.executable, "-m", "pip", "index", "versions", source.project, "--platform", source.platform,
-           "--python-version", source.python_version, "--only-binary", ":all:"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    args = ["index", "versions", source.project, "--platform", source.platform,
+            "--python-version", source.python_version, "--only-binary", ":all:"]  # fmt: skip
+    proc = pip.run(args)
     m = re.search(r"Available versions:\s*(.+)", proc.stdout)
     if proc.returncode != 0 or not m:
         raise UpstreamError(

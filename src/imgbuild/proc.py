@@ -1,0 +1,123 @@
+"""Every external process imgbuild starts goes through here.
+
+Tools have their own funnels on top (git: upstream/git.py, pip: upstream/pip.py,
+docker: images/docker.py, cosign: images/signing.py); this module is what they
+share: with `IMGBUILD_ECHO=1` each command is printed on stderr as one
+`+ <shlex.join(argv)>` line before it runs (docker SDK calls and registry
+requests print the same kind of line through `echo`), and a missing
+executable or a timeout becomes a typed error that the caller maps to its own
+user-facing error (`ToolNotFound`, `ToolTimeout`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+ECHO = "IMGBUILD_ECHO"
+ECHO_ALIASES = ("IMGBUILD_ECHO_GIT", "IMGBUILD_ECHO_REGISTRY")  # older spellings, kept working
+
+PIPE = subprocess.PIPE
+DEVNULL = subprocess.DEVNULL
+STDOUT = subprocess.STDOUT
+CompletedProcess = subprocess.CompletedProcess
+Popen = subprocess.Popen
+TimeoutExpired = subprocess.TimeoutExpired  # of Popen.wait/communicate, for the long-lived ones
+
+Stream = int | IO[Any] | None
+
+
+class ToolNotFound(Exception):
+    """The executable of `argv[0]` is not there (not installed, not on PATH)."""
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(f"{tool} is not installed (not found on PATH)")
+        self.tool = tool
+
+
+class ToolTimeout(Exception):
+    """A command ran past its timeout and was killed."""
+
+    def __init__(self, argv: Sequence[str], seconds: float) -> None:
+        super().__init__(f"{shlex.join(argv)} did not finish within {seconds:g} s")
+        self.tool = argv[0]
+        self.seconds = seconds
+
+
+def echoing() -> bool:
+    return any(os.environ.get(name) for name in (ECHO, *ECHO_ALIASES))
+
+
+def echo(argv: Iterable[str]) -> None:
+    """Print `+ argv` on stderr when echoing (also for what is not a process: SDK calls, HTTP requests)."""
+    if echoing():
+        print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    input: bytes | str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+    text: bool = False,
+    capture: bool = True,
+    stdout: Stream = None,
+    stderr: Stream = None,
+) -> subprocess.CompletedProcess[Any]:
+    """Run `argv` to the end; its exit status is the caller's to read (never raises for it).
+
+    `capture` collects stdout and stderr; pass `capture=False` with `stdout`/`stderr` to send them elsewhere.
+    `env` replaces the environment (None: inherit it)."""
+    echo(argv)
+    try:
+        done: subprocess.CompletedProcess[Any] = subprocess.run(
+            list(argv),
+            input=input,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            timeout=timeout,
+            text=text,
+            check=False,
+            stdout=PIPE if capture else stdout,
+            stderr=PIPE if capture else stderr,
+        )
+        return done
+    except FileNotFoundError as exc:
+        if _cwd_missing(exc, cwd):
+            raise
+        raise ToolNotFound(argv[0]) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ToolTimeout(argv, timeout or 0) from exc
+
+
+def popen(
+    argv: Sequence[str],
+    *,
+    stdin: Stream = None,
+    stdout: Stream = None,
+    stderr: Stream = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a long-lived `argv` (a forwarder, a tunnel, a stream into stdin); the caller waits for it."""
+    echo(argv)
+    try:
+        return subprocess.Popen(
+            list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=None if env is None else dict(env), cwd=cwd
+        )
+    except FileNotFoundError as exc:
+        if _cwd_missing(exc, cwd):
+            raise
+        raise ToolNotFound(argv[0]) from exc
+
+
+def _cwd_missing(exc: FileNotFoundError, cwd: Path | str | None) -> bool:
+    """A missing `cwd` stays the OSError it is; only a missing executable is ToolNotFound."""
+    return cwd is not None and exc.filename is not None and str(exc.filename) == str(cwd)
