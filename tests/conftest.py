@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runner import Cli, imgbuild
-from tests.synth import Upstream
+from tests.support.runner import Cli, imgbuild
+from tests.support.synth import Upstream
 
 TIERS = ("docker", "release")
 
@@ -49,5 +49,5 @@ def upstream(tmp_path: Path) -> Upstream:
 
 @pytest.fixture
 def cli() -> Cli:
-    """`cli(PROJECT, *ARGS, env=...)`: the command in a subprocess (tests/runner.py), for every tier."""
+    """`cli(PROJECT, *ARGS, env=...)`: the command in a subprocess (tests/support/runner.py), for every tier."""
     return imgbuild

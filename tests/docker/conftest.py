@@ -22,9 +22,9 @@ from imgbuild.images import skeleton
 from imgbuild.images.docker import Engine
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
-from tests.runner import imgbuild
-from tests.synth import Upstream
-from tests.synth_images import engram_project, release
+from tests.support.runner import imgbuild
+from tests.support.synth import Upstream
+from tests.support.synth_images import engram_project, release
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +79,7 @@ def cleanup(engine: Engine, prefix: str, upstream_url: str) -> None:
                 engine.client.api.remove_image(image_id, force=True)
 
 
-run_cli = imgbuild  # `imgbuild -C PROJECT ARGS...` (tests/runner.py), the name this tier's tests import
+run_cli = imgbuild  # `imgbuild -C PROJECT ARGS...` (tests/support/runner.py), the name this tier's tests import
 
 
 @dataclass(frozen=True)
