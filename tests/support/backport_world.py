@@ -8,10 +8,10 @@ AGAIN (the FIX line changed once more) -> tag v3 -> the fix reverted -> tag v4.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tests.support.synth import Upstream, git, numbered
+from tests.support.synth import Upstream, built_once, git, numbered
 
 POOL = numbered(40, "pool")
 SCHED = numbered(20, "sched")
@@ -37,12 +37,17 @@ def commit(up: Upstream, files: dict[str, str], message: str) -> str:
     for rel, text in files.items():
         (up.path / rel).parent.mkdir(parents=True, exist_ok=True)
         (up.path / rel).write_text(text)
-        git(up.path, "add", rel)
+    git(up.path, "add", "--", *files)
     git(up.path, "commit", "-q", "-m", message)
     return git(up.path, "rev-parse", "HEAD").strip()
 
 
 def build(path: Path) -> World:
+    """The world at `path` (built once per process, then copied: `built_once`)."""
+    return built_once("backport_world", path, _build, lambda world, at: replace(world, up=Upstream.at(at)))
+
+
+def _build(path: Path) -> World:
     up = Upstream(path)
     up.release(
         "v1",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.support.synth import Upstream, git, make_project, numbered
+from tests.support.synth import Upstream, build_on, git, make_project, numbered
 
 
 def edit(text: str, old: str, new: str) -> str:
@@ -37,6 +37,11 @@ D41 = "vllm/models/deepseek_v41"
 
 
 def build_upstream(up: Upstream) -> Upstream:
+    """The three releases, in `up` (built once per process, then copied: `build_on`)."""
+    return build_on("rebase_world", up, _build_upstream)
+
+
+def _build_upstream(up: Upstream) -> Upstream:
     up.release(
         "v1",
         {
@@ -75,17 +80,31 @@ def build_upstream(up: Upstream) -> Upstream:
 
 def stack(up: Upstream, base: str, steps: list[Mapping[str, str | None]]) -> list[str]:
     """`git diff --full-index` of each step of edits, each on top of the previous one."""
+    tree = git(up.path, "rev-parse", f"{base}^{{tree}}").strip()
+    key = (tree, tuple(tuple(sorted(edits.items())) for edits in steps))
+    if key not in _STACKS:
+        _STACKS[key] = _stack(up, base, steps)
+    return list(_STACKS[key])
+
+
+# Stacks already made, by (tree of the base, steps): the diffs depend on nothing else.
+_STACKS: dict[tuple[str, tuple[tuple[tuple[str, str | None], ...], ...]], list[str]] = {}
+
+
+def _stack(up: Upstream, base: str, steps: list[Mapping[str, str | None]]) -> list[str]:
     git(up.path, "checkout", "-q", "--detach", base)
     diffs = []
     try:
         for edits in steps:
+            gone = [rel for rel, text in edits.items() if text is None]
             for rel, text in edits.items():
-                if text is None:
-                    git(up.path, "rm", "-q", rel)
-                    continue
-                (up.path / rel).parent.mkdir(parents=True, exist_ok=True)
-                (up.path / rel).write_text(text)
-                git(up.path, "add", rel)
+                if text is not None:
+                    (up.path / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (up.path / rel).write_text(text)
+            if gone:
+                git(up.path, "rm", "-q", "--", *gone)
+            if len(gone) < len(edits):
+                git(up.path, "add", "--", *(rel for rel in edits if rel not in gone))
             diffs.append(git(up.path, "diff", "--cached", "--full-index"))
             git(up.path, "commit", "-q", "--allow-empty", "-m", "step")
     finally:

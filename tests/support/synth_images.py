@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.synth import Upstream, make_project
+from tests.support.synth import Upstream, build_on, make_project
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
@@ -30,7 +30,8 @@ ENGRAM = ("vllm/loader/weights.py", "vllm/models/engram.py")
 
 
 def release(upstream: Upstream, tag: str = "v1.0.0") -> str:
-    return upstream.release(tag, dict(FILES))
+    """FILES as release `tag` (into a fresh upstream: built once per process, then copied)."""
+    return build_on(f"synth_images-{tag}", upstream, lambda up: up.release(tag, dict(FILES)))
 
 
 def _edit(path: str, old: str, new: str) -> dict[str, str]:
