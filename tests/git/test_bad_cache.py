@@ -17,7 +17,7 @@ import yaml
 from imgbuild.upstream.git import blob_id
 from imgbuild.upstream.mirror import Mirror
 from tests.git.test_wheel_source import make_wheel, pin_for
-from tests.support.runner import imgbuild
+from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the command, not the process
 from tests.support.synth import header
 
 OLD = b"def f():\n    return 1\n"

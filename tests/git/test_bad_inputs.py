@@ -206,13 +206,18 @@ def test_an_unsupported_platform_is_refused_naming_the_known_ones(tmp_path: Path
 
 
 # -- apply --into: unwritable, full, under a file, raced, killed, interrupted -------------------------
+# 1500 files (about 3 MB): writing them takes about 0.8 s here (load 5), a hundred times the 5 ms that
+# wait_for_staging polls at; 3000 doubled the cost of the five tests below for no wider race.
+GENERATED = 1500
+
+
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A release of 3000 files (about 6 MB), so writing it takes long enough to race, kill or interrupt."""
+    """A release of GENERATED files, so writing it takes long enough to race, kill or interrupt."""
     tmp = tmp_path_factory.mktemp("big")
     up = Upstream(tmp / "upstream")
     (up.path / "vllm" / "gen").mkdir(parents=True)
-    for i in range(3000):  # written here and added at once: release() adds file by file
+    for i in range(GENERATED):  # written here and added at once: release() adds file by file
         (up.path / "vllm" / "gen" / f"m{i:04d}.py").write_text(f"# {i}\n" + "x = 1\n" * 300)
     git(up.path, "add", "-A")
     up.release("v1", {"vllm/a.py": BASE})
@@ -281,7 +286,7 @@ def test_two_concurrent_applies_one_wins_the_other_exits_10(tmp_path: Path, big:
     loser = next(err for code, err in results if code == 10)
     assert "Traceback" not in loser
     assert f"another imgbuild is writing {dest}" in loser or f"{dest} exists and is not empty" in loser
-    assert (dest / "vllm" / "a.py").read_text() == PATCHED and len(list((dest / "vllm" / "gen").iterdir())) == 3000
+    assert (dest / "vllm" / "a.py").read_text() == PATCHED and len(list((dest / "vllm" / "gen").iterdir())) == GENERATED
     assert leftovers(tmp_path) == []
 
 
