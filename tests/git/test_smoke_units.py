@@ -93,7 +93,7 @@ def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
     job = probe.Job(
         (good, syntax, "/no/such.py"),
         ("echo out; echo err >&2", "exit 3", "sleep 5"),
-        2,
+        1,  # seconds per command: "sleep 5" times out after one
         ("pk.good", "pk.bad", "pk.undefined", "pk.syntax"),
         f"{sys.executable} --version",
     )
