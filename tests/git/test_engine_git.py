@@ -10,7 +10,7 @@ from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.project import Project, merge3
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
-from tests.support.synth import Upstream, git, make_project, numbered
+from tests.support.synth import Upstream, build_on, git, make_project, numbered
 
 BASE = numbered(40)
 
@@ -22,6 +22,10 @@ def edit(text: str, old: str, new: str) -> str:
 
 @pytest.fixture
 def two_releases(upstream: Upstream) -> Upstream:
+    return build_on("engine_git-two_releases", upstream, _two_releases)
+
+
+def _two_releases(upstream: Upstream) -> Upstream:
     upstream.release("v1", {"vllm/a.py": BASE, "vllm/b.py": numbered(30, "b"), "README": "x\n"})
     # v2 shifts a.py by five lines and changes b.py's context near line 10.
     upstream.release(

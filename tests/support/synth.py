@@ -45,8 +45,8 @@ _DIFFS: dict[tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]
 class Upstream:
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.mkdir(parents=True)
-        git(path, "init", "-q", "-b", "main")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        built_once("empty", path, _init, lambda _value, _at: None)  # a copy of one `git init`
 
     @classmethod
     def at(cls, path: Path) -> Upstream:
@@ -116,6 +116,11 @@ class Upstream:
 
     def show(self, ref: str, path: str) -> str:
         return git(self.path, "show", f"{ref}:{path}")
+
+
+def _init(path: Path) -> None:
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
 
 
 def header(summary: str, group: str) -> str:
