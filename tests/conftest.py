@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cleanup import drop_large
 from tests.support.runner import Cli, imgbuild
 from tests.support.synth import Upstream
 
@@ -55,12 +56,25 @@ def _isolated_cache(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
     """Every test gets its own cache, except release tests, which share the user's
-    cache so the real release is downloaded once."""
+    cache so the real release is downloaded once.
+
+    After the test, the large parts of its own cache, and of the caches and registries
+    it made in its tmp_path, are removed (tests/support/cleanup.py); the rest stays for
+    a post-mortem."""
+    own = None
     if request.node.get_closest_marker("release") is None:
-        monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path_factory.mktemp("cache")))
+        own = tmp_path_factory.mktemp("cache")
+        monkeypatch.setenv("IMGBUILD_CACHE", str(own))
+    tmp = request.getfixturevalue("tmp_path") if own and "tmp_path" in request.fixturenames else None
     monkeypatch.delenv("IMGBUILD_PROJECT", raising=False)
     monkeypatch.delenv("CI", raising=False)
     yield
+    if own is not None:
+        drop_large(own)
+    if tmp is not None and tmp.is_dir():
+        for made in tmp.iterdir():
+            if made.is_dir() and not made.is_symlink():
+                drop_large(made)
 
 
 @pytest.fixture
