@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_pairs import Pair, interleave, load, spread  # noqa: E402
-from tests.registry_env import RegistryProcess, docker, remove_images, set_platforms  # noqa: E402
-from tests.tcpproxy import Proxy  # noqa: E402
+from tests.support.registry_env import RegistryProcess, docker, remove_images, set_platforms  # noqa: E402
+from tests.support.tcpproxy import Proxy  # noqa: E402
 
 from imgbuild.images import publish as pub
 from imgbuild.images.build import skeleton_spec  # noqa: E402

@@ -6,7 +6,7 @@
 PROJECT_DIR holds the project whose `latest` and `engram-mem` images are
 built locally (e.g. a copy of this repository, built with
 `imgbuild build latest engram-mem --base skeleton`). A second dockerd stands
-for the node (tests/node_daemon.py: own data root, socket and bridge), fresh
+for the node (tests/support/node_daemon.py: own data root, socket and bridge), fresh
 for each measurement, with the base image already loaded, as a cluster node
 has it. Measured, per variant and for both in sequence:
 
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from tests.node_daemon import Node, node_daemon
+from tests.support.node_daemon import Node, node_daemon
 
 from imgbuild.images.docker import Engine
 

@@ -25,7 +25,7 @@ class ExitCode:
 
 
 class ImgbuildError(Exception):
-    """The base of every error below; never raised itself (tests/test_cli.py checks), so that each
+    """The base of every error below; never raised itself (tests/git/test_cli.py checks), so that each
     exit code has one class and exit 1 means exactly "a check found problems" (CheckFailed)."""
 
     exit_code: int = ExitCode.FAILURE

@@ -22,9 +22,10 @@ from imgbuild.images import skeleton
 from imgbuild.images.docker import Engine
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
-from tests.runner import imgbuild
-from tests.synth import Upstream
-from tests.synth_images import engram_project, release
+from tests.support.cleanup import drop_large
+from tests.support.runner import imgbuild
+from tests.support.synth import Upstream
+from tests.support.synth_images import engram_project, release
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +80,7 @@ def cleanup(engine: Engine, prefix: str, upstream_url: str) -> None:
                 engine.client.api.remove_image(image_id, force=True)
 
 
-run_cli = imgbuild  # `imgbuild -C PROJECT ARGS...` (tests/runner.py), the name this tier's tests import
+run_cli = imgbuild  # `imgbuild -C PROJECT ARGS...` (tests/support/runner.py), the name this tier's tests import
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def built(
     synth_upstream: Upstream,
     prefix: str,
     skeleton_base: str,  # noqa: ARG001 - the skeleton image must exist before `--base skeleton` builds
-) -> Built:
+) -> Iterator[Built]:
     """One project with both variants built on the skeleton, shared by a module's tests."""
     root = tmp_path_factory.mktemp("built")
     repo = f"{prefix}-{root.name}"
@@ -108,7 +109,8 @@ def built(
     cache = root / "cache"
     proc = run_cli(project, "build", "latest", "engram-mem", "--base", "skeleton", env={"IMGBUILD_CACHE": str(cache)})
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    return Built(project, repo, cache, proc.stdout, proc.stderr)
+    yield Built(project, repo, cache, proc.stdout, proc.stderr)
+    drop_large(cache)  # its OCI layout is ~180 MB; pytest keeps three runs of every module's
 
 
 MakeProject = Callable[..., Path]

@@ -10,8 +10,8 @@ import pytest
 
 from imgbuild.images.docker import Engine
 from tests.docker.conftest import Built, MakeProject
-from tests.runner import Cli
-from tests.synth_images import ENGRAM, SM121
+from tests.support.runner import Cli
+from tests.support.synth_images import ENGRAM, SM121
 
 pytestmark = pytest.mark.docker
 

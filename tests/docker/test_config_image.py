@@ -16,8 +16,8 @@ from imgbuild.images.docker import Engine
 from imgbuild.images.inputs import project_inputs
 from imgbuild.project import Project
 from tests.docker.conftest import MakeProject
-from tests.registry_env import set_platforms
-from tests.runner import Cli
+from tests.support.registry_env import set_platforms
+from tests.support.runner import Cli
 
 pytestmark = pytest.mark.docker
 

@@ -16,9 +16,9 @@ import pytest
 from imgbuild.images.docker import CONTAINER_LABEL, Engine
 from imgbuild.images.dockerfile import context_tar
 from tests.docker.conftest import Built, MakeProject
-from tests.runner import Cli
-from tests.synth import Upstream
-from tests.synth_images import FILES, SITE
+from tests.support.runner import Cli
+from tests.support.synth import Upstream
+from tests.support.synth_images import FILES, SITE
 
 pytestmark = pytest.mark.docker
 

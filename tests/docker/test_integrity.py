@@ -11,7 +11,7 @@ import pytest
 from imgbuild.images.docker import Engine
 from imgbuild.images.dockerfile import context_tar
 from tests.docker.conftest import Built
-from tests.synth_images import SITE
+from tests.support.synth_images import SITE
 
 pytestmark = pytest.mark.docker
 

@@ -16,10 +16,10 @@ import pytest
 
 from imgbuild.images.docker import Engine
 from tests.docker.conftest import MakeProject, cleanup
-from tests.registry_env import set_platforms
-from tests.runner import Cli
-from tests.synth import Upstream
-from tests.synth_images import ENGRAM, SM121
+from tests.support.registry_env import set_platforms
+from tests.support.runner import Cli
+from tests.support.synth import Upstream
+from tests.support.synth_images import ENGRAM, SM121
 
 pytestmark = pytest.mark.docker
 PLATFORMS = ("linux/amd64", "linux/arm64")

@@ -26,7 +26,7 @@ from imgbuild.project import Project
 from imgbuild.registry import reference
 from imgbuild.registry.client import Registry, Stats
 from imgbuild.registry.lock import load_lock
-from tests.registry_env import (
+from tests.support.registry_env import (
     RegistryProcess,
     docker,
     push_skeleton_bases,
@@ -34,10 +34,10 @@ from tests.registry_env import (
     set_platforms,
     uploads,
 )
-from tests.runner import imgbuild
-from tests.synth import Upstream
-from tests.synth_images import SITE, engram_project, release
-from tests.tcpproxy import Proxy
+from tests.support.runner import imgbuild
+from tests.support.synth import Upstream
+from tests.support.synth_images import SITE, engram_project, release
+from tests.support.tcpproxy import Proxy
 
 pytestmark = pytest.mark.docker
 PLATFORMS = ["linux/arm64", "linux/amd64"]
@@ -419,7 +419,7 @@ def copy_image(src_host: str, src_repo: str, tag: str, dst_host: str, dst_repo: 
 def test_bearer_token_auth_and_mounts_across_repositories(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.tokenserver import TokenService, start_token_registry
+    from tests.support.tokenserver import TokenService, start_token_registry
 
     secret = "tok-Pw-7781-never-printed"
     tokens = TokenService({"ci": secret})

@@ -92,7 +92,7 @@ def test_recipe_pins_the_local_image_id(written: dict[str, Any], built: Built, e
 def test_sparkrun_loader_reads_the_same_image_env_and_serve_args(written: dict[str, Any]) -> None:
     assert Path(SPARKRUN_PYTHON).exists(), f"{SPARKRUN_PYTHON} is missing: run `bash .ci/setup-sparkrun.sh`"
     proc = subprocess.run(
-        [SPARKRUN_PYTHON, str(ROOT / "tests" / "sparkrun_check.py"), written["recipe"]],
+        [SPARKRUN_PYTHON, str(ROOT / "tests" / "support" / "sparkrun_check.py"), written["recipe"]],
         capture_output=True,
         text=True,
         check=False,
@@ -200,7 +200,7 @@ def test_compose_up_starts_engram_mem_under_qemu_with_the_limits(written: dict[s
 @pytest.mark.usefixtures("written")  # the recipe files exist before the registry is asked
 def test_registry_pins_the_published_digest(built: Built, engine: Engine, tmp_path: Path) -> None:
     """--registry: the digest the registry serves for the variant's tag (pushed here with `docker push`)."""
-    from tests.registry_env import RegistryProcess
+    from tests.support.registry_env import RegistryProcess
 
     registry = RegistryProcess.start(tmp_path / "registry")
     pushed = f"{registry.host}/{built.repo}:engram-mem"

@@ -1,4 +1,4 @@
-"""`imgbuild ship` to a second dockerd standing for a node (tests/node_daemon.py)."""
+"""`imgbuild ship` to a second dockerd standing for a node (tests/support/node_daemon.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from imgbuild.images.docker import Engine
 from tests.docker.conftest import Built
-from tests.node_daemon import DOCKERD26, Node, node_daemon
-from tests.sshd import SSHD, sshd_to
-from tests.tcpproxy import Proxy
+from tests.support.node_daemon import DOCKERD26, Node, node_daemon
+from tests.support.sshd import SSHD, sshd_to
+from tests.support.tcpproxy import Proxy
 
 pytestmark = pytest.mark.docker
 

@@ -48,7 +48,7 @@ class CliOptions:
 class Command(NamedTuple):
     """A subcommand, imported only when it runs: `module:attr` is a function or a typer app.
     `help` is its one-line summary, kept here so that `imgbuild --help` imports no subcommand
-    module (tests/test_cli.py checks it matches the command's own docstring)."""
+    module (tests/git/test_cli.py checks it matches the command's own docstring)."""
 
     module: str
     attr: str

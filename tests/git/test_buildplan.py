@@ -1,0 +1,180 @@
+"""From file plans to builds (pure): labels, digests, tags, shared layers, dry run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imgbuild.errors import ConfigError, DockerError
+from imgbuild.images import labels
+from imgbuild.images.build import project_inputs
+from imgbuild.images.docker import check_binfmt
+from imgbuild.images.plan import BaseInfo, BuildPlan, make_build_plan
+from imgbuild.project import Project
+from tests.support.synth import Upstream, make_project
+from tests.support.synth_images import ENGRAM, SITE, SM121, engram_project, patches, release, variants
+
+BASE_ID = "sha256:" + "b" * 64
+
+
+def bases(project: Project, image_id: str = BASE_ID) -> dict[tuple[str, str], BaseInfo]:
+    return {(v, "linux/arm64"): BaseInfo("base:1", image_id, image_id, "linux/arm64", SITE) for v in project.variants}
+
+
+def build_plan(project: Project, wanted: list[str], image_id: str = BASE_ID) -> BuildPlan:
+    return make_build_plan(project_inputs(project), project.plan(), bases(project, image_id), wanted)
+
+
+@pytest.fixture
+def project(tmp_path: Path, upstream: Upstream) -> Project:
+    release(upstream)
+    return Project.load(engram_project(tmp_path / "p", upstream, "vllm-test"))
+
+
+def test_layers_are_shared_and_latest_extends_engram_mem(project: Project) -> None:
+    plan = build_plan(project, ["latest", "engram-mem"])
+    assert [lb.files for lb in plan.layers] == [SM121, ENGRAM]
+    latest, mem = (next(i for i in plan.images if i.variant == v) for v in ("latest", "engram-mem"))
+    assert latest.layers[: len(mem.layers)] == mem.layers and len(latest.layers) == len(mem.layers) + 1
+    assert mem.from_ref == plan.layers[0].tag and latest.from_ref == plan.layers[1].tag
+    assert plan.layers[1].parent_ref == plan.layers[0].tag
+
+
+def test_building_one_variant_plans_the_same_layer(project: Project) -> None:
+    alone = build_plan(project, ["engram-mem"])
+    both = build_plan(project, ["latest", "engram-mem"])
+    assert [lb.digest for lb in alone.layers] == [both.layers[0].digest]
+    assert alone.images[0].inputs_digest == next(i for i in both.images if i.variant == "engram-mem").inputs_digest
+
+
+def test_tags_and_labels(project: Project) -> None:
+    plan = build_plan(project, ["latest"])
+    img = plan.images[0]
+    assert img.immutable_ref == f"vllm-test:1.0.0-{img.inputs_digest[:12]}"
+    assert img.moving_refs == ("vllm-test:latest",)
+    assert labels.missing_required(img.labels) == []
+    assert img.labels[labels.INPUTS] == img.inputs_digest
+    assert img.labels["org.opencontainers.image.created"] == "2026-11-01T00:00:00Z"  # Last-Update, not the clock
+    assert img.labels["org.opencontainers.image.base.digest"] == BASE_ID
+    files = {f.path: f.state for f in labels.parse_files(img.labels["imgbuild.files"])}
+    assert set(files.values()) == {"patched"}
+    assert json.loads(img.labels["imgbuild.patches"]) == {
+        "0001-attn": "applied",
+        "0002-sparse": "applied",
+        "0003-engram": "applied",
+    }
+    assert len(json.dumps(img.labels)) < 4000
+    assert f'imgbuild.inputs="{img.inputs_digest}"' in img.dockerfile
+
+
+def test_engram_mem_labels_say_reverted_and_original(project: Project) -> None:
+    img = build_plan(project, ["engram-mem"]).images[0]
+    states = {f.path: f.state for f in labels.parse_files(img.labels["imgbuild.files"])}
+    assert states == {**dict.fromkeys(SM121, "patched"), **dict.fromkeys(ENGRAM, "original")}
+    assert json.loads(img.labels["imgbuild.patches"])["0003-engram"] == "reverted"
+    assert "DSV41_ENGRAM_DISK" not in img.dockerfile
+
+
+def test_equal_inputs_equal_plans_and_base_change_changes_digests(project: Project) -> None:
+    one, two = build_plan(project, ["latest"]), build_plan(project, ["latest"])
+    assert one.images[0].dockerfile == two.images[0].dockerfile
+    assert [lb.context for lb in one.layers] == [lb.context for lb in two.layers]
+    other = build_plan(project, ["latest"], image_id="sha256:" + "c" * 64)
+    assert other.images[0].inputs_digest != one.images[0].inputs_digest
+    assert other.layers[0].digest != one.layers[0].digest
+
+
+def test_changing_only_engram_keeps_the_shared_layer(tmp_path: Path, upstream: Upstream) -> None:
+    release(upstream)
+    a = Project.load(engram_project(tmp_path / "a", upstream, "r"))
+    b = Project.load(
+        make_project(tmp_path / "b", upstream, "v1.0.0", patches(upstream, engram_marker="nvme"), variants("r"))
+    )
+    pa, pb = build_plan(a, ["latest"]), build_plan(b, ["latest"])
+    assert pa.layers[0].digest == pb.layers[0].digest
+    assert pa.layers[1].digest != pb.layers[1].digest
+
+
+def test_missing_repository_is_a_config_error(tmp_path: Path, upstream: Upstream) -> None:
+    release(upstream)
+    v = variants("r")
+    v["latest"]["image"] = {"base": "b:1"}  # type: ignore[index]
+    project = Project.load(make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), v))
+    with pytest.raises(ConfigError, match=r"image\.repository is not set"):
+        build_plan(project, ["latest"])
+
+
+def test_reserved_label_is_refused(tmp_path: Path, upstream: Upstream) -> None:
+    release(upstream)
+    v = variants("r")
+    v["latest"]["image"]["labels"] = {"imgbuild.files": "lies"}  # type: ignore[index]
+    project = Project.load(make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), v))
+    with pytest.raises(ConfigError, match="reserved"):
+        build_plan(project, ["latest"])
+
+
+def test_source_date_prefers_the_newest_input() -> None:
+    assert labels.source_date(["2026-11-01", "2025-01-01", "junk"], 0) == "2026-11-01T00:00:00Z"
+    assert labels.source_date([], 1_700_000_000) == "2023-11-14T22:13:20Z"
+
+
+def test_binfmt_missing_names_the_fix(tmp_path: Path) -> None:
+    check_binfmt("arm64", "arm64", root=tmp_path)  # same arch: nothing to check
+    with pytest.raises(DockerError, match="qemu-aarch64") as err:
+        check_binfmt("arm64", "amd64", root=tmp_path)
+    assert "update-binfmts --enable qemu-aarch64" in (err.value.hint or "")
+    (tmp_path / "qemu-aarch64").write_text("disabled\n")
+    with pytest.raises(DockerError):
+        check_binfmt("arm64", "amd64", root=tmp_path)
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\n")
+    check_binfmt("arm64", "amd64", root=tmp_path)
+
+
+def test_dry_run_prints_plan_layers_dockerfiles_and_context(project: Project, tmp_path: Path) -> None:
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "imgbuild", "-C", str(project.root), "build", "--dry-run", "--base", "base:1"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**__import__("os").environ, **env},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "layer 0 (on base; in engram-mem, latest)" in out
+    assert "latest = base + layer 0 + layer 1" in out
+    assert "COPY vllm/ /usr/local/lib/python3.12/dist-packages/vllm/" in out
+    assert "ENTRYPOINT []" in out and "CMD []" in out
+    assert "vllm/attention.py" in out and "-0644 0:0" in out
+    assert "unresolved" in out  # no daemon: says the digests are provisional
+
+
+def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Path) -> None:
+    from imgbuild.project import Project
+    from tests.support.synth import Upstream, make_project
+
+    up = Upstream(tmp_path / "up")
+    up.release("v1", {"vllm/a.py": "a\n"})
+    variants = {"latest": {"name": "latest", "image": {"platforms": ["linux/arm64", "linux/amd64"]}}}
+    project = Project.load(make_project(tmp_path / "p", up, "v1", [], variants=variants))
+
+    def platforms(platform: str | None) -> list[tuple[str, ...]]:
+        return [p.variant.image.platforms for p in project.selected_plans(project.select(platform=platform))]
+
+    assert platforms(None) == [("linux/arm64",)]
+    assert platforms("linux/amd64") == [("linux/amd64",)]
+    assert platforms("all") == [("linux/arm64", "linux/amd64")]
+
+
+def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project: Project) -> None:
+    from imgbuild.images.build import expected_for
+
+    for ib in build_plan(project, ["latest", "engram-mem"]).images:
+        files = expected_for(ib).files
+        assert files == tuple(labels.file_labels(ib.plan))
+        assert files == tuple(labels.parse_files(ib.labels["imgbuild.files"]))  # what `smoke IMAGE` reads back
+        assert {f.state for f in files} == ({"patched"} if ib.variant == "latest" else {"patched", "original"})

@@ -1,0 +1,113 @@
+"""The command line as users meet it: help, usage errors, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.runner import imgbuild
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_every_command() -> None:
+    out = imgbuild(None, "--help")
+    assert out.returncode == 0
+    for name in ("quickstart", "plan", "patches", "build", "smoke", "inspect", "skeleton", "lock", "bake", "publish"):
+        assert name in out.stdout
+
+
+def test_usage_error_is_exit_2_without_traceback() -> None:
+    out = imgbuild(None, "plan", "--bogus")
+    assert out.returncode == 2
+    assert "No such option: --bogus" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_not_a_project_is_a_config_error(tmp_path: Path) -> None:
+    out = imgbuild(None, "-C", str(tmp_path), "plan")
+    assert out.returncode == 3
+    assert f"{tmp_path} is not an imgbuild project" in out.stderr and "hint:" in out.stderr
+
+
+def test_json_error_on_stdout(tmp_path: Path) -> None:
+    out = imgbuild(None, "-C", str(tmp_path), "patches", "list", "--json")
+    import json
+
+    assert json.loads(out.stdout)["error"]["exit_code"] == 3
+
+
+def test_static_summaries_match_each_commands_own_help() -> None:
+    # `--help` prints the summaries from COMMANDS without importing the commands;
+    # a summary that drifts from the command's docstring would show the old text.
+    from imgbuild.cli.main import COMMANDS, load_command
+
+    for name, spec in COMMANDS.items():
+        command = load_command(name)
+        own = command.short_help or (command.help or "").split("\n\n")[0].strip()
+        assert spec.help == own, f"COMMANDS[{name!r}].help differs from the command's help: {own!r}"
+
+
+IMPORTED = (
+    "import runpy, sys\n"
+    "sys.argv = ['imgbuild', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('imgbuild', run_name='__main__')\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+)
+
+
+def imported_by(*args: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", IMPORTED, *args], capture_output=True, text=True, check=False)
+    return set(out.stderr.strip().splitlines()[-1].split())
+
+
+def test_help_imports_no_subcommand_module() -> None:
+    modules = imported_by("--help")
+    assert "imgbuild.cli.main" in modules
+    assert not {m for m in modules if m.startswith("imgbuild.cli.") and m != "imgbuild.cli.main"}
+    assert not {"git", "pydantic", "docker", "imgbuild.project"} & modules
+
+
+def test_publish_and_patches_import_no_docker_sdk() -> None:
+    for args in (("publish", "--help"), ("bake", "--help"), ("patches", "check", "--help")):
+        modules = imported_by(*args)
+        assert "imgbuild.cli." + args[0] in modules  # the command really loaded
+        assert not {"docker", "imgbuild.images.build", "imgbuild.images.docker"} & modules, args
+
+
+def test_unknown_command_suggests_the_closest() -> None:
+    out = imgbuild(None, "buil")
+    assert out.returncode == 2
+    assert "Did you mean 'build'?" in out.stderr
+
+
+def test_short_names_disambiguate_only_shared_file_names() -> None:
+    from imgbuild.report.tables import short_name, short_names
+
+    paths = ["vllm/x/m.py", "vllm/y/m.py", "vllm/z.py"]
+    assert short_names(paths) == {"vllm/x/m.py": "x/m.py", "vllm/y/m.py": "y/m.py", "vllm/z.py": "z.py"}
+    assert [short_name(p, paths) for p in paths] == ["x/m.py", "y/m.py", "z.py"]
+
+
+def test_exit_1_is_reached_only_through_check_failed() -> None:
+    """Each exit code has one error class: nothing raises the base class or leaves with a bare exit 1."""
+    import re
+
+    src = ROOT / "src" / "imgbuild"
+    bare = re.compile(r"raise ImgbuildError\(|typer\.Exit\((code=)?1\)|sys\.exit\(1\)")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted(src.rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]  # fmt: skip
+    assert found == []
+    from imgbuild import errors
+
+    classes = [
+        c
+        for c in vars(errors).values()
+        if isinstance(c, type) and issubclass(c, errors.ImgbuildError) and c is not errors.ImgbuildError
+    ]
+    codes = {c.exit_code: c.__name__ for c in classes}
+    assert len(codes) == len(classes)  # one class per exit code
+    assert codes[errors.ExitCode.FAILURE] == "CheckFailed" and codes[errors.ExitCode.USAGE] == "UsageError"

@@ -1,0 +1,51 @@
+"""CommitTree, the read-only view of one commit: per-directory lookups and batched reads
+give exactly what one-at-a-time reads give, on a real repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imgbuild.upstream.git import CommitTree, GitRepo
+from tests.support.synth import git
+
+FILES = {
+    "vllm/a.py": b"a = 1\n",
+    "vllm/same_as_a.py": b"a = 1\n",  # one blob, two paths
+    "vllm/sub/deep/b.py": b"b = 2\n" * 1000,
+    "vllm/empty.py": b"",
+    "vllm/bin.dat": bytes(range(256)) * 10,
+}
+
+
+def make_repo(path: Path) -> tuple[GitRepo, str]:
+    git(path.parent, "init", "-q", str(path))
+    for name, data in FILES.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    (path / "vllm" / "link").symlink_to("sub")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "files")
+    return GitRepo(path), git(path, "rev-parse", "HEAD").strip()
+
+
+def test_prefetch_reads_what_read_reads(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    asked = [*FILES, "vllm/missing.py", "vllm/sub", "vllm/sub/deep/nope.py", "vllm/a.py/x", "vllm/link"]
+    one_by_one = CommitTree(repo, commit)
+    expected = {p: one_by_one.read(p) for p in asked}
+    assert expected["vllm/sub/deep/b.py"] == FILES["vllm/sub/deep/b.py"] and expected["vllm/missing.py"] is None
+    assert expected["vllm/sub"] is None and expected["vllm/a.py/x"] is None
+    batched = CommitTree(repo, commit)
+    batched.prefetch(asked)
+    assert set(batched._data) == set(FILES) | {"vllm/link"}  # the batch answered every blob, nothing else
+    assert {p: batched.read(p) for p in asked} == expected
+
+
+def test_lookups_by_directory(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    tree = CommitTree(repo, commit)
+    assert tree.symlink_prefix("vllm/link/deep/b.py") == "vllm/link"
+    assert tree.symlink_prefix("vllm/sub/deep/b.py") is None
+    assert sorted(tree.paths("vllm/sub")) == ["vllm/sub/deep/b.py"]
+    assert tree.blob_sha("vllm/a.py") == tree.blob_sha("vllm/same_as_a.py") is not None
+    assert tree.blob_sha("vllm/sub") is None

@@ -1,0 +1,141 @@
+"""OCI metadata (pure): source/revision of this project, qualified base name, no placeholder digests, annotations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imgbuild.images import labels, publish
+from imgbuild.images.inputs import project_inputs, project_source
+from imgbuild.images.oci import canonical_json, make_layer
+from imgbuild.images.plan import BaseInfo, make_build_plan
+from imgbuild.project import Project
+from imgbuild.registry.client import OCI_INDEX, OCI_MANIFEST, Manifest
+from tests.support.synth import Upstream
+from tests.support.synth_images import SITE, engram_project, release
+
+OCI = labels.OCI
+
+
+@pytest.mark.parametrize(
+    ("remote", "url"),
+    [
+        ("git@github.com:acme/imgbuild.git", "https://github.com/acme/imgbuild"),
+        ("https://user:token@github.com/acme/imgbuild.git", "https://github.com/acme/imgbuild"),
+        ("ssh://git@git.example.org:2222/acme/imgbuild.git", "https://git.example.org/acme/imgbuild"),
+        ("https://git.example.org/acme/imgbuild/", "https://git.example.org/acme/imgbuild"),
+        ("/srv/git/imgbuild.git", None),
+        ("file:///srv/git/imgbuild.git", None),
+    ],
+)
+def test_source_url_from_a_git_remote(remote: str, url: str | None) -> None:
+    assert labels.source_url(remote) == url
+
+
+def test_base_name_is_fully_qualified() -> None:
+    assert labels.qualified("vllm/vllm-openai:v0.33.0") == "docker.io/vllm/vllm-openai:v0.33.0"
+    assert labels.qualified("imgbuild-skeleton:arm64-1") == "docker.io/library/imgbuild-skeleton:arm64-1"
+    assert labels.qualified("127.0.0.1:5000/a/b:1") == "127.0.0.1:5000/a/b:1"
+
+
+@pytest.fixture
+def project(tmp_path: Path, upstream: Upstream) -> Project:
+    release(upstream)
+    return Project.load(engram_project(tmp_path / "p", upstream, "vllm-test"))
+
+
+def test_labels_name_this_project_and_leave_unknowns_out(project: Project) -> None:
+    assert project_source(project.root) == labels.Source()  # not a git checkout: nothing to claim
+    subprocess.run(["git", "init", "-q", str(project.root)], check=True)
+    subprocess.run(["git", "-C", str(project.root), "add", "-A"], check=True)
+    env = ["-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", *env, "-C", str(project.root), "commit", "-qm", "x"], check=True)
+    remote = "git@github.com:acme/dsv41.git"
+    subprocess.run(["git", "-C", str(project.root), "remote", "add", "origin", remote], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(project.root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    inputs = project_inputs(project)
+    assert inputs.source == labels.Source("https://github.com/acme/dsv41", head)
+    bases = {
+        (v, "linux/arm64"): BaseInfo("base:1", "sha256:" + "b" * 64, None, "linux/arm64", SITE)
+        for v in project.variants
+    }
+    plan = make_build_plan(inputs, project.plan(), bases, ["latest"])
+    lab = plan.images[0].labels
+    assert lab[f"{OCI}source"] == "https://github.com/acme/dsv41" and lab[f"{OCI}revision"] == head
+    assert lab[f"{OCI}base.name"] == "docker.io/library/base:1"
+    assert f"{OCI}base.digest" not in lab  # a local base has no registry digest: absent, not "unresolved"
+    assert lab[f"{OCI}title"] == "vllm-test:latest" and lab[f"{OCI}licenses"] == "Apache-2.0"
+    assert lab[f"{OCI}version"] == "1.0.0"
+    assert lab["imgbuild.upstream.commit"] == project.pin.commit  # the vLLM release stays in imgbuild's keys
+    assert labels.missing_required(lab) == []
+
+
+def test_publish_writes_the_oci_keys_as_manifest_and_index_annotations(project: Project) -> None:
+    inputs = project_inputs(project)
+    plans = project.selected_plans(project.select(platform="linux/arm64,linux/amd64"))
+    per = {}
+    for arch in ("arm64", "amd64"):
+        platform = f"linux/{arch}"
+        config = {"architecture": arch, "os": "linux", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}
+        body = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {"digest": "sha256:" + "c" * 64}, "layers": []}
+        digest = "sha256:" + {"arm64": "a", "amd64": "d"}[arch] * 64
+        info = BaseInfo(
+            "vllm/vllm-openai:v1", "sha256:" + {"arm64": "1", "amd64": "2"}[arch] * 64, digest, platform, SITE
+        )
+        base = publish.RemoteBase(
+            publish.reference.parse(f"vllm/vllm-openai@{digest}"),
+            Manifest(canonical_json(body), OCI_MANIFEST, digest),
+            config,
+            info,
+        )
+        per[platform] = base
+    bp = make_build_plan(
+        inputs, plans, {(p.variant.name, pf): b.info for p in plans for pf, b in per.items()}, ["latest"]
+    )
+    layers = {d: make_layer({f"{d}.py": b""}, 0) for ib in bp.images for d in ib.layers}
+    images = [
+        publish._platform_image(ib, per[ib.platform], tuple(layers[d] for d in ib.layers), inputs.created)
+        for ib in bp.images
+    ]
+    for pi in images:
+        manifest = json.loads(pi.manifest.data)
+        assert manifest["annotations"] == {k: v for k, v in pi.build.labels.items() if k.startswith(OCI)}
+        assert manifest["annotations"][f"{OCI}base.digest"] == per[pi.build.platform].info.digest
+    assert len(images) == 2
+    vp = publish._variant("latest", images, "127.0.0.1:5000", "1.0.0", None)
+    index = json.loads(vp.index.data)
+    assert vp.index_type == OCI_INDEX
+    assert index["annotations"][f"{OCI}title"] == "vllm-test:latest"
+    assert f"{OCI}base.digest" not in index["annotations"]  # differs per platform: manifests only
+
+
+def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Project) -> None:
+    from imgbuild.images import sbom
+
+    inputs = project_inputs(project)
+    bases = {(v, "linux/arm64"): BaseInfo("vllm/vllm-openai:v1", "sha256:" + "1" * 64, "sha256:" + "a" * 64,
+                                          "linux/arm64", SITE) for v in project.variants}  # fmt: skip
+    ib = make_build_plan(inputs, project.plan(), bases, ["engram-mem"]).images[0]
+    facts = sbom.ImageFacts(
+        "127.0.0.1:5000/t/vllm", "vllm-test:engram-mem", "linux/arm64", "sha256:" + "e" * 64, ib.labels,
+        "docker.io/vllm/vllm-openai:v1", "sha256:" + "a" * 64, SITE,
+    )  # fmt: skip
+    doc = sbom.spdx(facts)
+    assert sbom.render(doc) == sbom.render(sbom.spdx(facts))  # equal inputs, equal bytes
+    files = labels.parse_files(ib.labels["imgbuild.files"])
+    assert {f["fileName"] for f in doc["files"]} == {f"{SITE}/{f.path}" for f in files}  # type: ignore[attr-defined]
+    assert sbom.check(doc, files, SITE, "sha256:" + "a" * 64) == []
+    names = {p["name"]: p for p in doc["packages"]}  # type: ignore[attr-defined]
+    assert (
+        names["vllm"]["versionInfo"] == "1.0.0"
+        and names["docker.io/vllm/vllm-openai:v1"]["versionInfo"] == "sha256:" + "a" * 64
+    )
+    wrong = json.loads(sbom.render(doc))
+    wrong["files"][0]["checksums"][0]["checksumValue"] = "0" * 64
+    problems = sbom.check(wrong, files, SITE, "sha256:" + "b" * 64)
+    assert len(problems) == 2 and "the base is not named by" in problems[1]

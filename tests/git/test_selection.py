@@ -1,0 +1,130 @@
+"""A variant selection is resolved once (Project.select), and the dry run's JSON comes from the plan types.
+
+The golden files in tests/git/golden/ are what `imgbuild build --dry-run --json --base base:1` printed before
+the JSON moved from the CLI into `to_json()` of the plan types (commit a249940): the project below, with
+its pin naming the fixed URL GOLDEN_URL (git's `insteadOf` maps it to this test's upstream, so the labels
+and digests do not depend on tmp_path). `*-nodaemon`: no Docker daemon answered; `all-daemon`: Docker 26
+with the containerd store answered, so the multi-platform plan was printed too (base:1 absent: unresolved).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imgbuild.errors import ConfigError, ExitCode, UsageError
+from imgbuild.images.build import BuildOptions, DryRun, dry_plan, project_inputs
+from imgbuild.images.multiplan import make_multi_plan
+from imgbuild.project import Project
+from tests.support.runner import Cli
+from tests.support.synth import Upstream, make_project
+from tests.support.synth_images import patches, release, variants
+
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_URL = "file:///imgbuild-golden/upstream"
+BOTH = ["linux/arm64", "linux/amd64"]
+
+
+@pytest.fixture
+def root(tmp_path: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch) -> Path:
+    release(upstream)
+    v = variants("vllm-test")
+    for name in ("latest", "engram-mem"):
+        v[name]["image"]["platforms"] = BOTH  # type: ignore[index]
+    root = make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), v)
+    pin = root / "patches" / "upstream.yaml"
+    pin.write_text(pin.read_text().replace(upstream.url, GOLDEN_URL))
+    for key, value in _git_env(upstream).items():
+        monkeypatch.setenv(key, value)
+    return root
+
+
+def _git_env(upstream: Upstream) -> dict[str, str]:
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"url.{upstream.url}.insteadOf",
+        "GIT_CONFIG_VALUE_0": GOLDEN_URL,
+    }
+
+
+@pytest.fixture
+def project(root: Path) -> Project:
+    return Project.load(root)
+
+
+def golden(name: str) -> object:
+    return json.loads((GOLDEN / f"dry_run_{name}.json").read_text())
+
+
+# -- Project.select ------------------------------------------------------------------
+def test_default_is_every_variant_in_chain_order_on_its_first_platform(project: Project) -> None:
+    sel = project.select()
+    assert sel.names == ("latest", "engram-mem")  # parents first, although engram-mem sorts first by name
+    assert sel.platforms_of("latest") == ("linux/arm64",) and sel.platforms_of("engram-mem") == ("linux/arm64",)
+    assert project.select(["engram-mem", "latest"]).names == ("engram-mem", "latest")  # as asked
+
+
+def test_all_and_a_comma_list(project: Project) -> None:
+    assert project.select(platform="all").platforms == (("engram-mem", tuple(BOTH)), ("latest", tuple(BOTH)))
+    sel = project.select(["engram-mem"], "linux/amd64, linux/arm64")
+    assert sel.names == ("engram-mem",)
+    assert sel.platforms_of("engram-mem") == ("linux/amd64", "linux/arm64") == sel.platforms_of("latest")
+    assert project.select(default="declared").platforms_of("latest") == tuple(BOTH)  # publish's default
+
+
+def test_every_plan_is_narrowed_to_the_selection(project: Project) -> None:
+    plans = project.selected_plans(project.select(["engram-mem"], "linux/amd64"))
+    assert {p.variant.name: p.variant.image.platforms for p in plans} == {
+        "engram-mem": ("linux/amd64",),
+        "latest": ("linux/amd64",),  # layers are shared: every variant is planned
+    }
+
+
+def test_an_unknown_variant_is_refused_with_did_you_mean(project: Project) -> None:
+    with pytest.raises(ConfigError, match=r"unknown variant 'engram-me'.*did you mean 'engram-mem'") as exc:
+        project.select(["latest", "engram-me"])
+    assert exc.value.exit_code == ExitCode.CONFIG
+
+
+def test_an_unsupported_platform_is_refused_before_the_names(project: Project) -> None:
+    with pytest.raises(UsageError, match=r"--platform linux/s390x: unsupported platform; known: linux/arm64") as exc:
+        project.select(["no-such-variant"], "linux/arm64,linux/s390x")
+    assert exc.value.exit_code == ExitCode.USAGE
+
+
+def test_build_and_publish_report_a_bad_selection_with_their_exit_codes(root: Path, cli: Cli) -> None:
+    out = cli(root, "build", "--dry-run", "--base", "base:1", "engram-me")
+    assert out.returncode == ExitCode.CONFIG and "did you mean 'engram-mem'" in out.stderr
+    out = cli(root, "publish", "latest", "-r", "127.0.0.1:9", "--platform", "linux/s390x", "--dry-run")
+    assert out.returncode == ExitCode.USAGE and "unsupported platform" in out.stderr
+
+
+# -- the dry run's JSON, from the plan types -------------------------------------------
+@pytest.mark.parametrize(
+    ("names", "platform", "name"),
+    [
+        ([], None, "default-nodaemon"),
+        (["engram-mem"], None, "one-nodaemon"),
+        ([], "linux/amd64,linux/arm64", "comma-nodaemon"),
+    ],
+)
+def test_dry_run_json_is_what_the_cli_printed_before(
+    project: Project, names: list[str], platform: str | None, name: str
+) -> None:
+    dry = dry_plan(project, project.select(names, platform), BuildOptions(base="base:1"), None)
+    assert json.loads(json.dumps(dry.to_json())) == golden(name)
+
+
+def test_multi_platform_dry_run_json_is_what_the_cli_printed_before(project: Project) -> None:
+    plan = dry_plan(project, project.select(platform="all"), BuildOptions(base="base:1"), None).plan
+    dry = DryRun(plan, True, make_multi_plan(project_inputs(project), plan))  # what Docker 26 adds
+    assert json.loads(json.dumps(dry.to_json())) == golden("all-daemon")
+
+
+def test_build_dry_run_json_through_the_cli(root: Path, upstream: Upstream, tmp_path: Path, cli: Cli) -> None:
+    env = {**_git_env(upstream), "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    out = cli(root, "build", "--dry-run", "--json", "--base", "base:1", env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == golden("default-nodaemon")

@@ -1,0 +1,22 @@
+"""The committed bake file against the real project (needs the pinned release, cached once)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.release
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_bake_file_is_current() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "imgbuild", "-C", str(ROOT), "bake", "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr + "\nregenerate with `imgbuild bake` and commit buildkit/docker-bake.json"
