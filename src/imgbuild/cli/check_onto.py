@@ -8,7 +8,7 @@ from pathlib import Path
 from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.project import load_project
 from imgbuild.report.tables import console, err_console, print_json
-from imgbuild.stack.matrix import check_onto
+from imgbuild.stack.workspace import state_dir
 
 
 def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
@@ -23,6 +23,8 @@ def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
 
 def note_rebase(root: Path) -> None:
     """Say so on stderr when a rebase is in progress or was interrupted."""
+    if not state_dir(root, "rebase").exists():  # no rebase state: nothing to say, and no rebase module to load
+        return
     from imgbuild.stack.rebase import in_progress_message
 
     busy = in_progress_message(root)
@@ -33,6 +35,8 @@ def note_rebase(root: Path) -> None:
 def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int) -> None:
     if allow_fuzz:
         raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
+    from imgbuild.stack.matrix import check_onto  # rich and the carry machinery: only with --onto
+
     project = load_project()
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)

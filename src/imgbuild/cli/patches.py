@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
@@ -14,7 +15,34 @@ from imgbuild.project import load_project
 from imgbuild.report.tables import console, outcomes_table, patches_table, print_json
 from imgbuild.stack.checkstack import SeriesRefused, apply_into, check_series
 
+# Subcommands whose modules (the rebase, queue and import machinery) load only when named,
+# or when `patches --help` lists them: `patches check` never pays for them.
+LATER = ("rebase", "edit", "refresh", "import")
+
+
+class _PatchesGroup(TyperGroup):
+    """`patches`: the commands below, then LATER's, registered on first need (in that order)."""
+
+    def _register_later(self) -> None:
+        if all(name in self.commands for name in LATER):
+            return
+        later = typer.Typer()
+        _register_patchwork(later)
+        for name, command in typer.main.get_group(later).commands.items():
+            self.add_command(command, name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        self._register_later()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands:
+            self._register_later()  # also before typer suggests a close name for a typo
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
+    cls=_PatchesGroup,
     help=(
         "Work with the patch stack in patches/ (a quilt series of DEP-3 headed git diffs).\n\n"
         "Examples:\n\n"
@@ -193,13 +221,10 @@ def _rebase_state(root: Path) -> dict[str, object] | None:
     return {"message": message, **(info.to_json() if info else {})}
 
 
-def _register_patchwork() -> None:
+def _register_patchwork(into: typer.Typer) -> None:
     from imgbuild.cli import patchwork
 
-    patchwork.register(app)  # patches rebase / edit / refresh
+    patchwork.register(into)  # patches rebase / edit / refresh
     from imgbuild.cli import patch_import
 
-    patch_import.register(app)  # patches import
-
-
-_register_patchwork()
+    patch_import.register(into)  # patches import

@@ -6,13 +6,15 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported when something is printed: `--json` runs never load it
+    from rich.console import Console
+    from rich.table import Table
 
-from imgbuild.patches.apply import PatchOutcome
-from imgbuild.patches.patchfile import Patch
-from imgbuild.patches.variants import VariantPlan
+    from imgbuild.patches.apply import PatchOutcome
+    from imgbuild.patches.patchfile import Patch
+    from imgbuild.patches.variants import VariantPlan
 
 METHOD_STYLE = {
     "exact": "green",
@@ -25,10 +27,33 @@ METHOD_STYLE = {
     "failed": "bold red",
 }
 
-console = Console()
-err_console = Console(stderr=True)
-if not console.is_terminal:
-    console.width = 160  # logs and pipes: do not squeeze tables into 80 columns
+
+class _LazyConsole:
+    """A rich Console made on first use, so that importing this module costs no rich (about 50 ms)."""
+
+    def __init__(self, stderr: bool) -> None:
+        object.__setattr__(self, "_stderr", stderr)
+        object.__setattr__(self, "_console", None)
+
+    def _get(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            made = Console(stderr=self._stderr)
+            if not self._stderr and not made.is_terminal:
+                made.width = 160  # logs and pipes: do not squeeze tables into 80 columns
+            object.__setattr__(self, "_console", made)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._get(), name, value)
+
+
+console: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
+err_console: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
 
 
 def print_json(data: object) -> None:
@@ -54,6 +79,8 @@ def short_names(all_paths: Sequence[str]) -> dict[str, str]:
 
 
 def patches_table(patches: Sequence[Patch]) -> Table:
+    from rich.table import Table
+
     table = Table(title="patches/series")
     for col in ("#", "patch", "group", "files", "description"):
         table.add_column(col)
@@ -64,6 +91,8 @@ def patches_table(patches: Sequence[Patch]) -> Table:
 
 def outcomes_table(title: str, outcomes: Sequence[PatchOutcome]) -> Table:
     """One row per hunk: where it landed and how. Patch and file show once."""
+    from rich.table import Table
+
     table = Table(title=title)
     for col in ("patch", "group", "result", "file", "hunk", "method", "offset", "line", "note"):
         table.add_column(col, justify="right" if col in ("hunk", "offset", "line") else "left")
@@ -95,6 +124,8 @@ def image_label(plan: VariantPlan) -> str:
 
 def plan_matrix(plans: Sequence[VariantPlan]) -> Table:
     """Files down, images across: stays readable however many files there are."""
+    from rich.table import Table
+
     ordered = sorted(plans, key=lambda p: (len(p.variant.chain), p.variant.name))
     paths = list(dict.fromkeys(f.path for plan in ordered for f in plan.files))
     table = Table(title="image x file")
