@@ -31,19 +31,23 @@ METHOD_STYLE = {
 class _LazyConsole:
     """A rich Console made on first use, so that importing this module costs no rich (about 50 ms)."""
 
+    _stderr: bool
+    _console: Console | None
+
     def __init__(self, stderr: bool) -> None:
         object.__setattr__(self, "_stderr", stderr)
         object.__setattr__(self, "_console", None)
 
     def _get(self) -> Console:
-        if self._console is None:
+        made = self._console
+        if made is None:
             from rich.console import Console
 
             made = Console(stderr=self._stderr)
             if not self._stderr and not made.is_terminal:
                 made.width = 160  # logs and pipes: do not squeeze tables into 80 columns
             object.__setattr__(self, "_console", made)
-        return self._console
+        return made
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._get(), name)
