@@ -12,6 +12,7 @@ RANK = {
     "errors": 0,
     "digests": 0,
     "atomic": 0,
+    "lazy": 0,
     "config": 1,
     "upstream": 2,
     "patches": 3,
