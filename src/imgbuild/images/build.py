@@ -22,10 +22,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
-from imgbuild.images import labels, runtime_base, runtime_lock, skeleton
+from imgbuild.images import labels, skeleton
 from imgbuild.images.docker import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs  # moved out so publish needs no docker SDK
@@ -35,6 +36,9 @@ from imgbuild.images.smoke import Expected, SmokeReport, smoke
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.project import Project
 from imgbuild.upstream.mirror import cache_dir
+
+if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
+    from imgbuild.images import runtime_base
 
 SKELETON = "skeleton"
 OCI_LAYOUT_DIR = "oci-layout"  # what BuildKit exported, so it sends and loads only new blobs (ocilayout.py)
@@ -159,6 +163,8 @@ def skeleton_spec(project: Project, site_packages: str | None, platform: str) ->
 
 def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
     """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
+    from imgbuild.images import runtime_base, runtime_lock
+
     lock = runtime_lock.load_lock(project.root, platform)
     pin = lock.pin(runtime_lock.ROOT)
     if pin is None or pin.version != project.pin.version:
@@ -223,6 +229,8 @@ class Bases:
             rspec = runtime_spec(self.project, site_cfg, platform)
             ref = rspec.tag
             if (ref, platform) not in self._info:
+                from imgbuild.images import runtime_base
+
                 built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.options.verbose)
                 self._info[(ref, platform)] = built.info
         info = self._image(ref, platform)
