@@ -47,11 +47,32 @@ def test_socket_reads_agree_with_the_sdk(built: Built) -> None:
         assert fast.image(ref) == sdk.image(ref), ref
     assert fast.image(f"{built.repo}:absent") is None
     assert fast.features == sdk.features and fast.arch == sdk.arch
-    variant = fast.require(f"{built.repo}:latest").labels["imgbuild.variant"]
-    assert [i.id for i in fast.labelled("imgbuild.variant", variant)] == [
-        i.id for i in sdk.labelled("imgbuild.variant", variant)
-    ]
+    # this session's upstream: only its images carry it (the daemon is shared with other runs)
+    url = fast.require(f"{built.repo}:latest").labels["imgbuild.upstream.url"]
+    found = sorted(i.id for i in fast.labelled("imgbuild.upstream.url", url))
+    assert found and found == sorted(i.id for i in sdk.labelled("imgbuild.upstream.url", url))
     assert fast._client is None, "no read above needed the SDK"
+
+
+def test_remembered_answers_are_dropped_when_this_engine_changes_the_store(built: Built, engine: Engine) -> None:
+    mine = Engine.connect()
+    ref = f"{built.repo}:remembered"
+    latest = mine.require(f"{built.repo}:latest")
+    try:
+        with mine.remembering():
+            assert mine.image(ref) is None
+            engine.tag(latest.id, ref)  # another Engine (as another process): kept answers stay until a change here
+            assert mine.image(ref) is None
+            mine.tag(latest.id, ref)
+            found = mine.image(ref)
+            assert found is not None and found.id == latest.id
+            mine.untag(ref)
+            assert mine.image(ref) is None
+        engine.tag(latest.id, ref)
+        outside = mine.image(ref)  # outside `remembering` every call asks the engine
+        assert outside is not None and outside.id == latest.id
+    finally:
+        engine.untag(ref)
 
 
 def test_a_dead_socket_reads_as_the_sdk_words_it(tmp_path: Path) -> None:

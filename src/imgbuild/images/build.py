@@ -678,12 +678,13 @@ def build(
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     say(engine.features.describe())
-    plan, _, _ = prepare(engine, project, variants, options, say)
-    multi = multi_plan(engine, project, plan)
-    check_collisions(engine, plan, multi)
-    epoch = labels.epoch(project_inputs(project).created)
-    finder = importer_finder(project)
-    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
+    with engine.remembering():  # one inspect per ref; every tag, load or build drops what was kept
+        plan, _, _ = prepare(engine, project, variants, options, say)
+        multi = multi_plan(engine, project, plan)
+        check_collisions(engine, plan, multi)
+        epoch = labels.epoch(project_inputs(project).created)
+        finder = importer_finder(project)
+        return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
 
 
 def dry_run(

@@ -23,6 +23,7 @@ command it amounts to. Failures become DockerError with a hint.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -35,10 +36,10 @@ import sys
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 from imgbuild import lazy as _lazy
 from imgbuild.errors import DockerError
@@ -213,6 +214,23 @@ def check_binfmt(arch: str, daemon_arch: str, root: Path = Path("/proc/sys/fs/bi
         )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _changes_images(method: F) -> F:
+    """An Engine method that changes the image store: what `remembering` kept is dropped, before and after."""
+
+    @functools.wraps(method)
+    def wrapper(self: Engine, *args: Any, **kwargs: Any) -> Any:
+        self._forget()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._forget()
+
+    return cast(F, wrapper)
+
+
 @contextlib.contextmanager
 def _sdk_errors_suppressed() -> Iterator[None]:
     """contextlib.suppress of the SDK's errors, naming them only when one is raised (no SDK import before)."""
@@ -243,6 +261,7 @@ class Engine:
         self._arch: str | None = None
         self._features: EngineFeatures | None = None
         self._contexts: dict[str, bool] = {}  # builder name -> is a docker context
+        self._memo: dict[str, ImageInfo | None] | None = None  # image() answers, inside `remembering`
 
     @classmethod
     def connect(cls) -> Engine:
@@ -316,7 +335,28 @@ class Engine:
             raise DockerError(f"docker: {_short(exc)}") from exc
 
     # -- images -----------------------------------------------------------
+    @contextlib.contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Inside: image() asks the engine once per ref; any change to the image store through this
+        Engine (tag, load, build, ...) drops what it kept. One build asks about the same refs many times."""
+        self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def _forget(self) -> None:
+        if self._memo is not None:
+            self._memo.clear()
+
     def image(self, ref: str) -> ImageInfo | None:
+        if self._memo is None:
+            return self._inspect(ref)
+        if ref not in self._memo:
+            self._memo[ref] = self._inspect(ref)
+        return self._memo[ref]
+
+    def _inspect(self, ref: str) -> ImageInfo | None:
         if self._api is not None:
             try:
                 attrs = self._api.inspect_image(ref)
@@ -346,6 +386,7 @@ class Engine:
         found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone (or unreadable) by now
         return [info for info in found if info is not None]
 
+    @_changes_images
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         if not repo or "/" in tag:
@@ -354,17 +395,20 @@ class Engine:
         if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
             raise DockerError(f"could not tag {image_id} as {ref}")
 
+    @_changes_images
     def untag(self, ref: str) -> None:
         echo(["docker", "rmi", "--no-prune", ref])
         with contextlib.suppress(docker.errors.NotFound):
             self._call(self.client.api.remove_image, ref, noprune=True)
 
+    @_changes_images
     def remove(self, image_id: str) -> None:
         """Remove an image and all its tags (for tests and cleanups)."""
         echo(["docker", "rmi", "-f", image_id])
         with contextlib.suppress(docker.errors.NotFound):
             self._call(self.client.api.remove_image, image_id, force=True)
 
+    @_changes_images
     def pull(self, ref: str, platform: str) -> ImageInfo:
         echo(["docker", "pull", "--platform", platform, ref])
         try:
@@ -378,6 +422,7 @@ class Engine:
             ) from exc
         return self.require(ref)
 
+    @_changes_images
     def load(self, archive: IO[bytes]) -> None:
         echo(["docker", "load"])
         try:
@@ -402,6 +447,7 @@ class Engine:
             )
         self._buildx_checked = True
 
+    @_changes_images
     def build(
         self,
         context: bytes,
@@ -471,6 +517,7 @@ class Engine:
             image_id = info.id
         return image_id
 
+    @_changes_images
     def write_config_image(
         self,
         tag: str,
@@ -554,6 +601,7 @@ class Engine:
                 hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
             )
 
+    @_changes_images
     def _load_layout(
         self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
     ) -> str:
