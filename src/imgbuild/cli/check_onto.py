@@ -7,7 +7,8 @@ from pathlib import Path
 
 from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.project import load_project
-from imgbuild.report.tables import console, err_console, print_json
+from imgbuild.report import tables  # tables.console when printing: `--json` loads no rich
+from imgbuild.report.tables import print_json
 from imgbuild.stack.workspace import state_dir
 
 
@@ -29,7 +30,7 @@ def note_rebase(root: Path) -> None:
 
     busy = in_progress_message(root)
     if busy:
-        err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
+        tables.err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
 
 
 def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int) -> None:
@@ -51,9 +52,9 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
     if as_json:
         print_json(matrix.to_json())
     elif markdown is None or str(markdown) != "-":
-        console.print(matrix.table())
+        tables.console.print(matrix.table())
         for ref in matrix.refs:
-            console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
-        console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
+            tables.console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
+        tables.console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
     if not matrix.ok:
         raise CheckFailed(matrix.summary, hint="`imgbuild patches rebase --onto REF` carries the stack", reported=True)

@@ -6,7 +6,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rich is imported when something is printed: `--json` runs never load it
     from rich.console import Console
@@ -28,36 +28,22 @@ METHOD_STYLE = {
 }
 
 
-class _LazyConsole:
-    """A rich Console made on first use, so that importing this module costs no rich (about 50 ms)."""
-
-    _stderr: bool
-    _console: Console | None
-
-    def __init__(self, stderr: bool) -> None:
-        object.__setattr__(self, "_stderr", stderr)
-        object.__setattr__(self, "_console", None)
-
-    def _get(self) -> Console:
-        made = self._console
-        if made is None:
-            from rich.console import Console
-
-            made = Console(stderr=self._stderr)
-            if not self._stderr and not made.is_terminal:
-                made.width = 160  # logs and pipes: do not squeeze tables into 80 columns
-            object.__setattr__(self, "_console", made)
-        return made
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._get(), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._get(), name, value)
+_consoles: dict[str, Console] = {}
 
 
-console: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
-err_console: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
+def __getattr__(name: str) -> Console:
+    """`console` and `err_console`: rich Consoles made on first use, so that importing this module costs
+    no rich (about 50 ms); a module that only needs them to print reads `tables.console` when it prints."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _consoles:
+        from rich.console import Console
+
+        made = Console(stderr=name == "err_console")
+        if name == "console" and not made.is_terminal:
+            made.width = 160  # logs and pipes: do not squeeze tables into 80 columns
+        _consoles[name] = made
+    return _consoles[name]
 
 
 def print_json(data: object) -> None:
