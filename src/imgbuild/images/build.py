@@ -31,7 +31,7 @@ from imgbuild.images.docker import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
-from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
+from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.project import Project
@@ -358,11 +358,13 @@ def check_collisions(engine: Engine, plan: BuildPlan, multi: MultiPlan | None = 
         )
 
 
-def multi_plan(engine: Engine, project: Project, plan: BuildPlan) -> MultiPlan | None:
+def multi_plan(
+    engine: Engine, project: Project, plan: BuildPlan, inputs: ProjectInputs | None = None
+) -> MultiPlan | None:
     """The multi-platform plan when the engine builds several platforms in one call and the plan has several."""
     if not engine.features.modern or len(platforms_of(plan)) < 2:
         return None
-    return make_multi_plan(project_inputs(project), plan)
+    return make_multi_plan(project_inputs(project) if inputs is None else inputs, plan)
 
 
 def smoke_images(engine: Engine, project: Project, plan: BuildPlan) -> tuple[ImageBuild, ...]:
@@ -643,20 +645,27 @@ def importer_finder(project: Project) -> ImporterFinder:
 
 
 def prepare(
-    engine: Engine, project: Project, variants: Sequence[str], options: BuildOptions, say: Say = _stderr
+    engine: Engine,
+    project: Project,
+    variants: Sequence[str],
+    options: BuildOptions,
+    say: Say = _stderr,
+    inputs: ProjectInputs | None = None,
 ) -> tuple[BuildPlan, list[VariantPlan], dict[tuple[str, str], BaseInfo]]:
     """Plan, resolve bases, check drift: everything before the first tag or build.
 
     The drift check is skipped only when every wanted image already exists with
     equal inputs (the inputs name the base's image id, and it was checked then).
+    `inputs`: project_inputs(project), when the caller has it (three git calls each).
     """
+    inputs = project_inputs(project) if inputs is None else inputs
     for name in variants:
         project.variant(name)
     plans = variant_plans(project, options.platform)
     resolver = Bases(engine, project, options, say)
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
-    plan = make_build_plan(project_inputs(project), plans, bases, list(variants), repository=options.repository)
-    multi = multi_plan(engine, project, plan)
+    plan = make_build_plan(inputs, plans, bases, list(variants), repository=options.repository)
+    multi = multi_plan(engine, project, plan, inputs)
     wanted = [(ib.immutable_ref, ib.inputs_digest) for ib in plan.images] if multi is None else []
     wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
     if options.force or not all(_current(engine, ref, inputs) for ref, inputs in wanted):
@@ -678,11 +687,12 @@ def build(
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     say(engine.features.describe())
+    inputs = project_inputs(project)
     with engine.remembering():  # one inspect per ref; every tag, load or build drops what was kept
-        plan, _, _ = prepare(engine, project, variants, options, say)
-        multi = multi_plan(engine, project, plan)
+        plan, _, _ = prepare(engine, project, variants, options, say, inputs)
+        multi = multi_plan(engine, project, plan, inputs)
         check_collisions(engine, plan, multi)
-        epoch = labels.epoch(project_inputs(project).created)
+        epoch = labels.epoch(inputs.created)
         finder = importer_finder(project)
         return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
 
