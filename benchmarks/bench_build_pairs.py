@@ -17,7 +17,10 @@ other processes falls on both alike; reported: median, min-max, ratio.
   seed's engram-mem Dockerfile.
 - noop: `build latest engram-mem` with nothing changed against a cold
   `build latest engram-mem --force --no-smoke` (the OCI layout and the
-  drift-check cache removed before it; the upstream mirror kept).
+  drift-check cache removed before it; the upstream mirror kept), side by
+  side in one table row pair with the ratio (target 0.05x).
+
+Images go under IMGBUILD_BENCH_REPOSITORY (default imgbuild-bench/vllm-dsv41).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from imgbuild.images.docker import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
 from imgbuild.upstream.mirror import cache_dir  # noqa: E402
 
-REPO = "imgbuild-bench/vllm-dsv41"
+# IMGBUILD_BENCH_REPOSITORY: another name, so that two runs on one daemon (engineers sharing it) do not collide
+REPO = os.environ.get("IMGBUILD_BENCH_REPOSITORY", "imgbuild-bench/vllm-dsv41")
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 

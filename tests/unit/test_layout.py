@@ -13,6 +13,7 @@ RANK = {
     "digests": 0,
     "atomic": 0,
     "proc": 0,
+    "lazy": 0,
     "config": 1,
     "upstream": 2,
     "patches": 3,

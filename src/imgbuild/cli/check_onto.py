@@ -7,9 +7,9 @@ from pathlib import Path
 
 from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.project import load_project
-from imgbuild.report.matrix import matrix_markdown, matrix_table
-from imgbuild.report.tables import console, err_console, print_json
-from imgbuild.stack.matrix import check_onto
+from imgbuild.report import tables  # tables.console when printing: `--json` loads no rich
+from imgbuild.report.tables import print_json
+from imgbuild.stack.workspace import state_dir
 
 
 def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
@@ -24,16 +24,21 @@ def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
 
 def note_rebase(root: Path) -> None:
     """Say so on stderr when a rebase is in progress or was interrupted."""
+    if not state_dir(root, "rebase").exists():  # no rebase state: nothing to say, and no rebase module to load
+        return
     from imgbuild.stack.rebase import in_progress_message
 
     busy = in_progress_message(root)
     if busy:
-        err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
+        tables.err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
 
 
 def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int) -> None:
     if allow_fuzz:
         raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
+    from imgbuild.report.matrix import matrix_markdown, matrix_table  # rich and the carry machinery: only with --onto
+    from imgbuild.stack.matrix import check_onto
+
     project = load_project()
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
@@ -48,9 +53,9 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
     if as_json:
         print_json(matrix.to_json())
     elif markdown is None or str(markdown) != "-":
-        console.print(matrix_table(matrix))
+        tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:
-            console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
-        console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
+            tables.console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
+        tables.console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
     if not matrix.ok:
         raise CheckFailed(matrix.summary, hint="`imgbuild patches rebase --onto REF` carries the stack", reported=True)

@@ -4,17 +4,46 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
 from imgbuild.project import load_project
-from imgbuild.report.tables import console, outcomes_table, patches_table, print_json
+from imgbuild.report import tables  # tables.console when printing: `--json` loads no rich
+from imgbuild.report.tables import outcomes_table, patches_table, print_json
 from imgbuild.stack.checkstack import SeriesRefused, apply_into, check_series
 
+# Subcommands whose modules (the rebase, queue and import machinery) load only when named,
+# or when `patches --help` lists them: `patches check` never pays for them.
+LATER = ("rebase", "edit", "refresh", "import")
+
+
+class _PatchesGroup(TyperGroup):
+    """`patches`: the commands below, then LATER's, registered on first need (in that order)."""
+
+    def _register_later(self) -> None:
+        if all(name in self.commands for name in LATER):
+            return
+        later = typer.Typer()
+        _register_patchwork(later)
+        for name, command in typer.main.get_group(later).commands.items():
+            self.add_command(command, name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        self._register_later()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands:
+            self._register_later()  # also before typer suggests a close name for a typo
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
+    cls=_PatchesGroup,
     help=(
         "Work with the patch stack in patches/ (a quilt series of DEP-3 headed git diffs).\n\n"
         "Examples:\n\n"
@@ -44,7 +73,7 @@ def list_(as_json: JsonOpt = False) -> None:
             ]
         )
         return
-    console.print(patches_table(project.patches))
+    tables.console.print(patches_table(project.patches))
 
 
 @app.command()
@@ -95,14 +124,16 @@ def check(
     if as_json:
         print_json(result.to_json())
     else:
-        console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
+        tables.console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
         for n, p in result.variants.items():
-            console.print(f"variant [bold]{n}[/]: ok ({len(p.variant.selected)} patches)")
+            tables.console.print(f"variant [bold]{n}[/]: ok ({len(p.variant.selected)} patches)")
         for n, e in result.variant_errors.items():
-            console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
+            tables.console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
         for problem in result.lint:
-            console.print(f"[yellow]lint[/]: {problem}")
-        console.print("[green]all patches apply[/]" if result.ok else "[bold red]the stack does not apply cleanly[/]")
+            tables.console.print(f"[yellow]lint[/]: {problem}")
+        tables.console.print(
+            "[green]all patches apply[/]" if result.ok else "[bold red]the stack does not apply cleanly[/]"
+        )
     if not result.ok:
         raise CheckFailed(
             "the stack does not apply cleanly to the pinned release",
@@ -133,13 +164,13 @@ def apply(
         done = apply_into(project, into, variant=variant, max_fuzz=_fuzz(allow_fuzz), only_changed=only_changed)
     except SeriesRefused as exc:
         if not as_json:  # under --json the report goes inside the one error document
-            console.print(outcomes_table("apply", exc.outcomes))
+            tables.console.print(outcomes_table("apply", exc.outcomes))
         raise
     if as_json:
         print_json(done.to_json())
     else:
-        console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
-        console.print(f"wrote {done.files} files to {done.into}")
+        tables.console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
+        tables.console.print(f"wrote {done.files} files to {done.into}")
 
 
 @app.command()
@@ -166,17 +197,19 @@ def status(as_json: JsonOpt = False) -> None:
         info["rebase"] = _rebase_state(project.root)
         print_json(info)
         return
-    console.print(f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})")
+    tables.console.print(
+        f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})"
+    )
     state = "pinned commit cached" if cached else "not cached yet: the next command fetches it"
-    console.print(f"cache:    {mirror.path} ({state})")
-    console.print(f"series:   {len(project.patches)} patches, digest {project.series_digest[:16]}")
-    console.print(f"variants: {', '.join(project.variants)}")
+    tables.console.print(f"cache:    {mirror.path} ({state})")
+    tables.console.print(f"series:   {len(project.patches)} patches, digest {project.series_digest[:16]}")
+    tables.console.print(f"variants: {', '.join(project.variants)}")
     for problem in project.lint():
-        console.print(f"[yellow]lint[/]: {problem}")
+        tables.console.print(f"[yellow]lint[/]: {problem}")
     busy = _rebase_state(project.root)
     if busy:
-        console.print(f"rebase:   {busy['message']}")
-        console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
+        tables.console.print(f"rebase:   {busy['message']}")
+        tables.console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
 
 
 def _rebase_state(root: Path) -> dict[str, object] | None:
@@ -193,13 +226,10 @@ def _rebase_state(root: Path) -> dict[str, object] | None:
     return {"message": message, **(info.to_json() if info else {})}
 
 
-def _register_patchwork() -> None:
+def _register_patchwork(into: typer.Typer) -> None:
     from imgbuild.cli import patchwork
 
-    patchwork.register(app)  # patches rebase / edit / refresh
+    patchwork.register(into)  # patches rebase / edit / refresh
     from imgbuild.cli import patch_import
 
-    patch_import.register(app)  # patches import
-
-
-_register_patchwork()
+    patch_import.register(into)  # patches import

@@ -22,19 +22,23 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
-from imgbuild.images import labels, runtime_base, runtime_lock, skeleton
+from imgbuild.images import labels, skeleton
 from imgbuild.images.docker import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs  # moved out so publish needs no docker SDK
 from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
-from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, make_build_plan
+from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.mirror import cache_dir
+
+if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
+    from imgbuild.images import runtime_base
 
 SKELETON = "skeleton"
 OCI_LAYOUT_DIR = "oci-layout"  # what BuildKit exported, so it sends and loads only new blobs (ocilayout.py)
@@ -151,6 +155,8 @@ def skeleton_spec(project: Project, site_packages: str | None, platform: str) ->
 
 def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
     """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
+    from imgbuild.images import runtime_base, runtime_lock
+
     lock = runtime_lock.load_lock(project.root, platform)
     pin = lock.pin(runtime_lock.ROOT)
     if pin is None or pin.version != project.pin.version:
@@ -215,6 +221,8 @@ class Bases:
             rspec = runtime_spec(self.project, site_cfg, platform)
             ref = rspec.tag
             if (ref, platform) not in self._info:
+                from imgbuild.images import runtime_base
+
                 built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.options.verbose)
                 self._info[(ref, platform)] = built.info
         info = self._image(ref, platform)
@@ -342,11 +350,13 @@ def check_collisions(engine: Engine, plan: BuildPlan, multi: MultiPlan | None = 
         )
 
 
-def multi_plan(engine: Engine, project: Project, plan: BuildPlan) -> MultiPlan | None:
+def multi_plan(
+    engine: Engine, project: Project, plan: BuildPlan, inputs: ProjectInputs | None = None
+) -> MultiPlan | None:
     """The multi-platform plan when the engine builds several platforms in one call and the plan has several."""
     if not engine.features.modern or len(platforms_of(plan)) < 2:
         return None
-    return make_multi_plan(project_inputs(project), plan)
+    return make_multi_plan(project_inputs(project) if inputs is None else inputs, plan)
 
 
 def smoke_images(engine: Engine, project: Project, plan: BuildPlan) -> tuple[ImageBuild, ...]:
@@ -627,7 +637,12 @@ def importer_finder(project: Project) -> ImporterFinder:
 
 
 def prepare(
-    engine: Engine, project: Project, selection: Selection, options: BuildOptions, say: Say = _stderr
+    engine: Engine,
+    project: Project,
+    selection: Selection,
+    options: BuildOptions,
+    say: Say = _stderr,
+    inputs: ProjectInputs | None = None,
 ) -> tuple[BuildPlan, list[VariantPlan], dict[tuple[str, str], BaseInfo]]:
     """Plan, resolve bases, check drift: everything before the first tag or build.
 
@@ -639,13 +654,14 @@ def prepare(
 
     The drift check is skipped only when every wanted image already exists with
     equal inputs (the inputs name the base's image id, and it was checked then).
+    `inputs`: project_inputs(project), when the caller has it (three git calls each).
     """
+    inputs = project_inputs(project) if inputs is None else inputs
     plans = project.selected_plans(selection)
     resolver = Bases(engine, project, options, say)
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
-    names = list(selection.names)
-    plan = make_build_plan(project_inputs(project), plans, bases, names, repository=options.repository)
-    multi = multi_plan(engine, project, plan)
+    plan = make_build_plan(inputs, plans, bases, list(selection.names), repository=options.repository)
+    multi = multi_plan(engine, project, plan, inputs)
     wanted = [(ib.immutable_ref, ib.inputs_digest) for ib in plan.images] if multi is None else []
     wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
     if options.force or not all(_current(engine, ref, inputs) for ref, inputs in wanted):
@@ -667,12 +683,14 @@ def build(
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     say(engine.features.describe())
-    plan, _, _ = prepare(engine, project, selection, options, say)
-    multi = multi_plan(engine, project, plan)
-    check_collisions(engine, plan, multi)
-    epoch = labels.epoch(project_inputs(project).created)
-    finder = importer_finder(project)
-    return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
+    inputs = project_inputs(project)
+    with engine.remembering():  # one inspect per ref; every tag, load or build drops what was kept
+        plan, _, _ = prepare(engine, project, selection, options, say, inputs)
+        multi = multi_plan(engine, project, plan, inputs)
+        check_collisions(engine, plan, multi)
+        epoch = labels.epoch(inputs.created)
+        finder = importer_finder(project)
+        return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
 
 
 def dry_run(project: Project, selection: Selection, options: BuildOptions) -> DryRun:

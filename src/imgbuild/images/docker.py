@@ -12,14 +12,18 @@ read once (`Engine.features`) and pick the build path:
 - anything older (Debian's 20.10, BuildKit v0.8): `--load`, one platform per
   call, digests not reproducible.
 
-Everything else (inspect, tag, run, read files, load, pull) goes through the
-docker SDK. With IMGBUILD_ECHO=1 each operation is echoed as the docker
+Reads (image inspect, image and container lists, version, info) go over the
+local socket with http.client (engine_api.py) when the daemon is one, so a
+no-op build never imports the SDK; everything else (tag, run, read files,
+load, pull), and any read that socket does not answer, goes through the
+docker SDK, loaded on first use. With IMGBUILD_ECHO=1 each operation is echoed as the docker
 command it amounts to. Failures become DockerError with a hint.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -30,20 +34,25 @@ import signal
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
-import docker
-import docker.errors
-import requests
-
+from imgbuild import lazy as _lazy
 from imgbuild import proc
 from imgbuild.errors import DockerError
-from imgbuild.images import configimage, ocilayout
+from imgbuild.images import configimage, engine_api, ocilayout
 from imgbuild.proc import echo
 from imgbuild.registry import reference
+
+if TYPE_CHECKING:
+    import docker
+    import docker.errors
+    import requests
+else:  # loaded on first use: a no-op build or a check asks the local socket (engine_api) and never needs them
+    docker = _lazy.module("docker")
+    requests = _lazy.module("requests")
 
 START_HINT = (
     "start the daemon: `sudo .ci/setup-host.sh` (installs and starts dockerd), or `sudo dockerd &`, "
@@ -214,33 +223,90 @@ def check_binfmt(arch: str, daemon_arch: str, root: Path = Path("/proc/sys/fs/bi
         )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _changes_images(method: F) -> F:
+    """An Engine method that changes the image store: what `remembering` kept is dropped, before and after."""
+
+    @functools.wraps(method)
+    def wrapper(self: Engine, *args: Any, **kwargs: Any) -> Any:
+        self._forget()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._forget()
+
+    return cast(F, wrapper)
+
+
+@contextlib.contextmanager
+def _sdk_errors_suppressed() -> Iterator[None]:
+    """contextlib.suppress of the SDK's errors, naming them only when one is raised (no SDK import before)."""
+    try:
+        yield
+    except Exception as exc:
+        if not isinstance(exc, (docker.errors.DockerException, requests.exceptions.RequestException)):
+            raise
+
+
+def _sdk_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env(version="auto", timeout=300)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise DockerError(
+            f"cannot reach the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
+        ) from exc
+    return client
+
+
 class Engine:
-    def __init__(self, client: docker.DockerClient, cli: str) -> None:
-        self.client = client
+    def __init__(self, client: docker.DockerClient | None, cli: str, api: engine_api.EngineApi | None = None) -> None:
+        self._client = client
+        self._api = api  # the local socket for read-only calls; None: everything through the SDK
         self.cli = cli
         self._buildx_checked = False
         self._arch: str | None = None
         self._features: EngineFeatures | None = None
         self._contexts: dict[str, bool] = {}  # builder name -> is a docker context
+        self._memo: dict[str, ImageInfo | None] | None = None  # image() answers, inside `remembering`
 
     @classmethod
     def connect(cls) -> Engine:
-        try:
-            client = docker.from_env(version="auto", timeout=300)
-            client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise DockerError(
-                f"cannot reach the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
-            ) from exc
-        engine = cls(client, os.environ.get("IMGBUILD_DOCKER", "docker"))
+        cli = os.environ.get("IMGBUILD_DOCKER", "docker")
+        path = engine_api.local_socket()
+        api = engine_api.EngineApi(path) if path is not None else None
+        # Answered on the local socket: the SDK client is made when a call needs it. Otherwise (not a
+        # local socket, or no answer there) the SDK connects, and words any error as it always has.
+        engine = cls(None, cli, api) if api is not None and api.ping() else cls(_sdk_client(), cli)
         engine.remove_leftovers()
         return engine
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = _sdk_client()
+        return self._client
+
+    def _read(self, call: Any, fallback: Any) -> Any:
+        """`call(api)` over the local socket, or `fallback()` (the SDK) when there is no socket or no answer."""
+        if self._api is not None:
+            try:
+                return call(self._api)
+            except engine_api.Unanswered:
+                pass
+        return fallback()
 
     def remove_leftovers(self) -> list[str]:
         """Remove containers an imgbuild created and could not remove itself (it was killed)."""
         removed = []
-        with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
-            for c in self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}):
+        with _sdk_errors_suppressed():
+            listed = self._read(
+                lambda api: api.containers({"label": CONTAINER_LABEL}),
+                lambda: self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}),
+            )
+            for c in listed:
                 owner = (c.get("Labels") or {}).get(CONTAINER_LABEL, "")
                 if owner.isdigit() and _alive(int(owner)):
                     continue
@@ -252,14 +318,17 @@ class Engine:
     def arch(self) -> str:
         """The daemon's own architecture, as a docker platform arch name."""
         if self._arch is None:
-            self._arch = host_arch(str(self._call(self.client.info).get("Architecture", "")))
+            info = self._read(lambda api: api.info(), lambda: self._call(self.client.info))
+            self._arch = host_arch(str(info.get("Architecture", "")))
         return self._arch
 
     @property
     def features(self) -> EngineFeatures:
         """The daemon's version and image store, asked once per Engine."""
         if self._features is None:
-            self._features = EngineFeatures.from_daemon(self._call(self.client.version), self._call(self.client.info))
+            version = self._read(lambda api: api.version(), lambda: self._call(self.client.version))
+            info = self._read(lambda api: api.info(), lambda: self._call(self.client.info))
+            self._features = EngineFeatures.from_daemon(version, info)
         return self._features
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -275,7 +344,35 @@ class Engine:
             raise DockerError(f"docker: {_short(exc)}") from exc
 
     # -- images -----------------------------------------------------------
+    @contextlib.contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Inside: image() asks the engine once per ref; any change to the image store through this
+        Engine (tag, load, build, ...) drops what it kept. One build asks about the same refs many times."""
+        self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def _forget(self) -> None:
+        if self._memo is not None:
+            self._memo.clear()
+
     def image(self, ref: str) -> ImageInfo | None:
+        if self._memo is None:
+            return self._inspect(ref)
+        if ref not in self._memo:
+            self._memo[ref] = self._inspect(ref)
+        return self._memo[ref]
+
+    def _inspect(self, ref: str) -> ImageInfo | None:
+        if self._api is not None:
+            try:
+                attrs = self._api.inspect_image(ref)
+            except engine_api.Unanswered:
+                pass
+            else:
+                return None if attrs is None else ImageInfo.from_attrs(attrs)
         try:
             img = self._call(self.client.images.get, ref)
         except docker.errors.NotFound:
@@ -291,10 +388,14 @@ class Engine:
     def labelled(self, key: str, value: str) -> list[ImageInfo]:
         """Every local image whose label `key` is `value` (e.g. a layer image by its digest)."""
         echo(["docker", "images", "--filter", f"label={key}={value}"])
-        rows = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
+        rows = self._read(
+            lambda api: api.images({"label": f"{key}={value}"}),
+            lambda: self._call(self.client.api.images, filters={"label": f"{key}={value}"}),
+        )
         found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone (or unreadable) by now
         return [info for info in found if info is not None]
 
+    @_changes_images
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         if not repo or "/" in tag:
@@ -303,11 +404,13 @@ class Engine:
         if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
             raise DockerError(f"could not tag {image_id} as {ref}")
 
+    @_changes_images
     def untag(self, ref: str) -> None:
         echo(["docker", "rmi", "--no-prune", ref])
         with contextlib.suppress(docker.errors.NotFound):
             self._call(self.client.api.remove_image, ref, noprune=True)
 
+    @_changes_images
     def pull(self, ref: str, platform: str) -> ImageInfo:
         echo(["docker", "pull", "--platform", platform, ref])
         try:
@@ -321,6 +424,7 @@ class Engine:
             ) from exc
         return self.require(ref)
 
+    @_changes_images
     def load(self, archive: IO[bytes]) -> None:
         echo(["docker", "load"])
         try:
@@ -343,6 +447,7 @@ class Engine:
             )
         self._buildx_checked = True
 
+    @_changes_images
     def build(
         self,
         context: bytes,
@@ -411,6 +516,7 @@ class Engine:
             image_id = info.id
         return image_id
 
+    @_changes_images
     def write_config_image(
         self,
         tag: str,
@@ -493,6 +599,7 @@ class Engine:
                 hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
             )
 
+    @_changes_images
     def _load_layout(
         self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
     ) -> str:

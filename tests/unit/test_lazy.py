@@ -1,0 +1,36 @@
+"""lazy.module: a module runs when one of its attributes is first read, not when it is named."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from imgbuild import lazy
+
+
+def test_a_lazy_module_runs_on_first_attribute_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = tmp_path / "runs"  # the module appends a line each time it runs
+    (tmp_path / "imgbuild_lazy_probe.py").write_text(
+        f"with open({str(runs)!r}, 'a') as f:\n    f.write('ran\\n')\nVALUE = 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "imgbuild_lazy_probe", raising=False)
+    probe = lazy.module("imgbuild_lazy_probe")
+    assert not runs.exists()  # named, not run
+    assert lazy.module("imgbuild_lazy_probe") is probe
+    assert probe.VALUE == 42
+    assert probe.VALUE == 42
+    assert runs.read_text() == "ran\n"  # once
+
+
+def test_an_imported_module_is_returned_as_it_is() -> None:
+    import json
+
+    assert lazy.module("json") is json
+
+
+def test_a_missing_module_is_refused_at_once() -> None:
+    with pytest.raises(ModuleNotFoundError, match="imgbuild_no_such_module"):
+        lazy.module("imgbuild_no_such_module")
