@@ -94,8 +94,8 @@ NOT_FOR_CHECK = {
 
 
 def test_patches_check_json_imports_only_what_it_runs(tmp_path: Path) -> None:
-    from tests.synth import Upstream
-    from tests.synth_images import engram_project, release
+    from tests.support.synth import Upstream
+    from tests.support.synth_images import engram_project, release
 
     upstream = Upstream(tmp_path / "upstream")
     release(upstream)
