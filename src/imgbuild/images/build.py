@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hashlib
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from imgbuild.images.inputs import project_inputs  # moved out so publish needs 
 from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
+from imgbuild.images.smokequeue import Journal, Slot
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.mirror import cache_dir
@@ -387,6 +389,7 @@ class Runner:
         self.multi, self.epoch = multi, epoch
         self.importers = importers
         self.result = BuildResult(plan)
+        self.journal = Journal(engine, say, lambda previous: _restore(engine, previous))
 
     def _build(self, context: bytes, tag: str, platforms: Sequence[str], refs: dict[str, str] | None = None) -> str:
         return self.engine.build(
@@ -429,24 +432,37 @@ class Runner:
         for lb in self.plan.layers:
             self._layer(lb.digest, lb.tag, lb.files, [lb.platform], lb.context)
 
-    def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str]) -> SmokeReport:
-        self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
-        report = smoke(self.engine, image_id, expected_for(ib, self.importers))
-        report.image, report.name = ib.immutable_ref, name
-        if self.on_smoke is not None:
-            self.on_smoke(report)
-        if not report.ok:
-            raise SmokeError(
-                f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
-                + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
-                + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
-                hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
-                f"{image_id[:19]} for `imgbuild inspect`",
-            )
-        return report
+    def _smoke(
+        self, slot: Slot, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult
+    ) -> None:
+        """Start `ib`'s smoke test in a worker; its report is taken (shown, kept, raised on) in the slot's turn."""
+        self.journal.say(slot, f"{ib.variant}: smoke-testing {ib.immutable_ref}")
+        expected = expected_for(ib, self.importers)
 
-    def image(self, ib: ImageBuild) -> ImageResult:
+        def taken(report: SmokeReport) -> None:
+            report.image, report.name = ib.immutable_ref, name
+            result.smoke = report
+            if self.on_smoke is not None:
+                self.on_smoke(report)
+            if not report.ok:
+                raise SmokeError(
+                    f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
+                    + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
+                    + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
+                    hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
+                    f"{image_id[:19]} for `imgbuild inspect`",
+                )
+
+        self.journal.submit(slot, lambda engine: smoke(engine, image_id, expected), taken)
+
+    def image(self, ib: ImageBuild) -> None:
+        """Build or reuse `ib` now; its smoke runs in a worker, and its moving tags move in its turn."""
         eng = self.engine
+        slot = self.journal.open(ib.immutable_ref)
+
+        def say(msg: str) -> None:
+            self.journal.say(slot, msg)
+
         existing = eng.image(ib.immutable_ref)
         reuse = (
             existing is not None and existing.labels.get(labels.INPUTS) == ib.inputs_digest and not self.options.force
@@ -466,38 +482,47 @@ class Runner:
         if reuse:
             assert existing is not None
             result.image_id = existing.id
-            self.say(
+            say(
                 f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused (no docker build)"
             )
         else:
-            self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
-        try:
-            if not reuse:
-                written = self._config_image(ib.immutable_ref, [ib])
-                result.image_id = written or self._build(ib.context, ib.immutable_ref, [ib.platform])
-            pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
-            if not self.options.smoke:
-                result.note = "not smoke-tested (--no-smoke): moving tags left alone"
-                self.say(f"{ib.variant}: {result.note}")
-            elif pending or result.built:
-                name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
-                result.smoke = self._smoke(ib, result.image_id, name, ib.moving_refs)
+            say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
+            slot.restore = {ib.immutable_ref: previous}  # a failure from here on puts the immutable tag back
+            written = self._config_image(ib.immutable_ref, [ib])
+            result.image_id = written or self._build(ib.context, ib.immutable_ref, [ib.platform])
+        pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
+        smoked = False
+        if not self.options.smoke:
+            result.note = "not smoke-tested (--no-smoke): moving tags left alone"
+            say(f"{ib.variant}: {result.note}")
+        elif pending or result.built:
+            name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
+            self._smoke(slot, ib, result.image_id, name, ib.moving_refs, result)
+            smoked = True
+        else:
+            say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+
+        def finish() -> None:
+            if smoked:
                 for ref in pending:
                     eng.tag(result.image_id, ref)
                 result.moved = bool(pending)
-            else:
-                self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
-        except BaseException:
-            if result.built:  # put the immutable tag back as it was (best effort: the daemon may be gone)
-                _restore(eng, {ib.immutable_ref: previous})
-            raise
-        result.layers = eng.require(result.image_id).layers
-        result.base_layers = len(eng.require(ib.base.image_id).layers)
-        return result
+            slot.restore = {}
+            result.layers = eng.require(result.image_id).layers
+            result.base_layers = len(eng.require(ib.base.image_id).layers)
+            self.result.images.append(result)
 
-    def multi_image(self, mi: MultiImage) -> list[ImageResult]:
-        """One BuildKit call for every platform of `mi`; each platform smoke-tested before the moving tags move."""
+        self.journal.finish(slot, finish)
+
+    def multi_image(self, mi: MultiImage) -> None:
+        """One BuildKit call for every platform of `mi`; each platform smoke-tested (in workers, side by side)
+        before the moving tags move in its turn."""
         eng = self.engine
+        slot = self.journal.open(mi.immutable_ref)
+
+        def say(msg: str) -> None:
+            self.journal.say(slot, msg)
+
         refs = mi.platform_refs
         existing = eng.image(mi.immutable_ref)
         reuse = (
@@ -523,52 +548,72 @@ class Runner:
             for p in mi.parts
         ]
         platforms = ", ".join(mi.platforms)
-        try:
-            if reuse:
-                assert existing is not None
-                index_id = existing.id
-                self.say(
-                    f"{mi.variant}: {mi.immutable_ref} ({platforms}) unchanged (inputs {mi.inputs_digest[:12]}), "
-                    "reused (no docker build)"
-                )
-            else:
-                self.say(f"{mi.variant}: building {mi.immutable_ref} for {platforms} in one call")
-                written = self._config_image(mi.immutable_ref, mi.parts, refs)
-                index_id = written or self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
+        if not reuse:
+            slot.restore = previous
+        if reuse:
+            assert existing is not None
+            index_id = existing.id
+            say(
+                f"{mi.variant}: {mi.immutable_ref} ({platforms}) unchanged (inputs {mi.inputs_digest[:12]}), "
+                "reused (no docker build)"
+            )
+        else:
+            say(f"{mi.variant}: building {mi.immutable_ref} for {platforms} in one call")
+            written = self._config_image(mi.immutable_ref, mi.parts, refs)
+            index_id = written or self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
+        for r in results:
+            r.image_id, r.index = eng.require(r.immutable).id, index_id
+        pending = [r for r in mi.moving_refs if _image_id(eng, r) != index_id]
+        smoked = False
+        if not self.options.smoke:
             for r in results:
-                r.image_id, r.index = eng.require(r.immutable).id, index_id
-            pending = [r for r in mi.moving_refs if _image_id(eng, r) != index_id]
-            if not self.options.smoke:
-                for r in results:
-                    r.note = "not smoke-tested (--no-smoke): moving tags left alone"
-                self.say(f"{mi.variant}: {results[0].note}")
-            elif pending or not reuse:
-                name = mi.moving_refs[0] if mi.moving_refs else mi.immutable_ref
-                for r, part in zip(results, mi.parts, strict=True):
-                    r.smoke = self._smoke(part, r.image_id, f"{name} {part.platform}", mi.moving_refs)
+                r.note = "not smoke-tested (--no-smoke): moving tags left alone"
+            say(f"{mi.variant}: {results[0].note}")
+        elif pending or not reuse:
+            name = mi.moving_refs[0] if mi.moving_refs else mi.immutable_ref
+            for r, part in zip(results, mi.parts, strict=True):
+                self._smoke(slot, part, r.image_id, f"{name} {part.platform}", mi.moving_refs, r)
+            smoked = True
+        else:
+            say(f"{mi.variant}: {', '.join(mi.moving_refs) or 'no moving tag'}: already up to date")
+
+        def finish() -> None:
+            if smoked:
                 for ref in pending:
                     eng.tag(index_id, ref)
                 for r in results:
                     r.moved = bool(pending)
-            else:
-                self.say(f"{mi.variant}: {', '.join(mi.moving_refs) or 'no moving tag'}: already up to date")
-        except BaseException:
-            if not reuse:
-                _restore(eng, previous)
-            raise
-        for r, part in zip(results, mi.parts, strict=True):
-            r.layers = eng.require(r.image_id).layers
-            r.base_layers = len(eng.require(part.base.image_id).layers)
-        return results
+            slot.restore = {}
+            for r, part in zip(results, mi.parts, strict=True):
+                r.layers = eng.require(r.image_id).layers
+                r.base_layers = len(eng.require(part.base.image_id).layers)
+            self.result.images.extend(results)
+
+        self.journal.finish(slot, finish)
 
     def run(self) -> BuildResult:
+        """Layers first, then each image in plan order; an image's outcome is taken only after every earlier one's.
+
+        An image that fails to build lets the earlier ones finish first: a smoke failure of theirs is
+        the error, as when they were smoked one after the other. Any failure or interrupt stops the
+        smokes and puts back the tags of every image not finalised.
+        """
         self.layers()
-        if self.multi is not None:
-            for mi in self.multi.images:
-                self.result.images.extend(self.multi_image(mi))
-            return self.result
-        for ib in self.plan.images:
-            self.result.images.append(self.image(ib))
+        try:
+            for unit in self.multi.images if self.multi is not None else self.plan.images:
+                try:
+                    if isinstance(unit, MultiImage):
+                        self.multi_image(unit)
+                    else:
+                        self.image(unit)
+                except Exception:
+                    self.journal.drain()  # the earlier images' turn comes first
+                    raise
+            self.journal.drain()
+        except BaseException:
+            self.journal.abort()
+            raise
+        self.journal.close()
         return self.result
 
 
@@ -627,11 +672,13 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
 def importer_finder(project: Project) -> ImporterFinder:
     """The release's modules that import the given planned files, scanned once per set of files."""
     found: dict[tuple[str, ...], list[str]] = {}
+    lock = threading.Lock()  # smoke workers ask from their threads; gitpython's objects are not thread-safe
 
     def find(files: tuple[str, ...]) -> list[str]:
-        if files not in found:
-            found[files] = release_importers(project.tree(), files, project.pin.package_root)
-        return found[files]
+        with lock:
+            if files not in found:
+                found[files] = release_importers(project.tree(), files, project.pin.package_root)
+            return found[files]
 
     return find
 

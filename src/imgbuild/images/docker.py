@@ -283,6 +283,19 @@ class Engine:
         engine.remove_leftovers()
         return engine
 
+    def fork(self) -> Engine:
+        """An Engine on the same daemon for another thread: its own SDK client (a requests Session is not
+        thread-safe) and no memo of this one's; the socket reads open a connection per call, so they are shared."""
+        twin = Engine(None, self.cli, self._api)
+        twin._arch, twin._features = self._arch, self._features
+        return twin
+
+    def close(self) -> None:
+        """Close the SDK client's connections, if it made any."""
+        if self._client is not None:
+            with _sdk_errors_suppressed():
+                self._client.close()
+
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
@@ -312,6 +325,20 @@ class Engine:
                     continue
                 self.client.api.remove_container(c["Id"], force=True)
                 removed.append(str(c["Id"]))
+        return removed
+
+    def remove_own_containers(self) -> list[str]:
+        """Remove the containers this process made and still has (best effort: the daemon may be gone).
+
+        How a build stops the smoke containers its worker threads run: each worker's wait then returns.
+        """
+        removed = []
+        with contextlib.suppress(DockerError), _sdk_errors_suppressed():
+            listed = self.client.api.containers(all=True, filters={"label": f"{CONTAINER_LABEL}={os.getpid()}"})
+            for c in listed:
+                with _sdk_errors_suppressed():  # its own worker may have removed it by now
+                    self.client.api.remove_container(c["Id"], force=True)
+                    removed.append(str(c["Id"]))
         return removed
 
     @property
