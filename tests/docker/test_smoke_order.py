@@ -72,8 +72,8 @@ def test_second_image_failing_moves_the_first_ones_tags_only(
 def test_a_passing_build_reports_in_plan_order(
     make_project: MakeProject, cli: Cli, engine: Engine, prefix: str
 ) -> None:
-    project = make_project("order")
-    repo = f"{prefix}-order"
+    project = make_project("smokeorder")
+    repo = f"{prefix}-smokeorder"
     proc = cli(project, "build", "latest", "engram-mem", "--base", "skeleton")
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(("latest:", "engram-mem:"))]
