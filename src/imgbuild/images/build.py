@@ -690,8 +690,9 @@ def prepare(
     options: BuildOptions,
     say: Say = _stderr,
     inputs: ProjectInputs | None = None,
-) -> tuple[BuildPlan, list[VariantPlan], dict[tuple[str, str], BaseInfo]]:
-    """Plan, resolve bases, check drift: everything before the first tag or build.
+) -> tuple[BuildPlan, MultiPlan | None]:
+    """Plan, resolve bases, check drift: everything before the first tag or build; the plan and, where
+    the engine builds several platforms in one call, its multi-platform plan.
 
     By default a build makes each variant's first platform under the plain tags
     (`vllm-dsv41:latest`); `--platform all` or `a,b` (Project.select) several.
@@ -713,7 +714,7 @@ def prepare(
     wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
     if options.force or not all(_current(engine, ref, inputs) for ref, inputs in wanted):
         check_drift(engine, plans, bases, cache_dir())
-    return plan, plans, bases
+    return plan, multi
 
 
 def _current(engine: Engine, ref: str, inputs: str) -> bool:
@@ -732,8 +733,7 @@ def build(
     say(engine.features.describe())
     inputs = project_inputs(project)
     with engine.remembering():  # one inspect per ref; every tag, load or build drops what was kept
-        plan, _, _ = prepare(engine, project, selection, options, say, inputs)
-        multi = multi_plan(engine, project, plan, inputs)
+        plan, multi = prepare(engine, project, selection, options, say, inputs)
         check_collisions(engine, plan, multi)
         epoch = labels.epoch(inputs.created)
         finder = importer_finder(project)
