@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.images import labels
-from imgbuild.images.build import OCI_LAYOUT_DIR, BuildOptions, multi_plan, prepare
+from imgbuild.images.build import OCI_LAYOUT_DIR, BuildOptions, prepare
 from imgbuild.images.docker import Engine
 from imgbuild.images.inputs import project_inputs
 from imgbuild.project import Project
@@ -33,9 +33,8 @@ def buildkit_ids(engine: Engine, project: Path, cache: Path, platform: str | Non
     """immutable ref -> the id BuildKit gives the same variant Dockerfile (built under a scratch tag)."""
     proj = Project.load(project)
     opts = BuildOptions(base="skeleton")
-    plan, _, _ = prepare(engine, proj, proj.select(["latest", "engram-mem"], platform), opts, lambda _: None)
+    plan, multi = prepare(engine, proj, proj.select(["latest", "engram-mem"], platform), opts, lambda _: None)
     epoch = labels.epoch(project_inputs(proj).created)
-    multi = multi_plan(engine, proj, plan)
     builds = [(mi.immutable_ref, mi.context, ",".join(mi.platforms)) for mi in multi.images] if multi else []
     builds = builds or [(ib.immutable_ref, ib.context, ib.platform) for ib in plan.images]
     out = {}
