@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
-from imgbuild.images import labels, skeleton
+from imgbuild.images import labels, ocilayout, skeleton
 from imgbuild.images.docker import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs  # moved out so publish needs no docker SDK
+from imgbuild.images.layerimage import LayerPart
 from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
@@ -413,24 +414,46 @@ class Runner:
             tag, config, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR, platform_tags=refs
         )
 
-    def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:
+    def _layer_image(self, tag: str, parts: Sequence[LayerPart]) -> str | None:
+        """The layer image written without BuildKit (layerimage.py); None where BuildKit has to build it."""
+        if self.epoch is None or self.options.builder:  # a named builder was asked for: it builds
+            return None
+        return self.engine.write_layer_image(tag, parts, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR)
+
+    def _layer(self, digest: str, tag: str, files: tuple[str, ...], parts: Sequence[LayerPart], context: bytes) -> None:
         existing = self.engine.image(tag)
         what = f"layer {tag} ({len(files)} file{'s' if len(files) != 1 else ''})"
+        platforms = [p.platform for p in parts]
         if existing is not None and existing.labels.get(labels.LAYER) == digest and not self.options.force:
-            self.say(f"{what}: unchanged, reused (no docker build)")
-            self.result.layers.append(LayerResult(digest, tag, existing.id, files, False))
+            if self._in_layout(existing.id, platforms):
+                self.say(f"{what}: unchanged, reused (no docker build)")
+                self.result.layers.append(LayerResult(digest, tag, existing.id, files, False))
+                return
+            # the store has it, the cache's layout lost it: written again (the same bytes), the images
+            # on top can be written without BuildKit too
+            written = self._layer_image(tag, parts)
+            how = "written again into the cache's OCI layout" if written else "reused"
+            self.say(f"{what}: unchanged, {how} (no docker build)")
+            self.result.layers.append(LayerResult(digest, tag, written or existing.id, files, False))
             return
         self.say(f"{what}: building for {', '.join(platforms)}")
-        image_id = self._build(context, tag, platforms)
+        image_id = self._layer_image(tag, parts) or self._build(context, tag, platforms)
         self.result.layers.append(LayerResult(digest, tag, image_id, files, True))
+
+    def _in_layout(self, image_id: str, platforms: Sequence[str]) -> bool:
+        """Whether the images written on top of `image_id` find its manifest and config (else it is written again)."""
+        if self.epoch is None or self.options.builder or not self.engine.features.modern:
+            return True  # BuildKit builds what goes on top: it needs no layout
+        layout = cache_dir() / OCI_LAYOUT_DIR
+        return all(ocilayout.platform_image(layout, image_id, p) is not None for p in platforms)
 
     def layers(self) -> None:
         if self.multi is not None:
             for ml in self.multi.layers:
-                self._layer(ml.digest, ml.tag, ml.files, ml.platforms, ml.context)
+                self._layer(ml.digest, ml.tag, ml.files, ml.layer_parts(), ml.context)
             return
         for lb in self.plan.layers:
-            self._layer(lb.digest, lb.tag, lb.files, [lb.platform], lb.context)
+            self._layer(lb.digest, lb.tag, lb.files, [lb.part()], lb.context)
 
     def _smoke(
         self, slot: Slot, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult

@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 from imgbuild import lazy as _lazy
 from imgbuild import proc
 from imgbuild.errors import DockerError
-from imgbuild.images import configimage, engine_api, ocilayout
+from imgbuild.images import configimage, engine_api, layerimage, ocilayout
 from imgbuild.proc import echo
 from imgbuild.registry import reference
 
@@ -184,8 +184,8 @@ class EngineFeatures:
         store = "containerd image store" if self.containerd_store else "classic image store"
         if self.modern:
             return (
-                f"engine: docker {self.version} ({store}): multi-platform images in one BuildKit call, "
-                "oci exporter with rewrite-timestamp (reproducible digests)"
+                f"engine: docker {self.version} ({store}): every platform of an image at once, "
+                "layers and configs written without BuildKit (reproducible digests)"
             )
         why = "" if self.containerd_store else "; Docker 26+ with the containerd image store builds them in one call"
         return (
@@ -510,31 +510,20 @@ class Engine:
             )
         with contextlib.ExitStack() as stack:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="imgbuild-build-")))
-            args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
-            env = dict(os.environ)
-            if builder:
-                env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
-            iid, meta = tmp / "iid", tmp / "metadata.json"
-            into = layout or tmp / "layout"
+            what = f"docker buildx build for {platform} ({', '.join(tags)})"
             if self.features.modern:
+                into = layout or tmp / "layout"
                 stack.enter_context(ocilayout.locked(into))
                 before = ocilayout.blob_names(into)
-                out = f"type=oci,tar=false,dest={into},name={tags[0]},rewrite-timestamp=true"
-                args += ["--provenance=false", "--metadata-file", str(meta), "--output", out]
-                if epoch is not None:
-                    env["SOURCE_DATE_EPOCH"] = str(epoch)
-            else:
-                args += ["--load", "--iidfile", str(iid), *(a for t in tags for a in ("--tag", t))]
-            if no_cache:
-                args.append("--no-cache")
-            args.append("-")
-            self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
-            if self.features.modern:
-                top = _descriptor(meta, tags[0])
+                top = self._export(context, into, tags[0], platform, no_cache, verbose, epoch, builder, what)
                 image_id = self._load_layout(into, top, before, tags[0], platform_tags or {})
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
+            iid = tmp / "iid"
+            args = [*self._buildx_args(builder, platform, no_cache), "--load", "--iidfile", str(iid)]
+            args += [a for t in tags for a in ("--tag", t)]
+            self._buildx([*args, "-"], context, self._buildx_env(builder), verbose, what)
             image_id = iid.read_text().strip() if iid.exists() else ""
         if not image_id.startswith("sha256:"):
             info = self.image(tags[0])
@@ -544,6 +533,91 @@ class Engine:
         return image_id
 
     @_changes_images
+    def _buildx_args(self, builder: str | None, platform: str, no_cache: bool) -> list[str]:
+        args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
+        return [*args, "--no-cache"] if no_cache else args
+
+    def _buildx_env(self, builder: str | None, epoch: int | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        if builder:
+            env.pop("BUILDX_BUILDER", None)  # the explicit choice (--builder/--context) wins
+        if epoch is not None:
+            env["SOURCE_DATE_EPOCH"] = str(epoch)
+        return env
+
+    def _export(
+        self,
+        context: bytes,
+        layout: Path,
+        name: str,
+        platform: str,
+        no_cache: bool,
+        verbose: bool,
+        epoch: int | None,
+        builder: str | None,
+        what: str,
+    ) -> dict[str, Any]:
+        """BuildKit builds `context` into the OCI layout directory (locked by the caller); the exported descriptor."""
+        with tempfile.TemporaryDirectory(prefix="imgbuild-export-") as tmp:
+            meta = Path(tmp) / "metadata.json"
+            out = f"type=oci,tar=false,dest={layout},name={name},rewrite-timestamp=true"
+            args = [*self._buildx_args(builder, platform, no_cache), "--provenance=false"]
+            args += ["--metadata-file", str(meta), "--output", out, "-"]
+            self._buildx(args, context, self._buildx_env(builder, epoch), verbose, what)
+            return _descriptor(meta, name)
+
+    def parent_in_layout(
+        self, ref: str, platform: str, layout: Path, epoch: int
+    ) -> tuple[dict[str, Any], bytes, bytes] | None:
+        """(descriptor, manifest, config) of `ref`'s `platform` image in `layout`; None if `ref` is not in the store.
+
+        An image imgbuild wrote or built is there already. A base the layout lacks is put there once
+        per base and platform: BuildKit builds `FROM ref` into it (its blobs too, which the layout keeps
+        so that a store losing one can be given it again), loading nothing; `exports.json` remembers it.
+        """
+        parent = self.image(ref)
+        if parent is None:
+            return None
+        found = ocilayout.platform_image(layout, parent.id, platform)
+        key = f"{parent.id} {platform}"
+        with ocilayout.locked(layout):
+            exported = ocilayout.exports(layout).get(key)
+            if found is None and exported is not None:
+                found = ocilayout.platform_image(layout, exported, platform)
+            if found:
+                return found
+            context = _dockerfile_tar(f"FROM {ref}\n")
+            name = f"imgbuild-export/{parent.id.removeprefix('sha256:')[:12]}:{platform.replace('/', '-')}"
+            what = f"docker buildx build for {platform} (FROM {ref}, into {layout})"
+            top = self._export(context, layout, name, platform, False, False, epoch, None, what)
+            ocilayout.record_export(layout, key, str(top["digest"]))
+            return ocilayout.platform_image(layout, str(top["digest"]), platform)
+
+    def write_layer_image(
+        self, tag: str, parts: Sequence[layerimage.LayerPart], *, epoch: int, layout: Path
+    ) -> str | None:
+        """The layer image of `parts` (one per platform) written without BuildKit; its id, or None.
+
+        layerimage.py writes the tar and config BuildKit would for the layer Dockerfile. None (then
+        build it with BuildKit) on an engine without the oci path, or where a parent or a path is
+        not known there.
+        """
+        if not self.features.modern or not parts:
+            return None
+        made: list[tuple[configimage.Blob, list[configimage.Blob], dict[str, Any]]] = []
+        for part in parts:
+            found = self.parent_in_layout(part.parent_ref, part.platform, layout, epoch)
+            if not found:
+                return None
+            desc, manifest, config = found
+            image = layerimage.layer_image(manifest, config, part.files, part.copy, part.labels, epoch)
+            if image is None:
+                return None
+            plat = desc.get("platform") or _platform_dict(part.platform)
+            made.append((image.manifest, [image.layer, image.config, image.manifest], plat))
+        echo(["imgbuild", "write-layer-image", tag, *(p.platform for p in parts)])
+        return self._write_images(tag, made, epoch, layout, {})
+
     def write_config_image(
         self,
         tag: str,
@@ -555,13 +629,13 @@ class Engine:
     ) -> str | None:
         """The variant image of `parts` (one per platform) written without BuildKit; its id, or None.
 
-        Each part's parent must be in the store and in `layout` (BuildKit exported it there);
-        configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
+        Each part's parent must be in the store and in `layout` (imgbuild wrote or BuildKit exported it
+        there); configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
         engine without the oci path, or where a parent or its config is not known here.
         """
         if not self.features.modern or not parts:
             return None
-        made: list[tuple[configimage.ConfigImage, dict[str, Any]]] = []
+        made: list[tuple[configimage.Blob, list[configimage.Blob], dict[str, Any]]] = []
         for part in parts:
             parent = self.image(part.parent_ref)
             found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
@@ -571,21 +645,35 @@ class Engine:
             image = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
             if image is None:
                 return None
-            made.append((image, desc.get("platform") or _platform_dict(part.platform)))
+            plat = desc.get("platform") or _platform_dict(part.platform)
+            made.append((image.manifest, [image.config, image.manifest], plat))
+        echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
+        return self._write_images(tag, made, epoch, layout, platform_tags or {})
+
+    def _write_images(
+        self,
+        tag: str,
+        made: Sequence[tuple[configimage.Blob, Sequence[configimage.Blob], Mapping[str, Any]]],
+        epoch: int,
+        layout: Path,
+        platform_tags: Mapping[str, str],
+    ) -> str:
+        """Put the blobs of `made` (manifest, its blobs, platform) into `layout` and load the image (an index
+        over several) under `tag`; returns its id."""
         with ocilayout.locked(layout):
             before = ocilayout.blob_names(layout)
-            blobs = [b for image, _ in made for b in (image.config, image.manifest)]
+            blobs = [b for _, own, _ in made for b in own]
             if len(made) == 1:
-                top = {**made[0][0].manifest.descriptor(), "platform": made[0][1]}
+                manifest, _, plat = made[0]
+                top = {**manifest.descriptor(), "platform": dict(plat)}
             else:
-                idx = configimage.index([(image.manifest, plat) for image, plat in made])
+                idx = configimage.index([(manifest, plat) for manifest, _, plat in made])
                 blobs.append(idx)
                 top = idx.descriptor()
             top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
             for blob in blobs:
                 ocilayout.put_blob(layout, blob.digest, blob.data)
-            echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
-            return self._load_layout(layout, top, before, tag, platform_tags or {})
+            return self._load_layout(layout, top, before, tag, platform_tags)
 
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
@@ -819,6 +907,16 @@ def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _dockerfile_tar(text: str) -> bytes:
+    """A build context of one Dockerfile."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(text.encode())
+        tar.addfile(info, io.BytesIO(text.encode()))
     return buf.getvalue()
 
 

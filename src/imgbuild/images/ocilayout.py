@@ -124,6 +124,26 @@ def platform_image(layout: Path, digest: str, platform: str) -> tuple[dict[str, 
     return dict(desc), manifest, config
 
 
+EXPORTS = "exports.json"  # "<store id> <platform>" -> the digest BuildKit exported that image under here
+
+
+def exports(layout: Path) -> dict[str, str]:
+    """The images exported into the directory (images the store has under another id); {} if none or unreadable."""
+    try:
+        data = json.loads((layout / EXPORTS).read_text())
+    except (OSError, ValueError):
+        return {}  # a lost or torn record only costs one export more
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def record_export(layout: Path, key: str, digest: str) -> None:
+    """Remember an export (the caller holds `locked`); written atomically."""
+    path = layout / EXPORTS
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**exports(layout), key: digest}, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def put_blob(layout: Path, digest: str, data: bytes) -> None:
     """Write a blob into the directory (atomically; a blob already there is left as it is)."""
     path = blob_path(layout, digest)
