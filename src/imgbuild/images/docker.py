@@ -1,16 +1,19 @@
 """Every docker call goes through this module.
 
-Builds run through BuildKit with the `docker buildx build` CLI (the docker
-driver, the context tar on stdin). The engine's version and image store are
-read once (`Engine.features`) and pick the build path:
+The engine's version and image store are read once (`Engine.features`) and
+pick the build path:
 
-- Docker 26+ with the containerd image store: one call builds every platform
-  (`--platform a,b`) through the `oci` exporter with `rewrite-timestamp` and
-  SOURCE_DATE_EPOCH, so equal inputs give equal digests; the OCI tar is then
-  `docker load`ed, a multi-platform index under the tags plus one tag per
-  platform (Docker 26 cannot inspect one platform of an index).
-- anything older (Debian's 20.10, BuildKit v0.8): `--load`, one platform per
-  call, digests not reproducible.
+- Docker 26+ with the containerd image store: layer and variant images are
+  written into the OCI layout directory without BuildKit (layerimage.py,
+  configimage.py: BuildKit's tars and configs) and `docker load`ed, a
+  multi-platform index under the tags plus one tag per platform (Docker 26
+  cannot inspect one platform of an index). BuildKit (`docker buildx build`,
+  the docker driver, the context tar on stdin) exports each base into the
+  layout once, and builds what the writers do not know, through the `oci`
+  exporter with `rewrite-timestamp` and SOURCE_DATE_EPOCH, every platform in
+  one call; equal inputs give equal digests either way.
+- anything older (Debian's 20.10, BuildKit v0.8): `buildx build --load`, one
+  platform per call, digests not reproducible.
 
 Reads (image inspect, image and container lists, version, info) go over the
 local socket with http.client (engine_api.py) when the daemon is one, so a

@@ -1,4 +1,9 @@
-"""An OCI image layout directory that BuildKit exports into, and the tars `docker load` reads from it.
+"""An OCI image layout directory that imgbuild writes and BuildKit exports into, and the tars `docker load` reads.
+
+imgbuild's own writers (layerimage.py, configimage.py) put an image's blobs
+here and read the parent's manifest and config from here; a base gets here by
+one BuildKit export of `FROM base` (its store id then differs from the
+exported digest: `exports.json` maps one to the other).
 
 Docker 26's oci exporter with `tar=true` sends every blob of the image, base
 layers included, through the buildx client (for a 240 MB base, ~5 s per
