@@ -372,6 +372,23 @@ def smoke_images(engine: Engine, project: Project, plan: BuildPlan) -> tuple[Ima
 OnSmoke = Callable[[SmokeReport], None]
 
 
+@dataclass(frozen=True)
+class _LayerStep:
+    digest: str
+    tag: str
+    files: tuple[str, ...]
+    parts: tuple[LayerPart, ...]  # one per platform
+    context: bytes = field(repr=False)  # for BuildKit, where the layer cannot be written here
+
+    @property
+    def platforms(self) -> list[str]:
+        return [p.platform for p in self.parts]
+
+    @property
+    def what(self) -> str:
+        return f"layer {self.tag} ({len(self.files)} file{'s' if len(self.files) != 1 else ''})"
+
+
 class Runner:
     def __init__(
         self,
@@ -414,31 +431,11 @@ class Runner:
             tag, config, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR, platform_tags=refs
         )
 
-    def _layer_image(self, tag: str, parts: Sequence[LayerPart]) -> str | None:
-        """The layer image written without BuildKit (layerimage.py); None where BuildKit has to build it."""
-        if self.epoch is None or self.options.builder:  # a named builder was asked for: it builds
-            return None
-        return self.engine.write_layer_image(tag, parts, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR)
-
-    def _layer(self, digest: str, tag: str, files: tuple[str, ...], parts: Sequence[LayerPart], context: bytes) -> None:
-        existing = self.engine.image(tag)
-        what = f"layer {tag} ({len(files)} file{'s' if len(files) != 1 else ''})"
-        platforms = [p.platform for p in parts]
-        if existing is not None and existing.labels.get(labels.LAYER) == digest and not self.options.force:
-            if self._in_layout(existing.id, platforms):
-                self.say(f"{what}: unchanged, reused (no docker build)")
-                self.result.layers.append(LayerResult(digest, tag, existing.id, files, False))
-                return
-            # the store has it, the cache's layout lost it: written again (the same bytes), the images
-            # on top can be written without BuildKit too
-            written = self._layer_image(tag, parts)
-            how = "written again into the cache's OCI layout" if written else "reused"
-            self.say(f"{what}: unchanged, {how} (no docker build)")
-            self.result.layers.append(LayerResult(digest, tag, written or existing.id, files, False))
-            return
-        self.say(f"{what}: building for {', '.join(platforms)}")
-        image_id = self._layer_image(tag, parts) or self._build(context, tag, platforms)
-        self.result.layers.append(LayerResult(digest, tag, image_id, files, True))
+    def _layer_images(self, layers: Sequence[tuple[str, Sequence[LayerPart]]]) -> dict[str, str]:
+        """Layer images written without BuildKit, in one load (layerimage.py); tag -> id of those written."""
+        if self.epoch is None or self.options.builder or not layers:  # a named builder was asked for: it builds
+            return {}
+        return self.engine.write_layer_images(layers, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR)
 
     def _in_layout(self, image_id: str, platforms: Sequence[str]) -> bool:
         """Whether the images written on top of `image_id` find its manifest and config (else it is written again)."""
@@ -448,12 +445,37 @@ class Runner:
         return all(ocilayout.platform_image(layout, image_id, p) is not None for p in platforms)
 
     def layers(self) -> None:
+        """Reuse each layer the store has, write the others in one go, and build with BuildKit what is left."""
         if self.multi is not None:
-            for ml in self.multi.layers:
-                self._layer(ml.digest, ml.tag, ml.files, ml.layer_parts(), ml.context)
-            return
-        for lb in self.plan.layers:
-            self._layer(lb.digest, lb.tag, lb.files, [lb.part()], lb.context)
+            todo = [
+                _LayerStep(ml.digest, ml.tag, ml.files, tuple(ml.layer_parts()), ml.context) for ml in self.multi.layers
+            ]
+        else:
+            todo = [_LayerStep(lb.digest, lb.tag, lb.files, (lb.part(),), lb.context) for lb in self.plan.layers]
+        results: dict[str, LayerResult] = {}
+        writes: list[tuple[_LayerStep, str | None]] = []  # the step, and the id the store has it under (a rewrite)
+        for step in todo:
+            existing = self.engine.image(step.tag)
+            if existing is not None and existing.labels.get(labels.LAYER) == step.digest and not self.options.force:
+                if self._in_layout(existing.id, step.platforms):
+                    self.say(f"{step.what}: unchanged, reused (no docker build)")
+                    results[step.tag] = LayerResult(step.digest, step.tag, existing.id, step.files, False)
+                else:  # the store has it, the cache's layout lost it: written again (the same bytes), so the
+                    writes.append((step, existing.id))  # images on top can be written without BuildKit too
+                continue
+            self.say(f"{step.what}: building for {', '.join(step.platforms)}")
+            writes.append((step, None))
+        written = self._layer_images([(step.tag, step.parts) for step, _ in writes])
+        for step, stored in writes:
+            image_id = written.get(step.tag)
+            if stored is not None:
+                how = "written again into the cache's OCI layout" if image_id else "reused"
+                self.say(f"{step.what}: unchanged, {how} (no docker build)")
+                results[step.tag] = LayerResult(step.digest, step.tag, image_id or stored, step.files, False)
+                continue
+            image_id = image_id or self._build(step.context, step.tag, step.platforms)
+            results[step.tag] = LayerResult(step.digest, step.tag, image_id, step.files, True)
+        self.result.layers.extend(results[step.tag] for step in todo)
 
     def _smoke(
         self, slot: Slot, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult

@@ -144,6 +144,16 @@ class ConfigPart:
 
 
 @dataclass(frozen=True)
+class _Made:
+    """One platform's image written here: its manifest and config, every blob to store, its platform."""
+
+    manifest: configimage.Blob
+    config: configimage.Blob
+    blobs: tuple[configimage.Blob, ...]
+    platform: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class RunResult:
     exit_code: int
     stdout: str
@@ -519,7 +529,7 @@ class Engine:
                 stack.enter_context(ocilayout.locked(into))
                 before = ocilayout.blob_names(into)
                 top = self._export(context, into, tags[0], platform, no_cache, verbose, epoch, builder, what)
-                image_id = self._load_layout(into, top, before, tags[0], platform_tags or {})
+                image_id = self._load_layout(into, [(top, tags[0])], before, platform_tags or {})[tags[0]]
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
@@ -596,20 +606,45 @@ class Engine:
             ocilayout.record_export(layout, key, str(top["digest"]))
             return ocilayout.platform_image(layout, str(top["digest"]), platform)
 
-    def write_layer_image(
-        self, tag: str, parts: Sequence[layerimage.LayerPart], *, epoch: int, layout: Path
-    ) -> str | None:
-        """The layer image of `parts` (one per platform) written without BuildKit; its id, or None.
+    def write_layer_images(
+        self, layers: Sequence[tuple[str, Sequence[layerimage.LayerPart]]], *, epoch: int, layout: Path
+    ) -> dict[str, str]:
+        """Layer images (tag, one part per platform) written without BuildKit, in order, and loaded in one
+        `docker load`; tag -> id of each written.
 
-        layerimage.py writes the tar and config BuildKit would for the layer Dockerfile. None (then
-        build it with BuildKit) on an engine without the oci path, or where a parent or a path is
-        not known there.
+        layerimage.py writes the tar and config BuildKit would for the layer Dockerfile. A layer whose parent
+        is one written before it here is stacked on that one. Writing stops at the first layer it cannot
+        write (an engine without the oci path, a parent or a path not known there): that one and the rest
+        are left to BuildKit.
         """
-        if not self.features.modern or not parts:
+        if not self.features.modern:
+            return {}
+        known: dict[tuple[str, str], tuple[dict[str, Any], bytes, bytes]] = {}  # written here: (tag, platform)
+        images: list[tuple[str, list[_Made]]] = []
+        for tag, parts in layers:
+            made = self._layer_blobs(parts, known, epoch, layout)
+            if made is None:
+                break
+            for part, m in zip(parts, made, strict=True):
+                known[(tag, part.platform)] = ({**m.manifest.descriptor(), "platform": m.platform}, m.manifest.data,
+                                               m.config.data)  # fmt: skip
+            echo(["imgbuild", "write-layer-image", tag, *(p.platform for p in parts)])
+            images.append((tag, made))
+        return self._write_images(images, epoch, layout, {}) if images else {}
+
+    def _layer_blobs(
+        self,
+        parts: Sequence[layerimage.LayerPart],
+        known: Mapping[tuple[str, str], tuple[dict[str, Any], bytes, bytes]],
+        epoch: int,
+        layout: Path,
+    ) -> list[_Made] | None:
+        if not parts:
             return None
-        made: list[tuple[configimage.Blob, list[configimage.Blob], dict[str, Any]]] = []
+        made = []
         for part in parts:
-            found = self.parent_in_layout(part.parent_ref, part.platform, layout, epoch)
+            key = (part.parent_ref, part.platform)
+            found = known.get(key) or self.parent_in_layout(part.parent_ref, part.platform, layout, epoch)
             if not found:
                 return None
             desc, manifest, config = found
@@ -617,9 +652,8 @@ class Engine:
             if image is None:
                 return None
             plat = desc.get("platform") or _platform_dict(part.platform)
-            made.append((image.manifest, [image.layer, image.config, image.manifest], plat))
-        echo(["imgbuild", "write-layer-image", tag, *(p.platform for p in parts)])
-        return self._write_images(tag, made, epoch, layout, {})
+            made.append(_Made(image.manifest, image.config, (image.layer, image.config, image.manifest), plat))
+        return made
 
     def write_config_image(
         self,
@@ -638,7 +672,7 @@ class Engine:
         """
         if not self.features.modern or not parts:
             return None
-        made: list[tuple[configimage.Blob, list[configimage.Blob], dict[str, Any]]] = []
+        made: list[_Made] = []
         for part in parts:
             parent = self.image(part.parent_ref)
             found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
@@ -649,34 +683,35 @@ class Engine:
             if image is None:
                 return None
             plat = desc.get("platform") or _platform_dict(part.platform)
-            made.append((image.manifest, [image.config, image.manifest], plat))
+            made.append(_Made(image.manifest, image.config, (image.config, image.manifest), plat))
         echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
-        return self._write_images(tag, made, epoch, layout, platform_tags or {})
+        return self._write_images([(tag, made)], epoch, layout, platform_tags or {})[tag]
 
     def _write_images(
         self,
-        tag: str,
-        made: Sequence[tuple[configimage.Blob, Sequence[configimage.Blob], Mapping[str, Any]]],
+        images: Sequence[tuple[str, Sequence[_Made]]],
         epoch: int,
         layout: Path,
         platform_tags: Mapping[str, str],
-    ) -> str:
-        """Put the blobs of `made` (manifest, its blobs, platform) into `layout` and load the image (an index
-        over several) under `tag`; returns its id."""
+    ) -> dict[str, str]:
+        """Put the blobs of each image (tag, one per platform) into `layout` and load them all in one
+        `docker load` (several platforms: an index); tag -> id. `platform_tags` name the last one's platforms."""
         with ocilayout.locked(layout):
             before = ocilayout.blob_names(layout)
-            blobs = [b for _, own, _ in made for b in own]
-            if len(made) == 1:
-                manifest, _, plat = made[0]
-                top = {**manifest.descriptor(), "platform": dict(plat)}
-            else:
-                idx = configimage.index([(manifest, plat) for manifest, _, plat in made])
-                blobs.append(idx)
-                top = idx.descriptor()
-            top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
-            for blob in blobs:
-                ocilayout.put_blob(layout, blob.digest, blob.data)
-            return self._load_layout(layout, top, before, tag, platform_tags)
+            tops: list[tuple[dict[str, Any], str]] = []
+            for tag, made in images:
+                blobs = [b for m in made for b in m.blobs]
+                if len(made) == 1:
+                    top = {**made[0].manifest.descriptor(), "platform": dict(made[0].platform)}
+                else:
+                    idx = configimage.index([(m.manifest, m.platform) for m in made])
+                    blobs.append(idx)
+                    top = idx.descriptor()
+                top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
+                for blob in blobs:
+                    ocilayout.put_blob(layout, blob.digest, blob.data)
+                tops.append((top, tag))
+            return self._load_layout(layout, tops, before, platform_tags)
 
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
@@ -719,46 +754,62 @@ class Engine:
 
     @_changes_images
     def _load_layout(
-        self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
-    ) -> str:
-        """`docker load` what the build wrote into `layout`; name each platform's manifest too. Returns the top digest.
+        self,
+        layout: Path,
+        tops: Sequence[tuple[dict[str, Any], str]],
+        before: set[str],
+        platform_tags: Mapping[str, str],
+    ) -> dict[str, str]:
+        """`docker load` the images (descriptor, tag) written into `layout`, in one tar; name each platform's manifest
+        of the last one too (`platform_tags`). Returns tag -> top digest.
 
-        The index, manifests and configs are sent, and only the layers the export added (the store has
-        the parents' layers); a store that lacks one of the others gets them all.
+        The indexes, manifests and configs are sent, and only the layers the layout did not have before
+        (the store has the parents' layers); a store that lacks one of the others gets them all.
         """
-        entry = ocilayout.top_entry(top, _full_name(reference.parse(tag)), reference.parse(tag).tag or "latest")
+        entries = []
+        for top, tag in tops:
+            ref = reference.parse(tag)
+            entries.append(ocilayout.top_entry(top, _full_name(ref), ref.tag or "latest"))
+        names = ", ".join(tag for _, tag in tops)
         try:
-            reach = ocilayout.closure(layout, top)
+            reach: dict[str, bool] = {}
+            for top, _ in tops:
+                reach.update(ocilayout.closure(layout, top))
             slim = [d for d, is_layer in reach.items() if not is_layer or d not in before]
             try:
-                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], slim)))
-                loaded = self.image(tag)
-                lost = loaded is None or loaded.id != top["digest"]
+                self.load(io.BytesIO(ocilayout.load_tar(layout, entries, slim)))
+                lost = any(self._loaded_id(tag) != top["digest"] for top, tag in tops)
             except DockerError as exc:
                 if "not found" not in exc.message.lower():
                     raise
                 lost = True
             if lost:  # the store lost a layer the layout kept: send everything
                 with tempfile.TemporaryFile() as fh:
-                    ocilayout.write_tar(fh, layout, [entry], list(reach))
+                    ocilayout.write_tar(fh, layout, entries, list(reach))
                     fh.seek(0)
                     self.load(fh)
-            manifests = ocilayout.platform_manifests(layout, top)
+            manifests = ocilayout.platform_manifests(layout, tops[-1][0])
         except ocilayout.LayoutError as exc:
-            raise DockerError(f"the build of {tag}: {exc}", hint=f"remove {layout} and build again") from exc
+            raise DockerError(f"the build of {names}: {exc}", hint=f"remove {layout} and build again") from exc
         missing = sorted(set(platform_tags) - set(manifests))
         if missing:
-            raise DockerError(f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
+            last = tops[-1][1]
+            raise DockerError(f"the build of {last} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
         if platform_tags:
-            entries = [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
-            self.load(io.BytesIO(name_manifests(entries)))
+            named = [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
+            self.load(io.BytesIO(name_manifests(named)))
+        for top, tag in tops:
+            found = self._loaded_id(tag)
+            if found != top["digest"]:
+                raise DockerError(
+                    f"loaded the build of {tag}, but the store has {found or 'nothing'} under that name, "
+                    f"not {top['digest']}"
+                )
+        return {tag: str(top["digest"]) for top, tag in tops}
+
+    def _loaded_id(self, tag: str) -> str | None:
         info = self.image(tag)
-        if info is None or info.id != top["digest"]:
-            raise DockerError(
-                f"loaded the build of {tag}, but the store has {info.id if info else 'nothing'} under that name, "
-                f"not {top['digest']}"
-            )
-        return str(top["digest"])
+        return info.id if info else None
 
     # -- containers -------------------------------------------------------
     def read_files(self, ref: str, paths: Sequence[str], platform: str | None = None) -> dict[str, bytes | None]:
