@@ -143,6 +143,9 @@ class ConfigPart:
     labels: Mapping[str, str]
 
 
+_Blobs = tuple[configimage.Blob, configimage.Blob, tuple[configimage.Blob, ...]]  # manifest, config, all to store
+
+
 @dataclass(frozen=True)
 class _Made:
     """One platform's image written here: its manifest and config, every blob to store, its platform."""
@@ -529,7 +532,7 @@ class Engine:
                 stack.enter_context(ocilayout.locked(into))
                 before = ocilayout.blob_names(into)
                 top = self._export(context, into, tags[0], platform, no_cache, verbose, epoch, builder, what)
-                image_id = self._load_layout(into, [(top, tags[0])], before, platform_tags or {})[tags[0]]
+                image_id = self._load_layout(into, [(top, tags[0], platform_tags or {})], before)[tags[0]]
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
@@ -606,39 +609,65 @@ class Engine:
             ocilayout.record_export(layout, key, str(top["digest"]))
             return ocilayout.platform_image(layout, str(top["digest"]), platform)
 
-    def write_layer_images(
-        self, layers: Sequence[tuple[str, Sequence[layerimage.LayerPart]]], *, epoch: int, layout: Path
+    def write_images(
+        self,
+        layers: Sequence[tuple[str, Sequence[layerimage.LayerPart]]] = (),
+        variants: Sequence[tuple[str, Sequence[ConfigPart], Mapping[str, str]]] = (),
+        *,
+        epoch: int,
+        layout: Path,
     ) -> dict[str, str]:
-        """Layer images (tag, one part per platform) written without BuildKit, in order, and loaded in one
-        `docker load`; tag -> id of each written.
+        """Layer images (tag, one part per platform), then variant images (tag, parts, platform -> tag of its
+        manifest) written without BuildKit, in order, and loaded in one `docker load`; tag -> id of each written.
 
-        layerimage.py writes the tar and config BuildKit would for the layer Dockerfile. A layer whose parent
-        is one written before it here is stacked on that one. Writing stops at the first layer it cannot
-        write (an engine without the oci path, a parent or a path not known there): that one and the rest
-        are left to BuildKit.
+        layerimage.py and configimage.py write what BuildKit would for the layer and variant Dockerfiles.
+        An image whose parent was written before it here stacks on that one; any other parent is read from
+        `layout` (a base is exported into it first: `parent_in_layout`). Writing stops at the first image it
+        cannot write (an engine without the oci path, a parent or a value not known there): that one and
+        the rest are left to the caller, to build with BuildKit.
         """
         if not self.features.modern:
             return {}
-        known: dict[tuple[str, str], tuple[dict[str, Any], bytes, bytes]] = {}  # written here: (tag, platform)
-        images: list[tuple[str, list[_Made]]] = []
-        for tag, parts in layers:
-            made = self._layer_blobs(parts, known, epoch, layout)
+        known: dict[tuple[str, str], tuple[dict[str, Any], bytes, bytes]] = {}  # (tag, platform) written here
+        images: list[tuple[str, list[_Made], Mapping[str, str]]] = []
+
+        def layer(part: Any, manifest: bytes, config: bytes) -> _Blobs | None:
+            got = layerimage.layer_image(manifest, config, part.files, part.copy, part.labels, epoch)
+            return None if got is None else (got.manifest, got.config, (got.layer, got.config, got.manifest))
+
+        def variant(part: Any, manifest: bytes, config: bytes) -> _Blobs | None:
+            got = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
+            return None if got is None else (got.manifest, got.config, (got.config, got.manifest))
+
+        todo: list[tuple[str, str, Sequence[Any], Mapping[str, str], Callable[[Any, bytes, bytes], _Blobs | None]]]
+        todo = [("write-layer-image", t, ps, {}, layer) for t, ps in layers]
+        todo += [("write-config-image", t, ps, named, variant) for t, ps, named in variants]
+        for what, tag, parts, named, make in todo:
+            made = self._made(parts, known, make, epoch, layout)
             if made is None:
                 break
             for part, m in zip(parts, made, strict=True):
-                known[(tag, part.platform)] = ({**m.manifest.descriptor(), "platform": m.platform}, m.manifest.data,
-                                               m.config.data)  # fmt: skip
-            echo(["imgbuild", "write-layer-image", tag, *(p.platform for p in parts)])
-            images.append((tag, made))
-        return self._write_images(images, epoch, layout, {}) if images else {}
+                desc = {**m.manifest.descriptor(), "platform": dict(m.platform)}
+                known[(tag, part.platform)] = (desc, m.manifest.data, m.config.data)
+            echo(["imgbuild", what, tag, *(part.platform for part in parts)])
+            images.append((tag, made, named))
+        return self._write_images(images, epoch, layout) if images else {}
 
-    def _layer_blobs(
+    def write_config_image(
+        self, tag: str, parts: Sequence[ConfigPart], *, epoch: int, layout: Path, platform_tags: Mapping[str, str]
+    ) -> str | None:
+        """One variant image written without BuildKit (`write_images`); its id, or None (build it with BuildKit)."""
+        return self.write_images(variants=[(tag, parts, platform_tags)], epoch=epoch, layout=layout).get(tag)
+
+    def _made(
         self,
-        parts: Sequence[layerimage.LayerPart],
+        parts: Sequence[Any],
         known: Mapping[tuple[str, str], tuple[dict[str, Any], bytes, bytes]],
+        make: Callable[[Any, bytes, bytes], _Blobs | None],
         epoch: int,
         layout: Path,
     ) -> list[_Made] | None:
+        """Each part's image over its parent (written before it here, or in `layout`); None if one cannot be made."""
         if not parts:
             return None
         made = []
@@ -648,58 +677,22 @@ class Engine:
             if not found:
                 return None
             desc, manifest, config = found
-            image = layerimage.layer_image(manifest, config, part.files, part.copy, part.labels, epoch)
-            if image is None:
+            blobs = make(part, manifest, config)
+            if blobs is None:
                 return None
             plat = desc.get("platform") or _platform_dict(part.platform)
-            made.append(_Made(image.manifest, image.config, (image.layer, image.config, image.manifest), plat))
+            made.append(_Made(blobs[0], blobs[1], blobs[2], plat))
         return made
 
-    def write_config_image(
-        self,
-        tag: str,
-        parts: Sequence[ConfigPart],
-        *,
-        epoch: int,
-        layout: Path,
-        platform_tags: Mapping[str, str] | None = None,
-    ) -> str | None:
-        """The variant image of `parts` (one per platform) written without BuildKit; its id, or None.
-
-        Each part's parent must be in the store and in `layout` (imgbuild wrote or BuildKit exported it
-        there); configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
-        engine without the oci path, or where a parent or its config is not known here.
-        """
-        if not self.features.modern or not parts:
-            return None
-        made: list[_Made] = []
-        for part in parts:
-            parent = self.image(part.parent_ref)
-            found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
-            if not found:
-                return None
-            desc, manifest, config = found
-            image = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
-            if image is None:
-                return None
-            plat = desc.get("platform") or _platform_dict(part.platform)
-            made.append(_Made(image.manifest, image.config, (image.config, image.manifest), plat))
-        echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
-        return self._write_images([(tag, made)], epoch, layout, platform_tags or {})[tag]
-
     def _write_images(
-        self,
-        images: Sequence[tuple[str, Sequence[_Made]]],
-        epoch: int,
-        layout: Path,
-        platform_tags: Mapping[str, str],
+        self, images: Sequence[tuple[str, Sequence[_Made], Mapping[str, str]]], epoch: int, layout: Path
     ) -> dict[str, str]:
-        """Put the blobs of each image (tag, one per platform) into `layout` and load them all in one
-        `docker load` (several platforms: an index); tag -> id. `platform_tags` name the last one's platforms."""
+        """Put the blobs of each image (tag, one per platform, platform -> tag of its manifest) into `layout` and
+        load them all in one `docker load` (several platforms: an index); tag -> id."""
         with ocilayout.locked(layout):
             before = ocilayout.blob_names(layout)
-            tops: list[tuple[dict[str, Any], str]] = []
-            for tag, made in images:
+            tops: list[tuple[dict[str, Any], str, Mapping[str, str]]] = []
+            for tag, made, named in images:
                 blobs = [b for m in made for b in m.blobs]
                 if len(made) == 1:
                     top = {**made[0].manifest.descriptor(), "platform": dict(made[0].platform)}
@@ -710,8 +703,8 @@ class Engine:
                 top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
                 for blob in blobs:
                     ocilayout.put_blob(layout, blob.digest, blob.data)
-                tops.append((top, tag))
-            return self._load_layout(layout, tops, before, platform_tags)
+                tops.append((top, tag, named))
+            return self._load_layout(layout, tops, before)
 
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
@@ -754,31 +747,28 @@ class Engine:
 
     @_changes_images
     def _load_layout(
-        self,
-        layout: Path,
-        tops: Sequence[tuple[dict[str, Any], str]],
-        before: set[str],
-        platform_tags: Mapping[str, str],
+        self, layout: Path, tops: Sequence[tuple[dict[str, Any], str, Mapping[str, str]]], before: set[str]
     ) -> dict[str, str]:
-        """`docker load` the images (descriptor, tag) written into `layout`, in one tar; name each platform's manifest
-        of the last one too (`platform_tags`). Returns tag -> top digest.
+        """`docker load` the images (descriptor, tag, platform -> tag) written into `layout`, in one tar; then name
+        each platform's manifest where asked. Returns tag -> top digest.
 
         The indexes, manifests and configs are sent, and only the layers the layout did not have before
         (the store has the parents' layers); a store that lacks one of the others gets them all.
         """
         entries = []
-        for top, tag in tops:
+        for top, tag, _ in tops:
             ref = reference.parse(tag)
             entries.append(ocilayout.top_entry(top, _full_name(ref), ref.tag or "latest"))
-        names = ", ".join(tag for _, tag in tops)
+        names = ", ".join(tag for _, tag, _ in tops)
+        named: list[tuple[dict[str, Any], str]] = []
         try:
             reach: dict[str, bool] = {}
-            for top, _ in tops:
+            for top, _, _ in tops:
                 reach.update(ocilayout.closure(layout, top))
             slim = [d for d, is_layer in reach.items() if not is_layer or d not in before]
             try:
                 self.load(io.BytesIO(ocilayout.load_tar(layout, entries, slim)))
-                lost = any(self._loaded_id(tag) != top["digest"] for top, tag in tops)
+                lost = any(self._loaded_id(tag) != top["digest"] for top, tag, _ in tops)
             except DockerError as exc:
                 if "not found" not in exc.message.lower():
                     raise
@@ -788,24 +778,28 @@ class Engine:
                     ocilayout.write_tar(fh, layout, entries, list(reach))
                     fh.seek(0)
                     self.load(fh)
-            manifests = ocilayout.platform_manifests(layout, tops[-1][0])
+            for top, tag, platform_tags in tops:
+                if not platform_tags:
+                    continue
+                manifests = ocilayout.platform_manifests(layout, top)
+                missing = sorted(set(platform_tags) - set(manifests))
+                if missing:
+                    raise DockerError(
+                        f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})"
+                    )
+                named += [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
         except ocilayout.LayoutError as exc:
             raise DockerError(f"the build of {names}: {exc}", hint=f"remove {layout} and build again") from exc
-        missing = sorted(set(platform_tags) - set(manifests))
-        if missing:
-            last = tops[-1][1]
-            raise DockerError(f"the build of {last} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
-        if platform_tags:
-            named = [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
+        if named:
             self.load(io.BytesIO(name_manifests(named)))
-        for top, tag in tops:
+        for top, tag, _ in tops:
             found = self._loaded_id(tag)
             if found != top["digest"]:
                 raise DockerError(
                     f"loaded the build of {tag}, but the store has {found or 'nothing'} under that name, "
                     f"not {top['digest']}"
                 )
-        return {tag: str(top["digest"]) for top, tag in tops}
+        return {tag: str(top["digest"]) for top, tag, _ in tops}
 
     def _loaded_id(self, tag: str) -> str | None:
         info = self.image(tag)
