@@ -63,6 +63,8 @@ def test_written_layer_holds_what_buildkit_builds(
         c for c in calls if "GET" not in c and " git " not in c
     )  # the base, once
     assert sum(c.startswith("+ imgbuild write-layer-image ") for c in calls) == 2, calls
+    # both layers and both images in one load (and, for two platforms, one more naming each platform's manifest)
+    assert sum(c.startswith("+ docker load") for c in calls) == n_platforms, calls
 
     layout = cache / OCI_LAYOUT_DIR
     proj = Project.load(project)

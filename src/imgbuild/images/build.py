@@ -10,7 +10,9 @@
 4. Build each needed layer once (or reuse it when its inputs digest matches),
    then each image: tag the immutable tag, smoke-test, and only then move the
    moving tags. An image whose inputs digest matches is reused without any
-   docker build. A failure or an interrupt puts the tags back as they were.
+   docker build. On Docker 26 the layers and images to build are written
+   without BuildKit and loaded in one `docker load` (layerimage, configimage).
+   A failure or an interrupt puts the tags back as they were.
 """
 
 from __future__ import annotations
