@@ -17,6 +17,7 @@ COMMANDS = (
     'python3 -c "def f(): 1 / 0\nf()"',
     'python3 -c "import time; time.sleep(60)"',
     'python3 -c "import os; os.kill(os.getpid(), 15)"',
+    'python3 -c "raise KeyboardInterrupt"',
 )
 # What the real `python3 -c` gives (exit code, timed out, last line of stderr), so that agreeing means something.
 EXPECTED = {
@@ -27,6 +28,7 @@ EXPECTED = {
     COMMANDS[8]: (1, False, "ZeroDivisionError: division by zero"),
     COMMANDS[9]: (-1, True, ""),
     COMMANDS[10]: (143, False, "Terminated"),  # /bin/sh's 128 + SIGTERM, and its message
+    COMMANDS[11]: (130, False, "KeyboardInterrupt"),  # python kills itself with SIGINT
 }
 # Its parent process: /bin/sh for a real `python3 -c`, the probe for a fork (the one difference meant).
 PARENT = "python3 -c \"import os; print(open('/proc/%d/comm' % os.getppid()).read().strip())\""

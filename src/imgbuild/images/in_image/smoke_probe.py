@@ -102,7 +102,8 @@ def child(code: str, out_w: int, err_w: int) -> None:
         tb = e.__traceback__
         e = e.with_traceback(tb.tb_next if tb else None)  # without this frame: as if CODE were the top
         sys.excepthook(type(e), e, e.__traceback__)
-        raise SystemExit(1) from None
+        # python kills itself with SIGINT on an uncaught KeyboardInterrupt: /bin/sh says 130, and nothing
+        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
     raise SystemExit(0)
 
 
