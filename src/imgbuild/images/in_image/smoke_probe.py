@@ -128,7 +128,13 @@ def run_forked(kind: str, cmd: str, code: str) -> None:
     sys.stderr.flush()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no room for a fork: a real interpreter (it may not start either; then that is the result)
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        run(kind, cmd)
+        return
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
