@@ -142,6 +142,17 @@ def test_a_python3_that_is_not_the_probes_is_started_for_real(tmp_path: Path) ->
     assert probe.parse(proc.stdout).commands['python3 -c "print(1)"'].stdout == "another python\n"
 
 
+def test_a_python3_linking_to_the_probes_interpreter_is_still_another_one(tmp_path: Path) -> None:
+    """A venv's python3 links to the system one, yet is not it: by path, so through /bin/sh."""
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    job = probe.Job((), (probe_fork.PARENT,), 10)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, env=env, check=False)
+    assert probe.parse(proc.stdout).commands[probe_fork.PARENT].stdout == "sh\n"
+
+
 def test_probe_output_cut_off_mid_import_names_the_module() -> None:
     out = "imgbuild-probe ('python', '3.12.1')\nimgbuild-probe ('import-start', 'vllm.x')\nSegmentation fault\n"
     res = probe.parse(out)

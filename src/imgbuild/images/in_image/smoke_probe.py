@@ -67,11 +67,14 @@ def run(kind: str, cmd: str) -> None:
 
 
 def same_python() -> bool:
-    """Whether `python3` on PATH, the one /bin/sh would start, is this interpreter."""
+    """Whether `python3` on PATH, the one /bin/sh would start, is this interpreter.
+
+    By path, not by the file it links to: a venv's python3 links to the system one, yet is not it.
+    """
     for d in os.environ.get("PATH", "").split(":"):
         exe = os.path.join(d or ".", "python3")
         if os.path.isfile(exe) and os.access(exe, os.X_OK):
-            return os.path.realpath(exe) == os.path.realpath(sys.executable)
+            return os.path.abspath(exe) == os.path.abspath(sys.executable)
     return False
 
 
