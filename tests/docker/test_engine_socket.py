@@ -72,6 +72,7 @@ def test_remembered_answers_are_dropped_when_this_engine_changes_the_store(built
             mine.tag(latest.id, ref)
             found = mine.image(ref)
             assert found is not None and found.id == latest.id
+            assert mine.image(found.id) is found  # found by name: its id is not asked about again
             mine.untag(ref)
             assert mine.image(ref) is None
         engine.tag(latest.id, ref)

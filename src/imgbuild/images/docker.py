@@ -252,6 +252,8 @@ def _sdk_errors_suppressed() -> Iterator[None]:
 
 
 def _sdk_client() -> docker.DockerClient:
+    _lazy.loaded(requests)  # docker runs requests as it loads: that first, under the same lock
+    _lazy.loaded(docker)  # smoke workers may make their first clients at once
     try:
         client = docker.from_env(version="auto", timeout=300)
         client.ping()
@@ -390,7 +392,10 @@ class Engine:
         if self._memo is None:
             return self._inspect(ref)
         if ref not in self._memo:
-            self._memo[ref] = self._inspect(ref)
+            info = self._inspect(ref)
+            self._memo[ref] = info
+            if info is not None:  # asked again by its id (a build's results read each image's layers so)
+                self._memo.setdefault(info.id, info)
         return self._memo[ref]
 
     def _inspect(self, ref: str) -> ImageInfo | None:
