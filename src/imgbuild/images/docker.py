@@ -444,8 +444,9 @@ class Engine:
         echo(["docker", "rmi", "--no-prune", ref])
         if self._write(lambda api: api.untag(ref)):
             return
+        client = self.client  # the SDK loaded (under its lock) before its error type is named
         with contextlib.suppress(docker.errors.NotFound):
-            self._call(self.client.api.remove_image, ref, noprune=True)
+            self._call(client.api.remove_image, ref, noprune=True)
 
     def _write(self, call: Callable[[engine_api.EngineApi], object]) -> bool:
         """`call(api)` over the local socket: True when done there; False when there is no socket or no answer
