@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imgbuild.upstream.git import CommitTree, GitRepo
+import pytest
+
+from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from tests.support.synth import git
 
 FILES = {
@@ -49,3 +51,10 @@ def test_lookups_by_directory(tmp_path: Path) -> None:
     assert sorted(tree.paths("vllm/sub")) == ["vllm/sub/deep/b.py"]
     assert tree.blob_sha("vllm/a.py") == tree.blob_sha("vllm/same_as_a.py") is not None
     assert tree.blob_sha("vllm/sub") is None
+
+
+def test_commit_time_is_the_committer_date_git_prints(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    assert repo.commit_time(commit) == int(git(repo.path, "show", "-s", "--format=%ct", commit).strip())
+    with pytest.raises(GitError, match="no commit"):
+        repo.commit_time("0" * 40)

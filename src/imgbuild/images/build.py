@@ -784,7 +784,7 @@ def prepare(
 
     The drift check is skipped only when every wanted image already exists with
     equal inputs (the inputs name the base's image id, and it was checked then).
-    `inputs`: project_inputs(project), when the caller has it (three git calls each).
+    `inputs`: project_inputs(project), when the caller has it (two git calls and a commit read each).
     """
     inputs = project_inputs(project) if inputs is None else inputs
     plans = project.selected_plans(selection)

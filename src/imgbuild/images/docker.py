@@ -15,12 +15,13 @@ pick the build path:
 - anything older (Debian's 20.10, BuildKit v0.8): `buildx build --load`, one
   platform per call, digests not reproducible.
 
-Reads (image inspect, image and container lists, version, info) go over the
-local socket with http.client (engine_api.py) when the daemon is one, so a
-no-op build never imports the SDK; everything else (tag, run, read files,
-load, pull), and any read that socket does not answer, goes through the
-docker SDK, loaded on first use. With IMGBUILD_ECHO=1 each operation is echoed as the docker
-command it amounts to. Failures become DockerError with a hint.
+Reads (image inspect, image and container lists, version, info) and image
+writes (tag, untag, load) go over the local socket with http.client
+(engine_api.py) when the daemon is one, so a build that runs no container
+never imports the SDK; everything else (run, read files, pull), and any call
+that socket does not answer, goes through the docker SDK, loaded on first use.
+With IMGBUILD_ECHO=1 each operation is echoed as the docker command it amounts
+to. Failures become DockerError with a hint.
 """
 
 from __future__ import annotations
@@ -267,6 +268,8 @@ def _sdk_errors_suppressed() -> Iterator[None]:
 
 
 def _sdk_client() -> docker.DockerClient:
+    _lazy.loaded(requests)  # docker runs requests as it loads: that first, under the same lock
+    _lazy.loaded(docker)  # smoke workers may make their first clients at once
     try:
         client = docker.from_env(version="auto", timeout=300)
         client.ping()
@@ -405,7 +408,10 @@ class Engine:
         if self._memo is None:
             return self._inspect(ref)
         if ref not in self._memo:
-            self._memo[ref] = self._inspect(ref)
+            info = self._inspect(ref)
+            self._memo[ref] = info
+            if info is not None:  # asked again by its id (a build's results read each image's layers so)
+                self._memo.setdefault(info.id, info)
         return self._memo[ref]
 
     def _inspect(self, ref: str) -> ImageInfo | None:
@@ -444,14 +450,30 @@ class Engine:
         if not repo or "/" in tag:
             repo, tag = ref, "latest"
         echo(["docker", "tag", image_id, ref])
+        if self._write(lambda api: api.tag(image_id, repo, tag)):
+            return
         if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
             raise DockerError(f"could not tag {image_id} as {ref}")
 
     @_changes_images
     def untag(self, ref: str) -> None:
         echo(["docker", "rmi", "--no-prune", ref])
+        if self._write(lambda api: api.untag(ref)):
+            return
+        client = self.client  # the SDK loaded (under its lock) before its error type is named
         with contextlib.suppress(docker.errors.NotFound):
-            self._call(self.client.api.remove_image, ref, noprune=True)
+            self._call(client.api.remove_image, ref, noprune=True)
+
+    def _write(self, call: Callable[[engine_api.EngineApi], object]) -> bool:
+        """`call(api)` over the local socket: True when done there; False when there is no socket or no answer
+        (then the SDK does it again, and words any error as it always has)."""
+        if self._api is None:
+            return False
+        try:
+            call(self._api)
+        except engine_api.Unanswered:
+            return False
+        return True
 
     @_changes_images
     def pull(self, ref: str, platform: str) -> ImageInfo:
@@ -471,7 +493,11 @@ class Engine:
     def load(self, archive: IO[bytes]) -> None:
         echo(["docker", "load"])
         try:
+            if self._write(lambda api: api.load(archive)):
+                return
             self.client.images.load(archive)
+        except engine_api.LoadFailed as exc:
+            raise DockerError(f"docker load failed: {_short(exc)}") from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise DockerError(f"docker load failed: {_short(exc)}") from exc
 

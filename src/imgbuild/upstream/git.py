@@ -166,8 +166,11 @@ class GitRepo:
         return self.run("rev-parse", "--verify", "-q", rev).strip()
 
     def commit_time(self, commit: str) -> int:
-        """The committer date of `commit` in seconds (0 when git prints none)."""
-        return int(self.run("show", "-s", "--format=%ct", commit).strip() or 0)
+        """The committer date of `commit` in seconds, read from its object (no `git show` process)."""
+        try:
+            return int(self.repo.commit(commit).committed_date)
+        except (BadName, BadObject, ValueError, GitCommandError) as exc:
+            raise GitError(f"no commit {commit} in {self.path}") from exc
 
     def remote_url(self, name: str = "origin") -> str:
         return self.run("remote", "get-url", name).strip()
