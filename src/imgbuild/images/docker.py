@@ -574,7 +574,6 @@ class Engine:
             image_id = info.id
         return image_id
 
-    @_changes_images
     def _buildx_args(self, builder: str | None, platform: str, no_cache: bool) -> list[str]:
         args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
         return [*args, "--no-cache"] if no_cache else args
