@@ -94,7 +94,7 @@ class Mirror:
         if self.path.exists():
             try:
                 repo = GitRepo(self.path)
-                if repo.repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
+                if repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
                     return repo
             except GitError:
                 pass
