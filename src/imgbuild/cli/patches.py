@@ -125,8 +125,8 @@ def check(
         print_json(result.to_json())
     else:
         tables.console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
-        for n, p in result.variants.items():
-            tables.console.print(f"variant [bold]{n}[/]: ok ({len(p.variant.selected)} patches)")
+        for n, v in result.variants.items():
+            tables.console.print(f"variant [bold]{n}[/]: ok ({len(v.selected)} patches)")
         for n, e in result.variant_errors.items():
             tables.console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
         for problem in result.lint:
