@@ -9,6 +9,7 @@ import pytest
 from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.project import Project, merge3
+from imgbuild.stack.checkstack import check_series
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.support.synth import Upstream, build_on, git, make_project, numbered
 
@@ -168,8 +169,15 @@ def test_group_revert_gives_pristine_files_and_overlap_fails_clearly(tmp_path: P
         [("0001-a.patch", "engram", attn), ("0002-b.patch", "sm12x", dep_diff)],
         variants=variants,
     )
-    with pytest.raises(ApplyError, match=r"kept patch 0002-b does not apply without the left-out 0001-a"):
+    with pytest.raises(ApplyError, match=r"kept patch 0002-b does not apply without the left-out 0001-a") as refused:
         proj2.plan(["mem"])
+    # `patches check` derives the selections without planning files: the same verdicts, the same words
+    for proj_, bad in ((proj, {}), (proj2, {"mem": refused.value.message})):
+        checked = check_series(proj_)
+        assert checked.variant_errors == bad and checked.ok != bool(bad)
+        assert {n: v.selected for n, v in checked.variants.items()} == {
+            n: v.selected for n, v in proj_.variants.items() if n not in bad
+        }
 
 
 def test_pin_mismatch_is_an_error(tmp_path: Path, two_releases: Upstream) -> None:
