@@ -709,10 +709,6 @@ def ref_target(path: Path, ref: str) -> str:
     return done.stdout.decode().strip()
 
 
-def commit_readable(path: Path, sha: str) -> bool:
-    return _run_bare(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=path).returncode == 0
-
-
 def check_connected(path: Path, commit: str) -> None:
     """Every object of `commit` is there and readable (`git fsck --connectivity-only`); GitError naming the first
     problem otherwise."""

@@ -30,7 +30,7 @@ from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
 from imgbuild.upstream import pip
-from imgbuild.upstream.git import GitError, GitRepo, check_connected, commit_readable, fast_import, ref_target
+from imgbuild.upstream.git import GitError, GitRepo, check_connected, fast_import, ref_target
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
 
@@ -87,13 +87,14 @@ class Mirror:
         self.root = root or cache_dir()
         self.path = self.root / "mirrors" / f"{source_key(source)}.git"
         self._whole: set[tuple[str, str]] = set()  # (repo, commit) that fsck found whole in this process
+        self._repo: GitRepo | None = None  # the mirror, once opened: its one object reader serves every read
 
     # -- the mirror itself ----------------------------------------------
     def open(self) -> GitRepo:
         """Open the mirror, creating it atomically if needed."""
         if self.path.exists():
             try:
-                repo = GitRepo(self.path)
+                repo = self._git_repo()
                 if repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
                     return repo
             except GitError:
@@ -107,13 +108,19 @@ class Mirror:
             os.rename(staging, self.path)
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)  # another process won the race
-        return GitRepo(self.path)
+        return self._git_repo()
+
+    def _git_repo(self) -> GitRepo:
+        if self._repo is None:
+            self._repo = GitRepo(self.path)
+        return self._repo
 
     def set_aside(self, why: str) -> Path:
         aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
         _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
         self._whole.clear()
+        self._repo = None
         return aside
 
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
@@ -164,9 +171,14 @@ class Mirror:
         except GitError as exc:
             raise BrokenMirror(str(exc)) from exc
         if sha:
-            if not commit_readable(self.path, sha):
+            repo = self._git_repo()
+            try:
+                readable = repo.resolve_commit(sha) is not None  # (an annotated tag's object, peeled)
+            except GitError:
+                readable = False
+            if not readable:
                 raise BrokenMirror(f"{ref} points at {sha}, which cannot be read")
-            self._check_whole(GitRepo(self.path), sha)
+            self._check_whole(repo, sha)
 
     def _check_whole(self, repo: GitRepo, commit: str) -> None:
         """Every object of `commit` is there and readable (a few ms for a release tree)."""
