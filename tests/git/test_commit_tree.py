@@ -109,3 +109,10 @@ def test_what_is_not_a_repository_is_refused(tmp_path: Path) -> None:
     for path in (tmp_path / "plain", tmp_path / "missing"):
         with pytest.raises(GitError, match="is not a git repository"):
             GitRepo(path)
+
+
+def test_commit_time_is_the_committer_date_git_prints(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    assert repo.commit_time(commit) == int(git(repo.path, "show", "-s", "--format=%ct", commit).strip())
+    with pytest.raises(GitError, match="no commit"):
+        repo.commit_time("0" * 40)

@@ -189,8 +189,14 @@ class GitRepo:
         return self.run("rev-parse", "--verify", "-q", rev).strip()
 
     def commit_time(self, commit: str) -> int:
-        """The committer date of `commit` in seconds (0 when git prints none)."""
-        return int(self.run("show", "-s", "--format=%ct", commit).strip() or 0)
+        """The committer date of `commit` in seconds, read from its object (no `git show` process)."""
+        found = self.objects.read(f"{commit}^{{commit}}")
+        if found is None:
+            raise GitError(f"no commit {commit} in {self.path}")
+        for line in found.data.split(b"\n\n", 1)[0].splitlines():
+            if line.startswith(b"committer "):
+                return int(line.rsplit(b" ", 2)[1])  # "committer NAME <EMAIL> SECONDS ZONE"
+        return 0
 
     def remote_url(self, name: str = "origin") -> str:
         return self.run("remote", "get-url", name).strip()
