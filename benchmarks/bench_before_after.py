@@ -1,10 +1,12 @@
 """The same whole commands from two source trees, interleaved: this checkout against an older one.
 
     git archive COMMIT src | tar -x -C /tmp/before
-    python3 benchmarks/bench_before_after.py /tmp/before/src [--rounds 9] [--pairs noop check200]
+    python3 benchmarks/bench_before_after.py /tmp/before/src [--rounds 9] [--pairs noop mem check200]
 
 - noop: `build latest engram-mem --base skeleton` with nothing changed (images under
   $IMGBUILD_BENCH_REPOSITORY, default imgbuild-bench/vllm-dsv41; built once, untimed, first);
+- mem: `build engram-mem --no-smoke --base skeleton` with latest there and engram-mem's
+  immutable tag removed before each run (the config-only image written and loaded);
 - check200: `patches check --json` over a copy of the project with 200 small patches
   (many_patches.py).
 
@@ -31,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pairs import Pair, interleave, load, spread  # noqa: E402
 from many_patches import make_project  # noqa: E402
 
+from imgbuild.images.docker import Engine  # noqa: E402
+
 REPO = os.environ.get("IMGBUILD_BENCH_REPOSITORY", "imgbuild-bench/vllm-dsv41")
 
 
@@ -50,18 +54,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", help="the older tree's src/ directory")
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--pairs", nargs="+", default=["noop", "check200"], choices=["noop", "check200"])
+    ap.add_argument("--pairs", nargs="+", default=["noop", "check200"], choices=["noop", "mem", "check200"])
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-before-after-"))
     after = str(ROOT / "src")
     commands = {
         "noop": ["-C", str(ROOT), "build", "latest", "engram-mem", "--base", "skeleton", "--repository", REPO],
+        "mem": ["-C", str(ROOT), "build", "engram-mem", "--no-smoke", "--base", "skeleton", "--repository", REPO],
         "check200": ["-C", str(work / "many"), "patches", "check", "--json"],
     }
+    engine = Engine.connect()
+
+    def drop_mem() -> None:  # untimed, before each mem run: its immutable tag (the moving one stays)
+        for info in engine.labelled("imgbuild.variant", "engram-mem"):
+            for tag in info.tags:
+                if tag.startswith(f"{REPO}:0."):
+                    engine.untag(tag)
+
     try:
         if "check200" in args.pairs:
             make_project(ROOT, work / "many", 200)
-        if "noop" in args.pairs:
+        if {"noop", "mem"} & set(args.pairs):
             command(after, work / "pyc-after", commands["noop"])()  # untimed: built and smoke-tested once
         print(f"start: {load()}; {args.rounds} interleaved rounds per pair")
         for name in args.pairs:
@@ -72,6 +85,7 @@ def main() -> int:
                 f"before: {' '.join(commands[name][2:4])}",
                 command(args.before, work / "pyc-before", commands[name]),
                 1.0,
+                *((drop_mem, drop_mem) if name == "mem" else ()),
             )
             a, b = interleave(pair, args.rounds)
             ratio = statistics.median(a) / statistics.median(b)

@@ -122,7 +122,7 @@ def build_pair(name: str, root: Path, work: Path, env: dict[str, str], imgbuild:
     raise SystemExit(f"unknown pair {name}")
 
 
-SMOKE_REPO = "imgbuild-bench-smoke/vllm-dsv41"
+SMOKE_REPO = os.environ.get("IMGBUILD_BENCH_SMOKE_REPOSITORY", "imgbuild-bench-smoke/vllm-dsv41")  # one per session
 
 
 def smoke_pair(root: Path, env: dict[str, str], imgbuild: list[str]) -> Pair:

@@ -1,16 +1,17 @@
-"""Config-only variant images written without BuildKit (configimage.py) are the images BuildKit builds.
+"""Config-only variant images written without BuildKit (configimage.py) hold the config BuildKit writes.
 
 Docker 26 with the containerd image store only (the classic path builds them with BuildKit).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from imgbuild.images import labels
+from imgbuild.images import labels, ocilayout
 from imgbuild.images.build import OCI_LAYOUT_DIR, BuildOptions, prepare
 from imgbuild.images.docker import Engine
 from imgbuild.images.inputs import project_inputs
@@ -64,15 +65,24 @@ def test_written_image_is_the_buildkit_image(
     proc = cli(project, *args, env={"IMGBUILD_ECHO": "1", "IMGBUILD_CACHE": str(cache)})
     assert proc.returncode == 0, proc.stderr
     calls = [ln for ln in proc.stderr.splitlines() if ln.startswith("+ ")]
-    assert sum(" buildx build " in c for c in calls) == 2, calls  # the two layers only
+    exports = [c for c in calls if " buildx build " in c]  # only the base, into the layout, per platform
+    assert len(exports) == (2 if platforms else 1) and all("imgbuild-export/" in c for c in exports), calls
+    assert sum(c.startswith("+ imgbuild write-layer-image ") for c in calls) == 2, calls
     assert sum(c.startswith("+ imgbuild write-config-image ") for c in calls) == 2, calls
     expected = buildkit_ids(modern, project, cache, platforms)
     assert len(expected) == 2
+    layout = cache / OCI_LAYOUT_DIR
     for ref, image_id in expected.items():
-        assert modern.require(ref).id == image_id, ref  # the same manifest, so the same config, layers, labels
+        for platform in ["linux/arm64", "linux/amd64"] if platforms else ["linux/arm64"]:
+            ours = ocilayout.platform_image(layout, modern.require(ref).id, platform)
+            theirs = ocilayout.platform_image(layout, image_id, platform)
+            assert ours and theirs, (ref, platform)
+            assert ours[2] == theirs[2], (ref, platform)  # the same config bytes: labels, env, history, diff_ids
+            # and the same layers, but BuildKit may name one by its own gzip of the same tar (layerimage.py)
+            assert len(json.loads(ours[1])["layers"]) == len(json.loads(theirs[1])["layers"])
 
 
-def test_a_parent_missing_from_the_layout_falls_back_to_buildkit(
+def test_a_lost_layout_is_written_again_with_the_same_ids(
     modern: Engine, make_project: MakeProject, cli: Cli, prefix: str
 ) -> None:
     project = make_project("cfgfallback")
@@ -85,11 +95,14 @@ def test_a_parent_missing_from_the_layout_falls_back_to_buildkit(
     assert len(images) == 2
     for tag in images:
         modern.untag(tag)
-    shutil.rmtree(cache / OCI_LAYOUT_DIR)  # the layers stay in the store and are reused; their configs are gone here
+    shutil.rmtree(cache / OCI_LAYOUT_DIR)  # the layers stay in the store; their manifests and configs are gone here
     again = cli(project, "build", "--base", "skeleton", "--no-smoke", env=env)
     assert again.returncode == 0, again.stderr
     calls = [ln for ln in again.stderr.splitlines() if ln.startswith("+ ")]
-    assert "write-config-image" not in again.stderr and sum(" buildx build " in c for c in calls) == 2, calls
+    exports = [c for c in calls if " buildx build " in c]
+    assert len(exports) == 1 and "imgbuild-export/" in exports[0], calls  # the base into the new layout
+    assert again.stderr.count("written again into the cache's OCI layout") == 2, again.stderr
+    assert again.stderr.count("+ imgbuild write-config-image ") == 2, again.stderr
     assert {t: modern.require(t).id for t in images} == images
 
 

@@ -1,17 +1,23 @@
-"""The engine's reads over the local socket (images/engine_api.py) on the real daemon: they answer what
-the docker SDK answers, a no-op build loads no SDK, and a missing, moved or changed image still rebuilds."""
+"""The engine's image calls over the local socket (images/engine_api.py) on the real daemon: they answer what
+the docker SDK answers, a no-op build and a config-only one load no SDK, a failed load names what the daemon
+said, and a missing, moved or changed image still rebuilds."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import docker
 import pytest
 import yaml
 
+from imgbuild.errors import DockerError
 from imgbuild.images import engine_api
 from imgbuild.images.docker import Engine
 from tests.docker.conftest import Built, MakeProject
@@ -66,6 +72,7 @@ def test_remembered_answers_are_dropped_when_this_engine_changes_the_store(built
             mine.tag(latest.id, ref)
             found = mine.image(ref)
             assert found is not None and found.id == latest.id
+            assert mine.image(found.id) is found  # found by name: its id is not asked about again
             mine.untag(ref)
             assert mine.image(ref) is None
         engine.tag(latest.id, ref)
@@ -82,18 +89,96 @@ def test_a_dead_socket_reads_as_the_sdk_words_it(tmp_path: Path) -> None:
         api.inspect_image("x:y")
 
 
-def test_noop_build_loads_no_docker_sdk(built: Built) -> None:
+SDK_MODULES = {"docker.api", "docker.client", "requests.adapters", "urllib3.connectionpool"}
+
+
+def loaded_modules(built: Built, *args: str) -> tuple[str, set[str]]:
+    """`imgbuild -C PROJECT ARGS` in a fresh process with IMGBUILD_ECHO=1: its stderr, and the modules it loaded."""
     proc = subprocess.run(
-        [sys.executable, "-c", LOADED, "-C", str(built.project), "build", "--base", "skeleton"],
+        [sys.executable, "-c", LOADED, "-C", str(built.project), *args],
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "IMGBUILD_CACHE": str(built.cache)},
+        env={**os.environ, "IMGBUILD_CACHE": str(built.cache), "IMGBUILD_ECHO": "1"},
     )
     assert "exit 0" in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.count("reused (no docker build)") == 4, proc.stderr[-3000:]  # two layers, two images
-    loaded = set(proc.stderr.strip().splitlines()[-1].split())
-    assert not {"docker.api", "docker.client", "requests.adapters", "urllib3.connectionpool"} & loaded
+    return proc.stderr, set(proc.stderr.strip().splitlines()[-1].split())
+
+
+def test_noop_build_loads_no_docker_sdk(built: Built) -> None:
+    stderr, loaded = loaded_modules(built, "build", "--base", "skeleton")
+    assert stderr.count("reused (no docker build)") == 4, stderr[-3000:]  # two layers, two images
+    assert not SDK_MODULES & loaded
+
+
+def test_config_only_build_loads_no_docker_sdk(built: Built, engine: Engine) -> None:
+    mem = engine.require(f"{built.repo}:engram-mem")
+    immutable = next(t for t in mem.tags if t != f"{built.repo}:engram-mem")
+    engine.untag(immutable)  # latest is there: engram-mem is written as a config-only image and loaded
+    stderr, loaded = loaded_modules(built, "build", "engram-mem", "--no-smoke", "--base", "skeleton")
+    assert f"+ imgbuild write-config-image {immutable} " in stderr and "+ docker load" in stderr, stderr[-3000:]
+    assert " buildx build " not in stderr, stderr[-3000:]
+    assert not SDK_MODULES & loaded
+    assert engine.require(immutable).id == mem.id  # the same image as before, under its name again
+
+
+def lost_layer_archive(name: str) -> bytes:
+    """An OCI archive of one image under `name` whose only layer is in neither the archive nor the store."""
+    lost = "sha256:" + hashlib.sha256(b"imgbuild: a layer nobody has").hexdigest()
+    config = json.dumps({"architecture": "arm64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [lost]}})
+    config_digest = hashlib.sha256(config.encode()).hexdigest()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": f"sha256:{config_digest}",
+                "size": len(config),
+            },
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": lost, "size": 1024}],
+        }
+    )
+    manifest_digest = hashlib.sha256(manifest.encode()).hexdigest()
+    top = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": f"sha256:{manifest_digest}",
+        "size": len(manifest),
+        "platform": {"architecture": "arm64", "os": "linux"},
+        "annotations": {"io.containerd.image.name": f"docker.io/{name}", "org.opencontainers.image.ref.name": "lost"},
+    }
+    files = {
+        "oci-layout": '{"imageLayoutVersion": "1.0.0"}',
+        "index.json": json.dumps({"schemaVersion": 2, "manifests": [top]}),
+        f"blobs/sha256/{config_digest}": config,
+        f"blobs/sha256/{manifest_digest}": manifest,
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, text in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()
+
+
+def test_a_failed_load_names_what_the_daemon_said(engine: Engine, prefix: str) -> None:
+    if not engine.features.containerd_store:
+        pytest.skip("an OCI archive with a missing layer is the containerd image store's case")
+    fast = socket_engine()
+    sdk = Engine(docker.from_env(version="auto"), "docker")
+    ref = f"{prefix}-lostlayer:lost"
+    try:
+        said = []
+        for eng in (fast, sdk):
+            with pytest.raises(DockerError, match=r"docker load failed: .*content digest sha256:\w+: not found") as exc:
+                eng.load(io.BytesIO(lost_layer_archive(ref)))  # what _load_layout's fallback looks for
+            said.append(exc.value.message)
+        assert said[0] == said[1]
+        with pytest.raises(DockerError, match="docker load failed: unexpected EOF"):
+            fast.load(io.BytesIO(b"not a tar"))
+        assert fast._client is None, "the socket answered every load above"
+    finally:
+        engine.untag(ref)
 
 
 def ids(engine: Engine, repo: str) -> dict[str, str]:

@@ -59,7 +59,7 @@ def test_engine_path_is_read_from_version_and_image_store() -> None:
     assert parse_version("unknown") == (0, 0, 0)
     modern = EngineFeatures.from_daemon(*DAEMON_26)
     assert modern.modern and modern.containerd_store
-    assert "multi-platform images in one BuildKit call" in modern.describe()
+    assert "every platform of an image at once" in modern.describe()
     old = EngineFeatures.from_daemon(*DAEMON_20)
     assert not old.modern and not old.containerd_store
     assert "one platform per BuildKit call" in old.describe() and "20.10.24" in old.describe()

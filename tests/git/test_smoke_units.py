@@ -19,6 +19,7 @@ from imgbuild.images.importcheck import (
     release_importers,
 )
 from imgbuild.upstream.git import CommitTree, GitRepo
+from tests.support import probe_fork
 from tests.support.synth import Upstream
 
 TREE = {
@@ -113,6 +114,43 @@ def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
     assert undefined.error.startswith("NameError") and undefined.where.endswith("undefined.py:2")
     assert res.imports["pk.syntax"].where.endswith("syntax.py:1")
     assert res.version is not None and res.version.exit_code == 0 and res.importing is None
+
+
+def test_a_forked_python3_c_gives_what_a_real_one_gives(tmp_path: Path) -> None:
+    """Here with this interpreter (first `python3` on PATH, as in an image); tests/docker: in a real image."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    results = []
+    for job in probe_fork.jobs(2):
+        argv = [str(bin_dir / "python3"), *job.argv()[1:]]
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, check=False, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        results.append(probe.parse(proc.stdout))
+    probe_fork.compare(*results)
+
+
+def test_a_python3_that_is_not_the_probes_is_started_for_real(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho another python\n")
+    (bin_dir / "python3").chmod(0o755)
+    job = probe.Job((), ('python3 -c "print(1)"',), 10)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, env=env, check=False)
+    assert probe.parse(proc.stdout).commands['python3 -c "print(1)"'].stdout == "another python\n"
+
+
+def test_a_python3_linking_to_the_probes_interpreter_is_still_another_one(tmp_path: Path) -> None:
+    """A venv's python3 links to the system one, yet is not it: by path, so through /bin/sh."""
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    job = probe.Job((), (probe_fork.PARENT,), 10)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, env=env, check=False)
+    assert probe.parse(proc.stdout).commands[probe_fork.PARENT].stdout == "sh\n"
 
 
 def test_probe_output_cut_off_mid_import_names_the_module() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,23 @@ def test_an_imported_module_is_returned_as_it_is() -> None:
 def test_a_missing_module_is_refused_at_once() -> None:
     with pytest.raises(ModuleNotFoundError, match="imgbuild_no_such_module"):
         lazy.module("imgbuild_no_such_module")
+
+
+def test_threads_that_first_read_a_lazy_module_together_find_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "imgbuild_lazy_slow.py").write_text("import time\n\ntime.sleep(0.2)\nVALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "imgbuild_lazy_slow", raising=False)
+    slow = lazy.module("imgbuild_lazy_slow")
+    found: list[object] = []
+
+    def read() -> None:
+        found.append(getattr(lazy.loaded(slow), "VALUE", "missing"))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert found == [42, 42, 42, 42]

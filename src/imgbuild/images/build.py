@@ -10,7 +10,9 @@
 4. Build each needed layer once (or reuse it when its inputs digest matches),
    then each image: tag the immutable tag, smoke-test, and only then move the
    moving tags. An image whose inputs digest matches is reused without any
-   docker build. A failure or an interrupt puts the tags back as they were.
+   docker build. On Docker 26 the layers and images to build are written
+   without BuildKit and loaded in one `docker load` (layerimage, configimage).
+   A failure or an interrupt puts the tags back as they were.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
-from imgbuild.images import labels, skeleton
+from imgbuild.images import labels, ocilayout, skeleton
 from imgbuild.images.docker import ConfigPart, Engine, ImageInfo, check_binfmt
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs  # moved out so publish needs no docker SDK
+from imgbuild.images.layerimage import LayerPart
 from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
 from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
@@ -371,6 +374,38 @@ def smoke_images(engine: Engine, project: Project, plan: BuildPlan) -> tuple[Ima
 OnSmoke = Callable[[SmokeReport], None]
 
 
+@dataclass
+class _Turn:
+    """An image's turn as decided before anything is written: reused, or built (its tags to put back in `slot`)."""
+
+    unit: ImageBuild | MultiImage
+    slot: Slot
+    reuse: bool
+    existing_id: str | None  # what the immutable tag names now
+    written: str | None = None  # its id, where it was written ahead with the layers
+
+
+def _config_parts(parts: Sequence[ImageBuild]) -> list[ConfigPart]:
+    return [ConfigPart(p.from_ref, p.platform, tuple(p.plan.variant.image.env), p.labels) for p in parts]
+
+
+@dataclass(frozen=True)
+class _LayerStep:
+    digest: str
+    tag: str
+    files: tuple[str, ...]
+    parts: tuple[LayerPart, ...]  # one per platform
+    context: bytes = field(repr=False)  # for BuildKit, where the layer cannot be written here
+
+    @property
+    def platforms(self) -> list[str]:
+        return [p.platform for p in self.parts]
+
+    @property
+    def what(self) -> str:
+        return f"layer {self.tag} ({len(self.files)} file{'s' if len(self.files) != 1 else ''})"
+
+
 class Runner:
     def __init__(
         self,
@@ -389,6 +424,7 @@ class Runner:
         self.multi, self.epoch = multi, epoch
         self.importers = importers
         self.result = BuildResult(plan)
+        self._layer_results: dict[str, LayerResult] = {}
         self.journal = Journal(engine, say, lambda previous: _restore(engine, previous))
 
     def _build(self, context: bytes, tag: str, platforms: Sequence[str], refs: dict[str, str] | None = None) -> str:
@@ -404,33 +440,105 @@ class Runner:
             layout=cache_dir() / OCI_LAYOUT_DIR,
         )
 
+    def _writes_here(self) -> bool:
+        """Whether images are written without BuildKit (Docker 26): not with a named builder, which builds all."""
+        return self.epoch is not None and not self.options.builder and self.engine.features.modern
+
     def _config_image(self, tag: str, parts: Sequence[ImageBuild], refs: dict[str, str] | None = None) -> str | None:
         """The variant image written without BuildKit (configimage.py); None where BuildKit has to build it."""
-        if self.epoch is None or self.options.builder:  # a named builder was asked for: it builds
+        if not self._writes_here() or self.epoch is None:
             return None
-        config = [ConfigPart(p.from_ref, p.platform, tuple(p.plan.variant.image.env), p.labels) for p in parts]
+        layout = cache_dir() / OCI_LAYOUT_DIR
         return self.engine.write_config_image(
-            tag, config, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR, platform_tags=refs
+            tag, _config_parts(parts), epoch=self.epoch, layout=layout, platform_tags=refs or {}
         )
 
-    def _layer(self, digest: str, tag: str, files: tuple[str, ...], platforms: Sequence[str], context: bytes) -> None:
-        existing = self.engine.image(tag)
-        what = f"layer {tag} ({len(files)} file{'s' if len(files) != 1 else ''})"
-        if existing is not None and existing.labels.get(labels.LAYER) == digest and not self.options.force:
-            self.say(f"{what}: unchanged, reused (no docker build)")
-            self.result.layers.append(LayerResult(digest, tag, existing.id, files, False))
-            return
-        self.say(f"{what}: building for {', '.join(platforms)}")
-        image_id = self._build(context, tag, platforms)
-        self.result.layers.append(LayerResult(digest, tag, image_id, files, True))
+    def _in_layout(self, image_id: str, platforms: Sequence[str]) -> bool:
+        """Whether the images written on top of `image_id` find its manifest and config (else it is written again)."""
+        if not self._writes_here():
+            return True  # BuildKit builds what goes on top: it needs no layout
+        layout = cache_dir() / OCI_LAYOUT_DIR
+        return all(ocilayout.platform_image(layout, image_id, p) is not None for p in platforms)
 
-    def layers(self) -> None:
+    def _layer_steps(self) -> tuple[list[_LayerStep], list[tuple[_LayerStep, str | None]]]:
+        """Every layer in plan order, and those to write: (step, the id the store has it under, for a rewrite)."""
         if self.multi is not None:
-            for ml in self.multi.layers:
-                self._layer(ml.digest, ml.tag, ml.files, ml.platforms, ml.context)
-            return
-        for lb in self.plan.layers:
-            self._layer(lb.digest, lb.tag, lb.files, [lb.platform], lb.context)
+            todo = [
+                _LayerStep(ml.digest, ml.tag, ml.files, tuple(ml.layer_parts()), ml.context) for ml in self.multi.layers
+            ]
+        else:
+            todo = [_LayerStep(lb.digest, lb.tag, lb.files, (lb.part(),), lb.context) for lb in self.plan.layers]
+        writes: list[tuple[_LayerStep, str | None]] = []
+        for step in todo:
+            existing = self.engine.image(step.tag)
+            if existing is not None and existing.labels.get(labels.LAYER) == step.digest and not self.options.force:
+                if self._in_layout(existing.id, step.platforms):
+                    self.say(f"{step.what}: unchanged, reused (no docker build)")
+                    self._layer_results[step.tag] = LayerResult(step.digest, step.tag, existing.id, step.files, False)
+                else:  # the store has it, the cache's layout lost it: written again (the same bytes), so the
+                    writes.append((step, existing.id))  # images on top can be written without BuildKit too
+                continue
+            self.say(f"{step.what}: building for {', '.join(step.platforms)}")
+            writes.append((step, None))
+        return todo, writes
+
+    def _turn(self, unit: ImageBuild | MultiImage) -> _Turn:
+        """What `unit`'s turn finds before anything is written: reused or built; if built, the tags to put back."""
+        eng = self.engine
+        slot = self.journal.open(unit.immutable_ref)
+        refs = unit.platform_refs if isinstance(unit, MultiImage) else {}
+        existing = eng.image(unit.immutable_ref)
+        reuse = (
+            existing is not None
+            and existing.labels.get(labels.INPUTS) == unit.inputs_digest
+            and all(eng.image(r) is not None for r in refs.values())
+            and not self.options.force
+        )
+        turn = _Turn(unit, slot, reuse, existing.id if existing is not None else None)
+        if isinstance(unit, MultiImage):
+            platforms = ", ".join(unit.platforms)
+            if reuse:
+                self.journal.say(slot, f"{unit.variant}: {unit.immutable_ref} ({platforms}) unchanged (inputs "
+                                 f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
+            else:
+                slot.restore = {r: _image_id(eng, r) for r in (unit.immutable_ref, *refs.values())}
+                self.journal.say(slot, f"{unit.variant}: building {unit.immutable_ref} for {platforms} in one call")
+        elif reuse:
+            self.journal.say(slot, f"{unit.variant}: {unit.immutable_ref} unchanged (inputs "
+                             f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
+        else:
+            slot.restore = {unit.immutable_ref: turn.existing_id}  # a failure from here on puts the immutable tag back
+            self.journal.say(slot, f"{unit.variant}: building {unit.immutable_ref} for {unit.platform}")
+        return turn
+
+    def _write_ahead(self, steps: Sequence[_LayerStep], writes: Sequence[tuple[_LayerStep, str | None]],
+                     turns: Sequence[_Turn]) -> None:  # fmt: skip
+        """The layers and images to build, written without BuildKit in one `docker load` as far as they can be;
+        BuildKit then builds the layers left (the images left are built in their turn)."""
+        written: dict[str, str] = {}
+        if self._writes_here() and self.epoch is not None:
+            variants = []
+            for t in turns:
+                if not t.reuse:
+                    parts = t.unit.parts if isinstance(t.unit, MultiImage) else (t.unit,)
+                    refs = t.unit.platform_refs if isinstance(t.unit, MultiImage) else {}
+                    variants.append((t.unit.immutable_ref, _config_parts(parts), refs))
+            layers = [(step.tag, step.parts) for step, _ in writes]
+            written = self.engine.write_images(layers, variants, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR)
+        for step, stored in writes:
+            image_id = written.get(step.tag)
+            if stored is not None:
+                how = "written again into the cache's OCI layout" if image_id else "reused"
+                self.say(f"{step.what}: unchanged, {how} (no docker build)")
+                self._layer_results[step.tag] = LayerResult(
+                    step.digest, step.tag, image_id or stored, step.files, False
+                )
+                continue
+            image_id = image_id or self._build(step.context, step.tag, step.platforms)
+            self._layer_results[step.tag] = LayerResult(step.digest, step.tag, image_id, step.files, True)
+        self.result.layers.extend(self._layer_results[step.tag] for step in steps)
+        for t in turns:
+            t.written = written.get(t.unit.immutable_ref)
 
     def _smoke(
         self, slot: Slot, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult
@@ -455,19 +563,12 @@ class Runner:
 
         self.journal.submit(slot, lambda engine: smoke(engine, image_id, expected), taken)
 
-    def image(self, ib: ImageBuild) -> None:
-        """Build or reuse `ib` now; its smoke runs in a worker, and its moving tags move in its turn."""
+    def image(self, turn: _Turn) -> None:
+        """Build `turn`'s image now, or take it as written ahead or reused; its smoke runs in a worker, and its
+        moving tags move in its turn."""
         eng = self.engine
-        slot = self.journal.open(ib.immutable_ref)
-
-        def say(msg: str) -> None:
-            self.journal.say(slot, msg)
-
-        existing = eng.image(ib.immutable_ref)
-        reuse = (
-            existing is not None and existing.labels.get(labels.INPUTS) == ib.inputs_digest and not self.options.force
-        )
-        previous = existing.id if existing is not None else None
+        ib, slot = turn.unit, turn.slot
+        assert isinstance(ib, ImageBuild)
         result = ImageResult(
             ib.variant,
             ib.platform,
@@ -475,32 +576,27 @@ class Runner:
             ib.immutable_ref,
             ib.moving_refs,
             ib.inputs_digest,
-            built=not reuse,
+            built=not turn.reuse,
             moved=False,
             layers=(),
         )
-        if reuse:
-            assert existing is not None
-            result.image_id = existing.id
-            say(
-                f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused (no docker build)"
-            )
+        if turn.reuse:
+            assert turn.existing_id is not None
+            result.image_id = turn.existing_id
         else:
-            say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
-            slot.restore = {ib.immutable_ref: previous}  # a failure from here on puts the immutable tag back
-            written = self._config_image(ib.immutable_ref, [ib])
-            result.image_id = written or self._build(ib.context, ib.immutable_ref, [ib.platform])
+            built = turn.written or self._config_image(ib.immutable_ref, [ib])
+            result.image_id = built or self._build(ib.context, ib.immutable_ref, [ib.platform])
         pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
         smoked = False
         if not self.options.smoke:
             result.note = "not smoke-tested (--no-smoke): moving tags left alone"
-            say(f"{ib.variant}: {result.note}")
+            self.journal.say(slot, f"{ib.variant}: {result.note}")
         elif pending or result.built:
             name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
             self._smoke(slot, ib, result.image_id, name, ib.moving_refs, result)
             smoked = True
         else:
-            say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+            self.journal.say(slot, f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
 
         def finish() -> None:
             if smoked:
@@ -514,24 +610,13 @@ class Runner:
 
         self.journal.finish(slot, finish)
 
-    def multi_image(self, mi: MultiImage) -> None:
-        """One BuildKit call for every platform of `mi`; each platform smoke-tested (in workers, side by side)
+    def multi_image(self, turn: _Turn) -> None:
+        """Every platform of `turn`'s image at once; each platform smoke-tested (in workers, side by side)
         before the moving tags move in its turn."""
         eng = self.engine
-        slot = self.journal.open(mi.immutable_ref)
-
-        def say(msg: str) -> None:
-            self.journal.say(slot, msg)
-
+        mi, slot = turn.unit, turn.slot
+        assert isinstance(mi, MultiImage)
         refs = mi.platform_refs
-        existing = eng.image(mi.immutable_ref)
-        reuse = (
-            existing is not None
-            and existing.labels.get(labels.INPUTS) == mi.inputs_digest
-            and all(eng.image(r) is not None for r in refs.values())
-            and not self.options.force
-        )
-        previous = {r: _image_id(eng, r) for r in (mi.immutable_ref, *refs.values())}
         results = [
             ImageResult(
                 p.variant,
@@ -540,26 +625,18 @@ class Runner:
                 p.immutable_ref,
                 mi.moving_refs,
                 mi.inputs_digest,
-                built=not reuse,
+                built=not turn.reuse,
                 moved=False,
                 layers=(),
                 index_ref=mi.immutable_ref,
             )
             for p in mi.parts
         ]
-        platforms = ", ".join(mi.platforms)
-        if not reuse:
-            slot.restore = previous
-        if reuse:
-            assert existing is not None
-            index_id = existing.id
-            say(
-                f"{mi.variant}: {mi.immutable_ref} ({platforms}) unchanged (inputs {mi.inputs_digest[:12]}), "
-                "reused (no docker build)"
-            )
+        if turn.reuse:
+            assert turn.existing_id is not None
+            index_id = turn.existing_id
         else:
-            say(f"{mi.variant}: building {mi.immutable_ref} for {platforms} in one call")
-            written = self._config_image(mi.immutable_ref, mi.parts, refs)
+            written = turn.written or self._config_image(mi.immutable_ref, mi.parts, refs)
             index_id = written or self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
         for r in results:
             r.image_id, r.index = eng.require(r.immutable).id, index_id
@@ -568,14 +645,14 @@ class Runner:
         if not self.options.smoke:
             for r in results:
                 r.note = "not smoke-tested (--no-smoke): moving tags left alone"
-            say(f"{mi.variant}: {results[0].note}")
-        elif pending or not reuse:
+            self.journal.say(slot, f"{mi.variant}: {results[0].note}")
+        elif pending or not turn.reuse:
             name = mi.moving_refs[0] if mi.moving_refs else mi.immutable_ref
             for r, part in zip(results, mi.parts, strict=True):
                 self._smoke(slot, part, r.image_id, f"{name} {part.platform}", mi.moving_refs, r)
             smoked = True
         else:
-            say(f"{mi.variant}: {', '.join(mi.moving_refs) or 'no moving tag'}: already up to date")
+            self.journal.say(slot, f"{mi.variant}: {', '.join(mi.moving_refs) or 'no moving tag'}: already up to date")
 
         def finish() -> None:
             if smoked:
@@ -594,18 +671,23 @@ class Runner:
     def run(self) -> BuildResult:
         """Layers first, then each image in plan order; an image's outcome is taken only after every earlier one's.
 
-        An image that fails to build lets the earlier ones finish first: a smoke failure of theirs is
-        the error, as when they were smoked one after the other. Any failure or interrupt stops the
-        smokes and puts back the tags of every image not finalised.
+        Every image's turn is decided first (reused, or built with its tags to put back); on Docker 26 the
+        layers and images to build are then written in one load. An image that fails to build lets the
+        earlier ones finish first: a smoke failure of theirs is the error, as when they were smoked one
+        after the other. Any failure or interrupt stops the smokes and puts back the tags of every image
+        not finalised.
         """
-        self.layers()
+        steps, writes = self._layer_steps()
+        units: list[ImageBuild | MultiImage] = [*(self.multi.images if self.multi is not None else self.plan.images)]
         try:
-            for unit in self.multi.images if self.multi is not None else self.plan.images:
+            turns = [self._turn(u) for u in units]
+            self._write_ahead(steps, writes, turns)
+            for turn in turns:
                 try:
-                    if isinstance(unit, MultiImage):
-                        self.multi_image(unit)
+                    if isinstance(turn.unit, MultiImage):
+                        self.multi_image(turn)
                     else:
-                        self.image(unit)
+                        self.image(turn)
                 except Exception:
                     self.journal.drain()  # the earlier images' turn comes first
                     raise
@@ -702,7 +784,7 @@ def prepare(
 
     The drift check is skipped only when every wanted image already exists with
     equal inputs (the inputs name the base's image id, and it was checked then).
-    `inputs`: project_inputs(project), when the caller has it (three git calls each).
+    `inputs`: project_inputs(project), when the caller has it (two git calls and a commit read each).
     """
     inputs = project_inputs(project) if inputs is None else inputs
     plans = project.selected_plans(selection)

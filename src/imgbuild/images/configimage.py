@@ -87,7 +87,7 @@ def go_indent(value: object) -> bytes:
     return json.dumps(value, indent=2, ensure_ascii=False).encode()
 
 
-def _plain(text: str) -> bool:
+def plain(text: str) -> bool:
     """No control character: Go and Python escape some of them differently, and the Dockerfile lexer too."""
     return not any(ord(c) < 0x20 or c in "\u2028\u2029" for c in text)
 
@@ -109,7 +109,7 @@ def _add_env(env: list[str], key: str, value: str) -> list[str]:
     return [*env, f"{key}={value}"]
 
 
-def _normalized(config: bytes) -> dict[str, Any] | None:
+def normalized(config: bytes) -> dict[str, Any] | None:
     """The parent's config in Go's order; None unless writing it back gives its bytes (then BuildKit wrote it so)."""
     try:
         image = json.loads(config)
@@ -136,9 +136,9 @@ def variant_config(
     parent_config: bytes, env: Sequence[tuple[str, str]], labels: Mapping[str, str], epoch: int
 ) -> bytes | None:
     """The config BuildKit writes for render_variant(parent, env, labels); None where this is not sure."""
-    if not all(_plain(t) for pair in [*env, *labels.items()] for t in pair):
+    if not all(plain(t) for pair in [*env, *labels.items()] for t in pair):
         return None
-    image = _normalized(parent_config)
+    image = normalized(parent_config)
     if image is None:
         return None
     history: list[dict[str, Any]] = list(image["history"])

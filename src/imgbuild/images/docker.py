@@ -1,23 +1,27 @@
 """Every docker call goes through this module.
 
-Builds run through BuildKit with the `docker buildx build` CLI (the docker
-driver, the context tar on stdin). The engine's version and image store are
-read once (`Engine.features`) and pick the build path:
+The engine's version and image store are read once (`Engine.features`) and
+pick the build path:
 
-- Docker 26+ with the containerd image store: one call builds every platform
-  (`--platform a,b`) through the `oci` exporter with `rewrite-timestamp` and
-  SOURCE_DATE_EPOCH, so equal inputs give equal digests; the OCI tar is then
-  `docker load`ed, a multi-platform index under the tags plus one tag per
-  platform (Docker 26 cannot inspect one platform of an index).
-- anything older (Debian's 20.10, BuildKit v0.8): `--load`, one platform per
-  call, digests not reproducible.
+- Docker 26+ with the containerd image store: layer and variant images are
+  written into the OCI layout directory without BuildKit (layerimage.py,
+  configimage.py: BuildKit's tars and configs) and `docker load`ed, a
+  multi-platform index under the tags plus one tag per platform (Docker 26
+  cannot inspect one platform of an index). BuildKit (`docker buildx build`,
+  the docker driver, the context tar on stdin) exports each base into the
+  layout once, and builds what the writers do not know, through the `oci`
+  exporter with `rewrite-timestamp` and SOURCE_DATE_EPOCH, every platform in
+  one call; equal inputs give equal digests either way.
+- anything older (Debian's 20.10, BuildKit v0.8): `buildx build --load`, one
+  platform per call, digests not reproducible.
 
-Reads (image inspect, image and container lists, version, info) go over the
-local socket with http.client (engine_api.py) when the daemon is one, so a
-no-op build never imports the SDK; everything else (tag, run, read files,
-load, pull), and any read that socket does not answer, goes through the
-docker SDK, loaded on first use. With IMGBUILD_ECHO=1 each operation is echoed as the docker
-command it amounts to. Failures become DockerError with a hint.
+Reads (image inspect, image and container lists, version, info) and image
+writes (tag, untag, load) go over the local socket with http.client
+(engine_api.py) when the daemon is one, so a build that runs no container
+never imports the SDK; everything else (run, read files, pull), and any call
+that socket does not answer, goes through the docker SDK, loaded on first use.
+With IMGBUILD_ECHO=1 each operation is echoed as the docker command it amounts
+to. Failures become DockerError with a hint.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 from imgbuild import lazy as _lazy
 from imgbuild import proc
 from imgbuild.errors import DockerError
-from imgbuild.images import configimage, engine_api, ocilayout
+from imgbuild.images import configimage, engine_api, layerimage, ocilayout
 from imgbuild.proc import echo
 from imgbuild.registry import reference
 
@@ -140,6 +144,19 @@ class ConfigPart:
     labels: Mapping[str, str]
 
 
+_Blobs = tuple[configimage.Blob, configimage.Blob, tuple[configimage.Blob, ...]]  # manifest, config, all to store
+
+
+@dataclass(frozen=True)
+class _Made:
+    """One platform's image written here: its manifest and config, every blob to store, its platform."""
+
+    manifest: configimage.Blob
+    config: configimage.Blob
+    blobs: tuple[configimage.Blob, ...]
+    platform: Mapping[str, Any]
+
+
 @dataclass(frozen=True)
 class RunResult:
     exit_code: int
@@ -184,8 +201,8 @@ class EngineFeatures:
         store = "containerd image store" if self.containerd_store else "classic image store"
         if self.modern:
             return (
-                f"engine: docker {self.version} ({store}): multi-platform images in one BuildKit call, "
-                "oci exporter with rewrite-timestamp (reproducible digests)"
+                f"engine: docker {self.version} ({store}): every platform of an image at once, "
+                "layers and configs written without BuildKit (reproducible digests)"
             )
         why = "" if self.containerd_store else "; Docker 26+ with the containerd image store builds them in one call"
         return (
@@ -251,6 +268,8 @@ def _sdk_errors_suppressed() -> Iterator[None]:
 
 
 def _sdk_client() -> docker.DockerClient:
+    _lazy.loaded(requests)  # docker runs requests as it loads: that first, under the same lock
+    _lazy.loaded(docker)  # smoke workers may make their first clients at once
     try:
         client = docker.from_env(version="auto", timeout=300)
         client.ping()
@@ -389,7 +408,10 @@ class Engine:
         if self._memo is None:
             return self._inspect(ref)
         if ref not in self._memo:
-            self._memo[ref] = self._inspect(ref)
+            info = self._inspect(ref)
+            self._memo[ref] = info
+            if info is not None:  # asked again by its id (a build's results read each image's layers so)
+                self._memo.setdefault(info.id, info)
         return self._memo[ref]
 
     def _inspect(self, ref: str) -> ImageInfo | None:
@@ -428,14 +450,30 @@ class Engine:
         if not repo or "/" in tag:
             repo, tag = ref, "latest"
         echo(["docker", "tag", image_id, ref])
+        if self._write(lambda api: api.tag(image_id, repo, tag)):
+            return
         if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
             raise DockerError(f"could not tag {image_id} as {ref}")
 
     @_changes_images
     def untag(self, ref: str) -> None:
         echo(["docker", "rmi", "--no-prune", ref])
+        if self._write(lambda api: api.untag(ref)):
+            return
+        client = self.client  # the SDK loaded (under its lock) before its error type is named
         with contextlib.suppress(docker.errors.NotFound):
-            self._call(self.client.api.remove_image, ref, noprune=True)
+            self._call(client.api.remove_image, ref, noprune=True)
+
+    def _write(self, call: Callable[[engine_api.EngineApi], object]) -> bool:
+        """`call(api)` over the local socket: True when done there; False when there is no socket or no answer
+        (then the SDK does it again, and words any error as it always has)."""
+        if self._api is None:
+            return False
+        try:
+            call(self._api)
+        except engine_api.Unanswered:
+            return False
+        return True
 
     @_changes_images
     def pull(self, ref: str, platform: str) -> ImageInfo:
@@ -455,7 +493,11 @@ class Engine:
     def load(self, archive: IO[bytes]) -> None:
         echo(["docker", "load"])
         try:
+            if self._write(lambda api: api.load(archive)):
+                return
             self.client.images.load(archive)
+        except engine_api.LoadFailed as exc:
+            raise DockerError(f"docker load failed: {_short(exc)}") from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise DockerError(f"docker load failed: {_short(exc)}") from exc
 
@@ -510,31 +552,20 @@ class Engine:
             )
         with contextlib.ExitStack() as stack:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="imgbuild-build-")))
-            args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
-            env = dict(os.environ)
-            if builder:
-                env.pop("BUILDX_BUILDER", None)  # the explicit choice above wins
-            iid, meta = tmp / "iid", tmp / "metadata.json"
-            into = layout or tmp / "layout"
+            what = f"docker buildx build for {platform} ({', '.join(tags)})"
             if self.features.modern:
+                into = layout or tmp / "layout"
                 stack.enter_context(ocilayout.locked(into))
                 before = ocilayout.blob_names(into)
-                out = f"type=oci,tar=false,dest={into},name={tags[0]},rewrite-timestamp=true"
-                args += ["--provenance=false", "--metadata-file", str(meta), "--output", out]
-                if epoch is not None:
-                    env["SOURCE_DATE_EPOCH"] = str(epoch)
-            else:
-                args += ["--load", "--iidfile", str(iid), *(a for t in tags for a in ("--tag", t))]
-            if no_cache:
-                args.append("--no-cache")
-            args.append("-")
-            self._buildx(args, context, env, verbose, f"docker buildx build for {platform} ({', '.join(tags)})")
-            if self.features.modern:
-                top = _descriptor(meta, tags[0])
-                image_id = self._load_layout(into, top, before, tags[0], platform_tags or {})
+                top = self._export(context, into, tags[0], platform, no_cache, verbose, epoch, builder, what)
+                image_id = self._load_layout(into, [(top, tags[0], platform_tags or {})], before)[tags[0]]
                 for t in tags[1:]:
                     self.tag(image_id, t)
                 return image_id
+            iid = tmp / "iid"
+            args = [*self._buildx_args(builder, platform, no_cache), "--load", "--iidfile", str(iid)]
+            args += [a for t in tags for a in ("--tag", t)]
+            self._buildx([*args, "-"], context, self._buildx_env(builder), verbose, what)
             image_id = iid.read_text().strip() if iid.exists() else ""
         if not image_id.startswith("sha256:"):
             info = self.image(tags[0])
@@ -544,48 +575,162 @@ class Engine:
         return image_id
 
     @_changes_images
-    def write_config_image(
+    def _buildx_args(self, builder: str | None, platform: str, no_cache: bool) -> list[str]:
+        args = [self.cli, *self._builder_args(builder), "build", "--platform", platform, "--progress", "plain"]
+        return [*args, "--no-cache"] if no_cache else args
+
+    def _buildx_env(self, builder: str | None, epoch: int | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        if builder:
+            env.pop("BUILDX_BUILDER", None)  # the explicit choice (--builder/--context) wins
+        if epoch is not None:
+            env["SOURCE_DATE_EPOCH"] = str(epoch)
+        return env
+
+    def _export(
         self,
-        tag: str,
-        parts: Sequence[ConfigPart],
+        context: bytes,
+        layout: Path,
+        name: str,
+        platform: str,
+        no_cache: bool,
+        verbose: bool,
+        epoch: int | None,
+        builder: str | None,
+        what: str,
+    ) -> dict[str, Any]:
+        """BuildKit builds `context` into the OCI layout directory (locked by the caller); the exported descriptor."""
+        with tempfile.TemporaryDirectory(prefix="imgbuild-export-") as tmp:
+            meta = Path(tmp) / "metadata.json"
+            out = f"type=oci,tar=false,dest={layout},name={name},rewrite-timestamp=true"
+            args = [*self._buildx_args(builder, platform, no_cache), "--provenance=false"]
+            args += ["--metadata-file", str(meta), "--output", out, "-"]
+            self._buildx(args, context, self._buildx_env(builder, epoch), verbose, what)
+            return _descriptor(meta, name)
+
+    def parent_in_layout(
+        self, ref: str, platform: str, layout: Path, epoch: int
+    ) -> tuple[dict[str, Any], bytes, bytes] | None:
+        """(descriptor, manifest, config) of `ref`'s `platform` image in `layout`; None if `ref` is not in the store.
+
+        An image imgbuild wrote or built is there already. A base the layout lacks is put there once
+        per base and platform: BuildKit builds `FROM ref` into it (its blobs too, which the layout keeps
+        so that a store losing one can be given it again), loading nothing; `exports.json` remembers it.
+        """
+        parent = self.image(ref)
+        if parent is None:
+            return None
+        found = ocilayout.platform_image(layout, parent.id, platform)
+        key = f"{parent.id} {platform}"
+        with ocilayout.locked(layout):
+            exported = ocilayout.exports(layout).get(key)
+            if found is None and exported is not None:
+                found = ocilayout.platform_image(layout, exported, platform)
+            if found:
+                return found
+            context = _dockerfile_tar(f"FROM {ref}\n")
+            name = f"imgbuild-export/{parent.id.removeprefix('sha256:')[:12]}:{platform.replace('/', '-')}"
+            what = f"docker buildx build for {platform} (FROM {ref}, into {layout})"
+            top = self._export(context, layout, name, platform, False, False, epoch, None, what)
+            ocilayout.record_export(layout, key, str(top["digest"]))
+            return ocilayout.platform_image(layout, str(top["digest"]), platform)
+
+    def write_images(
+        self,
+        layers: Sequence[tuple[str, Sequence[layerimage.LayerPart]]] = (),
+        variants: Sequence[tuple[str, Sequence[ConfigPart], Mapping[str, str]]] = (),
         *,
         epoch: int,
         layout: Path,
-        platform_tags: Mapping[str, str] | None = None,
-    ) -> str | None:
-        """The variant image of `parts` (one per platform) written without BuildKit; its id, or None.
+    ) -> dict[str, str]:
+        """Layer images (tag, one part per platform), then variant images (tag, parts, platform -> tag of its
+        manifest) written without BuildKit, in order, and loaded in one `docker load`; tag -> id of each written.
 
-        Each part's parent must be in the store and in `layout` (BuildKit exported it there);
-        configimage.py writes what BuildKit would. None (then build it with BuildKit) on an
-        engine without the oci path, or where a parent or its config is not known here.
+        layerimage.py and configimage.py write what BuildKit would for the layer and variant Dockerfiles.
+        An image whose parent was written before it here stacks on that one; any other parent is read from
+        `layout` (a base is exported into it first: `parent_in_layout`). Writing stops at the first image it
+        cannot write (an engine without the oci path, a parent or a value not known there): that one and
+        the rest are left to the caller, to build with BuildKit.
         """
-        if not self.features.modern or not parts:
+        if not self.features.modern:
+            return {}
+        known: dict[tuple[str, str], tuple[dict[str, Any], bytes, bytes]] = {}  # (tag, platform) written here
+        images: list[tuple[str, list[_Made], Mapping[str, str]]] = []
+
+        def layer(part: Any, manifest: bytes, config: bytes) -> _Blobs | None:
+            got = layerimage.layer_image(manifest, config, part.files, part.copy, part.labels, epoch)
+            return None if got is None else (got.manifest, got.config, (got.layer, got.config, got.manifest))
+
+        def variant(part: Any, manifest: bytes, config: bytes) -> _Blobs | None:
+            got = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
+            return None if got is None else (got.manifest, got.config, (got.config, got.manifest))
+
+        todo: list[tuple[str, str, Sequence[Any], Mapping[str, str], Callable[[Any, bytes, bytes], _Blobs | None]]]
+        todo = [("write-layer-image", t, ps, {}, layer) for t, ps in layers]
+        todo += [("write-config-image", t, ps, named, variant) for t, ps, named in variants]
+        for what, tag, parts, named, make in todo:
+            made = self._made(parts, known, make, epoch, layout)
+            if made is None:
+                break
+            for part, m in zip(parts, made, strict=True):
+                desc = {**m.manifest.descriptor(), "platform": dict(m.platform)}
+                known[(tag, part.platform)] = (desc, m.manifest.data, m.config.data)
+            echo(["imgbuild", what, tag, *(part.platform for part in parts)])
+            images.append((tag, made, named))
+        return self._write_images(images, epoch, layout) if images else {}
+
+    def write_config_image(
+        self, tag: str, parts: Sequence[ConfigPart], *, epoch: int, layout: Path, platform_tags: Mapping[str, str]
+    ) -> str | None:
+        """One variant image written without BuildKit (`write_images`); its id, or None (build it with BuildKit)."""
+        return self.write_images(variants=[(tag, parts, platform_tags)], epoch=epoch, layout=layout).get(tag)
+
+    def _made(
+        self,
+        parts: Sequence[Any],
+        known: Mapping[tuple[str, str], tuple[dict[str, Any], bytes, bytes]],
+        make: Callable[[Any, bytes, bytes], _Blobs | None],
+        epoch: int,
+        layout: Path,
+    ) -> list[_Made] | None:
+        """Each part's image over its parent (written before it here, or in `layout`); None if one cannot be made."""
+        if not parts:
             return None
-        made: list[tuple[configimage.ConfigImage, dict[str, Any]]] = []
+        made = []
         for part in parts:
-            parent = self.image(part.parent_ref)
-            found = parent and ocilayout.platform_image(layout, parent.id, part.platform)
+            key = (part.parent_ref, part.platform)
+            found = known.get(key) or self.parent_in_layout(part.parent_ref, part.platform, layout, epoch)
             if not found:
                 return None
             desc, manifest, config = found
-            image = configimage.variant_image(manifest, config, part.env, part.labels, epoch)
-            if image is None:
+            blobs = make(part, manifest, config)
+            if blobs is None:
                 return None
-            made.append((image, desc.get("platform") or _platform_dict(part.platform)))
+            plat = desc.get("platform") or _platform_dict(part.platform)
+            made.append(_Made(blobs[0], blobs[1], blobs[2], plat))
+        return made
+
+    def _write_images(
+        self, images: Sequence[tuple[str, Sequence[_Made], Mapping[str, str]]], epoch: int, layout: Path
+    ) -> dict[str, str]:
+        """Put the blobs of each image (tag, one per platform, platform -> tag of its manifest) into `layout` and
+        load them all in one `docker load` (several platforms: an index); tag -> id."""
         with ocilayout.locked(layout):
             before = ocilayout.blob_names(layout)
-            blobs = [b for image, _ in made for b in (image.config, image.manifest)]
-            if len(made) == 1:
-                top = {**made[0][0].manifest.descriptor(), "platform": made[0][1]}
-            else:
-                idx = configimage.index([(image.manifest, plat) for image, plat in made])
-                blobs.append(idx)
-                top = idx.descriptor()
-            top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
-            for blob in blobs:
-                ocilayout.put_blob(layout, blob.digest, blob.data)
-            echo(["imgbuild", "write-config-image", tag, *(p.platform for p in parts)])
-            return self._load_layout(layout, top, before, tag, platform_tags or {})
+            tops: list[tuple[dict[str, Any], str, Mapping[str, str]]] = []
+            for tag, made, named in images:
+                blobs = [b for m in made for b in m.blobs]
+                if len(made) == 1:
+                    top = {**made[0].manifest.descriptor(), "platform": dict(made[0].platform)}
+                else:
+                    idx = configimage.index([(m.manifest, m.platform) for m in made])
+                    blobs.append(idx)
+                    top = idx.descriptor()
+                top["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
+                for blob in blobs:
+                    ocilayout.put_blob(layout, blob.digest, blob.data)
+                tops.append((top, tag, named))
+            return self._load_layout(layout, tops, before)
 
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context.
@@ -628,46 +773,63 @@ class Engine:
 
     @_changes_images
     def _load_layout(
-        self, layout: Path, top: dict[str, Any], before: set[str], tag: str, platform_tags: Mapping[str, str]
-    ) -> str:
-        """`docker load` what the build wrote into `layout`; name each platform's manifest too. Returns the top digest.
+        self, layout: Path, tops: Sequence[tuple[dict[str, Any], str, Mapping[str, str]]], before: set[str]
+    ) -> dict[str, str]:
+        """`docker load` the images (descriptor, tag, platform -> tag) written into `layout`, in one tar; then name
+        each platform's manifest where asked. Returns tag -> top digest.
 
-        The index, manifests and configs are sent, and only the layers the export added (the store has
-        the parents' layers); a store that lacks one of the others gets them all.
+        The indexes, manifests and configs are sent, and only the layers the layout did not have before
+        (the store has the parents' layers); a store that lacks one of the others gets them all.
         """
-        entry = ocilayout.top_entry(top, _full_name(reference.parse(tag)), reference.parse(tag).tag or "latest")
+        entries = []
+        for top, tag, _ in tops:
+            ref = reference.parse(tag)
+            entries.append(ocilayout.top_entry(top, _full_name(ref), ref.tag or "latest"))
+        names = ", ".join(tag for _, tag, _ in tops)
+        named: list[tuple[dict[str, Any], str]] = []
         try:
-            reach = ocilayout.closure(layout, top)
+            reach: dict[str, bool] = {}
+            for top, _, _ in tops:
+                reach.update(ocilayout.closure(layout, top))
             slim = [d for d, is_layer in reach.items() if not is_layer or d not in before]
             try:
-                self.load(io.BytesIO(ocilayout.load_tar(layout, [entry], slim)))
-                loaded = self.image(tag)
-                lost = loaded is None or loaded.id != top["digest"]
+                self.load(io.BytesIO(ocilayout.load_tar(layout, entries, slim)))
+                lost = any(self._loaded_id(tag) != top["digest"] for top, tag, _ in tops)
             except DockerError as exc:
                 if "not found" not in exc.message.lower():
                     raise
                 lost = True
             if lost:  # the store lost a layer the layout kept: send everything
                 with tempfile.TemporaryFile() as fh:
-                    ocilayout.write_tar(fh, layout, [entry], list(reach))
+                    ocilayout.write_tar(fh, layout, entries, list(reach))
                     fh.seek(0)
                     self.load(fh)
-            manifests = ocilayout.platform_manifests(layout, top)
+            for top, tag, platform_tags in tops:
+                if not platform_tags:
+                    continue
+                manifests = ocilayout.platform_manifests(layout, top)
+                missing = sorted(set(platform_tags) - set(manifests))
+                if missing:
+                    raise DockerError(
+                        f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})"
+                    )
+                named += [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
         except ocilayout.LayoutError as exc:
-            raise DockerError(f"the build of {tag}: {exc}", hint=f"remove {layout} and build again") from exc
-        missing = sorted(set(platform_tags) - set(manifests))
-        if missing:
-            raise DockerError(f"the build of {tag} has no {', '.join(missing)} image (it has {', '.join(manifests)})")
-        if platform_tags:
-            entries = [(manifests[p], ref) for p, ref in sorted(platform_tags.items())]
-            self.load(io.BytesIO(name_manifests(entries)))
+            raise DockerError(f"the build of {names}: {exc}", hint=f"remove {layout} and build again") from exc
+        if named:
+            self.load(io.BytesIO(name_manifests(named)))
+        for top, tag, _ in tops:
+            found = self._loaded_id(tag)
+            if found != top["digest"]:
+                raise DockerError(
+                    f"loaded the build of {tag}, but the store has {found or 'nothing'} under that name, "
+                    f"not {top['digest']}"
+                )
+        return {tag: str(top["digest"]) for top, tag, _ in tops}
+
+    def _loaded_id(self, tag: str) -> str | None:
         info = self.image(tag)
-        if info is None or info.id != top["digest"]:
-            raise DockerError(
-                f"loaded the build of {tag}, but the store has {info.id if info else 'nothing'} under that name, "
-                f"not {top['digest']}"
-            )
-        return str(top["digest"])
+        return info.id if info else None
 
     # -- containers -------------------------------------------------------
     def read_files(self, ref: str, paths: Sequence[str], platform: str | None = None) -> dict[str, bytes | None]:
@@ -819,6 +981,16 @@ def name_manifests(entries: Sequence[tuple[dict[str, Any], str]]) -> bytes:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _dockerfile_tar(text: str) -> bytes:
+    """A build context of one Dockerfile."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(text.encode())
+        tar.addfile(info, io.BytesIO(text.encode()))
     return buf.getvalue()
 
 

@@ -39,12 +39,16 @@ def _key(key: str) -> str:
     return key
 
 
+def copy_line(package_root: str, site_packages: str) -> str:
+    """A layer's one COPY: the package tree of the context over the image's site-packages."""
+    return f"COPY {package_root}/ {site_packages.rstrip('/')}/{package_root}/"
+
+
 def render_layer(parent_ref: str, package_root: str, site_packages: str, labels: Mapping[str, str]) -> str:
-    dest = f"{site_packages.rstrip('/')}/{package_root}/"
     lines = [
         "# imgbuild layer: the files below, on top of the parent image",
         f"FROM {parent_ref}",
-        f"COPY {package_root}/ {dest}",
+        copy_line(package_root, site_packages),
         *_label_lines(labels),
     ]
     return "\n".join(lines) + "\n"
@@ -54,10 +58,9 @@ def render_multi_layer(
     parents: Mapping[str, str], package_root: str, site_packages: str, labels: Mapping[str, str]
 ) -> str:
     """A layer for several platforms: arch -> parent through stage aliases (BuildKit refuses `FROM x:${TARGETARCH}`)."""
-    dest = f"{site_packages.rstrip('/')}/{package_root}/"
     lines = ["# imgbuild layer: the files below, on top of each platform's parent"]
     lines += [f"FROM {ref} AS parent-{arch}" for arch, ref in sorted(parents.items())]
-    lines += ["FROM parent-${TARGETARCH}", f"COPY {package_root}/ {dest}", *_label_lines(labels)]
+    lines += ["FROM parent-${TARGETARCH}", copy_line(package_root, site_packages), *_label_lines(labels)]
     return "\n".join(lines) + "\n"
 
 

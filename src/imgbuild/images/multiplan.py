@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.errors import ConfigError
 from imgbuild.images import dockerfile, labels
+from imgbuild.images.layerimage import LayerPart
 from imgbuild.images.plan import BuildPlan, ImageBuild, LayerBuild, ProjectInputs, Tagged, arch_of
 
 LAYER_FORMAT = "imgbuild-multi-layer/1"
@@ -45,6 +46,11 @@ class MultiLayer:
     dockerfile: str
     context: bytes = field(repr=False)
     parts: tuple[LayerBuild, ...] = field(repr=False)  # one per platform, as a single-platform build plans it
+    parents: tuple[str, ...] = ()  # each part's parent here (the multi-platform layer below, or the base)
+
+    def layer_parts(self) -> list[LayerPart]:
+        """What writing this layer without BuildKit needs, one per platform."""
+        return [p.part(parent, {labels.LAYER: self.digest}) for parent, p in zip(self.parents, self.parts, strict=True)]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -103,10 +109,6 @@ def index_inputs(parts: Mapping[str, str]) -> str:
     return _sha(INDEX_FORMAT, *(f"{p} {d}" for p, d in sorted(parts.items())))
 
 
-def _copy_line(lb: LayerBuild) -> str:
-    return next(ln for ln in lb.dockerfile.splitlines() if ln.startswith("COPY "))
-
-
 def platforms_of(plan: BuildPlan) -> tuple[str, ...]:
     return tuple(sorted({ib.platform for ib in plan.images}))
 
@@ -130,7 +132,7 @@ def make_multi_plan(inputs: ProjectInputs, plan: BuildPlan) -> MultiPlan:
         if lb.digest in multi:
             continue
         parts = keyed[key]
-        if sorted(parts) != list(platforms) or len({(p.files, _copy_line(p)) for p in parts.values()}) != 1:
+        if sorted(parts) != list(platforms) or len({(p.files, p.copy) for p in parts.values()}) != 1:
             raise ConfigError(
                 f"layer {lb.index} ({', '.join(lb.files)}) differs between platforms (files or site-packages), "
                 "so the platforms cannot share one multi-platform build",
@@ -140,9 +142,7 @@ def make_multi_plan(inputs: ProjectInputs, plan: BuildPlan) -> MultiPlan:
         parents = {arch_of(p.platform): _parent_ref(p, plan, multi) for p in ordered}
         digest = _sha(LAYER_FORMAT, *(f"{p.platform} {p.digest}" for p in ordered))
         repo = lb.tag.rsplit(":layer-", 1)[0]
-        dest = _copy_line(lb).split(" ", 2)[2].rstrip("/")  # <site-packages>/<package root>
-        site = dest.removesuffix(f"/{inputs.package_root}")
-        text = dockerfile.render_multi_layer(parents, inputs.package_root, site, {labels.LAYER: digest})
+        text = dockerfile.render_multi_layer(parents, inputs.package_root, lb.site_packages, {labels.LAYER: digest})
         ml = MultiLayer(
             digest=digest,
             tag=f"{repo}:layer-{digest[:12]}",
@@ -152,6 +152,7 @@ def make_multi_plan(inputs: ProjectInputs, plan: BuildPlan) -> MultiPlan:
             dockerfile=text,
             context=dockerfile.context_tar(text, dockerfile.context_files(lb.context)),
             parts=ordered,
+            parents=tuple(parents[arch_of(p.platform)] for p in ordered),
         )
         layers.append(ml)
         for p in ordered:

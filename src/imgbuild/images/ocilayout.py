@@ -1,4 +1,9 @@
-"""An OCI image layout directory that BuildKit exports into, and the tars `docker load` reads from it.
+"""An OCI image layout directory that imgbuild writes and BuildKit exports into, and the tars `docker load` reads.
+
+imgbuild's own writers (layerimage.py, configimage.py) put an image's blobs
+here and read the parent's manifest and config from here; a base gets here by
+one BuildKit export of `FROM base` (its store id then differs from the
+exported digest: `exports.json` maps one to the other).
 
 Docker 26's oci exporter with `tar=true` sends every blob of the image, base
 layers included, through the buildx client (for a 240 MB base, ~5 s per
@@ -122,6 +127,26 @@ def platform_image(layout: Path, digest: str, platform: str) -> tuple[dict[str, 
     except (LayoutError, OSError, ValueError, KeyError, TypeError):
         return None
     return dict(desc), manifest, config
+
+
+EXPORTS = "exports.json"  # "<store id> <platform>" -> the digest BuildKit exported that image under here
+
+
+def exports(layout: Path) -> dict[str, str]:
+    """The images exported into the directory (images the store has under another id); {} if none or unreadable."""
+    try:
+        data = json.loads((layout / EXPORTS).read_text())
+    except (OSError, ValueError):
+        return {}  # a lost or torn record only costs one export more
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def record_export(layout: Path, key: str, digest: str) -> None:
+    """Remember an export (the caller holds `locked`); written atomically."""
+    path = layout / EXPORTS
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**exports(layout), key: digest}, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 def put_blob(layout: Path, digest: str, data: bytes) -> None:

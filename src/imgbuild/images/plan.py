@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.errors import ConfigError
 from imgbuild.images import dockerfile, labels
+from imgbuild.images.layerimage import LayerPart
 from imgbuild.images.layers import LayerPlan, describe, overlay_files, plan_layers
 from imgbuild.patches.variants import VariantPlan
 
@@ -76,6 +77,22 @@ class LayerBuild:
     context: bytes = field(repr=False)
     variants: tuple[str, ...]
     index: int
+    site_packages: str
+    copy: str  # the Dockerfile's COPY line (a layer image written without BuildKit records it)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {labels.LAYER: self.digest}
+
+    def image_files(self) -> dict[str, bytes]:
+        """The layer's files by their path in the image (no leading /)."""
+        site = self.site_packages.strip("/")
+        return {f"{site}/{path}": data for path, data in dockerfile.context_files(self.context).items()}
+
+    def part(self, parent_ref: str | None = None, label: Mapping[str, str] | None = None) -> LayerPart:
+        """What writing this layer without BuildKit needs (a multi-platform layer gives its own parent and label)."""
+        return LayerPart(parent_ref or self.parent_ref, self.platform, self.image_files(), self.copy,
+                         label or self.labels)  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -222,6 +239,8 @@ def make_build_plan(
                 context=dockerfile.context_tar(text, contents),
                 variants=node.variants,
                 index=node.index,
+                site_packages=site,
+                copy=dockerfile.copy_line(project.package_root, site),
             )
             digests.append(digest)
             refs.append(tag)
