@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.upstream.git import CommitTree, GitError, GitRepo
+from imgbuild.upstream.git import CommitTree, GitError, GitRepo, ObjectReader
 from tests.support.synth import git
 
 FILES = {
@@ -51,6 +51,64 @@ def test_lookups_by_directory(tmp_path: Path) -> None:
     assert sorted(tree.paths("vllm/sub")) == ["vllm/sub/deep/b.py"]
     assert tree.blob_sha("vllm/a.py") == tree.blob_sha("vllm/same_as_a.py") is not None
     assert tree.blob_sha("vllm/sub") is None
+
+
+def test_paths_are_every_blob_below(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    listed = git(tmp_path / "r", "ls-tree", "-r", "--name-only", commit, "--", "vllm").split()
+    blobs = [p for p in listed if p != "vllm/link"] + ["vllm/link"]  # a symlink is a blob too
+    assert sorted(CommitTree(repo, commit).paths("vllm")) == sorted(blobs)
+    assert CommitTree(repo, commit).paths("vllm/a.py") == [] and CommitTree(repo, commit).paths("nope") == []
+
+
+def test_a_commit_that_is_not_there_is_a_git_error(tmp_path: Path) -> None:
+    repo, _ = make_repo(tmp_path / "r")
+    with pytest.raises(GitError, match="is not a commit"):
+        CommitTree(repo, "0" * 40)
+
+
+def test_objects_by_id_or_revision(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    git(tmp_path / "r", "tag", "-a", "-m", "annotated", "v1")
+    assert repo.resolve_commit("v1") == repo.resolve_commit("refs/tags/v1") == repo.resolve_commit("HEAD") == commit
+    assert repo.resolve_commit("no-such-tag") is None
+    assert repo.resolve_commit("HEAD\nHEAD") is None  # one name is one line of cat-file's input
+    blob = CommitTree(repo, commit).blob_sha("vllm/a.py")
+    assert blob is not None and repo.has_object(blob) and repo.read_blob(blob) == FILES["vllm/a.py"]
+    assert not repo.has_object("f" * 40) and not repo.has_object("HEAD")  # ids only, not revisions
+    with pytest.raises(GitError, match="is not in"):
+        repo.read_blob("f" * 40)
+
+
+def test_many_reads_come_back_in_order_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    monkeypatch.setattr(ObjectReader, "BATCH", 2)
+    tree = CommitTree(repo, commit)
+    names = [tree.blob_sha(p) or "" for p in FILES] + ["f" * 40, "", "HEAD"]
+    found = repo.objects.read_many(names)
+    assert [f.data if f else None for f in found[: len(FILES)]] == list(FILES.values())
+    assert found[len(FILES) : -1] == [None, None] and found[-1] is not None and found[-1].sha == commit
+
+
+def test_a_reader_that_died_is_a_git_error(tmp_path: Path) -> None:
+    repo, commit = make_repo(tmp_path / "r")
+    assert repo.resolve_commit("HEAD") == commit  # starts the reader
+    child = repo.objects._child
+    assert child is not None
+    child.kill()
+    child.wait()
+    with pytest.raises(GitError, match="cat-file --batch"):
+        repo.resolve_commit("HEAD")
+
+
+def test_what_is_not_a_repository_is_refused(tmp_path: Path) -> None:
+    repo, _ = make_repo(tmp_path / "r")
+    assert not repo.bare
+    assert GitRepo.init_bare(tmp_path / "bare.git").bare
+    (tmp_path / "plain").mkdir()
+    for path in (tmp_path / "plain", tmp_path / "missing"):
+        with pytest.raises(GitError, match="is not a git repository"):
+            GitRepo(path)
 
 
 def test_commit_time_is_the_committer_date_git_prints(tmp_path: Path) -> None:

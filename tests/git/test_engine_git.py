@@ -9,6 +9,7 @@ import pytest
 from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.project import Project, merge3
+from imgbuild.stack.checkstack import check_series
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.support.synth import Upstream, build_on, git, make_project, numbered
 
@@ -168,8 +169,15 @@ def test_group_revert_gives_pristine_files_and_overlap_fails_clearly(tmp_path: P
         [("0001-a.patch", "engram", attn), ("0002-b.patch", "sm12x", dep_diff)],
         variants=variants,
     )
-    with pytest.raises(ApplyError, match=r"kept patch 0002-b does not apply without the left-out 0001-a"):
+    with pytest.raises(ApplyError, match=r"kept patch 0002-b does not apply without the left-out 0001-a") as refused:
         proj2.plan(["mem"])
+    # `patches check` derives the selections without planning files: the same verdicts, the same words
+    for proj_, bad in ((proj, {}), (proj2, {"mem": refused.value.message})):
+        checked = check_series(proj_)
+        assert checked.variant_errors == bad and checked.ok != bool(bad)
+        assert {n: v.selected for n, v in checked.variants.items()} == {
+            n: v.selected for n, v in proj_.variants.items() if n not in bad
+        }
 
 
 def test_pin_mismatch_is_an_error(tmp_path: Path, two_releases: Upstream) -> None:
@@ -180,6 +188,25 @@ def test_pin_mismatch_is_an_error(tmp_path: Path, two_releases: Upstream) -> Non
     (root / "patches/upstream.yaml").write_text(pin.replace(v1, v2))
     with pytest.raises(UpstreamError, match=rf"tag v1 resolves to {v1}, but patches/upstream.yaml pins {v2}"):
         Project.load(root).tree()
+
+
+def test_early_upstream_gives_what_open_pinned_gives_or_raises(tmp_path: Path, two_releases: Upstream) -> None:
+    root = make_project(tmp_path / "p", two_releases, "v1", [])
+    assert Project.load(root, early_upstream=True).early is None  # a cold cache is opened in order, when asked
+    serial = Project.load(root).upstream
+    early = Project.load(root, early_upstream=True)
+    assert early.early is not None  # the mirror is there now: opened in a thread while the series parsed
+    assert (early.upstream.commit, early.upstream.tag, early.upstream.repo.path) == (
+        serial.commit,
+        serial.tag,
+        serial.repo.path,
+    )
+    v2 = git(two_releases.path, "rev-parse", "v2").strip()
+    v1 = git(two_releases.path, "rev-parse", "v1").strip()
+    (root / "patches/upstream.yaml").write_text((root / "patches/upstream.yaml").read_text().replace(v1, v2))
+    wrong = Project.load(root, early_upstream=True)  # the error waits for the first use, as open_pinned's would
+    with pytest.raises(UpstreamError, match=rf"tag v1 resolves to {v1}, but patches/upstream.yaml pins {v2}"):
+        wrong.tree()
 
 
 def test_offline_after_first_fetch(tmp_path: Path, two_releases: Upstream) -> None:

@@ -16,6 +16,16 @@ def test_split_lines_keeps_form_feeds_inside_lines() -> None:
     assert split_lines("a\n") == ["a\n"]
 
 
+def test_split_lines_is_a_split_on_newlines_only() -> None:
+    # every line boundary str.splitlines knows, inside, at the ends and next to '\n'
+    others = ["\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+    for other in others:
+        for text in (f"a{other}b\nc", f"a\n{other}", f"{other}a\n", other, f"a{other}", f"\n{other}\n", f"a\n{other}b"):
+            parts = text.split("\n")
+            assert split_lines(text) == [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else []), text
+    assert split_lines("") == [] and split_lines("\n\n") == ["\n", "\n"] and split_lines("a\nb") == ["a\n", "b"]
+
+
 def test_exact() -> None:
     h = hunk(5, ["l5\n", "l6\n", "l7\n"], ["l5\n", "NEW\n", "l7\n"])
     res = apply_hunks(LINES, [h])

@@ -107,9 +107,10 @@ def check(
     and print the variant x ref x patch matrix (--json, --markdown FILE for
     $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
-    project = load_project()
+    across = bool(onto or more_refs or markdown is not None or strict)
+    project = load_project(early_upstream=not across)  # the pinned release's git checks run while patches parse
     project.refuse_bad_headers()
-    if onto or more_refs or markdown is not None or strict:
+    if across:
         from imgbuild.cli import check_onto
 
         refs = check_onto.split_refs(onto, more_refs)
@@ -125,8 +126,8 @@ def check(
         print_json(result.to_json())
     else:
         tables.console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
-        for n, p in result.variants.items():
-            tables.console.print(f"variant [bold]{n}[/]: ok ({len(p.variant.selected)} patches)")
+        for n, v in result.variants.items():
+            tables.console.print(f"variant [bold]{n}[/]: ok ({len(v.selected)} patches)")
         for n, e in result.variant_errors.items():
             tables.console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
         for problem in result.lint:

@@ -25,6 +25,9 @@ def encode(text: str) -> bytes:
 
 def split_lines(text: str) -> list[str]:
     """Split on '\\n' only (str.splitlines also splits on form feeds)."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) == text.count("\n") + (1 if text and not text.endswith("\n") else 0):
+        return lines  # no line boundary but '\n' inside the text: the same split, made faster
     parts = text.split("\n")
     lines = [p + "\n" for p in parts[:-1]]
     if parts[-1]:

@@ -8,6 +8,7 @@ refusal names the patch file and the line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from unidiff.errors import UnidiffParseError
 from imgbuild.errors import PatchError
 
 INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
+SYMLINK_MODE_RE = re.compile(r"^(new file mode|new mode|old mode|deleted file mode) 120000$")
+HUNK_LINE = (" ", "+", "-", "@", "\\")  # how hunk, ---/+++ and @@ lines start: no refused line starts so
 FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
 ZERO = "0" * 40
 REQUIRED_FIELDS = ("Description", "Author", "Upstream-Status", "Last-Update", "Group")
@@ -104,17 +107,25 @@ def _strip_prefix(name: str, prefix: str) -> str:
 
 
 def _check_path(patch: str, path: str, line: int, package_root: str) -> None:
-    where = f"{patch}:{line}"
+    refused = _path_refusal(path, package_root)
+    if refused is not None:
+        raise PatchError(f"{patch}:{line}: {refused[0]}", hint=refused[1])
+
+
+@functools.lru_cache(maxsize=4096)  # each path is named by several header lines of its file diff
+def _path_refusal(path: str, package_root: str) -> tuple[str, str] | None:
+    """Why `path` is refused (message, hint), or None."""
     pure = PurePosixPath(path)
     if path.startswith("/") or pure.is_absolute():
-        raise PatchError(f"{where}: absolute path {path!r} is refused", hint="paths must be relative, like a/vllm/x.py")
+        return f"absolute path {path!r} is refused", "paths must be relative, like a/vllm/x.py"
     if ".." in pure.parts:
-        raise PatchError(f"{where}: path {path!r} escapes the tree ('..')", hint="remove the '..' component")
+        return f"path {path!r} escapes the tree ('..')", "remove the '..' component"
     if not pure.parts or pure.parts[0] != package_root:
-        raise PatchError(
-            f"{where}: {path!r} is outside the package root {package_root}/",
-            hint=f"patches may only touch files under {package_root}/",
+        return (
+            f"{path!r} is outside the package root {package_root}/",
+            f"patches may only touch files under {package_root}/",
         )
+    return None
 
 
 def _header_paths(line: str) -> list[str]:
@@ -274,12 +285,12 @@ def _check_lines(name: str, diff: str, first: int, package_root: str) -> None:
 
 
 def _check_line(name: str, line: str, i: int) -> None:
+    if line[:1] in HUNK_LINE:
+        return  # what follows can only match the start of a header line
     if line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
         raise PatchError(f"{name}:{i}: binary diff is refused", hint="patches may only change text files")
     m = INDEX_RE.match(line)
-    if re.match(r"^(new file mode|new mode|old mode|deleted file mode) 120000$", line) or (
-        m and m.group(3) == "120000"
-    ):
+    if SYMLINK_MODE_RE.match(line) or (m and m.group(3) == "120000"):
         raise PatchError(f"{name}:{i}: symlink is refused", hint="patches may not create or change symlinks")
     if m and (len(m.group(1)) != 40 or len(m.group(2)) != 40):
         raise PatchError(

@@ -200,15 +200,7 @@ def plan_variant(
 
     `full`, the whole series already applied to `tree` (keep_going), is reused for the
     patches that left-out ones do not affect, so each variant costs only its differences."""
-    by_name = {p.name: p for p in patches}
-    selected = [by_name[n] for n in variant.selected]
-    if full is None:
-        result = apply_stack(selected, tree, max_fuzz=max_fuzz, merge3=merge3)
-    else:
-        result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
-    failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
-    if failed:
-        raise _selection_error(variant, failed[0], patches)
+    result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz, merge3=merge3, full=full)
     files: list[PlannedFile] = []
     contents: dict[str, bytes] = {}
     touching_by_path: dict[str, list[Patch]] = {}
@@ -223,22 +215,50 @@ def plan_variant(
         if data is None:
             continue  # deleted by the variant, or created only by left-out patches
         changed = path in result.changed and data != pristine
-        if not changed and pristine is not None and blob_id(data) != blob_id(pristine):
-            raise ApplyError(f"{variant.name}: {path} should equal the pristine blob but does not")
         contents[path] = data
+        digest, blob = sha256(data), blob_id(data)
+        if pristine is None:
+            pristine_digest = pristine_blob = None
+        elif changed:
+            pristine_digest, pristine_blob = sha256(pristine), blob_id(pristine)
+        else:  # the same bytes: hashed once
+            pristine_digest, pristine_blob = digest, blob
         files.append(
             PlannedFile(
                 path=path,
                 state="patched" if changed else "original",
                 patches=touching if changed else (),
                 groups=tuple(dict.fromkeys(p.group for p in touching_by_path[path])),
-                sha256=sha256(data),
-                blob=blob_id(data),
-                pristine_blob=blob_id(pristine) if pristine is not None else None,
-                pristine_sha256=sha256(pristine) if pristine is not None else None,
+                sha256=digest,
+                blob=blob,
+                pristine_blob=pristine_blob,
+                pristine_sha256=pristine_digest,
             )
         )
     return VariantPlan(variant, tuple(files), tuple(result.outcomes), contents)
+
+
+def apply_selection(
+    variant: ResolvedVariant,
+    patches: Sequence[Patch],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    full: StackResult | None = None,
+) -> StackResult:
+    """The variant's patches applied to pristine `tree` (derived from `full` when given, as in
+    plan_variant); ApplyError when one of them does not apply on its own or needs a 3-way merge.
+    This is all of plan_variant that can fail: `patches check` stops here, without hashing every file."""
+    if full is None:
+        by_name = {p.name: p for p in patches}
+        result = apply_stack([by_name[n] for n in variant.selected], tree, max_fuzz=max_fuzz, merge3=merge3)
+    else:
+        result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
+    if failed:
+        raise _selection_error(variant, failed[0], patches)
+    return result
 
 
 def _selection_error(variant: ResolvedVariant, bad: PatchOutcome, patches: Sequence[Patch]) -> ApplyError:

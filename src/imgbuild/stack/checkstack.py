@@ -11,7 +11,7 @@ from pathlib import Path
 
 from imgbuild.errors import ApplyError, ImgbuildError
 from imgbuild.patches.apply import PatchOutcome, StackResult, apply_stack
-from imgbuild.patches.variants import VariantPlan, touched_paths
+from imgbuild.patches.variants import ResolvedVariant, apply_selection, touched_paths
 from imgbuild.project import Project, merge3
 from imgbuild.stack.materialize import write_tree
 
@@ -24,7 +24,7 @@ class SeriesCheck:
 
     project: Project
     full: StackResult
-    variants: dict[str, VariantPlan]
+    variants: dict[str, ResolvedVariant]  # those whose selection applies
     variant_errors: dict[str, str]  # variant -> why it has no plan
     lint: list[str]
 
@@ -40,9 +40,7 @@ class SeriesCheck:
             "ok": self.ok,
             "patches": [o.to_json() for o in self.full.outcomes],
             "variants": {
-                **{
-                    n: {"ok": True, "patches": [files[x] for x in p.variant.selected]} for n, p in self.variants.items()
-                },
+                **{n: {"ok": True, "patches": [files[x] for x in v.selected]} for n, v in self.variants.items()},
                 **{n: {"ok": False, "error": e} for n, e in self.variant_errors.items()},
             },
             "lint": self.lint,
@@ -54,11 +52,12 @@ def check_series(project: Project, max_fuzz: int = 0) -> SeriesCheck:
     tree = project.tree()
     tree.prefetch(touched_paths(project.patches))
     full = apply_stack(project.patches, tree, max_fuzz=max_fuzz, merge3=merge3)
-    variants: dict[str, VariantPlan] = {}
+    variants: dict[str, ResolvedVariant] = {}
     errors: dict[str, str] = {}
-    for name in project.variants:
-        try:
-            variants[name] = project.plan([name], max_fuzz=max_fuzz, full=full)[0]  # derived, not re-applied
+    for name, variant in project.variants.items():
+        try:  # derived from `full`, not re-applied; what a plan adds (hashes of every file) cannot fail
+            apply_selection(variant, project.patches, tree, max_fuzz=max_fuzz, full=full)
+            variants[name] = variant
         except ImgbuildError as exc:  # a variant that cannot be planned is reported with the others
             errors[name] = exc.message
     return SeriesCheck(project, full, variants, errors, project.lint())

@@ -1,11 +1,12 @@
 """All git access goes through this module.
 
-GitRepo wraps a gitpython Repo. Commands run via `GitRepo.run` and the named
-functions below, all through `_git` and the process funnel (imgbuild/proc.py),
-which echoes them (IMGBUILD_ECHO=1) so users can see exactly what imgbuild did;
-`git fast-import` streams through `fast_import`. Objects
-are read through gitpython's object database, which keeps one long-running
-`git cat-file --batch` process instead of a process per blob.
+Commands run via `GitRepo.run` and the named functions below, all through
+`_git` and the process funnel (imgbuild/proc.py), which echoes them
+(IMGBUILD_ECHO=1) so users can see exactly what imgbuild did; `git
+fast-import` streams through `fast_import`. Objects (commits, trees, blobs)
+are read through `ObjectReader`: one long-running `git cat-file --batch` per
+repository instead of a process per blob. gitpython (`GitRepo.repo`) is
+imported only by what writes objects in-process or needs its Repo.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ import hashlib
 import io
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
-
-import git
-from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
-from gitdb import IStream, LooseObjectDB
-from gitdb.exc import BadObject
+from typing import IO, TYPE_CHECKING
 
 from imgbuild import proc
+
+if TYPE_CHECKING:
+    import git
 
 SYMLINK_MODE = "120000"
 IDENTITY = {
@@ -69,24 +70,55 @@ def _git(
         raise GitError("git is not installed (not found on PATH)") from exc
 
 
+def _is_git_dir(path: Path) -> bool:
+    """A git directory (bare, or a work tree's .git), by the files gitpython's Repo looks for."""
+    return (path / "objects").is_dir() and (path / "refs").is_dir() and (path / "HEAD").is_file()
+
+
+def _init(path: Path, *flags: str) -> None:
+    """`git init` (what gitpython's Repo.init runs too), creating `path` and its parents."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = _git(["init", "-q", *flags, str(path)])
+    if done.returncode != 0:
+        raise GitError(f"git init {path} failed: {done.stderr.decode(errors='replace').strip()}")
+
+
 class GitRepo:
     def __init__(self, path: Path) -> None:
-        try:
-            self.repo = git.Repo(path)
-        except (InvalidGitRepositoryError, NoSuchPathError) as exc:
-            raise GitError(f"{path} is not a git repository") from exc
         self.path = Path(path)
+        if not (_is_git_dir(self.path) or _is_git_dir(self.path / ".git") or (self.path / ".git").is_file()):
+            raise GitError(f"{path} is not a git repository")
+        self._repo: git.Repo | None = None
+        self.objects = ObjectReader(self.path)  # started on the first read
+
+    @property
+    def repo(self) -> git.Repo:
+        """gitpython's Repo, made on first use (importing gitpython costs more than a check's reads)."""
+        if self._repo is None:
+            import git
+            from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
+            try:
+                self._repo = git.Repo(self.path)
+            except (InvalidGitRepositoryError, NoSuchPathError) as exc:
+                raise GitError(f"{self.path} is not a git repository") from exc
+        return self._repo
+
+    @property
+    def bare(self) -> bool:
+        """No work tree: the path is the git directory itself (what `init_bare` makes)."""
+        return _is_git_dir(self.path)
 
     @classmethod
     def init_bare(cls, path: Path) -> GitRepo:
-        git.Repo.init(path, bare=True)
+        _init(path, "--bare")
         repo = cls(path)
         repo.run("config", "gc.auto", "0")
         return repo
 
     @classmethod
     def init(cls, path: Path) -> GitRepo:
-        git.Repo.init(path)
+        _init(path)
         return cls(path)
 
     def run(self, *args: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> str:
@@ -107,26 +139,17 @@ class GitRepo:
     # -- objects ---------------------------------------------------------
     def resolve_commit(self, rev: str) -> str | None:
         """Full commit id for `rev`, or None if it does not exist here."""
-        try:
-            sha = str(self.repo.rev_parse(f"{rev}^{{commit}}").hexsha)
-        except (BadName, BadObject, ValueError, GitCommandError):
-            return None
-        return sha if self.has_object(sha) else None  # a full hex id parses even when the object is absent
+        found = self.objects.read(f"{rev}^{{commit}}")
+        return found.sha if found is not None and found.kind == "commit" else None
 
     def has_object(self, sha: str) -> bool:
-        try:
-            self.repo.odb.info(bytes.fromhex(sha))
-        except (BadObject, BadName, ValueError):
-            return False
-        except GitCommandError:
-            return False
-        return True
+        return _is_hex(sha) and self.objects.read(sha) is not None
 
     def read_blob(self, sha: str) -> bytes:
-        try:
-            return bytes(self.repo.odb.stream(bytes.fromhex(sha)).read())
-        except (BadObject, ValueError) as exc:
-            raise GitError(f"blob {sha} is not in {self.path}") from exc
+        found = self.objects.read(sha) if _is_hex(sha) else None
+        if found is None:
+            raise GitError(f"blob {sha} is not in {self.path}")
+        return found.data
 
     def write_blob(self, data: bytes) -> str:
         sha = blob_id(data)
@@ -167,10 +190,13 @@ class GitRepo:
 
     def commit_time(self, commit: str) -> int:
         """The committer date of `commit` in seconds, read from its object (no `git show` process)."""
-        try:
-            return int(self.repo.commit(commit).committed_date)
-        except (BadName, BadObject, ValueError, GitCommandError) as exc:
-            raise GitError(f"no commit {commit} in {self.path}") from exc
+        found = self.objects.read(f"{commit}^{{commit}}")
+        if found is None:
+            raise GitError(f"no commit {commit} in {self.path}")
+        for line in found.data.split(b"\n\n", 1)[0].splitlines():
+            if line.startswith(b"committer "):
+                return int(line.rsplit(b" ", 2)[1])  # "committer NAME <EMAIL> SECONDS ZONE"
+        return 0
 
     def remote_url(self, name: str = "origin") -> str:
         return self.run("remote", "get-url", name).strip()
@@ -229,65 +255,168 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, 
     return done.stdout, done.returncode
 
 
+@dataclass(frozen=True)
+class GitObject:
+    sha: str
+    kind: str  # "blob", "tree", "commit" or "tag"
+    data: bytes
+
+
+def _is_hex(sha: str) -> bool:
+    return len(sha) >= 4 and all(c in "0123456789abcdef" for c in sha.lower())
+
+
+class ObjectReader:
+    """Objects of one repository through one long-lived `git cat-file --batch` (started, and echoed, on
+    the first read): a read is a round trip on a pipe, not a process or a pure-Python pack read."""
+
+    BATCH = 512  # names written ahead of reading: far below a pipe's buffer, so neither side blocks
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._child: proc.Popen[bytes] | None = None
+        self._lock = threading.Lock()  # one request and its answer at a time (smoke runs worker threads)
+
+    def read(self, name: str) -> GitObject | None:
+        """The object `name` (an id, or a revision like `TAG^{commit}`) names; None when there is none."""
+        return self.read_many([name])[0]
+
+    def read_many(self, names: Sequence[str]) -> list[GitObject | None]:
+        """`read` of each name, in order, the names written BATCH at a time."""
+        out: list[GitObject | None] = []
+        with self._lock:
+            child = self._start()
+            assert child.stdin is not None and child.stdout is not None
+            for at in range(0, len(names), self.BATCH):
+                chunk = names[at : at + self.BATCH]
+                asked = [n for n in chunk if n and "\n" not in n]  # a name is one line of the protocol
+                try:
+                    child.stdin.write("".join(f"{n}\n" for n in asked).encode("utf-8", errors="surrogateescape"))
+                    child.stdin.flush()
+                except OSError as exc:
+                    raise self._failed(child) from exc
+                answers = iter([self._answer(child) for _ in asked])
+                out.extend(next(answers) if n and "\n" not in n else None for n in chunk)
+        return out
+
+    def _answer(self, child: proc.Popen[bytes]) -> GitObject | None:
+        assert child.stdout is not None
+        header = child.stdout.readline()
+        if not header.endswith(b"\n"):
+            raise self._failed(child)
+        if header.endswith((b" missing\n", b" ambiguous\n")):
+            return None
+        sha, kind, size = header.split()
+        data = child.stdout.read(int(size) + 1)  # the object, then a newline
+        if len(data) != int(size) + 1:
+            raise self._failed(child)
+        return GitObject(sha.decode(), kind.decode(), data[:-1])
+
+    def _start(self) -> proc.Popen[bytes]:
+        if self._child is None:
+            errors = tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the reader's life, closed by _stop_reader
+            try:
+                self._child = proc.popen(
+                    ["git", "cat-file", "--batch"], stdin=proc.PIPE, stdout=proc.PIPE, stderr=errors, cwd=self.path
+                )
+            except proc.ToolNotFound as exc:
+                errors.close()
+                raise GitError("git is not installed (not found on PATH)") from exc
+            self._errors = errors
+            weakref.finalize(self, _stop_reader, self._child, errors)
+        return self._child
+
+    def _failed(self, child: proc.Popen[bytes]) -> GitError:
+        child.wait()
+        self._errors.seek(0)
+        lines = self._errors.read().decode(errors="replace").strip().splitlines()
+        why = lines[0] if lines else f"exit {child.returncode}"
+        return GitError(f"git cat-file --batch in {self.path} failed: {why}")
+
+
+def _stop_reader(child: proc.Popen[bytes], errors: IO[bytes]) -> None:
+    """End a reader: EOF on its stdin is what makes `git cat-file --batch` exit."""
+    with contextlib.suppress(OSError):
+        if child.stdin is not None:
+            child.stdin.close()
+    try:
+        child.wait(timeout=5)
+    except proc.TimeoutExpired:
+        child.kill()
+        child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+    errors.close()
+
+
+def parse_tree(data: bytes, prefix: str, id_bytes: int = 20) -> dict[str, TreeEntry]:
+    """A tree object's entries by name (`mode SP name NUL id`), each path under `prefix`."""
+    entries: dict[str, TreeEntry] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        mode = data[pos:space].decode()
+        name = data[space + 1 : nul].decode("utf-8", errors="surrogateescape")
+        kind = "tree" if mode == "40000" else "commit" if mode == "160000" else "blob"
+        entries[name] = TreeEntry(prefix + name, mode, kind, data[nul + 1 : nul + 1 + id_bytes].hex())
+        pos = nul + 1 + id_bytes
+    return entries
+
+
 class CommitTree:
-    """Read-only view of one commit, for apply.Tree. Reads via the object db."""
+    """Read-only view of one commit, for apply.Tree. Reads through the repository's ObjectReader."""
 
     def __init__(self, repo: GitRepo, commit: str) -> None:
         self.repo = repo
         self.commit = commit
-        self._tree = repo.repo.commit(commit).tree
+        root = repo.objects.read(f"{commit}^{{tree}}")
+        if root is None or root.kind != "tree":
+            raise GitError(f"{commit} is not a commit in {repo.path}")
+        self._root = TreeEntry("", "40000", "tree", root.sha)
         # A commit never changes, so lookups and contents can be kept.
-        self._items: dict[str, git.objects.base.IndexObject | None] = {}
+        self._items: dict[str, TreeEntry | None] = {}
         self._data: dict[str, bytes | None] = {}
-        self._dirs: dict[str, dict[str, git.objects.base.IndexObject]] = {}
+        self._dirs: dict[str, dict[str, TreeEntry]] = {root.sha: parse_tree(root.data, "", len(root.sha) // 2)}
 
-    def _item(self, path: str) -> git.objects.base.IndexObject | None:
-        # One directory at a time, each tree parsed once: gitpython's `tree / path`
-        # parses every tree on the way down again on each call.
+    def _item(self, path: str) -> TreeEntry | None:
+        # One directory at a time, each tree read and parsed once.
         if path not in self._items:
             parent, _, name = path.rpartition("/")
-            tree = self._tree if not parent else self._item(parent)
-            self._items[path] = self._entries(tree).get(name) if tree is not None and tree.type == "tree" else None
+            tree = self._root if not parent else self._item(parent)
+            self._items[path] = self._entries(tree).get(name) if tree is not None and tree.kind == "tree" else None
         return self._items[path]
 
-    def _entries(self, tree: git.objects.base.IndexObject) -> dict[str, git.objects.base.IndexObject]:
-        if tree.hexsha not in self._dirs:
-            self._dirs[tree.hexsha] = {str(item.name): item for item in tree}
-        return self._dirs[tree.hexsha]
+    def _entries(self, tree: TreeEntry) -> dict[str, TreeEntry]:
+        if tree.sha not in self._dirs:
+            found = self.repo.objects.read(tree.sha)
+            if found is None or found.kind != "tree":
+                raise GitError(f"tree {tree.sha} ({tree.path}) of {self.commit} cannot be read in {self.repo.path}")
+            self._dirs[tree.sha] = parse_tree(found.data, f"{tree.path}/" if tree.path else "", len(tree.sha) // 2)
+        return self._dirs[tree.sha]
 
     def read(self, path: str) -> bytes | None:
         if path not in self._data:
             item = self._item(path)
-            self._data[path] = None if item is None or item.type != "blob" else bytes(item.data_stream.read())
+            self._data[path] = None if item is None or item.kind != "blob" else self.repo.read_blob(item.sha)
         return self._data[path]
 
     def prefetch(self, paths: Iterable[str]) -> None:
-        """Read the blobs of `paths` with one `git cat-file --batch` instead of a round trip each.
+        """Read the blobs of `paths` in one batch of requests instead of a round trip each.
         Anything unexpected leaves them to `read`, one at a time."""
         wanted: dict[str, list[str]] = {}
         for path in paths:
             item = None if path in self._data else self._item(path)
-            if item is not None and item.type == "blob":
-                wanted.setdefault(str(item.hexsha), []).append(path)
-        if len(wanted) < 2:
-            return
-        done = _run_bare(
-            ["cat-file", "--batch"], stdin="".join(f"{sha}\n" for sha in wanted).encode(), cwd=self.repo.path
-        )
-        out, pos = done.stdout, 0
-        for sha, where in wanted.items():  # answered in the order asked
-            end = out.find(b"\n", pos)
-            header = out[pos:end].split()
-            if done.returncode != 0 or len(header) != 3 or header[:2] != [sha.encode(), b"blob"]:
-                return
-            start, size = end + 1, int(header[2])
-            for path in where:
-                self._data[path] = out[start : start + size]
-            pos = start + size + 1
+            if item is not None and item.kind == "blob":
+                wanted.setdefault(item.sha, []).append(path)
+        for found, (sha, where) in zip(self.repo.objects.read_many(list(wanted)), wanted.items(), strict=True):
+            if found is not None and found.sha == sha and found.kind == "blob":
+                for path in where:
+                    self._data[path] = found.data
 
     def blob_sha(self, path: str) -> str | None:
         item = self._item(path)
-        return None if item is None or item.type != "blob" else str(item.hexsha)
+        return None if item is None or item.kind != "blob" else item.sha
 
     def blob(self, sha: str) -> bytes | None:
         return self.repo.read_blob(sha) if self.repo.has_object(sha) else None
@@ -299,7 +428,7 @@ class CommitTree:
             item = self._item(prefix)
             if item is None:
                 return None
-            if item.mode == 0o120000:
+            if item.mode == SYMLINK_MODE:
                 return prefix
         return None
 
@@ -318,11 +447,22 @@ class CommitTree:
         return [n.removeprefix(prefix) for n in names if n]
 
     def paths(self, under: str) -> list[str]:
-        """Every blob path below `under` (used to follow renames)."""
+        """Every blob path below `under` (used to follow renames), breadth first."""
         item = self._item(under)
-        if item is None or item.type != "tree":
+        if item is None or item.kind != "tree":
             return []
-        return [str(b.path) for b in item.traverse() if getattr(b, "type", "") == "blob"]
+        found: list[str] = []
+        level = [item]
+        while level:
+            below: list[TreeEntry] = []
+            for tree in level:
+                for entry in self._entries(tree).values():
+                    if entry.kind == "blob":
+                        found.append(entry.path)
+                    elif entry.kind == "tree":
+                        below.append(entry)
+            level = below
+        return found
 
 
 # -- Scratch repositories, commit stacks and diffs (rebase, patch queue, check) --
@@ -403,6 +543,8 @@ def _store(repo: GitRepo, kind: bytes, data: bytes) -> str:
     """Write a loose object in-process (gitdb), unless the repository has it already."""
     sha = hashlib.sha1(b"%s %d\0" % (kind, len(data)) + data, usedforsecurity=False).hexdigest()
     if not repo.has_object(sha):
+        from gitdb import IStream, LooseObjectDB
+
         LooseObjectDB(str(Path(repo.repo.git_dir) / "objects")).store(IStream(kind, len(data), io.BytesIO(data)))
     return sha
 
@@ -571,10 +713,6 @@ def ref_target(path: Path, ref: str) -> str:
     if done.returncode != 0 or err:
         raise GitError((err or f"git for-each-ref exited {done.returncode}").splitlines()[0])
     return done.stdout.decode().strip()
-
-
-def commit_readable(path: Path, sha: str) -> bool:
-    return _run_bare(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=path).returncode == 0
 
 
 def check_connected(path: Path, commit: str) -> None:

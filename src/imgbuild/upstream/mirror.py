@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
 from imgbuild.upstream import pip
-from imgbuild.upstream.git import GitError, GitRepo, check_connected, commit_readable, fast_import, ref_target
+from imgbuild.upstream.git import GitError, GitRepo, check_connected, fast_import, ref_target
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
 
@@ -87,14 +88,15 @@ class Mirror:
         self.root = root or cache_dir()
         self.path = self.root / "mirrors" / f"{source_key(source)}.git"
         self._whole: set[tuple[str, str]] = set()  # (repo, commit) that fsck found whole in this process
+        self._repo: GitRepo | None = None  # the mirror, once opened: its one object reader serves every read
 
     # -- the mirror itself ----------------------------------------------
     def open(self) -> GitRepo:
         """Open the mirror, creating it atomically if needed."""
         if self.path.exists():
             try:
-                repo = GitRepo(self.path)
-                if repo.repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
+                repo = self._git_repo()
+                if repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
                     return repo
             except GitError:
                 pass
@@ -107,13 +109,19 @@ class Mirror:
             os.rename(staging, self.path)
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)  # another process won the race
-        return GitRepo(self.path)
+        return self._git_repo()
+
+    def _git_repo(self) -> GitRepo:
+        if self._repo is None:
+            self._repo = GitRepo(self.path)
+        return self._repo
 
     def set_aside(self, why: str) -> Path:
         aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
         _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
         self._whole.clear()
+        self._repo = None
         return aside
 
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
@@ -164,9 +172,14 @@ class Mirror:
         except GitError as exc:
             raise BrokenMirror(str(exc)) from exc
         if sha:
-            if not commit_readable(self.path, sha):
+            repo = self._git_repo()
+            try:
+                readable = repo.resolve_commit(sha) is not None  # (an annotated tag's object, peeled)
+            except GitError:
+                readable = False
+            if not readable:
                 raise BrokenMirror(f"{ref} points at {sha}, which cannot be read")
-            self._check_whole(GitRepo(self.path), sha)
+            self._check_whole(repo, sha)
 
     def _check_whole(self, repo: GitRepo, commit: str) -> None:
         """Every object of `commit` is there and readable (a few ms for a release tree)."""
@@ -358,3 +371,38 @@ def _one_line(exc: BaseException) -> str:
 
 def open_pinned(pin: UpstreamPin) -> Resolved:
     return Mirror(pin.source, pin.package_root).resolve_pin(pin)
+
+
+class EarlyPin:
+    """`open_pinned(pin)` in a thread, started before work that does not need it (parsing the series):
+    its git processes (the tag, fsck, the mirror's config) run meanwhile. `result()` waits, then gives
+    what open_pinned returned or raises what it raised, at the point the caller would have called it."""
+
+    def __init__(self, pin: UpstreamPin) -> None:
+        self._result: Resolved | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(pin,), name="imgbuild-open-pinned")
+        self._thread.start()
+
+    def _run(self, pin: UpstreamPin) -> None:
+        try:
+            self._result = open_pinned(pin)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is, by result()
+            self._error = exc
+
+    def result(self) -> Resolved:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    @classmethod
+    def start(cls, pin: UpstreamPin) -> EarlyPin | None:
+        """Started only when the mirror is there: a cold cache (fetch, wheel import, their messages) and a
+        cache directory that cannot be used stay in order, when the caller asks."""
+        try:
+            warm = Mirror(pin.source, pin.package_root).path.is_dir()
+        except ImgbuildError:
+            return None
+        return cls(pin) if warm else None
