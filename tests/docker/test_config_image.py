@@ -23,13 +23,6 @@ from tests.support.runner import Cli
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture
-def modern(engine: Engine) -> Engine:
-    if not engine.features.modern:
-        pytest.skip(f"needs Docker 26+ with the containerd image store: {engine.features.describe()}")
-    return engine
-
-
 def buildkit_ids(engine: Engine, project: Path, cache: Path, platform: str | None) -> dict[str, str]:
     """immutable ref -> the id BuildKit gives the same variant Dockerfile (built under a scratch tag)."""
     proj = Project.load(project)

@@ -25,13 +25,6 @@ from tests.support.runner import Cli
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture
-def modern(engine: Engine) -> Engine:
-    if not engine.features.modern:
-        pytest.skip(f"needs Docker 26+ with the containerd image store: {engine.features.describe()}")
-    return engine
-
-
 def image_parts(layout: Path, image_id: str, platform: str) -> tuple[dict[str, object], bytes, bytes]:
     """(manifest, config bytes, the top layer's uncompressed tar) of `platform`'s image under `image_id`."""
     found = ocilayout.platform_image(layout, image_id, platform)

@@ -25,13 +25,6 @@ pytestmark = pytest.mark.docker
 PLATFORMS = ("linux/amd64", "linux/arm64")
 
 
-@pytest.fixture
-def modern(engine: Engine) -> Engine:
-    if not engine.features.modern:
-        pytest.skip(f"needs Docker 26+ with the containerd image store: {engine.features.describe()}")
-    return engine
-
-
 def two_platforms(make_project: MakeProject, name: str) -> Path:
     project = make_project(name)
     set_platforms(project, ["linux/arm64", "linux/amd64"])

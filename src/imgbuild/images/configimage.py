@@ -172,17 +172,23 @@ def variant_config(
     return go_json(dict(sorted(image.items()))).encode()
 
 
+def oci_manifest(data: bytes) -> dict[str, Any] | None:
+    """A parent's manifest, where it is an OCI one with an OCI config (what BuildKit exports); else None."""
+    try:
+        manifest = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(manifest, dict) or manifest.get("mediaType") != OCI_MANIFEST_TYPE:
+        return None
+    return manifest if (manifest.get("config") or {}).get("mediaType") == OCI_CONFIG_TYPE else None
+
+
 def variant_image(
     parent_manifest: bytes, parent_config: bytes, env: Sequence[tuple[str, str]], labels: Mapping[str, str], epoch: int
 ) -> ConfigImage | None:
     """Config and manifest of the variant image over a parent's OCI manifest; None where this is not sure."""
-    try:
-        manifest: dict[str, Any] = json.loads(parent_manifest)
-    except ValueError:
-        return None
-    if manifest.get("mediaType") != OCI_MANIFEST_TYPE or (manifest.get("config") or {}).get("mediaType") != (
-        OCI_CONFIG_TYPE
-    ):
+    manifest = oci_manifest(parent_manifest)
+    if manifest is None:
         return None
     config_bytes = variant_config(parent_config, env, labels, epoch)
     if config_bytes is None:

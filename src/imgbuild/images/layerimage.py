@@ -28,7 +28,6 @@ builds with BuildKit instead.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -169,13 +168,8 @@ def layer_image(
     epoch: int,
 ) -> LayerImage | None:
     """The layer image over a parent's OCI manifest and config; None where BuildKit has to build it."""
-    try:
-        manifest: dict[str, Any] = json.loads(parent_manifest)
-    except ValueError:
-        return None
-    if manifest.get("mediaType") != OCI_MANIFEST_TYPE or (manifest.get("config") or {}).get("mediaType") != (
-        OCI_CONFIG_TYPE
-    ):
+    manifest = configimage.oci_manifest(parent_manifest)
+    if manifest is None:
         return None
     tar = layer_tar(files)
     if tar is None:
