@@ -382,6 +382,7 @@ class _Turn:
     slot: Slot
     reuse: bool
     existing_id: str | None  # what the immutable tag names now
+    note: str  # what its turn says first: reused, or building
     written: str | None = None  # its id, where it was written ahead with the layers
 
 
@@ -483,7 +484,8 @@ class Runner:
         return todo, writes
 
     def _turn(self, unit: ImageBuild | MultiImage) -> _Turn:
-        """What `unit`'s turn finds before anything is written: reused or built; if built, the tags to put back."""
+        """What `unit`'s turn finds before anything is written: reused or built; if built, the tags to put back
+        (noted now, so that a failure in the one load of every image puts them back; said in its turn)."""
         eng = self.engine
         slot = self.journal.open(unit.immutable_ref)
         refs = unit.platform_refs if isinstance(unit, MultiImage) else {}
@@ -494,21 +496,21 @@ class Runner:
             and all(eng.image(r) is not None for r in refs.values())
             and not self.options.force
         )
-        turn = _Turn(unit, slot, reuse, existing.id if existing is not None else None)
+        turn = _Turn(unit, slot, reuse, existing.id if existing is not None else None, "")
         if isinstance(unit, MultiImage):
             platforms = ", ".join(unit.platforms)
             if reuse:
-                self.journal.say(slot, f"{unit.variant}: {unit.immutable_ref} ({platforms}) unchanged (inputs "
-                                 f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
+                turn.note = (f"{unit.variant}: {unit.immutable_ref} ({platforms}) unchanged (inputs "
+                             f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
             else:
                 slot.restore = {r: _image_id(eng, r) for r in (unit.immutable_ref, *refs.values())}
-                self.journal.say(slot, f"{unit.variant}: building {unit.immutable_ref} for {platforms} in one call")
+                turn.note = f"{unit.variant}: building {unit.immutable_ref} for {platforms} in one call"
         elif reuse:
-            self.journal.say(slot, f"{unit.variant}: {unit.immutable_ref} unchanged (inputs "
-                             f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
+            turn.note = (f"{unit.variant}: {unit.immutable_ref} unchanged (inputs "
+                         f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
         else:
             slot.restore = {unit.immutable_ref: turn.existing_id}  # a failure from here on puts the immutable tag back
-            self.journal.say(slot, f"{unit.variant}: building {unit.immutable_ref} for {unit.platform}")
+            turn.note = f"{unit.variant}: building {unit.immutable_ref} for {unit.platform}"
         return turn
 
     def _write_ahead(self, steps: Sequence[_LayerStep], writes: Sequence[tuple[_LayerStep, str | None]],
@@ -569,6 +571,7 @@ class Runner:
         eng = self.engine
         ib, slot = turn.unit, turn.slot
         assert isinstance(ib, ImageBuild)
+        self.journal.say(slot, turn.note)
         result = ImageResult(
             ib.variant,
             ib.platform,
@@ -616,6 +619,7 @@ class Runner:
         eng = self.engine
         mi, slot = turn.unit, turn.slot
         assert isinstance(mi, MultiImage)
+        self.journal.say(slot, turn.note)
         refs = mi.platform_refs
         results = [
             ImageResult(
