@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import daemon_watch
 from tests.support.cleanup import drop_large
 from tests.support.runner import Cli, imgbuild
 from tests.support.synth import Upstream
@@ -49,6 +50,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _daemon_survives(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With --docker: a test during which dockerd died stops the session, naming the test and the daemon's
+    last log lines, instead of every later docker test failing on an unreachable daemon."""
+    pid = daemon_watch.dockerd_pid() if request.config.getoption("--docker") else None
+    since = daemon_watch.log_size() if pid else 0
+    yield
+    if pid and daemon_watch.dockerd_pid() != pid:
+        words = daemon_watch.last_words(since)
+        pytest.exit(f"dockerd (pid {pid}) died during {request.node.nodeid}; its log:\n{words}", returncode=3)
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,8 @@ from imgbuild.patches.variants import resolve_variants
 from tests.support.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.support.synth import Upstream, git, make_project, numbered
 
+NO_DAEMON = "unix:///nonexistent/docker.sock"  # for checks that must come before the daemon is asked anything
+
 BASE = numbered(30)
 PATCHED = BASE.replace("line 10\n", "line 10 patched\n")
 
@@ -196,7 +198,7 @@ def test_an_unclosed_quote_names_the_line_where_it_opens(tmp_path: Path, upstrea
 def test_an_unsupported_platform_is_refused_naming_the_known_ones(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
     for args in (("build", "--dry-run", "--base", "skeleton"), ("smoke", "latest"), ("skeleton",)):
-        out = imgbuild(root, *args, "--platform", "linux/s390x")
+        out = imgbuild(root, *args, "--platform", "linux/s390x", DOCKER_HOST=NO_DAEMON)  # refused before it asks one
         assert out.returncode == 2, (args, out.stderr)
         assert "--platform linux/s390x: unsupported platform; known: linux/arm64, linux/amd64" in out.stderr
     variant = {"name": "latest", "image": {"platforms": ["linux/s390x"]}}
@@ -373,9 +375,11 @@ def test_ctrl_c_while_the_cli_starts_gives_no_traceback(tmp_path: Path, delay_ms
 def test_an_unwritable_junit_path_is_refused_before_building(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
     (tmp_path / "plain").write_text("a file\n")
-    out = imgbuild(root, "build", "--base", "skeleton", "--junit", str(tmp_path / "plain" / "smoke.xml"))
+    out = imgbuild(
+        root, "build", "--base", "skeleton", "--junit", str(tmp_path / "plain" / "smoke.xml"), DOCKER_HOST=NO_DAEMON
+    )
     assert out.returncode == 10 and "Traceback" not in out.stderr
     assert f"cannot write the JUnit report to {tmp_path}/plain/smoke.xml" in out.stderr
     with tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
-        out = imgbuild(root, "smoke", "latest", "--junit", str(ro / "smoke.xml"))
+        out = imgbuild(root, "smoke", "latest", "--junit", str(ro / "smoke.xml"), DOCKER_HOST=NO_DAEMON)
     assert out.returncode == 10 and "Read-only file system" in out.stderr

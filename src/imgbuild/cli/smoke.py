@@ -51,7 +51,6 @@ def smoke_cmd(
 
       imgbuild smoke vllm-dsv41:latest --json
     """
-    eng = Engine.connect()
     if junit is not None:
         check_junit_path(junit)
     from imgbuild.config.models import check_platform  # image references take --platform too, without a project
@@ -59,6 +58,7 @@ def smoke_cmd(
     project = _project()
     check_platform(platform, allow_all=True)
     opts = options(base, repository)
+    eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon
     reports: list[SmokeReport] = []
     variant_names = [t for t in targets if project is not None and t in project.variants]
     if variant_names:

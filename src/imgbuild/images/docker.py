@@ -10,8 +10,9 @@ pick the build path:
   cannot inspect one platform of an index). BuildKit (`docker buildx build`,
   the docker driver, the context tar on stdin) exports each base into the
   layout once, and builds what the writers do not know, through the `oci`
-  exporter with `rewrite-timestamp` and SOURCE_DATE_EPOCH, every platform in
-  one call; equal inputs give equal digests either way.
+  exporter with `rewrite-timestamp` and SOURCE_DATE_EPOCH, one call per
+  platform (one call for several can crash dockerd 26: `_export`), the index
+  written here; equal inputs give equal digests either way.
 - anything older (Debian's 20.10, BuildKit v0.8): `buildx build --load`, one
   platform per call, digests not reproducible.
 
@@ -598,7 +599,16 @@ class Engine:
         builder: str | None,
         what: str,
     ) -> dict[str, Any]:
-        """BuildKit builds `context` into the OCI layout directory (locked by the caller); the exported descriptor."""
+        """BuildKit builds `context` into the OCI layout directory (locked by the caller); the exported descriptor.
+
+        Several platforms are built one call each, and their index is written here: dockerd 26's BuildKit
+        can crash the whole daemon ("fatal error: concurrent map writes" in llb.addCap) when it converts one
+        Dockerfile for two platforms at once, both sharing the stdin context's FileOp.
+        """
+        platforms = platform.split(",")
+        if len(platforms) > 1:
+            tops = [self._export(context, layout, name, p, no_cache, verbose, epoch, builder, what) for p in platforms]
+            return _index_of(layout, tops, platforms, epoch)
         with tempfile.TemporaryDirectory(prefix="imgbuild-export-") as tmp:
             meta = Path(tmp) / "metadata.json"
             out = f"type=oci,tar=false,dest={layout},name={name},rewrite-timestamp=true"
@@ -765,6 +775,12 @@ class Engine:
         if child.returncode != 0:
             self._check_buildx()  # a missing buildx plugin gets its own message and hint
             text = (out or b"").decode(errors="replace")
+            if self._api is not None and not engine_api.EngineApi(self._api.path, timeout=10.0).ping():
+                raise DockerError(
+                    f"the Docker daemon stopped answering during {what}:\n{_tail(text, 8)}",
+                    hint="it may have crashed: its log (`journalctl -u docker`, or /var/log/dockerd.log) says why; "
+                    + START_HINT,
+                )
             raise DockerError(
                 f"{what} failed:\n{_tail(text)}",
                 hint="run with IMGBUILD_ECHO=1 to see the command; `--verbose` shows the build log",
@@ -1000,6 +1016,25 @@ def _full_name(ref: reference.Reference) -> str:
 def _platform_dict(platform: str) -> dict[str, str]:
     os_name, _, arch = platform.partition("/")
     return {"architecture": arch.split("/")[0], "os": os_name}
+
+
+def _index_of(
+    layout: Path, tops: Sequence[Mapping[str, Any]], platforms: Sequence[str], epoch: int | None
+) -> dict[str, Any]:
+    """The index over one exported manifest per platform, written into `layout`; its descriptor."""
+    manifests = []
+    for top, platform in zip(tops, platforms, strict=True):
+        if top.get("mediaType") in (OCI_INDEX_TYPE, ocilayout.DOCKER_LIST_TYPE):
+            raise DockerError(f"buildx exported an index for {platform} alone ({top.get('digest')}), not one image")
+        data = ocilayout.blob_path(layout, str(top["digest"])).read_bytes()
+        blob = configimage.Blob(data, str(top.get("mediaType") or OCI_MANIFEST_TYPE))
+        manifests.append((blob, top.get("platform") or _platform_dict(platform)))
+    idx = configimage.index(manifests)
+    ocilayout.put_blob(layout, idx.digest, idx.data)
+    desc = idx.descriptor()
+    if epoch is not None:
+        desc["annotations"] = {ocilayout.CREATED: configimage.timestamp(epoch)}
+    return desc
 
 
 def _descriptor(meta: Path, tag: str) -> dict[str, Any]:
