@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +11,7 @@ import pytest
 from imgbuild.images.docker import CONTAINER_LABEL, Engine
 from imgbuild.images.dockerfile import context_tar
 from tests.docker.conftest import Built, MakeProject
-from tests.support.runner import Cli
+from tests.support.runner import Cli, ctrl_c
 from tests.support.synth import Upstream
 from tests.support.synth_images import FILES, SITE
 
@@ -93,28 +88,14 @@ def test_interrupted_build_leaves_no_half_tagged_image(
 ) -> None:
     project = make_project("interrupt")
     repo = f"{prefix}-interrupt"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "imgbuild", "-C", str(project), "build", "latest", "--base", "skeleton"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "smoke-testing" in line:
-            time.sleep(0.5)  # inside the smoke run, after the immutable tag was set
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 130, "".join(seen) + rest
-    assert "interrupted; nothing was changed" in rest and "Traceback" not in rest  # not a bare exit 130
+    # inside the smoke run, after the immutable tag was set
+    done = ctrl_c(project, "build", "latest", "--base", "skeleton", when="smoke-testing", after=0.5)
+    assert done.returncode == 130, done.stderr
+    assert "interrupted; nothing was changed" in done.stderr and "Traceback" not in done.stderr  # not a bare 130
     assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
     label = f"imgbuild.upstream.url={synth_upstream.url}"
     assert engine.client.containers.list(all=True, filters={"label": label}) == []  # the smoke container is gone
-    owned = f"{CONTAINER_LABEL}={proc.pid}"
+    owned = f"{CONTAINER_LABEL}={done.pid}"
     assert engine.client.containers.list(all=True, filters={"label": owned}) == []
 
 

@@ -9,18 +9,13 @@ what is printed comes in plan order.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from imgbuild.images.docker import CONTAINER_LABEL, Engine
 from tests.docker.conftest import MakeProject
 from tests.docker.test_failures import tags_of
-from tests.support.runner import Cli
+from tests.support.runner import Cli, ctrl_c
 from tests.support.synth import Upstream
 
 pytestmark = pytest.mark.docker
@@ -100,26 +95,13 @@ def test_ctrl_c_while_both_smokes_run_leaves_no_tag_and_no_container(
 ) -> None:
     project = make_project("interrupt2")
     repo = f"{prefix}-interrupt2"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "imgbuild", "-C", str(project), "build", "latest", "engram-mem", "--base", "skeleton"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "latest: smoke-testing" in line:
-            time.sleep(0.8)  # latest's smoke container runs; engram-mem builds or smokes beside it
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 130, "".join(seen) + rest
-    assert "interrupted; nothing was changed" in rest and "Traceback" not in rest
+    # latest's smoke container runs; engram-mem builds or smokes beside it
+    args = ("build", "latest", "engram-mem", "--base", "skeleton")
+    done = ctrl_c(project, *args, when="latest: smoke-testing", after=0.8)
+    assert done.returncode == 130, done.stderr
+    assert "interrupted; nothing was changed" in done.stderr and "Traceback" not in done.stderr
     assert image_tags(engine, repo) == set()
-    owned = f"{CONTAINER_LABEL}={proc.pid}"
+    owned = f"{CONTAINER_LABEL}={done.pid}"
     assert engine.client.containers.list(all=True, filters={"label": owned}) == []
     label = f"imgbuild.upstream.url={synth_upstream.url}"
     assert engine.client.containers.list(all=True, filters={"label": label}) == []

@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,32 @@ def imgbuild_captured(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[i
     capsys.readouterr()
     done = imgbuild_here(None, *args)
     return done.returncode, done.stdout, done.stderr
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    pid: int
+    returncode: int
+    stderr: str  # what it printed before the signal and after
+
+
+def ctrl_c(project: Path, *args: str, when: str, after: float) -> Interrupted:
+    """`imgbuild -C PROJECT ARGS...` in a subprocess, sent SIGINT `after` seconds past the first stderr line
+    holding `when` (as a user's Ctrl-C would be); waits for it to exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imgbuild", "-C", str(project), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if when in line:
+            time.sleep(after)
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.communicate(timeout=120)[1]
+    return Interrupted(proc.pid, proc.returncode, "".join(seen) + rest)
