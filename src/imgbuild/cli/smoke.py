@@ -63,9 +63,9 @@ def smoke_cmd(
     variant_names = [t for t in targets if project is not None and t in project.variants]
     if variant_names:
         assert project is not None
-        plan, _ = engine.prepare(eng, project, project.select(variant_names, platform), opts)
+        plan = engine.prepare(eng, project, project.select(variant_names, platform), opts)
         finder = engine.importer_finder(project)
-        for ib in engine.smoke_images(eng, project, plan):  # each platform of a multi-platform image
+        for ib in plan.images:  # each platform of a multi-platform image
             if eng.image(ib.immutable_ref) is None:
                 raise SmokeError(
                     f"{ib.variant}: no image {ib.immutable_ref} for the current inputs",

@@ -100,7 +100,7 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
             hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
         )
-    return Pinned(info.id, info.id, f"local {wanted}"), info.platform
+    return Pinned(info.id, info.id, f"local {wanted}"), str(info.platform)
 
 
 def write_recipe(

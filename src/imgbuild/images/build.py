@@ -8,11 +8,12 @@
 3. Refuse tag collisions with images imgbuild did not build, before touching
    any tag.
 4. Build each needed layer once (or reuse it when its inputs digest matches),
-   then each image: tag the immutable tag, smoke-test, and only then move the
-   moving tags. An image whose inputs digest matches is reused without any
-   docker build. On Docker 26 the layers and images to build are written
-   without BuildKit and loaded in one `docker load` (layerimage, configimage).
-   A failure or an interrupt puts the tags back as they were.
+   then each image (one BuildKit call each, docker.py): tag the immutable tag,
+   smoke-test, and only then move the moving tags. An image whose inputs
+   digest matches is reused without any docker build. A variant made for
+   several platforms is then joined into one multi-platform image, which
+   takes its moving tags. A failure or an interrupt puts the tags back as
+   they were.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import contextlib
 import dataclasses
 import hashlib
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +29,14 @@ from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UpstreamError
-from imgbuild.images import labels, ocilayout, skeleton
-from imgbuild.images.docker import ConfigPart, Engine, ImageInfo, check_binfmt
+from imgbuild.images import labels, skeleton
+from imgbuild.images.docker import Engine, ImageInfo, check_binfmt
 from imgbuild.images.importcheck import release_importers
-from imgbuild.images.inputs import project_inputs  # moved out so publish needs no docker SDK
-from imgbuild.images.layerimage import LayerPart
-from imgbuild.images.multiplan import MultiImage, MultiPlan, make_multi_plan, platforms_of
-from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, ProjectInputs, make_build_plan
+from imgbuild.images.inputs import project_inputs
+from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
-from imgbuild.images.smokequeue import Journal, Slot
 from imgbuild.patches.variants import VariantPlan
+from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.mirror import cache_dir
 
@@ -46,7 +44,6 @@ if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only fo
     from imgbuild.images import runtime_base
 
 SKELETON = "skeleton"
-OCI_LAYOUT_DIR = "oci-layout"  # what BuildKit exported, so it sends and loads only new blobs (ocilayout.py)
 RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
 Say = Callable[[str], None]
 ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
@@ -92,7 +89,7 @@ class ImageResult:
     smoke: SmokeReport | None = None
     note: str = ""
     base_layers: int = 0
-    index: str = ""  # the multi-platform image this platform's image is part of (Docker 26 path)
+    index: str = ""  # the multi-platform image this platform's image is part of
     index_ref: str = ""
 
     def to_json(self) -> dict[str, object]:
@@ -116,15 +113,14 @@ class ImageResult:
 
 @dataclass(frozen=True)
 class DryRun:
-    """What `build --dry-run` shows: the per-platform plan, whether the daemon answered (else the bases are
-    unresolved and the digests provisional), and the multi-platform plan this engine would run instead."""
+    """What `build --dry-run` shows: the plan, and whether the daemon answered (else the bases are
+    unresolved and the digests provisional)."""
 
     plan: BuildPlan
     asked: bool
-    multi: MultiPlan | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {**({"multi_platform": self.multi.to_json()} if self.multi else {}), **self.plan.to_json()}
+        return self.plan.to_json()
 
 
 @dataclass
@@ -239,9 +235,8 @@ class Bases:
             info = self.engine.image(ref)
             if info is None:
                 self.say(f"base {ref} is not in the local image store; pulling it for {platform}")
-                info = self.engine.pull(ref, platform)
-            want = platform.split("/")[1]
-            if info.arch != want:
+                info = self.engine.pull(ref, Platform.parse(platform))
+            if info.platform != Platform.parse(platform):
                 raise DockerError(
                     f"base {ref} in the local image store is {info.platform}, but the build is for {platform}",
                     hint="a local store holds one platform per tag: load the base for this platform, or use "
@@ -252,10 +247,10 @@ class Bases:
 
     def _site_packages(self, info: ImageInfo, ref: str, platform: str) -> str:
         if (info.id, platform) not in self._site:
-            check_binfmt(info.arch, self.engine.arch)
+            check_binfmt(info.platform, self.engine.arch)
             root = self.project.pin.package_root
             res = self.engine.run(
-                info.id, ["-c", SITE_PROBE, root], platform=platform, entrypoint=["python3"], timeout=300
+                info.id, ["-c", SITE_PROBE, root], platform=info.platform, entrypoint=["python3"], timeout=300
             )
             lines = res.stdout.strip().splitlines()
             if res.exit_code != 0 or not lines or not lines[-1].startswith("/"):
@@ -306,7 +301,7 @@ def check_drift(
         if marker is not None and marker.is_file():
             continue
         paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
-        found = engine.read_files(image_id, list(paths), platform)
+        found = engine.read_files(image_id, list(paths), Platform.parse(platform))
         before = len(problems)
         for full, rel in paths.items():
             data = found[full]
@@ -329,19 +324,12 @@ def check_drift(
         )
 
 
-def check_collisions(engine: Engine, plan: BuildPlan, multi: MultiPlan | None = None) -> None:
+def check_collisions(engine: Engine, plan: BuildPlan) -> None:
     """Refuse before any build when a tag we would write names an image imgbuild did not build."""
     clashes = []
-    wanted: list[tuple[str, str]] = []
-    if multi is None:
-        wanted += [(lb.tag, labels.LAYER) for lb in plan.layers]
-        for ib in plan.images:
-            wanted += [(ib.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in ib.moving_refs)]
-    else:
-        wanted += [(ml.tag, labels.LAYER) for ml in multi.layers]
-        for mi in multi.images:
-            refs = [mi.immutable_ref, *mi.platform_refs.values(), *mi.moving_refs]
-            wanted += [(r, labels.INPUTS) for r in refs]
+    wanted: list[tuple[str, str]] = [(lb.tag, labels.LAYER) for lb in plan.layers]
+    for t in (*plan.images, *plan.joins):
+        wanted += [(t.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in t.moving_refs)]
     for ref, key in wanted:
         info = engine.image(ref)
         if info is not None and key not in info.labels:
@@ -355,59 +343,15 @@ def check_collisions(engine: Engine, plan: BuildPlan, multi: MultiPlan | None = 
         )
 
 
-def multi_plan(
-    engine: Engine, project: Project, plan: BuildPlan, inputs: ProjectInputs | None = None
-) -> MultiPlan | None:
-    """The multi-platform plan when the engine builds several platforms in one call and the plan has several."""
-    if not engine.features.modern or len(platforms_of(plan)) < 2:
-        return None
-    return make_multi_plan(project_inputs(project) if inputs is None else inputs, plan)
-
-
-def smoke_images(engine: Engine, project: Project, plan: BuildPlan) -> tuple[ImageBuild, ...]:
-    """The single-platform images a smoke test of `plan` runs on (each platform of a multi-platform image)."""
-    multi = multi_plan(engine, project, plan)
-    return plan.images if multi is None else tuple(p for mi in multi.images for p in mi.parts)
-
-
 # -- executing --------------------------------------------------------------
 OnSmoke = Callable[[SmokeReport], None]
 
 
-@dataclass
-class _Turn:
-    """An image's turn as decided before anything is written: reused, or built (its tags to put back in `slot`)."""
-
-    unit: ImageBuild | MultiImage
-    slot: Slot
-    reuse: bool
-    existing_id: str | None  # what the immutable tag names now
-    note: str  # what its turn says first: reused, or building
-    written: str | None = None  # its id, where it was written ahead with the layers
-
-
-def _config_parts(parts: Sequence[ImageBuild]) -> list[ConfigPart]:
-    return [ConfigPart(p.from_ref, p.platform, tuple(p.plan.variant.image.env), p.labels) for p in parts]
-
-
-@dataclass(frozen=True)
-class _LayerStep:
-    digest: str
-    tag: str
-    files: tuple[str, ...]
-    parts: tuple[LayerPart, ...]  # one per platform
-    context: bytes = field(repr=False)  # for BuildKit, where the layer cannot be written here
-
-    @property
-    def platforms(self) -> list[str]:
-        return [p.platform for p in self.parts]
-
-    @property
-    def what(self) -> str:
-        return f"layer {self.tag} ({len(self.files)} file{'s' if len(self.files) != 1 else ''})"
-
-
 class Runner:
+    """Layers, then each image in plan order: built (or reused), smoke-tested, then its moving tags moved;
+    then each multi-platform variant's join. Every tag written is noted first, and a failure or an interrupt
+    puts each back as it was, saying any it could not."""
+
     def __init__(
         self,
         engine: Engine,
@@ -416,301 +360,138 @@ class Runner:
         say: Say,
         on_smoke: OnSmoke | None = None,
         *,
-        multi: MultiPlan | None = None,
-        epoch: int | None = None,
+        epoch: int,
         importers: ImporterFinder | None = None,
     ) -> None:
         self.engine, self.plan, self.options, self.say = engine, plan, options, say
-        self.on_smoke = on_smoke
-        self.multi, self.epoch = multi, epoch
-        self.importers = importers
+        self.on_smoke, self.epoch, self.importers = on_smoke, epoch, importers
         self.result = BuildResult(plan)
-        self._layer_results: dict[str, LayerResult] = {}
-        self.journal = Journal(engine, say, lambda previous: _restore(engine, previous))
+        self._previous: dict[str, str | None] = {}  # tag -> what it named before this run wrote it
+        self._passed: set[str] = set()  # immutable refs whose smoke passed (or was not asked for)
 
-    def _build(self, context: bytes, tag: str, platforms: Sequence[str], refs: dict[str, str] | None = None) -> str:
+    def _build(self, context: bytes, tag: str, platforms: Sequence[str]) -> str:
+        self._note(tag)
         return self.engine.build(
             context,
             tags=[tag],
-            platform=",".join(platforms),
+            platforms=[Platform.parse(p) for p in platforms],
+            epoch=self.epoch,
             no_cache=self.options.force,
             verbose=self.options.verbose,
-            epoch=self.epoch,
-            platform_tags=refs,
             builder=self.options.builder,
-            layout=cache_dir() / OCI_LAYOUT_DIR,
         )
 
-    def _writes_here(self) -> bool:
-        """Whether images are written without BuildKit (Docker 26): not with a named builder, which builds all."""
-        return self.epoch is not None and not self.options.builder and self.engine.features.modern
+    def _note(self, ref: str) -> None:
+        if ref not in self._previous:
+            self._previous[ref] = _image_id(self.engine, ref)
 
-    def _config_image(self, tag: str, parts: Sequence[ImageBuild], refs: dict[str, str] | None = None) -> str | None:
-        """The variant image written without BuildKit (configimage.py); None where BuildKit has to build it."""
-        if not self._writes_here() or self.epoch is None:
+    def _move(self, image_id: str, refs: Sequence[str]) -> bool:
+        pending = [r for r in refs if _image_id(self.engine, r) != image_id]
+        for ref in pending:
+            self._note(ref)
+            self.engine.tag(image_id, ref)
+        return bool(pending)
+
+    def _current(self, ref: str, key: str, digest: str) -> str | None:
+        """The id under `ref` when its label `key` is `digest` (so it needs no build), unless --force."""
+        info = self.engine.image(ref)
+        if info is None or info.labels.get(key) != digest or self.options.force:
             return None
-        layout = cache_dir() / OCI_LAYOUT_DIR
-        return self.engine.write_config_image(
-            tag, _config_parts(parts), epoch=self.epoch, layout=layout, platform_tags=refs or {}
-        )
+        return info.id
 
-    def _in_layout(self, image_id: str, platforms: Sequence[str]) -> bool:
-        """Whether the images written on top of `image_id` find its manifest and config (else it is written again)."""
-        if not self._writes_here():
-            return True  # BuildKit builds what goes on top: it needs no layout
-        layout = cache_dir() / OCI_LAYOUT_DIR
-        return all(ocilayout.platform_image(layout, image_id, p) is not None for p in platforms)
-
-    def _layer_steps(self) -> tuple[list[_LayerStep], list[tuple[_LayerStep, str | None]]]:
-        """Every layer in plan order, and those to write: (step, the id the store has it under, for a rewrite)."""
-        if self.multi is not None:
-            todo = [
-                _LayerStep(ml.digest, ml.tag, ml.files, tuple(ml.layer_parts()), ml.context) for ml in self.multi.layers
-            ]
-        else:
-            todo = [_LayerStep(lb.digest, lb.tag, lb.files, (lb.part(),), lb.context) for lb in self.plan.layers]
-        writes: list[tuple[_LayerStep, str | None]] = []
-        for step in todo:
-            existing = self.engine.image(step.tag)
-            if existing is not None and existing.labels.get(labels.LAYER) == step.digest and not self.options.force:
-                if self._in_layout(existing.id, step.platforms):
-                    self.say(f"{step.what}: unchanged, reused (no docker build)")
-                    self._layer_results[step.tag] = LayerResult(step.digest, step.tag, existing.id, step.files, False)
-                else:  # the store has it, the cache's layout lost it: written again (the same bytes), so the
-                    writes.append((step, existing.id))  # images on top can be written without BuildKit too
-                continue
-            self.say(f"{step.what}: building for {', '.join(step.platforms)}")
-            writes.append((step, None))
-        return todo, writes
-
-    def _turn(self, unit: ImageBuild | MultiImage) -> _Turn:
-        """What `unit`'s turn finds before anything is written: reused or built; if built, the tags to put back
-        (noted now, so that a failure in the one load of every image puts them back; said in its turn)."""
-        eng = self.engine
-        slot = self.journal.open(unit.immutable_ref)
-        refs = unit.platform_refs if isinstance(unit, MultiImage) else {}
-        existing = eng.image(unit.immutable_ref)
-        reuse = (
-            existing is not None
-            and existing.labels.get(labels.INPUTS) == unit.inputs_digest
-            and all(eng.image(r) is not None for r in refs.values())
-            and not self.options.force
-        )
-        turn = _Turn(unit, slot, reuse, existing.id if existing is not None else None, "")
-        if isinstance(unit, MultiImage):
-            platforms = ", ".join(unit.platforms)
-            if reuse:
-                turn.note = (f"{unit.variant}: {unit.immutable_ref} ({platforms}) unchanged (inputs "
-                             f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
+    def layers(self) -> None:
+        for lb in self.plan.layers:
+            what = f"layer {lb.tag} ({len(lb.files)} file{'s' if len(lb.files) != 1 else ''})"
+            image_id = self._current(lb.tag, labels.LAYER, lb.digest)
+            built = image_id is None
+            if image_id is None:
+                self.say(f"{what}: building for {lb.platform}")
+                image_id = self._build(lb.context, lb.tag, [lb.platform])
             else:
-                slot.restore = {r: _image_id(eng, r) for r in (unit.immutable_ref, *refs.values())}
-                turn.note = f"{unit.variant}: building {unit.immutable_ref} for {platforms} in one call"
-        elif reuse:
-            turn.note = (f"{unit.variant}: {unit.immutable_ref} unchanged (inputs "
-                         f"{unit.inputs_digest[:12]}), reused (no docker build)")  # fmt: skip
-        else:
-            slot.restore = {unit.immutable_ref: turn.existing_id}  # a failure from here on puts the immutable tag back
-            turn.note = f"{unit.variant}: building {unit.immutable_ref} for {unit.platform}"
-        return turn
+                self.say(f"{what}: unchanged, reused (no docker build)")
+            self.result.layers.append(LayerResult(lb.digest, lb.tag, image_id, lb.files, built))
 
-    def _write_ahead(self, steps: Sequence[_LayerStep], writes: Sequence[tuple[_LayerStep, str | None]],
-                     turns: Sequence[_Turn]) -> None:  # fmt: skip
-        """The layers and images to build, written without BuildKit in one `docker load` as far as they can be;
-        BuildKit then builds the layers left (the images left are built in their turn)."""
-        written: dict[str, str] = {}
-        if self._writes_here() and self.epoch is not None:
-            variants = []
-            for t in turns:
-                if not t.reuse:
-                    parts = t.unit.parts if isinstance(t.unit, MultiImage) else (t.unit,)
-                    refs = t.unit.platform_refs if isinstance(t.unit, MultiImage) else {}
-                    variants.append((t.unit.immutable_ref, _config_parts(parts), refs))
-            layers = [(step.tag, step.parts) for step, _ in writes]
-            written = self.engine.write_images(layers, variants, epoch=self.epoch, layout=cache_dir() / OCI_LAYOUT_DIR)
-        for step, stored in writes:
-            image_id = written.get(step.tag)
-            if stored is not None:
-                how = "written again into the cache's OCI layout" if image_id else "reused"
-                self.say(f"{step.what}: unchanged, {how} (no docker build)")
-                self._layer_results[step.tag] = LayerResult(
-                    step.digest, step.tag, image_id or stored, step.files, False
-                )
-                continue
-            image_id = image_id or self._build(step.context, step.tag, step.platforms)
-            self._layer_results[step.tag] = LayerResult(step.digest, step.tag, image_id, step.files, True)
-        self.result.layers.extend(self._layer_results[step.tag] for step in steps)
-        for t in turns:
-            t.written = written.get(t.unit.immutable_ref)
-
-    def _smoke(
-        self, slot: Slot, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult
-    ) -> None:
-        """Start `ib`'s smoke test in a worker; its report is taken (shown, kept, raised on) in the slot's turn."""
-        self.journal.say(slot, f"{ib.variant}: smoke-testing {ib.immutable_ref}")
-        expected = expected_for(ib, self.importers)
-
-        def taken(report: SmokeReport) -> None:
-            report.image, report.name = ib.immutable_ref, name
-            result.smoke = report
-            if self.on_smoke is not None:
-                self.on_smoke(report)
-            if not report.ok:
-                raise SmokeError(
-                    f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
-                    + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
-                    + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
-                    hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
-                    f"{image_id[:19]} for `imgbuild inspect`",
-                )
-
-        self.journal.submit(slot, lambda engine: smoke(engine, image_id, expected), taken)
-
-    def image(self, turn: _Turn) -> None:
-        """Build `turn`'s image now, or take it as written ahead or reused; its smoke runs in a worker, and its
-        moving tags move in its turn."""
+    def image(self, ib: ImageBuild, join: JoinBuild | None) -> ImageResult:
         eng = self.engine
-        ib, slot = turn.unit, turn.slot
-        assert isinstance(ib, ImageBuild)
-        self.journal.say(slot, turn.note)
-        result = ImageResult(
-            ib.variant,
-            ib.platform,
-            "",
-            ib.immutable_ref,
-            ib.moving_refs,
-            ib.inputs_digest,
-            built=not turn.reuse,
-            moved=False,
-            layers=(),
-        )
-        if turn.reuse:
-            assert turn.existing_id is not None
-            result.image_id = turn.existing_id
+        image_id = self._current(ib.immutable_ref, labels.INPUTS, ib.inputs_digest)
+        built = image_id is None
+        if image_id is None:
+            self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
+            image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
         else:
-            built = turn.written or self._config_image(ib.immutable_ref, [ib])
-            result.image_id = built or self._build(ib.context, ib.immutable_ref, [ib.platform])
-        pending = [r for r in ib.moving_refs if _image_id(eng, r) != result.image_id]
-        smoked = False
+            self.say(f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused "
+                     "(no docker build)")  # fmt: skip
+        moving = join.moving_refs if join else ib.moving_refs
+        result = ImageResult(ib.variant, ib.platform, image_id, ib.immutable_ref, moving, ib.inputs_digest,
+                             built=built, moved=False, layers=eng.require(image_id).layers)  # fmt: skip
+        result.base_layers = len(eng.require(ib.base.image_id).layers)
+        if join:
+            result.index_ref = join.immutable_ref
+        stale = built or any(_image_id(eng, r) != image_id for r in ib.moving_refs) or join is not None
         if not self.options.smoke:
             result.note = "not smoke-tested (--no-smoke): moving tags left alone"
-            self.journal.say(slot, f"{ib.variant}: {result.note}")
-        elif pending or result.built:
-            name = ib.moving_refs[0] if ib.moving_refs else ib.immutable_ref
-            self._smoke(slot, ib, result.image_id, name, ib.moving_refs, result)
-            smoked = True
+            self.say(f"{ib.variant}: {result.note}")
+        elif stale:
+            self._smoke(ib, image_id, (moving[0] if moving else ib.immutable_ref), moving, result)
+            self._passed.add(ib.immutable_ref)
+            result.moved = self._move(image_id, ib.moving_refs)
         else:
-            self.journal.say(slot, f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+            self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+        self.result.images.append(result)
+        return result
 
-        def finish() -> None:
-            if smoked:
-                for ref in pending:
-                    eng.tag(result.image_id, ref)
-                result.moved = bool(pending)
-            slot.restore = {}
-            result.layers = eng.require(result.image_id).layers
-            result.base_layers = len(eng.require(ib.base.image_id).layers)
-            self.result.images.append(result)
-
-        self.journal.finish(slot, finish)
-
-    def multi_image(self, turn: _Turn) -> None:
-        """Every platform of `turn`'s image at once; each platform smoke-tested (in workers, side by side)
-        before the moving tags move in its turn."""
-        eng = self.engine
-        mi, slot = turn.unit, turn.slot
-        assert isinstance(mi, MultiImage)
-        self.journal.say(slot, turn.note)
-        refs = mi.platform_refs
-        results = [
-            ImageResult(
-                p.variant,
-                p.platform,
-                "",
-                p.immutable_ref,
-                mi.moving_refs,
-                mi.inputs_digest,
-                built=not turn.reuse,
-                moved=False,
-                layers=(),
-                index_ref=mi.immutable_ref,
+    def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult) -> None:
+        self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
+        report = smoke(self.engine, image_id, expected_for(ib, self.importers))
+        report.image, report.name = ib.immutable_ref, name
+        result.smoke = report
+        if self.on_smoke is not None:
+            self.on_smoke(report)
+        if not report.ok:
+            raise SmokeError(
+                f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
+                + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
+                + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
+                hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
+                f"{image_id[:19]} for `imgbuild inspect`",
             )
-            for p in mi.parts
-        ]
-        if turn.reuse:
-            assert turn.existing_id is not None
-            index_id = turn.existing_id
-        else:
-            written = turn.written or self._config_image(mi.immutable_ref, mi.parts, refs)
-            index_id = written or self._build(mi.context, mi.immutable_ref, mi.platforms, refs)
+
+    def join(self, join: JoinBuild, results: Sequence[ImageResult]) -> None:
+        """The variant's multi-platform image over its platforms' images; moving tags only when each passed."""
+        platforms = [p.platform for p in join.parts]
+        index_id = None if self.options.force else _image_id(self.engine, join.immutable_ref)
+        if index_id is None:
+            self.say(f"{join.variant}: joining {', '.join(platforms)} as {join.immutable_ref}")
+            index_id = self._build(join.context, join.immutable_ref, platforms)
+        smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
+        moved = self._move(index_id, join.moving_refs) if smoked else False
         for r in results:
-            r.image_id, r.index = eng.require(r.immutable).id, index_id
-        pending = [r for r in mi.moving_refs if _image_id(eng, r) != index_id]
-        smoked = False
-        if not self.options.smoke:
-            for r in results:
-                r.note = "not smoke-tested (--no-smoke): moving tags left alone"
-            self.journal.say(slot, f"{mi.variant}: {results[0].note}")
-        elif pending or not turn.reuse:
-            name = mi.moving_refs[0] if mi.moving_refs else mi.immutable_ref
-            for r, part in zip(results, mi.parts, strict=True):
-                self._smoke(slot, part, r.image_id, f"{name} {part.platform}", mi.moving_refs, r)
-            smoked = True
-        else:
-            self.journal.say(slot, f"{mi.variant}: {', '.join(mi.moving_refs) or 'no moving tag'}: already up to date")
-
-        def finish() -> None:
-            if smoked:
-                for ref in pending:
-                    eng.tag(index_id, ref)
-                for r in results:
-                    r.moved = bool(pending)
-            slot.restore = {}
-            for r, part in zip(results, mi.parts, strict=True):
-                r.layers = eng.require(r.image_id).layers
-                r.base_layers = len(eng.require(part.base.image_id).layers)
-            self.result.images.extend(results)
-
-        self.journal.finish(slot, finish)
+            r.index, r.moved = index_id, moved
 
     def run(self) -> BuildResult:
-        """Layers first, then each image in plan order; an image's outcome is taken only after every earlier one's.
-
-        Every image's turn is decided first (reused, or built with its tags to put back); on Docker 26 the
-        layers and images to build are then written in one load. An image that fails to build lets the
-        earlier ones finish first: a smoke failure of theirs is the error, as when they were smoked one
-        after the other. Any failure or interrupt stops the smokes and puts back the tags of every image
-        not finalised.
-        """
-        steps, writes = self._layer_steps()
-        units: list[ImageBuild | MultiImage] = [*(self.multi.images if self.multi is not None else self.plan.images)]
         try:
-            turns = [self._turn(u) for u in units]
-            self._write_ahead(steps, writes, turns)
-            for turn in turns:
-                try:
-                    if isinstance(turn.unit, MultiImage):
-                        self.multi_image(turn)
-                    else:
-                        self.image(turn)
-                except Exception:
-                    self.journal.drain()  # the earlier images' turn comes first
-                    raise
-            self.journal.drain()
+            self.layers()
+            joins = {j.variant: j for j in self.plan.joins}
+            done: dict[str, list[ImageResult]] = {}
+            for ib in self.plan.images:
+                done.setdefault(ib.variant, []).append(self.image(ib, joins.get(ib.variant)))
+            for join in self.plan.joins:
+                self.join(join, done[join.variant])
         except BaseException:
-            self.journal.abort()
+            self._restore()
             raise
-        self.journal.close()
         return self.result
 
-
-def _restore(engine: Engine, previous: dict[str, str | None]) -> None:
-    """Put tags back as they were (best effort: the daemon may be gone)."""
-    for ref, image_id in previous.items():
-        with contextlib.suppress(DockerError):
-            if image_id is not None:
-                engine.tag(image_id, ref)
-            else:
-                engine.untag(ref)
+    def _restore(self) -> None:
+        """Put every tag this run wrote back as it was; say any that could not be (the daemon may be gone)."""
+        for ref, image_id in self._previous.items():
+            try:
+                if image_id is None:
+                    self.engine.untag(ref)
+                elif _image_id(self.engine, ref) != image_id:
+                    self.engine.tag(image_id, ref)
+            except DockerError as exc:
+                self.say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}")
 
 
 def sharing(images: Sequence[ImageResult]) -> dict[str, str]:
@@ -740,7 +521,7 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
     files = tuple(labels.file_labels(ib.plan))  # from the plan; its label says the same
     paths = tuple(f.path for f in files)
     return Expected(
-        platform=ib.platform,
+        platform=Platform.parse(ib.platform),
         files=files,
         site_packages=ib.base.site_packages,
         labels=ib.labels,
@@ -758,13 +539,11 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
 def importer_finder(project: Project) -> ImporterFinder:
     """The release's modules that import the given planned files, scanned once per set of files."""
     found: dict[tuple[str, ...], list[str]] = {}
-    lock = threading.Lock()  # smoke workers ask from their threads; gitpython's objects are not thread-safe
 
     def find(files: tuple[str, ...]) -> list[str]:
-        with lock:
-            if files not in found:
-                found[files] = release_importers(project.tree(), files, project.pin.package_root)
-            return found[files]
+        if files not in found:
+            found[files] = release_importers(project.tree(), files, project.pin.package_root)
+        return found[files]
 
     return find
 
@@ -776,31 +555,24 @@ def prepare(
     options: BuildOptions,
     say: Say = _stderr,
     inputs: ProjectInputs | None = None,
-) -> tuple[BuildPlan, MultiPlan | None]:
-    """Plan, resolve bases, check drift: everything before the first tag or build; the plan and, where
-    the engine builds several platforms in one call, its multi-platform plan.
+) -> BuildPlan:
+    """Plan, resolve bases, check drift: everything before the first tag or build.
 
     By default a build makes each variant's first platform under the plain tags
-    (`vllm-dsv41:latest`); `--platform all` or `a,b` (Project.select) several.
-    On Docker 26 with the containerd image store they become one multi-platform
-    image per tag (multiplan.py); on older engines each platform is built on its
-    own under `-<arch>` tag suffixes.
+    (`vllm-dsv41:latest`); `--platform all` or `a,b` (Project.select) several:
+    one image per platform, joined into one multi-platform image per tag.
 
     The drift check is skipped only when every wanted image already exists with
     equal inputs (the inputs name the base's image id, and it was checked then).
-    `inputs`: project_inputs(project), when the caller has it (two git calls and a commit read each).
     """
     inputs = project_inputs(project) if inputs is None else inputs
     plans = project.selected_plans(selection)
     resolver = Bases(engine, project, options, say)
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
     plan = make_build_plan(inputs, plans, bases, list(selection.names), repository=options.repository)
-    multi = multi_plan(engine, project, plan, inputs)
-    wanted = [(ib.immutable_ref, ib.inputs_digest) for ib in plan.images] if multi is None else []
-    wanted += [(mi.immutable_ref, mi.inputs_digest) for mi in (multi.images if multi else ())]
-    if options.force or not all(_current(engine, ref, inputs) for ref, inputs in wanted):
+    if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_drift(engine, plans, bases, cache_dir())
-    return plan, multi
+    return plan
 
 
 def _current(engine: Engine, ref: str, inputs: str) -> bool:
@@ -816,19 +588,15 @@ def build(
     say: Say = _stderr,
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
-    say(engine.features.describe())
     inputs = project_inputs(project)
-    with engine.remembering():  # one inspect per ref; every tag, load or build drops what was kept
-        plan, multi = prepare(engine, project, selection, options, say, inputs)
-        check_collisions(engine, plan, multi)
-        epoch = labels.epoch(inputs.created)
-        finder = importer_finder(project)
-        return Runner(engine, plan, options, say, on_smoke, multi=multi, epoch=epoch, importers=finder).run()
+    plan = prepare(engine, project, selection, options, say, inputs)
+    check_collisions(engine, plan)
+    finder = importer_finder(project)
+    return Runner(engine, plan, options, say, on_smoke, epoch=labels.epoch(inputs.created), importers=finder).run()
 
 
 def dry_run(project: Project, selection: Selection, options: BuildOptions) -> DryRun:
-    """The build plan without building (and the multi-platform one the engine would run); asks the daemon
-    about bases only if it answers."""
+    """The build plan without building; asks the daemon about bases only if it answers."""
     try:
         engine: Engine | None = Engine.connect()
     except DockerError:
@@ -842,4 +610,4 @@ def dry_plan(project: Project, selection: Selection, options: BuildOptions, engi
     bases = dry_bases(project, plans, options, engine)
     names = list(selection.names)
     plan = make_build_plan(project_inputs(project), plans, bases, names, repository=options.repository)
-    return DryRun(plan, engine is not None, multi_plan(engine, project, plan) if engine else None)
+    return DryRun(plan, engine is not None)

@@ -1,12 +1,14 @@
 """Dockerfiles and build contexts, rendered by pure functions.
 
-Two kinds of build, neither with a RUN (so no emulation is needed):
+Three kinds of build, none with a RUN (so no emulation is needed):
 
 - a layer: `FROM parent`, one `COPY` of the layer's files, and a label naming
   the layer's inputs digest;
 - a variant image: `FROM` its top layer (or the base), then ENV, LABEL and
   the cleared `ENTRYPOINT []` / `CMD []`. It adds no filesystem layer, so
-  images that share a layer image share its layers byte for byte.
+  images that share a layer image share its layers byte for byte;
+- a join: one `FROM` per platform's image, picked by TARGETARCH, so that
+  BuildKit makes the multi-platform index over those images as they are.
 
 The context is a tar made here: only the files of the layer plus the
 Dockerfile, sorted, uid/gid 0, fixed modes and mtime 0, so equal inputs give
@@ -20,8 +22,6 @@ import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-
-from imgbuild.images.oci import layer_tar
 
 DOCKERFILE = "Dockerfile"
 MTIME = 0
@@ -54,31 +54,17 @@ def render_layer(parent_ref: str, package_root: str, site_packages: str, labels:
     return "\n".join(lines) + "\n"
 
 
-def render_multi_layer(
-    parents: Mapping[str, str], package_root: str, site_packages: str, labels: Mapping[str, str]
-) -> str:
-    """A layer for several platforms: arch -> parent through stage aliases (BuildKit refuses `FROM x:${TARGETARCH}`)."""
-    lines = ["# imgbuild layer: the files below, on top of each platform's parent"]
-    lines += [f"FROM {ref} AS parent-{arch}" for arch, ref in sorted(parents.items())]
-    lines += ["FROM parent-${TARGETARCH}", copy_line(package_root, site_packages), *_label_lines(labels)]
-    return "\n".join(lines) + "\n"
-
-
-def render_multi_variant(stages: Mapping[str, str]) -> str:
-    """A variant image for several platforms: arch -> that platform's `render_variant(..., stage=image-<arch>)`."""
-    lines = ["# imgbuild image for several platforms: one stage per arch, picked by TARGETARCH"]
-    lines += [stages[arch].rstrip("\n") for arch in sorted(stages)]
+def render_join(images: Mapping[str, str]) -> str:
+    """A multi-platform image over single-platform ones: arch -> image ref, through stage aliases
+    (BuildKit refuses `FROM x:${TARGETARCH}`). Nothing is built: no context, no layer, no config change."""
+    lines = ["# imgbuild image for several platforms: each platform's image as it is, picked by TARGETARCH"]
+    lines += [f"FROM {ref} AS image-{arch}" for arch, ref in sorted(images.items())]
     lines.append("FROM image-${TARGETARCH}")
     return "\n".join(lines) + "\n"
 
 
-def render_variant(
-    from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str], stage: str | None = None
-) -> str:
-    lines = [
-        "# imgbuild image: metadata only, on top of its layers",
-        f"FROM {from_ref}" + (f" AS {stage}" if stage else ""),
-    ]
+def render_variant(from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> str:
+    lines = ["# imgbuild image: metadata only, on top of its layers", f"FROM {from_ref}"]
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
@@ -110,7 +96,25 @@ def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
         pure = PurePosixPath(path)
         if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
             raise ValueError(f"bad context path {path!r}")
-    return layer_tar({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
+    entries: dict[str, bytes | None] = {DOCKERFILE: dockerfile.encode()}
+    for name, data in files.items():
+        parts = PurePosixPath(name).parts
+        for i in range(1, len(parts)):
+            entries.setdefault("/".join(parts[:i]), None)
+        entries[name] = data
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(entries):
+            content = entries[name]
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = MTIME, 0, 0, "", ""
+            if content is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.mode, info.size = 0o644, len(content)
+                tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
 
 
 def context_files(context: bytes) -> dict[str, bytes]:

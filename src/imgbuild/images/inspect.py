@@ -46,7 +46,7 @@ class InspectReport:
         return {
             "image": self.ref,
             "image_id": info.id,
-            "platform": info.platform,
+            "platform": str(info.platform),
             "tags": list(info.tags),
             "entrypoint": None if info.entrypoint is None else list(info.entrypoint),
             "cmd": None if info.cmd is None else list(info.cmd),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from imgbuild.images import labels as lbl
 from imgbuild.images.docker import Engine, ImageInfo
+from imgbuild.platforms import Platform
 
 NOTED = 3  # differences named per check; the rest are counted
 
@@ -130,14 +131,13 @@ def reference(
     base_ref: str,
     base_id: str | None,
     layer_digests: Sequence[str],
-    platform: str,
+    platform: Platform,
     layer_ref: str | None = None,
 ) -> Reference:
     """The base (by id when known, else by name) and imgbuild's own diff ids, read from its top layer image.
 
     A layer image sits on the base and adds one layer per imgbuild layer; a
-    multi-platform layer (an index the engine inspects as one platform only)
-    or a removed one leaves those diff ids unknown: only their count is checked.
+    removed one leaves those diff ids unknown: only their count is checked.
     """
     base = engine.image(base_id) if base_id else None
     if base is None and base_ref:

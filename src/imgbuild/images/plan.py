@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from imgbuild.errors import ConfigError
 from imgbuild.images import dockerfile, labels
-from imgbuild.images.layerimage import LayerPart
 from imgbuild.images.layers import LayerPlan, describe, overlay_files, plan_layers
 from imgbuild.patches.variants import VariantPlan
 
@@ -78,21 +77,10 @@ class LayerBuild:
     variants: tuple[str, ...]
     index: int
     site_packages: str
-    copy: str  # the Dockerfile's COPY line (a layer image written without BuildKit records it)
 
     @property
     def labels(self) -> dict[str, str]:
         return {labels.LAYER: self.digest}
-
-    def image_files(self) -> dict[str, bytes]:
-        """The layer's files by their path in the image (no leading /)."""
-        site = self.site_packages.strip("/")
-        return {f"{site}/{path}": data for path, data in dockerfile.context_files(self.context).items()}
-
-    def part(self, parent_ref: str | None = None, label: Mapping[str, str] | None = None) -> LayerPart:
-        """What writing this layer without BuildKit needs (a multi-platform layer gives its own parent and label)."""
-        return LayerPart(parent_ref or self.parent_ref, self.platform, self.image_files(), self.copy,
-                         label or self.labels)  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -136,10 +124,40 @@ class ImageBuild(Tagged):
 
 
 @dataclass(frozen=True)
+class JoinBuild(Tagged):
+    """A variant made for several platforms: one multi-platform image over its platforms' images, which
+    then carry no moving tags of their own. BuildKit writes the index; the images stay as they are."""
+
+    variant: str
+    parts: tuple[ImageBuild, ...]  # one per platform, in the variant's order
+    dockerfile: str
+    inputs_digest: str
+    repository: str
+    immutable_tag: str
+    moving_tags: tuple[str, ...]
+
+    @property
+    def context(self) -> bytes:
+        return dockerfile.context_tar(self.dockerfile, {})
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platforms": [p.platform for p in self.parts],
+            "immutable": self.immutable_ref,
+            "moving": list(self.moving_refs),
+            "inputs_digest": self.inputs_digest,
+            "images": [p.immutable_ref for p in self.parts],
+            "dockerfile": self.dockerfile,
+        }
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     layers: tuple[LayerBuild, ...]  # parents before children
     images: tuple[ImageBuild, ...]
     layer_plans: tuple[tuple[str, LayerPlan], ...]  # group title -> layer plan
+    joins: tuple[JoinBuild, ...] = ()
 
     def layer(self, digest: str) -> LayerBuild:
         return next(lb for lb in self.layers if lb.digest == digest)
@@ -149,6 +167,7 @@ class BuildPlan:
         return {
             "layers": [lb.to_json() for lb in self.layers],
             "images": [ib.to_json() for ib in self.images],
+            "joins": [j.to_json() for j in self.joins],
             "layer_plans": {title: describe(lp) for title, lp in self.layer_plans},
         }
 
@@ -159,15 +178,6 @@ def _sha(*parts: str) -> str:
         h.update(p.encode())
         h.update(b"\n")
     return h.hexdigest()
-
-
-def arch_of(platform: str) -> str:
-    return platform.split("/")[1]
-
-
-def platform_suffix(platform: str, platforms: Sequence[str]) -> str:
-    """Tags of a variant built for several platforms get '-<arch>' (one platform per local tag)."""
-    return f"-{arch_of(platform)}" if len(platforms) > 1 else ""
 
 
 def repository_of(plan: VariantPlan, override: str | None) -> str:
@@ -240,26 +250,45 @@ def make_build_plan(
                 variants=node.variants,
                 index=node.index,
                 site_packages=site,
-                copy=dockerfile.copy_line(project.package_root, site),
             )
             digests.append(digest)
             refs.append(tag)
         for v in variants:
             chains[(v, platform)] = tuple(digests[i] for i in lp.chain(v))
 
-    images = []
+    images: list[ImageBuild] = []
+    joins: list[JoinBuild] = []
     needed: list[str] = []
     for name in wanted:
         plan = by_name[name]
-        for platform in plan.variant.image.platforms:
+        platforms = plan.variant.image.platforms
+        parts = []
+        for platform in platforms:
             base = bases[(name, platform)]
             chain = chains[(name, platform)]
-            images.append(_image(project, plan, platform, base, chain, layer_builds, repository))
+            parts.append(_image(project, plan, platform, base, chain, layer_builds, repository, len(platforms) == 1))
             for d in chain:
                 if d not in needed:
                     needed.append(d)
+        images += parts
+        if len(parts) > 1:
+            joins.append(_join(project, plan, tuple(parts)))
     order = [lb for lb in layer_builds.values() if lb.digest in needed]
-    return BuildPlan(tuple(order), tuple(images), tuple(layer_plans))
+    return BuildPlan(tuple(order), tuple(images), tuple(layer_plans), tuple(joins))
+
+
+def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
+    text = dockerfile.render_join({p.platform.split("/")[1]: p.immutable_ref for p in parts})
+    inputs = _sha(IMAGE_FORMAT, "join", text)
+    return JoinBuild(
+        variant=plan.variant.name,
+        parts=parts,
+        dockerfile=text,
+        inputs_digest=inputs,
+        repository=parts[0].repository,
+        immutable_tag=f"{project.upstream.version}-{inputs[:12]}",
+        moving_tags=tuple(plan.variant.image.tags),
+    )
 
 
 def _content(by_name: Mapping[str, VariantPlan], variants: Sequence[str], path: str) -> bytes:
@@ -274,7 +303,9 @@ def _image(
     chain: tuple[str, ...],
     layer_builds: Mapping[str, LayerBuild],
     repository: str | None,
+    moving: bool,
 ) -> ImageBuild:
+    """One platform's image; it carries the variant's moving tags when it is the variant's only platform."""
     v = plan.variant
     repo = repository_of(plan, repository)
     from_ref = layer_builds[chain[-1]].tag if chain else base.ref
@@ -295,7 +326,6 @@ def _image(
     inputs = _sha(IMAGE_FORMAT, platform, base.image_id, pre)
     final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
     text = dockerfile.render_variant(from_ref, v.image.env, final_labels)
-    suffix = platform_suffix(platform, v.image.platforms)
     return ImageBuild(
         variant=v.name,
         platform=platform,
@@ -307,7 +337,7 @@ def _image(
         labels=final_labels,
         inputs_digest=inputs,
         repository=repo,
-        immutable_tag=f"{project.upstream.version}-{inputs[:12]}{suffix}",
-        moving_tags=tuple(f"{t}{suffix}" for t in v.image.tags),
+        immutable_tag=f"{project.upstream.version}-{inputs[:12]}",
+        moving_tags=tuple(v.image.tags) if moving else (),
         plan=plan,
     )

@@ -1,19 +1,19 @@
-"""Registry references for `smoke` and `inspect`: pull one platform by digest, then work locally.
+"""Image references for `smoke` and `inspect`: local names as they are, registry references pulled.
 
-`localize` resolves `host/repo:tag` (an index or one manifest) to the
-platform's manifest digest with the registry client, pulls exactly that
-digest through the daemon, and returns `host/repo@sha256:...`, which the
-daemon then knows as a local image. Local names are returned unchanged.
+A registry reference (`host/repo:tag`) is pulled by the engine for the one
+platform asked (`docker pull --platform`, which picks it out of an index), and
+then named by the digest the engine reports, so the check reads exactly what
+was pulled. A local name whose platform is not the one asked is refused with
+the name to use instead: each platform of an imgbuild image has its own
+immutable tag.
 """
 
 from __future__ import annotations
 
-from imgbuild.errors import ConfigError, DockerError, RegistryError
-from imgbuild.images import labels as lbl
+from imgbuild.errors import DockerError
 from imgbuild.images.docker import Engine
+from imgbuild.platforms import Platform
 from imgbuild.registry import reference
-from imgbuild.registry.client import INDEX_TYPES, Registry
-from imgbuild.registry.lock import normalize_platform, platform_of
 
 
 def is_registry_ref(text: str) -> bool:
@@ -21,63 +21,25 @@ def is_registry_ref(text: str) -> bool:
     return bool(rest) and ("." in first or ":" in first or first == "localhost")
 
 
-def platform_digest(ref: reference.Reference, platform: str, reg: Registry) -> str:
-    """The manifest digest of `platform` behind `ref`."""
-    top = reg.get_manifest(ref.repository, ref.ref)
-    if top.media_type not in INDEX_TYPES:
-        return top.digest
-    want = normalize_platform(platform)
-    found = []
-    for entry in top.json().get("manifests") or []:  # type: ignore[attr-defined]
-        plat = platform_of(entry)
-        found.append(plat or "unknown")
-        if plat == want:
-            return str(entry["digest"])
-    raise RegistryError(f"{ref} has no {platform} image (it has {', '.join(found) or 'none'})")
-
-
-def platform_name(engine: Engine, text: str, labels: dict[str, str], platform: str) -> str | None:
-    """One platform of a local multi-platform image imgbuild built: `<version>-<inputs>-<arch>` names it.
-
-    Docker 26 inspects an index as one platform only, so `build` names each one (multiplan.py).
-    """
-    inputs, version = labels.get(f"{lbl.PREFIX}inputs"), labels.get(f"{lbl.OCI}version")
-    if not inputs or not version:
-        return None
-    try:
-        ref = reference.parse(text)
-    except ConfigError:
-        return None
-    named = str(ref.with_tag(f"{version}-{inputs[:12]}-{normalize_platform(platform).split('/')[1]}"))
-    info = engine.image(named)
-    return named if info is not None and normalize_platform(info.platform) == normalize_platform(platform) else None
-
-
 def localize(engine: Engine, text: str, platform: str | None = None) -> str:
-    """A reference the daemon has: local names as they are, registry references pulled by digest."""
+    """A reference the daemon has, for `platform` (default: the daemon's own)."""
+    want = Platform.parse(platform) if platform else None
     local = engine.image(text)
-    if local is not None and (platform is None or normalize_platform(local.platform) == normalize_platform(platform)):
+    if local is not None and (want is None or local.platform == want):
         return text
-    if local is not None and platform is not None:
-        named = platform_name(engine, text, local.labels, platform)
-        if named is not None:
-            return named
     if not is_registry_ref(text):
+        if local is not None and want is not None:
+            raise DockerError(
+                f"{text} in the local store is {local.platform}, not {want}",
+                hint="name that platform's own image: `imgbuild build --json` lists each platform's immutable tag",
+            )
         return text
     try:
-        ref = reference.parse(text)
-    except ConfigError:
-        return text
-    plat = platform or f"linux/{engine.arch}"
-    with Registry(ref) as reg:
-        digest = platform_digest(ref, plat, reg)
-    pinned = f"{ref.name}@{digest}"
-    if engine.image(pinned) is None:
-        try:
-            engine.pull(pinned, normalize_platform(plat))
-        except DockerError as exc:
-            raise DockerError(
-                f"cannot pull {pinned} ({plat}) for checking: {exc.message}",
-                hint="the daemon pulls with its own credentials: `docker login " + ref.host + "`",
-            ) from exc
-    return pinned
+        info = engine.pull(text, want or engine.arch)
+    except DockerError as exc:
+        raise DockerError(
+            f"cannot pull {text} ({want or engine.arch}) for checking: {exc.message}",
+            hint="the daemon pulls with its own credentials: `docker login " + text.partition("/")[0] + "`",
+        ) from exc
+    digest = info.registry_digest
+    return f"{reference.parse(text).name}@{digest}" if digest else info.id

@@ -13,9 +13,9 @@ Per platform, the image is
   No byte code is compiled: measured, it saves nothing on `import vllm` here (the time
   goes to loading torch's libraries), and costs minutes and 10% of the size.
 
-The layer is never written to disk: its size is known from the tree before a byte of
-it is made (fixed headers), so it is streamed, hashed on the way, into `docker load`
-with the image config after it.
+BuildKit makes the image from the installed tree (`FROM scratch`, `ADD` of the
+rootfs tar, `COPY` of the tree, skeleton.base_dockerfile), every file's mtime set to 0
+first so that equal locks give equal layers.
 
 The image is tagged by a digest of the lock, the rootfs recipe and this format: a warm
 build finds it and does nothing. Wheels download into a staging directory and move into
@@ -28,19 +28,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import os
 import shutil
 import sys
-import tarfile
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 from imgbuild.digests import sha256_file
 from imgbuild.errors import DockerError, StateError, UpstreamError
@@ -50,10 +46,12 @@ from imgbuild.images.skeleton import (
     PTH,
     SITE_PACKAGES,
     RootfsRecipe,
-    archive_metadata,
-    base_config,
+    base_dockerfile,
+    base_epoch,
     ensure_rootfs,
+    rootfs_into,
 )
+from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
 REPOSITORY = "imgbuild-runtime"
@@ -214,127 +212,16 @@ def pth_text(site_packages: str) -> bytes:
     return f"import site; site.addsitedir({site_packages!r})\n".encode()
 
 
-def layer_entries(target: Path, site_packages: str) -> list[tuple[str, Path | None]]:
-    """(name in the layer, host path) in a fixed order; None for made-up parent directories and the .pth."""
-    site = site_packages.strip("/")
-    out: dict[str, Path | None] = {}
-    for root, dirs, files in os.walk(target):
-        dirs.sort()
-        rel = Path(root).relative_to(target)
-        for name in [*dirs, *files]:
-            sub = (rel / name).as_posix()
-            top = f"{BIN}/{sub[4:]}" if sub == "bin" or sub.startswith("bin/") else f"{site}/{sub}"
-            out[top.rstrip("/")] = Path(root) / name
-    out.pop(BIN, None)
-    out[PTH] = None
-    for name in list(out):
-        for parent in _dirs(name):
-            out.setdefault(parent, None)
-    return sorted(out.items())
-
-
-def _dirs(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def _member(name: str, path: Path | None, site_packages: str) -> tuple[tarfile.TarInfo, Path | bytes | None]:
-    info = tarfile.TarInfo(name)
-    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
-    if name == PTH:
-        data = pth_text(site_packages)
-        info.mode, info.size = 0o644, len(data)
-        return info, data
-    if path is None:
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        return info, None
-    st = path.lstat()
-    if path.is_symlink():
-        info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
-        return info, None
-    if path.is_dir():
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        return info, None
-    info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644
-    return info, path
-
-
-def _header(info: tarfile.TarInfo) -> bytes:
-    return info.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
-
-
-def _pad(n: int) -> int:
-    return -n % tarfile.BLOCKSIZE
-
-
-class LayerStream(io.RawIOBase):
-    """The runtime layer as a tar, made while it is read; `size` is known up front, `diff_id` at the end."""
-
-    def __init__(self, target: Path, site_packages: str) -> None:
-        self.members = [_member(n, p, site_packages) for n, p in layer_entries(target, site_packages)]
-        self.size = sum(len(_header(i)) + i.size + _pad(i.size) for i, _ in self.members) + 2 * tarfile.BLOCKSIZE
-        self._hash = hashlib.sha256()
-        self._chunks = self._generate()
-        self._chunk, self._pos = b"", 0
-        self._given = 0
-        self.done = False
-
-    @property
-    def diff_id(self) -> str:
-        if self._given != self.size:
-            raise RuntimeError(f"the layer was read to byte {self._given} of {self.size}")
-        if not self.done and next(self._chunks, None) is not None:
-            raise RuntimeError(f"the layer came out longer than the {self.size} bytes announced")
-        return f"sha256:{self._hash.hexdigest()}"
-
-    def readable(self) -> bool:
-        return True
-
-    def _generate(self) -> Iterator[bytes]:
-        for info, src in self.members:
-            yield _header(info)
-            if isinstance(src, bytes):
-                yield src
-            elif isinstance(src, Path):
-                left = info.size
-                with src.open("rb") as fh:
-                    while left:
-                        chunk = fh.read(min(left, 1 << 20))
-                        if not chunk:
-                            raise OSError(f"{src} shrank while the runtime layer was written")
-                        left -= len(chunk)
-                        yield chunk
-            if _pad(info.size):
-                yield b"\0" * _pad(info.size)
-        yield b"\0" * (2 * tarfile.BLOCKSIZE)
-
-    def readinto(self, buf: Any) -> int:
-        view = memoryview(buf).cast("B")
-        while self._pos >= len(self._chunk):
-            if self.done:
-                return 0
-            try:
-                self._chunk, self._pos = next(self._chunks), 0
-            except StopIteration:
-                self.done = True
-                return 0
-            self._hash.update(self._chunk)
-        n = min(len(view), len(self._chunk) - self._pos)
-        view[:n] = self._chunk[self._pos : self._pos + n]
-        self._pos += n
-        self._given += n
-        return n
-
-
-def write_layer(target: Path, site_packages: str, out: Path) -> str:
-    """The runtime layer as a file (tests; builds stream it); returns its diff id."""
-    stream = LayerStream(target, site_packages)
-    with out.open("wb") as fh:
-        shutil.copyfileobj(stream, fh, 1 << 20)
-    return stream.diff_id
-
-
-def image_config(spec: RuntimeSpec, diff_ids: list[str], rootfs_cmd: str) -> dict[str, object]:
+def build_context(target: Path, rootfs: Path, spec: RuntimeSpec) -> Path:
+    """`target`'s folder as a build context: the tree (console scripts moved to bin/), the rootfs, the .pth,
+    the Dockerfile; every mtime 0."""
+    context = target.parent
+    if (target / "bin").is_dir():
+        os.replace(target / "bin", context / "bin")
+    else:
+        (context / "bin").mkdir()
+    (context / "site.pth").write_bytes(pth_text(spec.site_packages))
+    rootfs_into(context, rootfs)
     vllm = spec.lock.pin(rl.ROOT)
     labels = {
         LABEL: spec.key(),
@@ -343,60 +230,13 @@ def image_config(spec: RuntimeSpec, diff_ids: list[str], rootfs_cmd: str) -> dic
         "imgbuild.runtime.vllm": vllm.version if vllm else "",
         "org.opencontainers.image.description": "imgbuild runtime base: stand-in that can import vllm",
     }
-    made = f"imgbuild runtime: {len(spec.lock.pins)} locked wheels (pip --target)"
-    return base_config(spec.arch, labels, diff_ids, [rootfs_cmd, made])
-
-
-def _stream_archive(spec: RuntimeSpec, rootfs: Path, layer: LayerStream) -> Callable[[IO[bytes]], None]:
-    """A docker-archive: both layers first, then the config (it needs the streamed layer's diff id)."""
-    made_by = " ".join(spec.rootfs.command(Path("OUT.tar"))[:6])
-
-    def write(out: IO[bytes]) -> None:
-        with tarfile.open(fileobj=out, mode="w|") as tar:
-            tar.copybufsize = 1 << 20  # type: ignore[attr-defined]  # 16 KiB reads would make this CPU-bound
-            tar.add(rootfs, arcname="rootfs/layer.tar")
-            info = tarfile.TarInfo("runtime/layer.tar")
-            info.size = layer.size
-            # tarfile takes a short read for the end: BufferedReader reads until full
-            tar.addfile(info, io.BufferedReader(layer, 1 << 20))
-            diff_ids = [f"sha256:{sha256_file(rootfs)}", layer.diff_id]
-            config = image_config(spec, diff_ids, made_by)
-            for name, data in archive_metadata(config, spec.tag, ["rootfs/layer.tar", "runtime/layer.tar"]):
-                member = tarfile.TarInfo(name)
-                member.size = len(data)
-                tar.addfile(member, io.BytesIO(data))
-
-    return write
-
-
-def load_streamed(engine: Engine, write: Callable[[IO[bytes]], None]) -> None:
-    """`docker load` from a pipe, so the multi-GB archive is never written to disk."""
-    rfd, wfd = os.pipe()
-    errors: list[BaseException] = []
-
-    def produce() -> None:
-        try:
-            with os.fdopen(wfd, "wb") as out:
-                write(out)
-        except BrokenPipeError:
-            pass
-        except (OSError, tarfile.TarError, RuntimeError) as exc:  # handed to the caller below
-            errors.append(exc)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
-    failed: DockerError | None = None
-    try:
-        with os.fdopen(rfd, "rb") as src:
-            engine.load(src)
-    except DockerError as exc:
-        failed = exc
-    finally:
-        thread.join()
-    if errors:  # the cause, when writing failed first
-        raise DockerError(f"writing the runtime base's archive failed: {errors[0]}") from errors[0]
-    if failed is not None:
-        raise failed
+    steps = ["ADD rootfs.tar /", f"COPY tree/ {spec.site_packages.rstrip('/')}/", f"COPY bin/ /{BIN}/",
+             f"COPY site.pth /{PTH}"]  # fmt: skip
+    (context / "Dockerfile").write_text(base_dockerfile(labels, steps))
+    for root, dirs, files in os.walk(context):
+        for name in [*dirs, *files]:
+            os.utime(os.path.join(root, name), (0, 0), follow_symlinks=False)
+    return context
 
 
 def ensure_runtime(
@@ -416,14 +256,15 @@ def ensure_runtime(
         try:
             target = staging / "tree"
             install_tree(spec.lock, cache, target, verbose=verbose)
-            layer = LayerStream(target, spec.site_packages)
-            _log(f"loading {spec.tag} ({layer.size / 1e9:.1f} GB layer, streamed) into the daemon")
-            load_streamed(engine, _stream_archive(spec, rootfs, layer))
+            _log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
+            context = build_context(target, rootfs, spec)
+            engine.build(context, tags=[spec.tag], platforms=[Platform.parse(spec.platform)], epoch=base_epoch(),
+                         verbose=verbose)  # fmt: skip
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     info = engine.require(spec.tag)
     if info.arch != spec.arch:
-        raise DockerError(f"{spec.tag} loaded as {info.platform}, expected {spec.platform}")
+        raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
     return RuntimeResult(info, True, fetched, size, time.monotonic() - start)
 
 

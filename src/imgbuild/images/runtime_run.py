@@ -19,10 +19,11 @@ seven patched ones and every module that imports one) import, or fail, with and 
 from __future__ import annotations
 
 import os
-import platform as host_platform
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from imgbuild.platforms import Platform
 
 CPUINFO_NAME = "cpuinfo-aarch64-gb10"
 NO_GPU_ENV = {"VLLM_TARGET_DEVICE": "cpu"}
@@ -79,18 +80,12 @@ def cpuinfo_file(cache: Path) -> Path:
     return path
 
 
-def _native(arch: str) -> bool:
-    machine = host_platform.machine().lower()
-    return {"amd64": ("x86_64", "amd64"), "arm64": ("aarch64", "arm64")}.get(arch, ()).__contains__(machine)
-
-
-def runtime_run_options(platform: str, cache: Path, *, emulated: bool | None = None) -> RunOptions:
+def runtime_run_options(platform: Platform, cache: Path, *, emulated: bool | None = None) -> RunOptions:
     """Mounts and env for running the runtime base (or an image on it) for `platform`.
 
     `emulated` defaults to "the host's CPU is not the platform's", i.e. qemu-user runs it.
     """
-    arch = platform.split("/")[-1]
     if emulated is None:
-        emulated = not _native(arch)
-    binds = (f"{cpuinfo_file(cache)}:/proc/cpuinfo:ro",) if arch == "arm64" and emulated else ()
+        emulated = platform.arch != Platform.host().arch
+    binds = (f"{cpuinfo_file(cache)}:/proc/cpuinfo:ro",) if platform.arch == "arm64" and emulated else ()
     return RunOptions(binds=binds, env=dict(NO_GPU_ENV))

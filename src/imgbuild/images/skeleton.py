@@ -14,10 +14,10 @@ The skeleton is small but faithful where imgbuild looks:
 It has no torch, so `import vllm` fails on it: smoke commands that need the
 real runtime are replaced by `smoke.skeleton_commands` (see smoke.py).
 
-Docker 20.10's `docker import --platform` does not record the architecture,
-so the image is loaded from a docker-archive whose config says it. The tag is
-keyed by a digest of every input, and the rootfs tar is cached under the
-user cache directory, so it is rebuilt only when missing.
+BuildKit makes it (`FROM scratch`, `ADD` of the rootfs tar and of the
+`vllm/` tree's tar, `--platform` setting the architecture; `base_dockerfile`).
+The tag is keyed by a digest of every input, and the rootfs tar is cached
+under the user cache directory, so it is rebuilt only when missing.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from imgbuild import proc
-from imgbuild.digests import sha256_file
 from imgbuild.errors import DockerError
-from imgbuild.images.docker import Engine, ImageInfo, check_binfmt, host_arch
+from imgbuild.images.docker import Engine, ImageInfo, check_binfmt
+from imgbuild.images.dockerfile import quote
 from imgbuild.images.labels import SKELETON
+from imgbuild.platforms import Platform
 from imgbuild.upstream.git import GitRepo
 
 REPOSITORY = "imgbuild-skeleton"
@@ -48,7 +49,6 @@ SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 PTH = "usr/lib/python3/dist-packages/imgbuild-skeleton-vllm.pth"
 ENTRYPOINT = ("vllm", "serve")
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EPOCH = "1970-01-01T00:00:00Z"
 SOURCES_CANDIDATES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 MMDEBSTRAP_HINT = "apt-get install mmdebstrap arch-test qemu-user-static binfmt-support (or run .ci/setup-host.sh)"
 
@@ -133,7 +133,7 @@ def ensure_rootfs(recipe: RootfsRecipe, cache: Path, *, verbose: bool = False) -
         return out
     if shutil.which("mmdebstrap") is None:
         raise DockerError("mmdebstrap is not installed; it makes the skeleton's rootfs", hint=MMDEBSTRAP_HINT)
-    check_binfmt(recipe.arch, host_arch())
+    check_binfmt(Platform("linux", recipe.arch), Platform.host())
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tar", dir=out.parent)
     os.close(fd)
@@ -185,64 +185,34 @@ def vllm_layer(repo: GitRepo, commit: str, package_root: str, site_packages: str
     return buf.getvalue()
 
 
-def base_config(arch: str, labels: dict[str, str], diff_ids: list[str], history: list[str]) -> dict[str, object]:
-    """The image config of a stand-in base (skeleton or runtime): fixed date, PATH, the stock ENTRYPOINT."""
-    config: dict[str, object] = {
-        "architecture": arch,
-        "os": "linux",
-        "created": EPOCH,
-        "config": {"Env": [PATH_ENV], "Entrypoint": list(ENTRYPOINT), "Labels": labels},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [{"created": EPOCH, "created_by": step} for step in history],
-    }
-    if arch == "arm64":
-        config["variant"] = "v8"
-    return config
+def base_dockerfile(labels: dict[str, str], steps: list[str]) -> str:
+    """A stand-in base (skeleton or runtime): `steps` (ADD/COPY) from scratch, PATH, labels, the stock ENTRYPOINT."""
+    label_line = "LABEL " + " ".join(f"{k}={quote(v)}" for k, v in sorted(labels.items()))
+    entry = json.dumps(list(ENTRYPOINT))
+    return "\n".join(["FROM scratch", *steps, f"ENV {PATH_ENV}", label_line, f"ENTRYPOINT {entry}", ""])
 
 
-def archive_metadata(config: dict[str, object], tag: str, layers: list[str]) -> list[tuple[str, bytes]]:
-    """The config (named by its sha256) and manifest.json of a docker-archive holding `layers`."""
-    data = json.dumps(config, sort_keys=True).encode()
-    name = f"{hashlib.sha256(data).hexdigest()}.json"
-    manifest = json.dumps([{"Config": name, "RepoTags": [tag], "Layers": layers}]).encode()
-    return [(name, data), ("manifest.json", manifest)]
-
-
-def image_config(spec: SkeletonSpec, diff_ids: list[str], rootfs_cmd: str) -> dict[str, object]:
-    labels = {
-        SKELETON: spec.key(),
-        "imgbuild.site-packages": spec.site_packages,
-        "imgbuild.upstream.commit": spec.upstream_commit,
-        "org.opencontainers.image.description": "imgbuild skeleton: offline stand-in for the stock vLLM image",
-    }
-    made = f"imgbuild skeleton: {spec.package_root}/ *.py of {spec.upstream_commit}"
-    return base_config(spec.arch, labels, diff_ids, [rootfs_cmd, made])
-
-
-def write_archive(out: Path, spec: SkeletonSpec, rootfs: Path, layer: bytes) -> None:
-    """A docker-archive (`docker save` layout) that `docker load` takes with the right arch."""
-    diff_ids = [f"sha256:{sha256_file(rootfs)}", f"sha256:{hashlib.sha256(layer).hexdigest()}"]
-    recipe = spec.rootfs
-    made_by = " ".join(recipe.command(Path("OUT.tar"))[:6])
-    config = image_config(spec, diff_ids, made_by)
-    meta = archive_metadata(config, spec.tag, ["rootfs/layer.tar", "vllm/layer.tar"])
-    with tarfile.open(out, "w") as tar:
-        for name, data in (*meta, ("vllm/layer.tar", layer)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        tar.add(rootfs, arcname="rootfs/layer.tar")
+def rootfs_into(context: Path, rootfs: Path) -> None:
+    """The cached rootfs tar into a build context as `rootfs.tar`: a hard link where it can be, else a copy."""
+    try:
+        os.link(rootfs, context / "rootfs.tar")
+    except OSError:
+        shutil.copyfile(rootfs, context / "rootfs.tar")
 
 
 @contextlib.contextmanager
 def _staging(directory: Path) -> Iterator[Path]:
+    """A build context directory beside the cached rootfs (so it can be hard-linked), removed after."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=".archive-", suffix=".tar", dir=directory)
-    os.close(fd)
+    path = Path(tempfile.mkdtemp(prefix=".context-", dir=directory))
     try:
-        yield Path(name)
+        yield path
     finally:
-        Path(name).unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def base_epoch() -> int:
+    return 0  # the stand-ins' config dates: fixed, as the stock image's do not matter here
 
 
 def ensure_skeleton(
@@ -254,18 +224,26 @@ def ensure_skeleton(
     force: bool = False,
     verbose: bool = False,
 ) -> ImageInfo:
-    """The skeleton image for `spec`, loaded into the daemon if missing."""
+    """The skeleton image for `spec`, built if the daemon lacks it."""
     info = engine.image(spec.tag)
     if info is not None and info.labels.get(SKELETON) == spec.key() and not force:
         return info
     rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
-    _log(f"loading {spec.tag} (rootfs + {spec.package_root}/ of {spec.upstream_commit[:12]})")
-    layer = vllm_layer(repo, spec.upstream_commit, spec.package_root, spec.site_packages)
-    with _staging(cache / "skeleton") as archive:
-        write_archive(archive, spec, rootfs, layer)
-        with archive.open("rb") as fh:
-            engine.load(fh)
+    _log(f"building {spec.tag} (rootfs + {spec.package_root}/ of {spec.upstream_commit[:12]})")
+    labels = {
+        SKELETON: spec.key(),
+        "imgbuild.site-packages": spec.site_packages,
+        "imgbuild.upstream.commit": spec.upstream_commit,
+        "org.opencontainers.image.description": "imgbuild skeleton: offline stand-in for the stock vLLM image",
+    }
+    with _staging(cache / "skeleton") as context:
+        rootfs_into(context, rootfs)
+        (context / "vllm.tar").write_bytes(vllm_layer(repo, spec.upstream_commit, spec.package_root,
+                                                      spec.site_packages))  # fmt: skip
+        (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
+        engine.build(context, tags=[spec.tag], platforms=[Platform.parse(spec.platform)], epoch=base_epoch(),
+                     verbose=verbose)  # fmt: skip
     info = engine.require(spec.tag)
     if info.arch != spec.arch:
-        raise DockerError(f"{spec.tag} loaded as {info.platform}, expected {spec.platform}")
+        raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
     return info

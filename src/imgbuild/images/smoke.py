@@ -27,8 +27,9 @@ from imgbuild.config.models import SmokeSpec
 from imgbuild.errors import DockerError
 from imgbuild.images import integrity, probe, runtime_run
 from imgbuild.images import labels as lbl
-from imgbuild.images.docker import BINFMT_FIX, QEMU_NAMES, Engine, ImageInfo, RunResult, check_binfmt
+from imgbuild.images.docker import BINFMT_FIX, Engine, ImageInfo, RunResult, check_binfmt
 from imgbuild.images.importcheck import modules_to_import
+from imgbuild.platforms import Platform
 from imgbuild.upstream.mirror import cache_dir
 
 SKELETON_SKIP = "needs the real base (the skeleton stand-in has no torch)"
@@ -40,7 +41,7 @@ NO_DEVICE = "Failed to infer device type"  # vllm's CLI without a GPU (the amd64
 class Expected:
     """What an image should be: from the build plan (a variant) or from its own labels (an image)."""
 
-    platform: str
+    platform: Platform
     files: tuple[lbl.FileLabel, ...]
     site_packages: str
     labels: Mapping[str, str] | None = None  # exact labels to compare, when a plan is known
@@ -167,7 +168,7 @@ def probed_rows(result: probe.ProbeResult, expected: Expected) -> list[FileRow]:
 
 def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
     checks = []
-    arch = expected.platform.split("/")[1]
+    arch = expected.platform.arch
     ok = info.os == "linux" and info.arch == arch
     checks.append(
         Check("config", "platform", "pass" if ok else "fail", f"image is {info.platform}, declared {expected.platform}")
@@ -257,9 +258,9 @@ def integrity_results(info: ImageInfo, expected: Expected, ref: integrity.Refere
     return out
 
 
-def run_options(info: ImageInfo, engine_arch: str) -> runtime_run.RunOptions:
+def run_options(info: ImageInfo, engine_arch: Platform) -> runtime_run.RunOptions:
     """What `docker run` of `info` needs on this daemon: under qemu, an arm64 torch needs an aarch64 cpuinfo."""
-    return runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine_arch)
+    return runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine_arch.arch)
 
 
 def _probe_job(expected: Expected, skeleton: bool) -> probe.Job:
@@ -278,7 +279,7 @@ def runtime_checks(
     engine: Engine, ref: str, info: ImageInfo, expected: Expected
 ) -> tuple[list[Check], probe.ProbeResult]:
     """One container: run directly, hashes, byte-compiles, smoke commands, imports, version."""
-    check_binfmt(info.arch, engine.arch)
+    check_binfmt(info.platform, engine.arch)
     skeleton = lbl.SKELETON in info.labels
     job = _probe_job(expected, skeleton)
     t0 = time.monotonic()
@@ -292,7 +293,7 @@ def runtime_checks(
         environment=opts.env,
     )
     took = time.monotonic() - t0
-    _exec_format(res.stderr, info.arch, engine.arch)
+    _exec_format(res.stderr, info.platform, engine.arch)
     result = probe.parse(res.stdout)
     checks = []
     if not result.ran:
@@ -375,12 +376,11 @@ def _import_checks(
     return checks
 
 
-def _exec_format(stderr: str, arch: str, daemon_arch: str) -> None:
+def _exec_format(stderr: str, platform: Platform, daemon: Platform) -> None:
     if "exec format error" in stderr:
-        qemu = QEMU_NAMES.get(arch, arch)
         raise DockerError(
-            f"linux/{arch} binaries do not run on this linux/{daemon_arch} daemon (exec format error)",
-            hint=BINFMT_FIX.format(qemu=qemu),
+            f"{platform} binaries do not run on this {daemon} daemon (exec format error)",
+            hint=BINFMT_FIX.format(qemu=platform.qemu),
         )
 
 
@@ -404,7 +404,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     come from it too, unless it could not run (then they are read without running).
     """
     info = engine.require(ref)
-    report = SmokeReport(ref, info.id, expected.variant, expected.platform)
+    report = SmokeReport(ref, info.id, expected.variant, str(expected.platform))
     report.checks.extend(config_checks(info, expected))
     report.checks.extend(integrity_checks(engine, info, expected))
     run_checks: list[Check] = []

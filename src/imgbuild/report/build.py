@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from imgbuild.images import dockerfile, layers
 from imgbuild.images.build import BuildResult, DryRun, sharing
-from imgbuild.images.multiplan import MultiPlan
 from imgbuild.report.tables import console, plan_matrix
 
 
@@ -29,19 +28,10 @@ def print_dry_run(dry: DryRun) -> None:
         console.rule(f"image {ib.variant} ({ib.platform}): {ib.immutable_ref} -> {', '.join(ib.moving_refs)}")
         console.print(ib.dockerfile, markup=False, highlight=False, soft_wrap=True)
         console.print(f"context: {', '.join(str(e) for e in dockerfile.listing(ib.context))}", markup=False)
-    if dry.multi is not None:
-        _print_multi(dry.multi)
-
-
-def _print_multi(multi: MultiPlan) -> None:
-    console.rule("this engine builds each of these in one call, for every platform")
-    for ml in multi.layers:
-        console.rule(f"layer {ml.tag} ({', '.join(ml.platforms)})")
-        console.print(ml.dockerfile, markup=False, highlight=False, soft_wrap=True)
-    for mi in multi.images:
-        refs = f"{mi.immutable_ref} -> {', '.join(mi.moving_refs)}"
-        console.rule(f"image {mi.variant} ({', '.join(mi.platforms)}): {refs}")
-        console.print(mi.dockerfile, markup=False, highlight=False, soft_wrap=True)
+    for join in plan.joins:
+        refs = f"{join.immutable_ref} -> {', '.join(join.moving_refs)}"
+        console.rule(f"image {join.variant} ({', '.join(p.platform for p in join.parts)}): {refs}")
+        console.print(join.dockerfile, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_result(result: BuildResult) -> None:

@@ -1,0 +1,67 @@
+"""`Platform`: an image platform as a value, parsed once where it enters (config, `--platform`, the engine).
+
+The one architecture table: docker's arch name, the machine name (`uname -m`,
+qemu's binfmt entry, pip's wheel tags) for each platform imgbuild builds for.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+from imgbuild.errors import UsageError
+
+# docker arch -> machine name; what the stand-in skeleton and the vLLM release images serve
+ARCHES = {"arm64": "aarch64", "amd64": "x86_64"}
+KNOWN = tuple(f"linux/{arch}" for arch in ARCHES)
+
+
+@dataclass(frozen=True, order=True)
+class Platform:
+    os: str
+    arch: str
+    variant: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Platform:
+        """`linux/arm64` (`linux/arm64/v8` is the same image); anything else is a UsageError naming the known."""
+        parts = text.strip().split("/")
+        known = len(parts) in (2, 3) and parts[0] == "linux" and parts[1] in ARCHES
+        if known and (len(parts) == 2 or (parts[1], parts[2]) == ("arm64", "v8")):
+            return cls(parts[0], parts[1])
+        raise UsageError(f"{text!r}: unsupported platform; known: {', '.join(KNOWN)}")
+
+    @classmethod
+    def parse_list(cls, text: str) -> tuple[Platform, ...]:
+        """A comma-separated list, in order, without repeats."""
+        out: list[Platform] = []
+        for item in text.split(","):
+            if item.strip() and (p := cls.parse(item)) not in out:
+                out.append(p)
+        if not out:
+            raise UsageError(f"{text!r}: no platform named; known: {', '.join(KNOWN)}")
+        return tuple(out)
+
+    @classmethod
+    def host(cls) -> Platform:
+        """This machine's platform."""
+        return cls("linux", cls.arch_of_machine(platform.machine()))
+
+    @staticmethod
+    def arch_of_machine(machine: str) -> str:
+        """docker's arch name for a machine name (`x86_64` -> `amd64`); other names unchanged."""
+        by_machine = {m: a for a, m in ARCHES.items()}
+        return by_machine.get(machine, machine)
+
+    @property
+    def machine(self) -> str:
+        """The machine name: `uname -m` in such a container, pip's and qemu's name for the arch."""
+        return ARCHES.get(self.arch, self.arch)
+
+    @property
+    def qemu(self) -> str:
+        """The binfmt_misc entry that runs it under emulation is `qemu-<this>`."""
+        return self.machine
+
+    def __str__(self) -> str:
+        return f"{self.os}/{self.arch}" + (f"/{self.variant}" if self.variant else "")
