@@ -14,6 +14,7 @@ from imgbuild.images import labels
 from imgbuild.images.build import project_inputs
 from imgbuild.images.docker import check_binfmt
 from imgbuild.images.plan import BaseInfo, BuildPlan, make_build_plan
+from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from tests.support.synth import Upstream, make_project
 from tests.support.synth_images import ENGRAM, SITE, SM121, engram_project, patches, release, variants
@@ -123,15 +124,16 @@ def test_source_date_prefers_the_newest_input() -> None:
 
 
 def test_binfmt_missing_names_the_fix(tmp_path: Path) -> None:
-    check_binfmt("arm64", "arm64", root=tmp_path)  # same arch: nothing to check
+    arm, amd = Platform.parse("linux/arm64"), Platform.parse("linux/amd64")
+    check_binfmt(arm, arm, root=tmp_path)  # same arch: nothing to check
     with pytest.raises(DockerError, match="qemu-aarch64") as err:
-        check_binfmt("arm64", "amd64", root=tmp_path)
+        check_binfmt(arm, amd, root=tmp_path)
     assert "update-binfmts --enable qemu-aarch64" in (err.value.hint or "")
     (tmp_path / "qemu-aarch64").write_text("disabled\n")
     with pytest.raises(DockerError):
-        check_binfmt("arm64", "amd64", root=tmp_path)
+        check_binfmt(arm, amd, root=tmp_path)
     (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\n")
-    check_binfmt("arm64", "amd64", root=tmp_path)
+    check_binfmt(arm, amd, root=tmp_path)
 
 
 def test_dry_run_prints_plan_layers_dockerfiles_and_context(project: Project, tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from imgbuild.errors import DockerError
-from imgbuild.images import engine_api
 from imgbuild.images.docker import Engine
 
 WHAT = "docker buildx build for linux/arm64 (x:1)"
@@ -65,13 +65,13 @@ def build(engine: Engine) -> DockerError:
 
 def test_a_failed_build_on_a_daemon_that_is_gone_says_it_stopped_and_where_its_log_is(tmp_path: Path) -> None:
     cli = failing_cli(tmp_path)
-    err = build(Engine(None, cli, engine_api.EngineApi(str(tmp_path / "gone.sock"))))
+    err = build(Engine(docker.DockerClient(base_url=f"unix://{tmp_path / 'gone.sock'}", version="1.45"), cli))
     assert err.message.startswith(f"the Docker daemon stopped answering during {WHAT}:\n"), err.message
     assert LAST_LINE in err.message
     assert err.hint is not None and "/var/log/dockerd.log" in err.hint and "journalctl -u docker" in err.hint
 
 
 def test_a_failed_build_on_a_daemon_that_answers_is_a_build_failure(tmp_path: Path, answering: str) -> None:
-    err = build(Engine(None, failing_cli(tmp_path), engine_api.EngineApi(answering)))
+    err = build(Engine(docker.DockerClient(base_url=f"unix://{answering}", version="1.45"), failing_cli(tmp_path)))
     assert err.message.startswith(f"{WHAT} failed:\n") and LAST_LINE in err.message, err.message
     assert "stopped answering" not in err.message

@@ -8,12 +8,13 @@ import shlex
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 
 from imgbuild import proc
 from imgbuild.errors import DockerError, RegistryError
 from imgbuild.images import signing
-from imgbuild.images.docker import context_host
+from imgbuild.images.docker import Engine
 from imgbuild.registry.auth import run_helper
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo
@@ -83,7 +84,8 @@ def test_a_timeout_is_a_typed_error() -> None:
 
 def test_each_funnel_names_its_missing_tool(repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DockerError, match=r"docker CLI .*no-docker.* not found"):
-        context_host("default", cli=str(tmp_path / "no-docker"))
+        client = docker.DockerClient(base_url=f"unix://{tmp_path / 'no.sock'}", version="1.45")
+        Engine(client, str(tmp_path / "no-docker")).build(b"", tags=["x:1"], platforms=[], epoch=0, builder="b")
     monkeypatch.setenv("IMGBUILD_COSIGN", str(tmp_path / "no-cosign"))
     with pytest.raises(RegistryError, match=r"cosign \(.*no-cosign\) is not installed"):
         signing.sign("127.0.0.1:5000/x@sha256:" + "0" * 64, tmp_path / "cosign.key")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ from imgbuild.errors import ConfigError
 from imgbuild.images import runtime_base as rb
 from imgbuild.images import runtime_lock as rl
 from imgbuild.images import runtime_run
+from imgbuild.platforms import Platform
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 64
@@ -26,6 +25,9 @@ def item(name: str, version: str, requires: list[str], sha: str = SHA) -> dict[s
 
 def report(*items: dict[str, object]) -> dict[str, object]:
     return {"version": "1", "install": list(items)}
+
+
+ARM64 = Platform.parse("linux/arm64")
 
 
 def test_shipped_locks_parse_and_pin_the_project_vllm() -> None:
@@ -137,51 +139,42 @@ def test_shebangs_point_at_the_image_python(tmp_path: Path) -> None:
     assert (bin_dir / "tool.sh").read_bytes().startswith(b"#!/bin/sh")
 
 
-def test_layer_puts_packages_in_site_and_scripts_in_usr_local_bin(tmp_path: Path) -> None:
-    tree = tmp_path / "tree"
+def test_the_build_context_puts_packages_in_site_and_scripts_in_usr_local_bin(tmp_path: Path) -> None:
+    tree = tmp_path / "build" / "tree"
     (tree / "vllm").mkdir(parents=True)
     (tree / "vllm" / "__init__.py").write_text("x = 1\n")
     (tree / "bin").mkdir()
     (tree / "bin" / "vllm").write_text("#!/usr/bin/python3\n")
-    (tree / "bin" / "vllm").chmod(0o755)
     (tree / "vllm" / "link.py").symlink_to("__init__.py")
-    out = tmp_path / "layer.tar"
+    rootfs = tmp_path / "rootfs.tar"
+    rootfs.write_bytes(b"rootfs")
     site = "/usr/local/lib/python3.12/dist-packages"
-    diff_id = rb.write_layer(tree, site, out)
-    with tarfile.open(out) as tar:
-        members = {m.name: m for m in tar.getmembers()}
-        pth = tar.extractfile("usr/lib/python3/dist-packages/imgbuild-skeleton-vllm.pth")
-        assert pth is not None and pth.read() == rb.pth_text(site)
-    assert members["usr/local/bin/vllm"].mode == 0o755
-    assert members["usr/local/lib/python3.12/dist-packages/vllm/__init__.py"].mode == 0o644
-    assert members["usr/local/lib/python3.12/dist-packages/vllm/link.py"].issym()
-    assert "usr/local/lib/python3.12/dist-packages/bin" not in members
-    assert all(m.mtime == 0 and m.uid == 0 for m in members.values())
-    assert list(members) == sorted(members)
-    assert diff_id == "sha256:" + hashlib.sha256(out.read_bytes()).hexdigest()
-    assert out.stat().st_size == rb.LayerStream(tree, site).size  # announced before a byte is made
-    # read as tarfile reads a member's data: fixed-size reads, a short one means the end
-    import io as _io
-
-    stream = rb.LayerStream(tree, site)
-    with tarfile.open(tmp_path / "outer.tar", "w|") as outer:
-        info = tarfile.TarInfo("runtime/layer.tar")
-        info.size = stream.size
-        outer.addfile(info, _io.BufferedReader(stream, 7))
-    assert stream.diff_id == diff_id
-    assert rb.write_layer(tree, site, tmp_path / "again.tar") == diff_id  # deterministic
+    context = rb.build_context(tree, rootfs, site, {rb.LABEL: "k"})
+    assert sorted(p.name for p in context.iterdir()) == ["Dockerfile", "bin", "rootfs.tar", "site.pth", "tree"]
+    assert (context / "bin" / "vllm").is_file() and not (tree / "bin").exists()
+    assert (context / "site.pth").read_bytes() == rb.pth_text(site) and (
+        context / "rootfs.tar"
+    ).read_bytes() == b"rootfs"
+    text = (context / "Dockerfile").read_text()
+    for line in ("FROM scratch", "ADD rootfs.tar /", f"COPY tree/ {site}/", "COPY bin/ /usr/local/bin/",
+                 "COPY site.pth /usr/lib/python3/dist-packages/imgbuild-skeleton-vllm.pth", 'imgbuild.runtime-base="k"',
+                 'ENTRYPOINT ["vllm", "serve"]'):  # fmt: skip
+        assert line in text, line
+    every = [p for p in context.rglob("*")]
+    assert every and all(p.lstat().st_mtime == 0 for p in every)  # equal trees give equal layers
+    assert (tree / "vllm" / "link.py").is_symlink()
 
 
 def test_run_options_mount_an_aarch64_cpuinfo_only_under_emulation(tmp_path: Path) -> None:
-    opts = runtime_run.runtime_run_options("linux/arm64", tmp_path, emulated=True)
+    opts = runtime_run.runtime_run_options(ARM64, tmp_path, emulated=True)
     host, container, mode = opts.binds[0].split(":")
     assert (container, mode) == ("/proc/cpuinfo", "ro")
     assert opts.cli_args() == ["-v", opts.binds[0], "-e", "VLLM_TARGET_DEVICE=cpu"]
     text = Path(host).read_text()
     assert text.count("processor\t:") == runtime_run.CORES and "CPU implementer\t: 0x41" in text
-    native = runtime_run.runtime_run_options("linux/arm64", tmp_path, emulated=False)
+    native = runtime_run.runtime_run_options(ARM64, tmp_path, emulated=False)
     assert native == runtime_run.RunOptions(env={"VLLM_TARGET_DEVICE": "cpu"})
-    assert runtime_run.runtime_run_options("linux/amd64", tmp_path, emulated=False) == native
+    assert runtime_run.runtime_run_options(Platform.parse("linux/amd64"), tmp_path, emulated=False) == native
 
 
 def test_the_pth_makes_site_packages_a_site_dir_so_nested_pth_files_work(tmp_path: Path) -> None:

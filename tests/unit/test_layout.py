@@ -13,7 +13,7 @@ RANK = {
     "digests": 0,
     "atomic": 0,
     "proc": 0,
-    "lazy": 0,
+    "platforms": 0.5,  # the Platform value: on errors only
     "config": 1,
     "upstream": 2,
     "patches": 3,

@@ -212,25 +212,28 @@ def pth_text(site_packages: str) -> bytes:
     return f"import site; site.addsitedir({site_packages!r})\n".encode()
 
 
-def build_context(target: Path, rootfs: Path, spec: RuntimeSpec) -> Path:
-    """`target`'s folder as a build context: the tree (console scripts moved to bin/), the rootfs, the .pth,
-    the Dockerfile; every mtime 0."""
-    context = target.parent
-    if (target / "bin").is_dir():
-        os.replace(target / "bin", context / "bin")
-    else:
-        (context / "bin").mkdir()
-    (context / "site.pth").write_bytes(pth_text(spec.site_packages))
-    rootfs_into(context, rootfs)
+def labels_of(spec: RuntimeSpec) -> dict[str, str]:
     vllm = spec.lock.pin(rl.ROOT)
-    labels = {
+    return {
         LABEL: spec.key(),
         "imgbuild.runtime.lock": spec.lock.digest(),
         "imgbuild.site-packages": spec.site_packages,
         "imgbuild.runtime.vllm": vllm.version if vllm else "",
         "org.opencontainers.image.description": "imgbuild runtime base: stand-in that can import vllm",
     }
-    steps = ["ADD rootfs.tar /", f"COPY tree/ {spec.site_packages.rstrip('/')}/", f"COPY bin/ /{BIN}/",
+
+
+def build_context(target: Path, rootfs: Path, site_packages: str, labels: dict[str, str]) -> Path:
+    """`target`'s folder as a build context: the tree (its console scripts moved to bin/), the rootfs, the
+    .pth, the Dockerfile; every mtime 0, so that equal trees give equal layers."""
+    context = target.parent
+    if (target / "bin").is_dir():
+        os.replace(target / "bin", context / "bin")
+    else:
+        (context / "bin").mkdir()
+    (context / "site.pth").write_bytes(pth_text(site_packages))
+    rootfs_into(context, rootfs)
+    steps = ["ADD rootfs.tar /", f"COPY tree/ {site_packages.rstrip('/')}/", f"COPY bin/ /{BIN}/",
              f"COPY site.pth /{PTH}"]  # fmt: skip
     (context / "Dockerfile").write_text(base_dockerfile(labels, steps))
     for root, dirs, files in os.walk(context):
@@ -257,7 +260,7 @@ def ensure_runtime(
             target = staging / "tree"
             install_tree(spec.lock, cache, target, verbose=verbose)
             _log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
-            context = build_context(target, rootfs, spec)
+            context = build_context(target, rootfs, spec.site_packages, labels_of(spec))
             engine.build(context, tags=[spec.tag], platforms=[Platform.parse(spec.platform)], epoch=base_epoch(),
                          verbose=verbose)  # fmt: skip
         finally:
