@@ -5,15 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
-from rich.table import Table
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.deploy.ship import ship
 from imgbuild.errors import DockerError, UsageError
-from imgbuild.images.docker import Engine
-from imgbuild.project import load_project
-from imgbuild.report.tables import console, err_console, print_json
 
 
 def ship_cmd(
@@ -50,6 +44,14 @@ def ship_cmd(
 
       imgbuild ship latest --to tcp://10.0.0.7:2375 --with-base
     """
+    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
+    from rich.table import Table
+
+    from imgbuild.deploy.ship import ship
+    from imgbuild.images.docker import Engine
+    from imgbuild.project import load_project
+    from imgbuild.report.tables import console, err_console, print_json
+
     project = load_project()
     v = project.variant(variant)
     repo = v.image.repository
