@@ -88,11 +88,7 @@ class StateError(ImgbuildError):
     exit_code = ExitCode.STATE
 
 
-class Interrupted(BaseException):
-    """Ctrl-C. Not a KeyboardInterrupt, which typer would turn into a bare exit 130 without a word."""
-
-
-INTERRUPTED = "interrupted; nothing was changed"
+INTERRUPTED = "interrupted; nothing was changed"  # Ctrl-C (KeyboardInterrupt), exit 130: cli.main.run says it
 
 
 def error_json(

@@ -18,12 +18,12 @@ from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refus
 from imgbuild.patches.series import SeriesEntry, parse_series
 from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
 from imgbuild.upstream.git import CommitTree, merge_file
-from imgbuild.upstream.mirror import EarlyPin, Resolved, open_pinned
+from imgbuild.upstream.mirror import Resolved, open_pinned
 
 
 def _chosen() -> Path | None:
-    """`--project` of the running command: typer's context object (cli.main.CliOptions, set by
-    cli.main.main); None outside a command. Read here so every command's load_project() sees it."""
+    """`--project` of the running command: typer's context object (cli.app.CliOptions, set by
+    cli.app.main); None outside a command. Read here so every command's load_project() sees it."""
     from typer._click.globals import get_current_context  # typer vendors click: its own context stack
 
     ctx = get_current_context(silent=True)
@@ -87,14 +87,10 @@ class Project:
     series: list[SeriesEntry]
     patches: list[Patch]
     variant_configs: dict[str, VariantConfig]
-    early: EarlyPin | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
-    def load(cls, root: Path, *, early_upstream: bool = False) -> Project:
-        """`early_upstream`: open the pinned release in a thread while the series is parsed (`upstream`
-        waits for it), for a command that needs it next anyway."""
+    def load(cls, root: Path) -> Project:
         pin = load_pin(root / "patches" / "upstream.yaml")
-        early = EarlyPin.start(pin) if early_upstream else None
         series_path = root / "patches" / "series"
         series = parse_series(series_path)
         patches = []
@@ -110,7 +106,7 @@ class Project:
         for path in sorted((root / "images").glob("*.yaml")):
             v = load_variant(path)
             variants[v.name] = v
-        return cls(root, pin, series, patches, variants, early)
+        return cls(root, pin, series, patches, variants)
 
     @property
     def patches_dir(self) -> Path:
@@ -197,7 +193,7 @@ class Project:
 
     @cached_property
     def upstream(self) -> Resolved:
-        return self.early.result() if self.early is not None else open_pinned(self.pin)
+        return open_pinned(self.pin)
 
     def tree(self) -> CommitTree:
         """The pinned release (one view per project, so reads are shared)."""
@@ -221,5 +217,5 @@ class Project:
         return selection.narrow(self.plan())
 
 
-def load_project(*, early_upstream: bool = False) -> Project:
-    return Project.load(find_root(), early_upstream=early_upstream)
+def load_project() -> Project:
+    return Project.load(find_root())

@@ -346,7 +346,7 @@ STARTUP = (
     "import sys\n"
     "sys.argv = ['imgbuild', *sys.argv[1:]]\n"
     "print('python is up', file=sys.stderr, flush=True)\n"
-    "from imgbuild.cli.main import run\n"  # what the `imgbuild` console script does
+    "from imgbuild.cli.main import run\n"  # what the `imgbuild` console script does (run imports the app)
     "run()\n"
 )
 

@@ -37,17 +37,6 @@ def test_json_error_on_stdout(tmp_path: Path) -> None:
     assert json.loads(out.stdout)["error"]["exit_code"] == 3
 
 
-def test_static_summaries_match_each_commands_own_help() -> None:
-    # `--help` prints the summaries from COMMANDS without importing the commands;
-    # a summary that drifts from the command's docstring would show the old text.
-    from imgbuild.cli.main import COMMANDS, load_command
-
-    for name, spec in COMMANDS.items():
-        command = load_command(name)
-        own = command.short_help or (command.help or "").split("\n\n")[0].strip()
-        assert spec.help == own, f"COMMANDS[{name!r}].help differs from the command's help: {own!r}"
-
-
 IMPORTED = (
     "import runpy, sys\n"
     "sys.argv = ['imgbuild', *sys.argv[1:]]\n"
@@ -64,11 +53,21 @@ def imported_by(*args: str) -> set[str]:
     return set(out.stderr.strip().splitlines()[-1].split())
 
 
-def test_help_imports_no_subcommand_module() -> None:
+def test_help_imports_only_the_commands() -> None:
+    # The command modules import what they run inside the command (b4's pattern), so `--help`
+    # loads no project, image, registry or deploy code.
     modules = imported_by("--help")
-    assert "imgbuild.cli.main" in modules
-    assert not {m for m in modules if m.startswith("imgbuild.cli.") and m != "imgbuild.cli.main"}
-    assert not {"git", "pydantic", "docker", "imgbuild.project"} & modules
+    assert "imgbuild.cli.app" in modules
+    ours = {m.split(".")[1] for m in modules if m.startswith("imgbuild.") and m.count(".") >= 1}
+    assert not {"project", "images", "registry", "deploy", "stack", "upstream", "config", "report"} & ours
+    assert not {"git", "pydantic", "docker", "requests", "rich"} & modules
+
+
+def test_skeleton_help_names_the_skeletons_site_packages() -> None:
+    from imgbuild.cli import skeleton
+    from imgbuild.images.skeleton import SITE_PACKAGES
+
+    assert skeleton.SITE_PACKAGES == SITE_PACKAGES
 
 
 def test_publish_and_patches_import_no_docker_sdk() -> None:
@@ -79,16 +78,11 @@ def test_publish_and_patches_import_no_docker_sdk() -> None:
 
 
 # Heavy modules `patches check` (no --onto) does not run: rich only prints tables, the rebase,
-# queue and import machinery belong to other subcommands, the carry matrix to --onto; the release
-# is read through git's own object reader (upstream.git.ObjectReader), not gitpython.
+# queue and import machinery belong to other subcommands, the carry matrix to --onto.
 NOT_FOR_CHECK = {
-    "git",
-    "gitdb",
     "docker",
     "requests",
     "rich",
-    "imgbuild.cli.patchwork",
-    "imgbuild.cli.patch_import",
     "imgbuild.stack.rebase",
     "imgbuild.stack.queue",
     "imgbuild.stack.importer",

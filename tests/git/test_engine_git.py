@@ -190,25 +190,6 @@ def test_pin_mismatch_is_an_error(tmp_path: Path, two_releases: Upstream) -> Non
         Project.load(root).tree()
 
 
-def test_early_upstream_gives_what_open_pinned_gives_or_raises(tmp_path: Path, two_releases: Upstream) -> None:
-    root = make_project(tmp_path / "p", two_releases, "v1", [])
-    assert Project.load(root, early_upstream=True).early is None  # a cold cache is opened in order, when asked
-    serial = Project.load(root).upstream
-    early = Project.load(root, early_upstream=True)
-    assert early.early is not None  # the mirror is there now: opened in a thread while the series parsed
-    assert (early.upstream.commit, early.upstream.tag, early.upstream.repo.path) == (
-        serial.commit,
-        serial.tag,
-        serial.repo.path,
-    )
-    v2 = git(two_releases.path, "rev-parse", "v2").strip()
-    v1 = git(two_releases.path, "rev-parse", "v1").strip()
-    (root / "patches/upstream.yaml").write_text((root / "patches/upstream.yaml").read_text().replace(v1, v2))
-    wrong = Project.load(root, early_upstream=True)  # the error waits for the first use, as open_pinned's would
-    with pytest.raises(UpstreamError, match=rf"tag v1 resolves to {v1}, but patches/upstream.yaml pins {v2}"):
-        wrong.tree()
-
-
 def test_offline_after_first_fetch(tmp_path: Path, two_releases: Upstream) -> None:
     root = make_project(tmp_path / "p", two_releases, "v1", [])
     Project.load(root).tree()

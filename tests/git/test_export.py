@@ -17,7 +17,8 @@ from imgbuild.stack.writeback import (
     rewrite_pin,
     rewrite_series_lines,
 )
-from imgbuild.upstream.git import GitRepo, commit_files, init_scratch, read_commit, tree_id
+from imgbuild.upstream.commits import commit_files, init_scratch, read_commit, tree_id
+from imgbuild.upstream.git import GitRepo
 from tests.support.synth import Upstream
 
 WHEEL_PIN = """# The one pin of upstream vLLM. `imgbuild patches rebase` rewrites it.

@@ -13,7 +13,8 @@ from imgbuild.project import Project
 from imgbuild.stack import queue as pq
 from imgbuild.stack import rebase
 from imgbuild.stack.workspace import state_dir
-from imgbuild.upstream.git import GitRepo, read_commit, rev_list
+from imgbuild.upstream.commits import read_commit, rev_list
+from imgbuild.upstream.git import GitRepo
 from tests.support.rebase_world import build_upstream, project, snapshot
 from tests.support.synth import Upstream, git
 

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed, UsageError
-from imgbuild.images import bake as bakemod
-from imgbuild.images.inputs import project_inputs
-from imgbuild.project import load_project
-from imgbuild.registry import reference
-from imgbuild.registry.client import Registries
-from imgbuild.registry.lock import load_lock
-from imgbuild.report.tables import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from imgbuild.images import bake as bakemod
 
 
 class BakeStale(CheckFailed):
@@ -50,6 +46,12 @@ def bake(
 
       imgbuild bake --matrix -r ghcr.io/acme     # what CI must build
     """
+    from imgbuild.images import bake as bakemod
+    from imgbuild.images.inputs import project_inputs
+    from imgbuild.project import load_project
+    from imgbuild.registry.lock import load_lock
+    from imgbuild.report.tables import console, err_console, print_json
+
     project = load_project()
     lock = load_lock(project.root)
     result = bakemod.make_bake(project_inputs(project), project.plan(), lock)
@@ -108,6 +110,9 @@ def bake(
 
 
 def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
+    from imgbuild.registry import reference
+    from imgbuild.registry.client import Registries
+
     out = {}
     with Registries() as regs:
         for t in targets:

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.images import build as engine
-from imgbuild.images.build import BuildOptions
-from imgbuild.images.docker import Engine
-from imgbuild.images.smoke import SmokeReport
-from imgbuild.project import load_project
-from imgbuild.report.build import print_dry_run, print_result
-from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
-from imgbuild.report.tables import console, print_json
+
+if TYPE_CHECKING:
+    from imgbuild.images.build import BuildOptions
+    from imgbuild.images.smoke import SmokeReport
+
 
 BaseOpt = Annotated[
     str | None,
@@ -56,6 +53,8 @@ BuilderOpt = Annotated[
 
 def options(base: str | None, repository: str | None, builder: str | None = None, **kw: bool) -> BuildOptions:
     """The build's options (--platform is part of the selection: `Project.select`)."""
+    from imgbuild.images.build import BuildOptions
+
     return BuildOptions(
         base=base or os.environ.get("IMGBUILD_BASE") or None,
         repository=repository,
@@ -102,6 +101,13 @@ def build(
 
       imgbuild build --platform all --builder spark-farm
     """
+    from imgbuild.images import build as engine
+    from imgbuild.images.docker import Engine
+    from imgbuild.project import load_project
+    from imgbuild.report.build import print_dry_run, print_result
+    from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
+    from imgbuild.report.tables import console, print_json
+
     if junit is not None:
         check_junit_path(junit)
     project = load_project()

@@ -6,10 +6,6 @@ import os
 from pathlib import Path
 
 from imgbuild.errors import CheckFailed, UsageError
-from imgbuild.project import load_project
-from imgbuild.report import tables  # tables.console when printing: `--json` loads no rich
-from imgbuild.report.tables import print_json
-from imgbuild.stack.workspace import state_dir
 
 
 def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
@@ -24,6 +20,9 @@ def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
 
 def note_rebase(root: Path) -> None:
     """Say so on stderr when a rebase is in progress or was interrupted."""
+    from imgbuild.report import tables
+    from imgbuild.stack.workspace import state_dir
+
     if not state_dir(root, "rebase").exists():  # no rebase state: nothing to say, and no rebase module to load
         return
     from imgbuild.stack.rebase import in_progress_message
@@ -34,6 +33,10 @@ def note_rebase(root: Path) -> None:
 
 
 def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int) -> None:
+    from imgbuild.project import load_project
+    from imgbuild.report import tables
+    from imgbuild.report.tables import print_json
+
     if allow_fuzz:
         raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
     from imgbuild.report.matrix import matrix_markdown, matrix_table  # rich and the carry machinery: only with --onto

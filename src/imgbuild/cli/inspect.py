@@ -6,17 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed, UsageError
-from imgbuild.images import signing
-from imgbuild.images.docker import Engine
-from imgbuild.images.inspect import inspect_image
-from imgbuild.images.labels import OCI, PREFIX
-from imgbuild.images.pull import is_registry_ref, localize
-from imgbuild.report.images import file_matrix
-from imgbuild.report.tables import console, print_json
 
 
 def inspect(
@@ -40,6 +32,16 @@ def inspect(
     Prints the upstream pin, the patch states and the file matrix read from the image.
     Exit status 1 when labels and contents disagree (or the image was not built by imgbuild).
     """
+    from rich.markup import escape
+
+    from imgbuild.images import signing
+    from imgbuild.images.docker import Engine
+    from imgbuild.images.inspect import inspect_image
+    from imgbuild.images.labels import OCI, PREFIX
+    from imgbuild.images.pull import is_registry_ref, localize
+    from imgbuild.report.images import file_matrix
+    from imgbuild.report.tables import console, print_json
+
     if pub_key is not None and not is_registry_ref(image):
         raise UsageError(f"--key checks what a registry holds; {image!r} is a local name", hint="pass host/repo:tag")
     if pub_key is not None:

@@ -8,9 +8,6 @@ import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed
-from imgbuild.project import load_project
-from imgbuild.registry import lock as lockmod
-from imgbuild.report.tables import console, print_json
 
 
 class LockStale(CheckFailed):
@@ -42,6 +39,10 @@ def lock(
 
       imgbuild lock --check --offline  # without asking the registries
     """
+    from imgbuild.project import load_project
+    from imgbuild.registry import lock as lockmod
+    from imgbuild.report.tables import console, print_json
+
     project = load_project()
     variants = list(project.variants.values())
     pin = project.pin

@@ -8,9 +8,6 @@ import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.patches import backport
-from imgbuild.project import find_root
-from imgbuild.report.tables import console, print_json
-from imgbuild.stack import importer
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +37,7 @@ def import_cmd(
     bug: Annotated[str | None, typer.Option("--bug", help="URL for `Bug:` (default: the PR, when known).")] = None,
     github: Annotated[
         str, typer.Option("--github", metavar="OWNER/REPO", help="Repository that `(#N)` in a subject refers to.")
-    ] = importer.DEFAULT_GITHUB,
+    ] = backport.DEFAULT_GITHUB,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the patch; write nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -65,6 +62,10 @@ def import_cmd(
 
       imgbuild patches import https://github.com/vllm-project/vllm/pull/44237 --dry-run
     """
+    from imgbuild.project import find_root
+    from imgbuild.report.tables import console, print_json
+    from imgbuild.stack import importer
+
     overrides = importer.Overrides(description, author, origin, bug, github)
     result = importer.import_patch(
         find_root(), source, rev=rev, group=group, name=name, overrides=overrides, dry_run=dry_run

@@ -4,46 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
 
+from imgbuild.cli import patch_import, patchwork
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
-from imgbuild.project import load_project
-from imgbuild.report import tables  # tables.console when printing: `--json` loads no rich
-from imgbuild.report.tables import outcomes_table, patches_table, print_json
-from imgbuild.stack.checkstack import SeriesRefused, apply_into, check_series
-
-# Subcommands whose modules (the rebase, queue and import machinery) load only when named,
-# or when `patches --help` lists them: `patches check` never pays for them.
-LATER = ("rebase", "edit", "refresh", "import")
-
-
-class _PatchesGroup(TyperGroup):
-    """`patches`: the commands below, then LATER's, registered on first need (in that order)."""
-
-    def _register_later(self) -> None:
-        if all(name in self.commands for name in LATER):
-            return
-        later = typer.Typer()
-        _register_patchwork(later)
-        for name, command in typer.main.get_group(later).commands.items():
-            self.add_command(command, name)
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        self._register_later()
-        return super().list_commands(ctx)
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name not in self.commands:
-            self._register_later()  # also before typer suggests a close name for a typo
-        return super().get_command(ctx, cmd_name)
-
 
 app = typer.Typer(
-    cls=_PatchesGroup,
     help=(
         "Work with the patch stack in patches/ (a quilt series of DEP-3 headed git diffs).\n\n"
         "Examples:\n\n"
@@ -64,6 +33,10 @@ def _fuzz(allow_fuzz: int) -> int:
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """List the series in order, with each patch's group and files."""
+    from imgbuild.project import load_project
+    from imgbuild.report import tables
+    from imgbuild.report.tables import patches_table, print_json
+
     project = load_project()
     if as_json:
         print_json(
@@ -107,8 +80,13 @@ def check(
     and print the variant x ref x patch matrix (--json, --markdown FILE for
     $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
     """
+    from imgbuild.project import load_project
+    from imgbuild.report import tables
+    from imgbuild.report.tables import outcomes_table, print_json
+    from imgbuild.stack.checkstack import check_series
+
     across = bool(onto or more_refs or markdown is not None or strict)
-    project = load_project(early_upstream=not across)  # the pinned release's git checks run while patches parse
+    project = load_project()
     project.refuse_bad_headers()
     if across:
         from imgbuild.cli import check_onto
@@ -160,6 +138,11 @@ def apply(
     All or nothing: the tree is staged beside DIR and renamed into place only
     when every patch applied. Neither the cache nor any existing file changes.
     """
+    from imgbuild.project import load_project
+    from imgbuild.report import tables
+    from imgbuild.report.tables import outcomes_table, print_json
+    from imgbuild.stack.checkstack import SeriesRefused, apply_into
+
     project = load_project()
     try:
         done = apply_into(project, into, variant=variant, max_fuzz=_fuzz(allow_fuzz), only_changed=only_changed)
@@ -177,6 +160,10 @@ def apply(
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
     """Show the pin, the cache state, and header problems in the series."""
+    from imgbuild.project import load_project
+    from imgbuild.report import tables
+    from imgbuild.report.tables import print_json
+
     project = load_project()
     from imgbuild.upstream.mirror import Mirror
 
@@ -227,10 +214,5 @@ def _rebase_state(root: Path) -> dict[str, object] | None:
     return {"message": message, **(info.to_json() if info else {})}
 
 
-def _register_patchwork(into: typer.Typer) -> None:
-    from imgbuild.cli import patchwork
-
-    patchwork.register(into)  # patches rebase / edit / refresh
-    from imgbuild.cli import patch_import
-
-    patch_import.register(into)  # patches import
+patchwork.register(app)  # patches rebase / edit / refresh
+patch_import.register(app)  # patches import

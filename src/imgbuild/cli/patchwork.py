@@ -7,14 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
-from imgbuild.project import find_root
-from imgbuild.report.tables import console, print_json
-from imgbuild.stack import queue as pq
-from imgbuild.stack import rebase
 
 
 def _log(line: str) -> None:
@@ -52,6 +47,12 @@ def rebase_cmd(
     byte for byte, Last-Update bumped), the pin is updated in the same step, and a
     review report with range-diffs is written.
     """
+    from rich.table import Table
+
+    from imgbuild.project import find_root
+    from imgbuild.report.tables import console, print_json
+    from imgbuild.stack import rebase
+
     root = find_root()
     chosen = [
         name
@@ -106,6 +107,10 @@ def edit_cmd(
     Edit, amend, reorder, drop or add commits with git in the work tree, then run
     `imgbuild patches refresh` to write them back to patches/.
     """
+    from imgbuild.project import find_root
+    from imgbuild.report.tables import console, print_json
+    from imgbuild.stack import queue as pq
+
     root = find_root()
     if discard:
         message = pq.discard(root, force=force)
@@ -134,6 +139,10 @@ def refresh_cmd(
     new patches; dropped commits leave the series. Refused when the work tree
     has uncommitted changes.
     """
+    from imgbuild.project import find_root
+    from imgbuild.report.tables import console, print_json
+    from imgbuild.stack import queue as pq
+
     root = find_root()
     result = pq.refresh(root, close=close)
     if as_json:

@@ -5,9 +5,6 @@ from typing import Annotated
 import typer
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.images.layers import describe, overlay_files, plan_layers
-from imgbuild.project import load_project
-from imgbuild.report.tables import console, plan_matrix, print_json
 
 
 def plan(
@@ -20,6 +17,10 @@ def plan(
     the variant x file matrix (like section 3 of the deployment report).
     With --json, prints the full plan: states, patches, sha256 and blob ids.
     """
+    from imgbuild.images.layers import describe, overlay_files, plan_layers
+    from imgbuild.project import load_project
+    from imgbuild.report.tables import console, plan_matrix, print_json
+
     project = load_project()
     plans = project.plan(variants or None)
     layers = describe(plan_layers({p.variant.name: overlay_files(p) for p in plans}))

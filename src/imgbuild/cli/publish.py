@@ -9,11 +9,6 @@ import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
-from imgbuild.images import publish as pub
-from imgbuild.images import signing
-from imgbuild.project import load_project
-from imgbuild.report.publish import print_publish
-from imgbuild.report.tables import print_json
 
 
 def publish(
@@ -58,6 +53,12 @@ def publish(
 
       imgbuild publish latest -r 127.0.0.1:5000 --sbom --sign --key cosign.key
     """
+    from imgbuild.images import publish as pub
+    from imgbuild.images import signing
+    from imgbuild.project import load_project
+    from imgbuild.report.publish import print_publish
+    from imgbuild.report.tables import print_json
+
     if (sbom or sign) and key is None:
         raise UsageError("--sbom and --sign need --key (a cosign private key)", hint="cosign generate-key-pair")
     if key is not None:

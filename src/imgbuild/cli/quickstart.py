@@ -9,7 +9,6 @@ import typer
 from imgbuild.cli import build as build_cmd
 from imgbuild.cli.build import JunitOpt, RepoOpt, VerboseOpt
 from imgbuild.cli.options import JsonOpt
-from imgbuild.report.tables import console
 
 
 def quickstart(
@@ -30,6 +29,8 @@ def quickstart(
     vllm-dsv41:engram-mem). The first run downloads the pinned wheel and Debian
     packages; later runs are offline and reuse everything whose inputs are unchanged.
     """
+    from imgbuild.report.tables import console
+
     if not as_json:
         console.print(f"[bold]imgbuild quickstart[/]: every variant on the skeleton base ({platform})")
     build_cmd.build(

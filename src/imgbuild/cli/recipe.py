@@ -8,9 +8,6 @@ from typing import Annotated
 import typer
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.deploy.recipes import write_recipe
-from imgbuild.project import load_project
-from imgbuild.report.tables import console, print_json
 
 
 def recipe(
@@ -51,6 +48,10 @@ def recipe(
     Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`, or on each
     node `MASTER_ADDR=10.0.0.1 docker compose -f deploy/out/latest-tp8-1m.compose.yaml up`.
     """
+    from imgbuild.deploy.recipes import write_recipe
+    from imgbuild.project import load_project
+    from imgbuild.report.tables import console, print_json
+
     project = load_project()
     target = out if out is not None else project.root / "deploy" / "out"
     written = write_recipe(project, variant, profile, out=target, image=image, registry=registry)

@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
-from imgbuild.config.models import check_platform
 from imgbuild.errors import UsageError
-from imgbuild.images import build as engine
-from imgbuild.images import skeleton as skel
-from imgbuild.images.docker import Engine
-from imgbuild.project import Project, load_project
-from imgbuild.report.tables import print_json
-from imgbuild.upstream.mirror import cache_dir
+
+if TYPE_CHECKING:
+    from imgbuild.project import Project
+
+# images.skeleton.SITE_PACKAGES, spelled here so --help loads no image code (tests/git/test_cli.py checks it)
+SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 
 
 def skeleton(
     platform: Annotated[str, typer.Option("--platform", help="Platform of the stand-in.")] = "linux/arm64",
     site_packages: Annotated[
         str | None,
-        typer.Option(
-            "--site-packages", help=f"Where vllm/ goes (default: image.site_packages, else {skel.SITE_PACKAGES})."
-        ),
+        typer.Option("--site-packages", help=f"Where vllm/ goes (default: image.site_packages, else {SITE_PACKAGES})."),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Load the image again even if present (the rootfs stays cached).")
@@ -62,6 +59,14 @@ def skeleton(
       imgbuild skeleton --runtime --platform linux/amd64 --json
       imgbuild skeleton --runtime --relock --platform linux/arm64
     """
+    from imgbuild.config.models import check_platform
+    from imgbuild.images import build as engine
+    from imgbuild.images import skeleton as skel
+    from imgbuild.images.docker import Engine
+    from imgbuild.project import load_project
+    from imgbuild.report.tables import print_json
+    from imgbuild.upstream.mirror import cache_dir
+
     project = load_project()
     if site_packages is None:
         sites = {v.image.site_packages for v in project.variants.values() if v.image.site_packages}
@@ -101,8 +106,12 @@ def _runtime(
     verbose: bool,
     as_json: bool,
 ) -> None:
+    from imgbuild.images import build as engine
     from imgbuild.images import runtime_base as rb
     from imgbuild.images import runtime_lock as rl
+    from imgbuild.images.docker import Engine
+    from imgbuild.report.tables import print_json
+    from imgbuild.upstream.mirror import cache_dir
 
     if relock:
         rb.relock(project.root, platform, project.pin.version, verbose=verbose)

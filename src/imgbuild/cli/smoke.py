@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.build import BaseOpt, JunitOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError
-from imgbuild.images import build as engine
-from imgbuild.images.docker import Engine
-from imgbuild.images.labels import PREFIX
-from imgbuild.images.pull import localize
-from imgbuild.images.smoke import SmokeReport, expected_from_labels, smoke, summary
-from imgbuild.project import Project, load_project
-from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
-from imgbuild.report.tables import console, print_json
+
+if TYPE_CHECKING:
+    from imgbuild.images.smoke import SmokeReport
+    from imgbuild.project import Project
 
 
 def _project() -> Project | None:
+    from imgbuild.project import load_project
+
     try:
         return load_project()
     except ConfigError:
@@ -51,6 +49,14 @@ def smoke_cmd(
 
       imgbuild smoke vllm-dsv41:latest --json
     """
+    from imgbuild.images import build as engine
+    from imgbuild.images.docker import Engine
+    from imgbuild.images.labels import PREFIX
+    from imgbuild.images.pull import localize
+    from imgbuild.images.smoke import expected_from_labels, smoke, summary
+    from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
+    from imgbuild.report.tables import console, print_json
+
     if junit is not None:
         check_junit_path(junit)
     from imgbuild.config.models import check_platform  # image references take --platform too, without a project

@@ -17,6 +17,7 @@ from email.parser import HeaderParser
 from imgbuild.errors import UsageError
 
 DEFAULT_GROUP = "backports"
+DEFAULT_GITHUB = "vllm-project/vllm"  # the repository that `(#N)` in a subject refers to
 GITHUB_HOSTS = ("github.com", "www.github.com")
 MBOX_FROM_RE = re.compile(r"^From ([0-9a-f]{40}) Mon Sep 17 00:00:00 2001$", re.MULTILINE)
 SUBJECT_PREFIX_RE = re.compile(r"^\s*\[[^\]]*PATCH[^\]]*\]\s*", re.IGNORECASE)

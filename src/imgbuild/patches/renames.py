@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from imgbuild.errors import ImgbuildError
 from imgbuild.patches.patchfile import FileDiff, Patch
-from imgbuild.upstream.git import CommitTree, GitError, GitRepo, name_status
+from imgbuild.upstream.commits import name_status
+from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 
 MAX_SOURCES = 400
 MAX_CANDIDATES = 2000

@@ -32,9 +32,10 @@ from imgbuild.project import Project
 from imgbuild.stack.rebase import refuse_if_busy
 from imgbuild.stack.workspace import locked, work_root
 from imgbuild.stack.writeback import Journal, parse_text, today
-from imgbuild.upstream.git import DIFF_FLAGS, LITERAL, GitError, GitRepo, commit_files, diff_commits, init_scratch
+from imgbuild.upstream.commits import commit_files, diff_commits, init_scratch
+from imgbuild.upstream.git import DIFF_FLAGS, LITERAL, GitError, GitRepo
 
-DEFAULT_GITHUB = "vllm-project/vllm"
+DEFAULT_GITHUB = backport.DEFAULT_GITHUB
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 FETCH_TIMEOUT = 20.0
 

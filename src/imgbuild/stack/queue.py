@@ -42,10 +42,8 @@ from imgbuild.stack.writeback import (
     reorder_series,
     today,
 )
-from imgbuild.upstream.git import (
+from imgbuild.upstream.commits import (
     CommitInfo,
-    CommitTree,
-    GitRepo,
     checkout_branch,
     commit_files,
     commit_raw,
@@ -56,6 +54,7 @@ from imgbuild.upstream.git import (
     rev_list,
     status_porcelain,
 )
+from imgbuild.upstream.git import CommitTree, GitRepo
 
 KIND = "pq"
 BRANCH = "patches"

@@ -24,7 +24,8 @@ from typing import Any
 from imgbuild import digests
 from imgbuild.atomic import write_json
 from imgbuild.errors import StateError
-from imgbuild.upstream.git import GitRepo, diff_commits, init_scratch, scratch_marker
+from imgbuild.upstream.commits import diff_commits, init_scratch, scratch_marker
+from imgbuild.upstream.git import GitRepo
 
 WORK = ".imgbuild-work"
 KINDS = {"rebase": "patches rebase", "pq": "patches edit"}

@@ -19,7 +19,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
 from imgbuild.upstream import pip
-from imgbuild.upstream.git import GitError, GitRepo, check_connected, fast_import, ref_target
+from imgbuild.upstream.git import GitError, GitRepo
+from imgbuild.upstream.mirror_git import check_connected, fast_import, ref_target
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
 
@@ -371,38 +371,3 @@ def _one_line(exc: BaseException) -> str:
 
 def open_pinned(pin: UpstreamPin) -> Resolved:
     return Mirror(pin.source, pin.package_root).resolve_pin(pin)
-
-
-class EarlyPin:
-    """`open_pinned(pin)` in a thread, started before work that does not need it (parsing the series):
-    its git processes (the tag, fsck, the mirror's config) run meanwhile. `result()` waits, then gives
-    what open_pinned returned or raises what it raised, at the point the caller would have called it."""
-
-    def __init__(self, pin: UpstreamPin) -> None:
-        self._result: Resolved | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(pin,), name="imgbuild-open-pinned")
-        self._thread.start()
-
-    def _run(self, pin: UpstreamPin) -> None:
-        try:
-            self._result = open_pinned(pin)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is, by result()
-            self._error = exc
-
-    def result(self) -> Resolved:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    @classmethod
-    def start(cls, pin: UpstreamPin) -> EarlyPin | None:
-        """Started only when the mirror is there: a cold cache (fetch, wheel import, their messages) and a
-        cache directory that cannot be used stay in order, when the caller asks."""
-        try:
-            warm = Mirror(pin.source, pin.package_root).path.is_dir()
-        except ImgbuildError:
-            return None
-        return cls(pin) if warm else None

@@ -1,0 +1,207 @@
+"""Commit stacks in scratch repositories, for `patches rebase` and the patch queue (`patches
+edit/refresh`), and the patch import: a scratch repository borrowing the cache's objects, commits read
+and written (`commit_files` writes its objects in-process with gitpython's gitdb, no git process per
+file), and the diffs and ranges between them. Every git command goes through upstream/git.py's
+funnel."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+from gitdb import IStream, LooseObjectDB
+
+from imgbuild.upstream.git import DIFF_FLAGS, IDENTITY, LITERAL, GitError, GitRepo, failed, run_git
+
+SCRATCH_MARKER_KEY = "imgbuild.scratch"
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    parents: tuple[str, ...]
+    author: str  # "Name <email>"
+    message: str  # exactly as stored
+    tree: str = ""
+    author_date: str = ""  # "seconds +zone"
+
+    def author_env(self) -> dict[str, str]:
+        """Environment that makes `git commit-tree` keep this commit's author."""
+        name, _, email = self.author.partition(" <")
+        return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": self.author_date}
+
+
+def init_scratch(path: Path, objects: Path, marker: str) -> GitRepo:
+    """A new non-bare repository at `path` borrowing objects from `objects` (alternates)."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = run_git(["init", "-q", "--template=", str(path)])  # no sample hooks: less to create and remove
+    if done.returncode != 0:
+        raise failed(f"git init {path}", done)
+    repo = GitRepo(path)
+    info = Path(repo.repo.git_dir) / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(str(objects.resolve()) + "\n", encoding="utf-8")
+    for key, value in ((SCRATCH_MARKER_KEY, marker), ("gc.auto", "0"), ("core.autocrlf", "false")):
+        repo.run("config", key, value)
+    return GitRepo(path)
+
+
+def scratch_marker(path: Path) -> str | None:
+    """The marker of an imgbuild scratch repository at `path`, or None if it is not one."""
+    if not (path / ".git").exists():
+        return None
+    done = run_git(["config", "--file", str(path / ".git" / "config"), "--get", SCRATCH_MARKER_KEY])
+    return (done.stdout.decode().strip() or None) if done.returncode == 0 else None
+
+
+def tree_id(repo: GitRepo, commit: str) -> str:
+    return repo.run("rev-parse", f"{commit}^{{tree}}").strip()
+
+
+def commit_raw(
+    repo: GitRepo, tree: str, parents: Iterable[str], message: str, env: Mapping[str, str] | None = None
+) -> str:
+    """A commit with this exact message (no cleanup, unlike `git commit`)."""
+    args = ["commit-tree", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    return repo.run(*args, "-F", "-", stdin=message.encode("utf-8", errors="surrogateescape"), env=env).strip()
+
+
+def commit_files(repo: GitRepo, base_commit: str, files: Mapping[str, bytes | None], message: str) -> str:
+    """A commit on `base_commit` with `files` replaced, written in-process (no git process)."""
+    base = repo.repo.commit(base_commit)
+    tree = _tree_in_process(repo, base.tree, files) or _store(repo, b"tree", b"")
+    return _commit_in_process(repo, tree, [base_commit], message)
+
+
+def _store(repo: GitRepo, kind: bytes, data: bytes) -> str:
+    """Write a loose object in-process (gitdb), unless the repository has it already."""
+    sha = hashlib.sha1(b"%s %d\0" % (kind, len(data)) + data, usedforsecurity=False).hexdigest()
+    if not repo.has_object(sha):
+        LooseObjectDB(str(Path(repo.repo.git_dir) / "objects")).store(IStream(kind, len(data), io.BytesIO(data)))
+    return sha
+
+
+def _tree_key(name: str, is_tree: bool) -> bytes:
+    return (name + "/" if is_tree else name).encode("utf-8", errors="surrogateescape")
+
+
+def _tree_in_process(repo: GitRepo, tree: git.Tree | None, files: Mapping[str, bytes | None]) -> str | None:
+    """The id of `tree` with `files` (paths relative to it) replaced; None when it ends up empty."""
+    entries: dict[str, tuple[str, str]] = {}  # name -> (mode, sha)
+    subtrees: dict[str, git.Tree] = {}
+    if tree is not None:
+        for item in tree:
+            mode = "40000" if item.type == "tree" else f"{item.mode:o}"
+            entries[item.name] = (mode, str(item.hexsha))
+            if item.type == "tree":
+                subtrees[item.name] = item
+    nested: dict[str, dict[str, bytes | None]] = {}
+    for path, data in files.items():
+        head, sep, rest = path.partition("/")
+        if sep:
+            nested.setdefault(head, {})[rest] = data
+        elif data is None:
+            entries.pop(head, None)
+        else:
+            old_mode = entries.get(head, ("100644", ""))[0]
+            entries[head] = (old_mode if old_mode in ("100644", "100755") else "100644", _store(repo, b"blob", data))
+    for name, changes in nested.items():
+        sha = _tree_in_process(repo, subtrees.get(name), changes)
+        if sha is None:
+            entries.pop(name, None)
+        else:
+            entries[name] = ("40000", sha)
+    if not entries:
+        return None
+    body = b"".join(
+        f"{mode} ".encode() + name.encode("utf-8", errors="surrogateescape") + b"\0" + bytes.fromhex(sha)
+        for name, (mode, sha) in sorted(entries.items(), key=lambda kv: _tree_key(kv[0], kv[1][0] == "40000"))
+    )
+    return _store(repo, b"tree", body)
+
+
+def _commit_in_process(repo: GitRepo, tree: str, parents: Iterable[str], message: str) -> str:
+    who = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
+    lines = [f"tree {tree}", *(f"parent {p}" for p in parents), f"author {who}", f"committer {who}"]
+    data = ("\n".join(lines) + "\n\n").encode() + message.encode("utf-8", errors="surrogateescape")
+    return _store(repo, b"commit", data)
+
+
+def read_commit(repo: GitRepo, sha: str) -> CommitInfo:
+    raw = repo.run("cat-file", "commit", sha)
+    head, _, message = raw.partition("\n\n")
+    parents: list[str] = []
+    author = date = tree = ""
+    for line in head.splitlines():
+        if line.startswith("parent "):
+            parents.append(line.split()[1])
+        elif line.startswith("tree "):
+            tree = line.split()[1]
+        elif line.startswith("author "):
+            author, seconds, zone = line[len("author ") :].rsplit(" ", 2)
+            date = f"{seconds} {zone}"
+    return CommitInfo(sha, tuple(parents), author, message, tree, date)
+
+
+def rev_list(repo: GitRepo, base: str, tip: str) -> list[str]:
+    """Commits in base..tip, oldest first."""
+    return repo.run("rev-list", "--reverse", f"{base}..{tip}").split()
+
+
+def is_ancestor(repo: GitRepo, ancestor: str, commit: str) -> bool:
+    try:
+        repo.run("merge-base", "--is-ancestor", ancestor, commit)
+    except GitError:
+        return False
+    return True
+
+
+def diff_commits(repo: GitRepo, old: str, new: str, *, context: int = 3, paths: Iterable[str] = ()) -> str:
+    """`git diff --full-index` between two commits, independent of the user's diff config."""
+    return repo.run("diff", *DIFF_FLAGS, f"-U{context}", old, new, "--", *paths, env=LITERAL)
+
+
+def name_status(
+    repo: GitRepo, old: str, new: str, *, renames: bool, paths: Iterable[str] = ()
+) -> list[tuple[str, str, str | None]]:
+    """(status letter, path, renamed-to path or None) for each changed path."""
+    flags = ["-M", "-l100000"] if renames else ["--no-renames"]
+    out = repo.run("diff", "--name-status", "-z", *flags, old, new, "--", *paths, env=LITERAL)
+    fields = out.split("\0")
+    result: list[tuple[str, str, str | None]] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i]
+        if status[0] in "RC":
+            result.append((status[0], fields[i + 1], fields[i + 2]))
+            i += 3
+        else:
+            result.append((status[0], fields[i + 1], None))
+            i += 2
+    return result
+
+
+def status_porcelain(repo: GitRepo) -> list[str]:
+    return [line for line in repo.run("status", "--porcelain", "--untracked-files=all").splitlines() if line]
+
+
+def range_diff(repo: GitRepo, old_range: str, new_range: str) -> str:
+    return repo.run("range-diff", "--no-color", "--creation-factor=999", old_range, new_range)
+
+
+def checkout_branch(repo: GitRepo, branch: str, commit: str) -> None:
+    """Point `branch` at `commit`, make it HEAD, and reset the index and work tree to it."""
+    repo.run("update-ref", f"refs/heads/{branch}", commit)
+    repo.run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    repo.run("reset", "--hard", "-q", commit)
+
+
+def head_commit(repo: GitRepo) -> str | None:
+    return repo.resolve_commit("HEAD")
