@@ -4,9 +4,6 @@ One container per image and platform (each start under qemu costs ~0.6 s,
 python ~0.55 s more): the probe prints the Python version, the sha256 and
 byte-compile result of every planned file, runs each smoke command (exit code,
 output), then imports each module asked for and runs the version command.
-A smoke command that is exactly `python3 -c CODE` (fork_code) runs in a fork
-of the probe instead of a second interpreter (in_image/smoke_probe.py), with
-the same exit code, output and traceback.
 
 The image may only have python3-minimal (no json module), so the probe reads
 its job as a Python literal and prints one `imgbuild-probe <repr(tuple)>`
@@ -17,7 +14,6 @@ segfaulting under qemu, say) is still read. `parse` is pure.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -36,11 +32,9 @@ class Job:
     timeout: int  # per command, in seconds
     modules: tuple[str, ...] = ()
     version: str = ""  # a command that prints the package's version, run after the imports
-    fork: bool = True  # run `python3 -c CODE` commands in a fork of the probe (False: all through /bin/sh)
 
     def argv(self) -> list[str]:
-        commands = [(c, fork_code(c) if self.fork else None) for c in self.commands]
-        spec = (list(self.paths), commands, self.timeout, list(self.modules), self.version)
+        spec = (list(self.paths), list(self.commands), self.timeout, list(self.modules), self.version)
         return ["python3", "-c", PROBE, repr(spec)]
 
     @property
@@ -48,22 +42,6 @@ class Job:
         """Every step may take `timeout`; the container as a whole gets their sum."""
         steps = 2 + len(self.commands) + (1 if self.modules else 0) + (1 if self.version else 0)
         return self.timeout * steps
-
-
-# `python3 -c CODE` with CODE one quoted word that /bin/sh passes as written: single quotes (no ' inside),
-# or double quotes with nothing sh would expand or unescape ($, `, \, ").
-_PYTHON_C = re.compile(r"""python3 -c (?:'([^']*)'|"([^"$`\\]*)")""")
-
-
-def fork_code(command: str) -> str | None:
-    """CODE when `command` is exactly `python3 -c CODE`, which the probe runs in a fork of itself; else None.
-
-    Anything else (options, redirections, a second command, a variable) goes through /bin/sh as written.
-    """
-    m = _PYTHON_C.fullmatch(command)
-    if m is None:
-        return None
-    return m.group(1) if m.group(1) is not None else m.group(2)
 
 
 @dataclass(frozen=True)
