@@ -32,6 +32,11 @@ class Platform:
         raise UsageError(f"{text!r}: unsupported platform; known: {', '.join(KNOWN)}")
 
     @classmethod
+    def of(cls, os: str, arch: str, variant: str = "") -> Platform:
+        """As an engine reports it, not checked against KNOWN; `arm64/v8` is plain `arm64`."""
+        return cls(os, arch, "" if (arch, variant) == ("arm64", "v8") else variant)
+
+    @classmethod
     def parse_list(cls, text: str) -> tuple[Platform, ...]:
         """A comma-separated list, in order, without repeats."""
         out: list[Platform] = []

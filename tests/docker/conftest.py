@@ -33,14 +33,6 @@ def engine() -> Engine:
     return Engine.connect()
 
 
-@pytest.fixture
-def modern(engine: Engine) -> Engine:
-    """The engine, where it has the Docker 26 path (the containerd image store); else the test is skipped."""
-    if not engine.features.modern:
-        pytest.skip(f"needs Docker 26+ with the containerd image store: {engine.features.describe()}")
-    return engine
-
-
 @pytest.fixture(scope="session")
 def synth_upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
     up = Upstream(tmp_path_factory.mktemp("synth") / "upstream")

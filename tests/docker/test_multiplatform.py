@@ -1,8 +1,4 @@
-"""Docker 26 with the containerd image store: multi-platform images in one call, reproducible digests.
-
-Skipped on an engine without that path (Debian's 20.10), where `--platform
-all` keeps building one platform per call under -<arch> tags (tested last).
-"""
+"""Several platforms: one BuildKit call per image and platform, a FROM-only join per variant, reproducible digests."""
 
 from __future__ import annotations
 
@@ -49,39 +45,53 @@ def buildx_calls(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if ln.startswith("+ ") and " buildx build " in ln]
 
 
-def test_one_call_per_image_for_every_platform_shared_layers_and_smoke(
-    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str
+def platforms_of(stderr: str) -> list[str]:
+    """The --platform of each buildx call, in order."""
+    return [c.split(" --platform ")[1].split()[0] for c in buildx_calls(stderr)]
+
+
+def index_manifests(index_id: str) -> dict[str, str]:
+    """platform -> manifest digest of a multi-platform image in the engine's store (read with containerd's ctr,
+    since Docker 26's API shows one platform of an index only)."""
+    socks = [s for s in ("/var/run/docker/containerd/containerd.sock", "/run/containerd/containerd.sock")
+             if os.path.exists(s)]  # fmt: skip
+    assert socks, "no containerd socket to read the index from"
+    done = subprocess.run(["ctr", "-a", socks[0], "-n", "moby", "content", "get", index_id],
+                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)["manifests"]
+    return {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in entries}
+
+
+def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
+    engine: Engine, make_project: MakeProject, cli: Cli, prefix: str
 ) -> None:
-    engine = modern
     project = two_platforms(make_project, "multi")
     repo = f"{prefix}-multi"
-    proc = cli(project, "build", "--base", "skeleton", "--platform", "all", env={"IMGBUILD_ECHO": "1"})
+    proc = cli(project, "build", "--base", "skeleton", "--platform", "all", "--json", env={"IMGBUILD_ECHO": "1"})
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert "every platform of an image at once" in proc.stderr
-    calls = buildx_calls(proc.stderr)
-    assert len(calls) == 2 and all("imgbuild-export/" in c for c in calls), calls  # each platform's base, once
-    layers = [ln for ln in proc.stderr.splitlines() if ln.startswith("+ imgbuild write-layer-image ")]
-    assert len(layers) == 2 and all(ln.endswith(" linux/amd64 linux/arm64") for ln in layers), layers
-    written = [ln for ln in proc.stderr.splitlines() if ln.startswith("+ imgbuild write-config-image ")]
-    assert len(written) == 2 and all(ln.endswith(" linux/amd64 linux/arm64") for ln in written), written
+    # two layers and two images, one call per platform; then one join per variant, FROM lines only
+    both = "linux/arm64,linux/amd64"
+    assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 4, both, both]), proc.stderr
+    assert platforms_of(proc.stderr)[-2:] == [both, both]  # the joins come after every platform passed
 
+    images = json.loads(proc.stdout)["images"]
     tags = digests(engine, repo)
     for variant in ("latest", "engram-mem"):
-        index = tags[f"{repo}:{variant}"]
-        immutable = next(t for t, d in tags.items() if d == index and ":1.0.0-" in t)
-        for platform in PLATFORMS:
-            arch = platform.split("/")[1]
-            info = engine.require(f"{immutable}-{arch}")  # each platform's manifest, named
-            assert info.arch == arch and not info.entrypoint and not info.cmd
-            assert immutable.endswith(info.labels["imgbuild.inputs"][:12])  # the index's inputs, on every platform
-            assert f"{variant}: smoke-testing {immutable}-{arch}" in proc.stderr
-    for arch in ("amd64", "arm64"):  # layer sharing holds on every platform
-        by_variant = {}
-        for variant in ("latest", "engram-mem"):
-            immutable = next(t for t, d in tags.items() if d == tags[f"{repo}:{variant}"] and ":1.0.0-" in t)
-            by_variant[variant] = engine.require(f"{immutable}-{arch}").layers
+        parts = {i["platform"]: i for i in images if i["variant"] == variant}
+        assert sorted(parts) == sorted(PLATFORMS)
+        for platform, part in parts.items():
+            info = engine.require(part["immutable"])  # each platform's image under its own immutable tag
+            assert str(info.platform) == platform and not info.entrypoint and not info.cmd
+            assert part["immutable"].endswith(info.labels["imgbuild.inputs"][:12]) and "-arm64" not in part["immutable"]
+            assert part["smoke"]["ok"] and f"{variant}: smoke-testing {part['immutable']}" in proc.stderr
+            assert part["index"] == tags[f"{repo}:{variant}"] and part["moved"]
+        # the moving tag is the index over exactly those images, as they are
+        assert index_manifests(tags[f"{repo}:{variant}"]) == {p: i["image_id"] for p, i in parts.items()}
+    for platform in PLATFORMS:  # layer sharing holds on every platform
+        by_variant = {i["variant"]: engine.require(i["immutable"]).layers for i in images if i["platform"] == platform}
         mem, latest = by_variant["engram-mem"], by_variant["latest"]
-        assert latest[: len(mem)] == mem and len(latest) == len(mem) + 1, arch
+        assert latest[: len(mem)] == mem and len(latest) == len(mem) + 1, platform
 
     smoke = cli(project, "smoke", "latest", "engram-mem", "--base", "skeleton", "--platform", "all", "--json")
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
@@ -95,10 +105,15 @@ def test_one_call_per_image_for_every_platform_shared_layers_and_smoke(
         assert states == {**dict.fromkeys(SM121, "patched"), **dict.fromkeys(ENGRAM, engram)}
         assert any(c["name"] == "run-directly" and c["status"] == "pass" for c in r["checks"])
 
-    one = cli(project, "smoke", f"{repo}:latest", "--platform", "linux/arm64", "--json")  # one platform of the tag
+    host = str(engine.arch)
+    other = next(p for p in PLATFORMS if p != host)
+    wrong = cli(project, "smoke", f"{repo}:latest", "--platform", other, "--json")  # the index shows the host's
+    assert wrong.returncode == 7 and "name that platform's own image" in wrong.stdout, wrong.stdout + wrong.stderr
+    arm = next(i for i in images if i["variant"] == "latest" and i["platform"] == other)
+    one = cli(project, "smoke", arm["immutable"], "--platform", other, "--json")
     assert one.returncode == 0, one.stdout + one.stderr
     (report,) = json.loads(one.stdout)["reports"]
-    assert report["platform"] == "linux/arm64" and report["image"].endswith("-arm64"), report["image"]
+    assert report["platform"] == other
 
     again = cli(project, "build", "--base", "skeleton", "--platform", "all", env={"IMGBUILD_ECHO": "1"})
     assert again.returncode == 0 and buildx_calls(again.stderr) == [], again.stderr
@@ -106,15 +121,14 @@ def test_one_call_per_image_for_every_platform_shared_layers_and_smoke(
 
 
 def test_two_clean_builds_in_different_directories_give_equal_digests(
-    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str, synth_upstream: Upstream, tmp_path: Path
+    engine: Engine, make_project: MakeProject, cli: Cli, prefix: str, synth_upstream: Upstream, tmp_path: Path
 ) -> None:
-    engine = modern
     first = two_platforms(make_project, "repro")
     repo = f"{prefix}-repro"
     proc = cli(first, "build", "--base", "skeleton", "--platform", "all", "--no-smoke")
     assert proc.returncode == 0, proc.stderr
     before = digests(engine, repo)
-    assert len(before) == 2 + 2 * 3  # two layers; per variant the index and one image per platform
+    assert len(before) == 2 * 2 + 2 * 4  # two layers per platform; per variant an image per platform, the join, its tag
     cleanup(engine, repo, synth_upstream.url)
     assert digests(engine, repo) == {}
 
@@ -124,27 +138,13 @@ def test_two_clean_builds_in_different_directories_give_equal_digests(
     # --force: no BuildKit cache either, every layer made again
     proc = cli(second, "build", "--base", "skeleton", "--platform", "all", "--no-smoke", "--force")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("building") == 4 and "reused" not in proc.stderr
+    assert proc.stderr.count("building") == 8 and proc.stderr.count("joining") == 2 and "reused" not in proc.stderr
     assert digests(engine, repo) == before
 
 
-def test_classic_engine_builds_platforms_one_by_one(engine: Engine, make_project: MakeProject, cli: Cli) -> None:
-    if engine.features.modern:
-        pytest.skip("the classic path is for engines without the containerd image store")
-    project = two_platforms(make_project, "classic")
-    proc = cli(project, "build", "latest", "--base", "skeleton", "--platform", "all", "--no-smoke")
-    assert proc.returncode == 0, proc.stderr
-    assert "one platform per BuildKit call" in proc.stderr
-    lines = proc.stderr.splitlines()
-    for arch in ("amd64", "arm64"):  # the image once per platform, under -<arch> tags
-        assert any(ln.startswith("latest: building") and ln.endswith(f"-{arch} for linux/{arch}") for ln in lines)
-    assert not any(", linux/" in ln for ln in lines if "building" in ln), proc.stderr  # never two in one build
-
-
 def test_builder_is_passed_through_and_makes_the_same_image(
-    modern: Engine, make_project: MakeProject, cli: Cli, prefix: str, tmp_path: Path
+    engine: Engine, make_project: MakeProject, cli: Cli, prefix: str, tmp_path: Path
 ) -> None:
-    engine = modern
     # A second builder: a docker context (another dockerd, as a native arm64 node would be).
     # This one reaches the daemon under test through a context of its own, in its own docker config.
     config = tmp_path / "docker-config"
@@ -169,10 +169,11 @@ def test_builder_is_passed_through_and_makes_the_same_image(
     assert proc.returncode == 0, proc.stderr
     calls = buildx_calls(proc.stderr)
     assert all(c.startswith(f"+ docker --context {name} buildx build") for c in calls), calls
-    # two layers and two variant images, one call per platform (one call for both can crash dockerd 26)
-    per_platform = sorted(c.split(" --platform ")[1].split()[0] for c in calls)
-    assert per_platform == sorted(PLATFORMS * 4), calls
-    # built on the other builder, loaded here: the same files and config (BuildKit's gzip bytes, not ours)
+    # two layers and two variant images, one call per platform (one call building both can crash dockerd 26),
+    # then the two joins, which build nothing
+    both = "linux/arm64,linux/amd64"
+    assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 4, both, both]), calls
+    # built on the other builder, loaded here: the same files and config
     assert contents(engine, repo) == before
     built = digests(engine, repo)
     via_env = cli(project, *args, env={**env, "BUILDX_BUILDER": f"{prefix}-absent"})

@@ -427,7 +427,8 @@ class Runner:
         result.base_layers = len(eng.require(ib.base.image_id).layers)
         if join:
             result.index_ref = join.immutable_ref
-        stale = built or any(_image_id(eng, r) != image_id for r in ib.moving_refs) or join is not None
+        target = _image_id(eng, join.immutable_ref) if join else image_id  # what the moving tags should name
+        stale = built or target is None or any(_image_id(eng, r) != target for r in moving)
         if not self.options.smoke:
             result.note = "not smoke-tested (--no-smoke): moving tags left alone"
             self.say(f"{ib.variant}: {result.note}")

@@ -95,7 +95,7 @@ class ImageInfo:
 
     @property
     def platform(self) -> Platform:
-        return Platform(self.os, self.arch, self.variant)
+        return Platform.of(self.os, self.arch, self.variant)
 
     @property
     def digest(self) -> str:
