@@ -12,8 +12,7 @@ from imgbuild.errors import CheckFailed, UsageError
 from imgbuild.images import bake as bakemod
 from imgbuild.images.inputs import project_inputs
 from imgbuild.project import load_project
-from imgbuild.registry import reference
-from imgbuild.registry.client import Registries
+from imgbuild.registry import reference, tools
 from imgbuild.registry.lock import load_lock
 from imgbuild.report.tables import console, err_console, print_json
 
@@ -108,9 +107,7 @@ def bake(
 
 
 def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
-    out = {}
-    with Registries() as regs:
-        for t in targets:
-            ref = reference.join(registry, t.repository)
-            out[t.variant] = regs.get(ref).head_manifest(ref.repository, t.immutable_tag) is not None
-    return out
+    return {
+        t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
+        for t in targets
+    }

@@ -56,7 +56,7 @@ class Command(NamedTuple):
 
 
 # Register a subcommand with one line here. `patches check` then never pays for the
-# docker and registry clients, and `--help` for none of them.
+# docker client, and `--help` for none of them.
 COMMANDS: dict[str, Command] = {
     "quickstart": Command(
         "imgbuild.cli.quickstart",
@@ -98,7 +98,7 @@ COMMANDS: dict[str, Command] = {
     "publish": Command(
         "imgbuild.cli.publish",
         "publish",
-        "Publish each variant's platform images and a multi-arch index, without pulling the base.",
+        "Build each variant's platform images locally, push them, and join them in one index per variant.",
     ),
     "recipe": Command(
         "imgbuild.cli.recipe",

@@ -13,7 +13,7 @@ builds, whose directories are all 0755, root-owned, mtime 0:
   BuildKit's;
 - the config is the parent's with the label set, the diff_id appended and
   BuildKit's two history entries, written as Go writes it: BuildKit's bytes;
-- the layer blob is that tar gzipped by `oci.gzip_bytes` (fixed header and
+- the layer blob is that tar gzipped by `gzip_bytes` (fixed header and
   level). Go's deflate writes other bytes, so the blob, and with it the
   manifest digest, differs from BuildKit's; equal inputs still give equal
   digests.
@@ -28,6 +28,8 @@ builds with BuildKit instead.
 from __future__ import annotations
 
 import hashlib
+import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -35,7 +37,6 @@ from typing import Any
 
 from imgbuild.images import configimage
 from imgbuild.images.configimage import OCI_CONFIG_TYPE, Blob
-from imgbuild.images.oci import gzip_bytes
 from imgbuild.images.ocilayout import OCI_MANIFEST_TYPE
 
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -110,6 +111,18 @@ def _header(name: str, *, directory: bool, size: int) -> bytes | None:
     header = b"".join(fields).ljust(BLOCK, b"\0")
     checksum = _octal(sum(header), 7) + b" "
     return header[:148] + checksum + header[156:]
+
+
+LEVEL = 6
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no name, mtime 0, OS "unknown"
+
+
+def gzip_bytes(data: bytes, level: int = LEVEL) -> bytes:
+    """gzip with a fixed header (Python's own carries the OS byte zlib was built with) at a fixed level."""
+    comp = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 9, zlib.Z_DEFAULT_STRATEGY)
+    body = comp.compress(data) + comp.flush()
+    trailer = struct.pack("<II", zlib.crc32(data) & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)
+    return GZIP_HEADER + body + trailer
 
 
 def layer_tar(files: Mapping[str, bytes]) -> bytes | None:

@@ -1,7 +1,8 @@
 """Registry references for `smoke` and `inspect`: pull one platform by digest, then work locally.
 
 `localize` resolves `host/repo:tag` (an index or one manifest) to the
-platform's manifest digest with the registry client, pulls exactly that
+platform's manifest digest with `docker buildx imagetools inspect`
+(registry/tools.py), pulls exactly that
 digest through the daemon, and returns `host/repo@sha256:...`, which the
 daemon then knows as a local image. Local names are returned unchanged.
 """
@@ -11,9 +12,8 @@ from __future__ import annotations
 from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.images import labels as lbl
 from imgbuild.images.docker import Engine
-from imgbuild.registry import reference
-from imgbuild.registry.client import INDEX_TYPES, Registry
-from imgbuild.registry.lock import normalize_platform, platform_of
+from imgbuild.registry import reference, tools
+from imgbuild.registry.lock import normalize_platform
 
 
 def is_registry_ref(text: str) -> bool:
@@ -21,18 +21,17 @@ def is_registry_ref(text: str) -> bool:
     return bool(rest) and ("." in first or ":" in first or first == "localhost")
 
 
-def platform_digest(ref: reference.Reference, platform: str, reg: Registry) -> str:
+def platform_digest(ref: reference.Reference, platform: str) -> str:
     """The manifest digest of `platform` behind `ref`."""
-    top = reg.get_manifest(ref.repository, ref.ref)
-    if top.media_type not in INDEX_TYPES:
+    top = tools.inspect_required(str(ref))
+    if not top.is_index:
         return top.digest
     want = normalize_platform(platform)
     found = []
-    for entry in top.json().get("manifests") or []:  # type: ignore[attr-defined]
-        plat = platform_of(entry)
+    for plat, digest in top.entries():
         found.append(plat or "unknown")
-        if plat == want:
-            return str(entry["digest"])
+        if plat is not None and normalize_platform(plat) == want:
+            return digest
     raise RegistryError(f"{ref} has no {platform} image (it has {', '.join(found) or 'none'})")
 
 
@@ -69,8 +68,7 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
     except ConfigError:
         return text
     plat = platform or f"linux/{engine.arch}"
-    with Registry(ref) as reg:
-        digest = platform_digest(ref, plat, reg)
+    digest = platform_digest(ref, plat)
     pinned = f"{ref.name}@{digest}"
     if engine.image(pinned) is None:
         try:
