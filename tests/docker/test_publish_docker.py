@@ -173,6 +173,40 @@ def test_a_bad_registry_is_exit_9_and_names_the_ref(world: World) -> None:
     assert plan["dry_run"] and plan["variants"][0]["moving"] == [f"{gone}/{world.repo}:engram-mem"]
 
 
+def _docker_config(path: Path, host: str | None = None, user: str = "", password: str = "") -> Path:
+    """A DOCKER_CONFIG with `host`'s credentials (or none), and the CLI plugins (buildx) of the user's."""
+    import base64
+
+    path.mkdir(parents=True, exist_ok=True)
+    plugins = Path.home() / ".docker" / "cli-plugins"
+    if plugins.is_dir():
+        (path / "cli-plugins").symlink_to(plugins)
+    auths = {host: {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}} if host else {}
+    (path / "config.json").write_text(json.dumps({"auths": auths}))
+    return path
+
+
+def test_credentials_are_dockers_own(world: World, tmp_path: Path) -> None:
+    secret = "pw-Zq8v-never-printed"
+    htpasswd = subprocess.run(["htpasswd", "-Bbn", "ci", secret], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "htpasswd").write_text(htpasswd)
+    guarded = RegistryProcess.start(tmp_path / "guarded", tmp_path / "htpasswd")
+    try:
+        args = ("engram-mem", "-r", guarded.host, "--platform", "linux/amd64")
+        proc = world.publish(*args, env={"DOCKER_CONFIG": str(_docker_config(tmp_path / "none"))})
+        assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert f"{guarded.host}/{world.repo}:1.0.0-" in proc.stderr and f"docker login {guarded.host}" in proc.stderr
+        good = _docker_config(tmp_path / "good", guarded.host, "ci", secret)
+        proc = world.publish(*args, "--json", env={"DOCKER_CONFIG": str(good)})
+        out = published(proc)
+        assert secret not in proc.stdout + proc.stderr
+        plat = out["engram-mem"]["platforms"]["linux/amd64"]  # type: ignore[index]
+        assert plat["manifest"] == local_id(plat["local"])
+    finally:
+        guarded.stop()
+        remove_images(guarded.host + "/")
+
+
 def _key_pair(directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "COSIGN_PASSWORD": ""}
