@@ -1,10 +1,11 @@
 """Every external process imgbuild starts goes through here.
 
 Tools have their own funnels on top (git: upstream/git.py, pip: upstream/pip.py,
-docker: images/docker.py, cosign: images/signing.py); this module is what they
+docker: images/docker.py, `docker push` and `buildx imagetools`:
+registry/tools.py, cosign: images/signing.py); this module is what they
 share: with `IMGBUILD_ECHO=1` each command is printed on stderr as one
-`+ <shlex.join(argv)>` line before it runs (docker SDK calls and registry
-requests print the same kind of line through `echo`), and a missing
+`+ <shlex.join(argv)>` line before it runs (docker SDK calls print the same
+kind of line through `echo`), and a missing
 executable or a timeout becomes a typed error that the caller maps to its own
 user-facing error (`ToolNotFound`, `ToolTimeout`).
 """
@@ -54,7 +55,7 @@ def echoing() -> bool:
 
 
 def echo(argv: Iterable[str]) -> None:
-    """Print `+ argv` on stderr when echoing (also for what is not a process: SDK calls, HTTP requests)."""
+    """Print `+ argv` on stderr when echoing (also for what is not a process: SDK calls)."""
     if echoing():
         print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
 

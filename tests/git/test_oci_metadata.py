@@ -1,4 +1,4 @@
-"""OCI metadata (pure): source/revision of this project, qualified base name, no placeholder digests, annotations."""
+"""OCI metadata (pure): source/revision of this project, qualified base name, no placeholder digests, the SBOM."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images import labels, publish
+from imgbuild.images import labels
 from imgbuild.images.inputs import project_inputs, project_source
-from imgbuild.images.oci import canonical_json, make_layer
 from imgbuild.images.plan import BaseInfo, make_build_plan
 from imgbuild.project import Project
-from imgbuild.registry.client import OCI_INDEX, OCI_MANIFEST, Manifest
 from tests.support.synth import Upstream
 from tests.support.synth_images import SITE, engram_project, release
 
@@ -73,45 +71,6 @@ def test_labels_name_this_project_and_leave_unknowns_out(project: Project) -> No
     assert lab[f"{OCI}version"] == "1.0.0"
     assert lab["imgbuild.upstream.commit"] == project.pin.commit  # the vLLM release stays in imgbuild's keys
     assert labels.missing_required(lab) == []
-
-
-def test_publish_writes_the_oci_keys_as_manifest_and_index_annotations(project: Project) -> None:
-    inputs = project_inputs(project)
-    plans = project.selected_plans(project.select(platform="linux/arm64,linux/amd64"))
-    per = {}
-    for arch in ("arm64", "amd64"):
-        platform = f"linux/{arch}"
-        config = {"architecture": arch, "os": "linux", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}
-        body = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {"digest": "sha256:" + "c" * 64}, "layers": []}
-        digest = "sha256:" + {"arm64": "a", "amd64": "d"}[arch] * 64
-        info = BaseInfo(
-            "vllm/vllm-openai:v1", "sha256:" + {"arm64": "1", "amd64": "2"}[arch] * 64, digest, platform, SITE
-        )
-        base = publish.RemoteBase(
-            publish.reference.parse(f"vllm/vllm-openai@{digest}"),
-            Manifest(canonical_json(body), OCI_MANIFEST, digest),
-            config,
-            info,
-        )
-        per[platform] = base
-    bp = make_build_plan(
-        inputs, plans, {(p.variant.name, pf): b.info for p in plans for pf, b in per.items()}, ["latest"]
-    )
-    layers = {d: make_layer({f"{d}.py": b""}, 0) for ib in bp.images for d in ib.layers}
-    images = [
-        publish._platform_image(ib, per[ib.platform], tuple(layers[d] for d in ib.layers), inputs.created)
-        for ib in bp.images
-    ]
-    for pi in images:
-        manifest = json.loads(pi.manifest.data)
-        assert manifest["annotations"] == {k: v for k, v in pi.build.labels.items() if k.startswith(OCI)}
-        assert manifest["annotations"][f"{OCI}base.digest"] == per[pi.build.platform].info.digest
-    assert len(images) == 2
-    vp = publish._variant("latest", images, "127.0.0.1:5000", "1.0.0", None)
-    index = json.loads(vp.index.data)
-    assert vp.index_type == OCI_INDEX
-    assert index["annotations"][f"{OCI}title"] == "vllm-test:latest"
-    assert f"{OCI}base.digest" not in index["annotations"]  # differs per platform: manifests only
 
 
 def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Project) -> None:

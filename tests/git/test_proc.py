@@ -15,7 +15,7 @@ from imgbuild import proc
 from imgbuild.errors import DockerError, RegistryError
 from imgbuild.images import signing
 from imgbuild.images.docker import Engine
-from imgbuild.registry.auth import run_helper
+from imgbuild.registry import tools
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo
 
@@ -88,8 +88,11 @@ def test_each_funnel_names_its_missing_tool(repo: GitRepo, tmp_path: Path, monke
     monkeypatch.setenv("IMGBUILD_COSIGN", str(tmp_path / "no-cosign"))
     with pytest.raises(RegistryError, match=r"cosign \(.*no-cosign\) is not installed"):
         signing.sign("127.0.0.1:5000/x@sha256:" + "0" * 64, tmp_path / "cosign.key")
-    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH: no helper, no git
-    with pytest.raises(RegistryError, match="docker-credential-nohelper is not on PATH"):
-        run_helper("nohelper", "https://example.invalid", "example.invalid")
+    monkeypatch.setenv("IMGBUILD_DOCKER", str(tmp_path / "no-docker"))
+    with pytest.raises(RegistryError, match=r"127.0.0.1:5000/x:t: the docker CLI \(.*no-docker\) is not installed"):
+        tools.push("x:t", "127.0.0.1:5000/x:t")
+    with pytest.raises(RegistryError, match=r"cannot look up 127.0.0.1:5000/x:t: the docker CLI"):
+        tools.inspect("127.0.0.1:5000/x:t")
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH: no git
     with pytest.raises(GitError, match="git is not installed"):
         repo.run("status")

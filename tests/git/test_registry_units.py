@@ -1,166 +1,138 @@
-"""Fast tests (no docker, no registry) for references, docker credentials, layers and configs."""
+"""Fast tests (no docker, no registry) for references, what `imagetools` answers, and the publish plan."""
 
 from __future__ import annotations
 
-import base64
-import gzip
-import io
+import hashlib
 import json
-import os
-import stat
-import tarfile
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
-from imgbuild.errors import ConfigError, RegistryError
-from imgbuild.images import oci as ocilayer
-from imgbuild.registry import auth as dockerauth
-from imgbuild.registry import reference
-from imgbuild.registry.client import _challenge
+from imgbuild.errors import ConfigError
+from imgbuild.images import publish
+from imgbuild.registry import reference, tools
 
 
 @pytest.mark.parametrize(
-    ("text", "host", "repo", "tag", "scheme"),
+    ("text", "host", "repo", "tag", "loopback"),
     [
-        ("vllm/vllm-openai:v0.33.0", "docker.io", "vllm/vllm-openai", "v0.33.0", "https"),
-        ("debian", "docker.io", "library/debian", None, "https"),
-        ("127.0.0.1:5000/vllm-dsv41:latest", "127.0.0.1:5000", "vllm-dsv41", "latest", "http"),
-        ("localhost/a/b", "localhost", "a/b", None, "http"),
-        ("ghcr.io/acme/vllm-dsv41:engram-mem", "ghcr.io", "acme/vllm-dsv41", "engram-mem", "https"),
+        ("vllm/vllm-openai:v0.33.0", "docker.io", "vllm/vllm-openai", "v0.33.0", False),
+        ("debian", "docker.io", "library/debian", None, False),
+        ("127.0.0.1:5000/vllm-dsv41:latest", "127.0.0.1:5000", "vllm-dsv41", "latest", True),
+        ("localhost/a/b", "localhost", "a/b", None, True),
+        ("ghcr.io/acme/vllm-dsv41:engram-mem", "ghcr.io", "acme/vllm-dsv41", "engram-mem", False),
     ],
 )
-def test_reference_parse(text: str, host: str, repo: str, tag: str | None, scheme: str) -> None:
+def test_reference_parse(text: str, host: str, repo: str, tag: str | None, loopback: bool) -> None:
     ref = reference.parse(text)
-    assert (ref.host, ref.repository, ref.tag, ref.scheme) == (host, repo, tag, scheme)
+    assert (ref.host, ref.repository, ref.tag, reference.is_loopback(ref.host)) == (host, repo, tag, loopback)
 
 
 def test_reference_digest_and_errors() -> None:
     d = "sha256:" + "a" * 64
     ref = reference.parse(f"127.0.0.1:5000/x/y:t@{d}")
     assert ref.ref == d and str(ref) == f"127.0.0.1:5000/x/y:t@{d}"
-    assert reference.parse("vllm/vllm-openai:v1").api_host == "registry-1.docker.io"
     assert reference.join("ghcr.io/acme", "vllm-dsv41", "latest").name == "ghcr.io/acme/vllm-dsv41"
     for bad in ("UPPER/case", "x@sha256:zz", "a/b:bad tag"):
         with pytest.raises(ConfigError):
             reference.parse(bad)
 
 
-def test_www_authenticate_challenge() -> None:
-    scheme, params = _challenge(
-        'Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push"'
-    )
-    assert scheme == "bearer"
-    assert params == {
-        "realm": "https://auth.example/token",
-        "service": "registry.example",
-        "scope": "repository:a/b:pull,push",
+INDEX = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.index.v1+json",
+    "manifests": [
+        {"digest": "sha256:" + "1" * 64, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"digest": "sha256:" + "2" * 64, "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+        {"digest": "sha256:" + "3" * 64, "platform": {"os": "unknown", "architecture": "unknown"}},
+        {"digest": "sha256:" + "4" * 64, "platform": {"os": "linux", "architecture": "arm", "variant": "v7"}},
+    ],
+}
+
+
+def test_an_index_as_imagetools_prints_it() -> None:
+    raw = json.dumps(INDEX, indent=2).encode()
+    found = tools.Manifest("r/x:t", raw)
+    assert found.digest == "sha256:" + hashlib.sha256(raw).hexdigest()  # the digest is of the bytes as served
+    assert found.is_index
+    assert found.entries() == [
+        ("linux/amd64", "sha256:" + "1" * 64),
+        ("linux/arm64", "sha256:" + "2" * 64),  # arm64's v8 is implied
+        (None, "sha256:" + "3" * 64),  # an attestation entry
+        ("linux/arm/v7", "sha256:" + "4" * 64),
+    ]
+    single = tools.Manifest("r/x:t", b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}')
+    assert not single.is_index and single.entries() == []
+
+
+def test_the_pushed_digest_is_read_from_docker_push_output() -> None:
+    out = "abc: Layer already exists\n1.0.0-0123: digest: sha256:" + "f" * 64 + " size: 1039\n"
+    assert tools.PUSHED.findall(out) == ["sha256:" + "f" * 64]
+
+
+@pytest.mark.parametrize(
+    ("stderr", "says"),
+    [
+        ("unauthorized: authentication required", "docker login 127.0.0.1:5000"),
+        ('Head "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', "running"),
+        ("http: server gave HTTP response to HTTPS client", "insecure-registries"),
+        ("something else", "IMGBUILD_ECHO=1"),
+    ],
+)
+def test_a_failure_gets_a_hint_for_its_cause(stderr: str, says: str) -> None:
+    assert says in tools._hint(stderr, "127.0.0.1:5000")
+
+
+@dataclass(frozen=True)
+class Img:
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    inputs_digest: str
+
+
+def _images() -> list[Img]:
+    return [
+        Img("latest", "linux/arm64", "sha256:" + "a" * 64, "vllm-dsv41:1.0.0-aaaaaaaaaaaa", "a" * 64),
+        Img("latest", "linux/amd64", "sha256:" + "b" * 64, "vllm-dsv41:1.0.0-bbbbbbbbbbbb", "b" * 64),
+        Img("engram-mem", "linux/arm64", "sha256:" + "c" * 64, "vllm-dsv41:1.0.0-cccccccccccc", "c" * 64),
+    ]
+
+
+def test_the_publish_plan_names_each_platform_by_its_local_tag_and_the_index_by_all() -> None:
+    moving = {"latest": ("latest",), "engram-mem": ("engram-mem",)}
+    plan = publish.plan_variants(_images(), "127.0.0.1:5000/team", "1.0.0", moving)
+    latest, mem = plan
+    assert [pi.platform for pi in latest.images] == ["linux/amd64", "linux/arm64"]  # sorted
+    assert [pi.target for pi in latest.images] == [
+        "127.0.0.1:5000/team/vllm-dsv41:1.0.0-bbbbbbbbbbbb",
+        "127.0.0.1:5000/team/vllm-dsv41:1.0.0-aaaaaaaaaaaa",
+    ]
+    combined = publish.index_inputs({"linux/arm64": "a" * 64, "linux/amd64": "b" * 64})
+    assert latest.index_ref == f"127.0.0.1:5000/team/vllm-dsv41:1.0.0-{combined[:12]}"
+    assert latest.moving_refs == ["127.0.0.1:5000/team/vllm-dsv41:latest"]
+    # one platform still gets an index, under a tag that differs from its manifest's
+    assert mem.immutable_tag != "1.0.0-cccccccccccc" and mem.images[0].target.endswith(":1.0.0-cccccccccccc")
+    # --repository moves where it goes, not what it is
+    other = publish.plan_variants(_images(), "127.0.0.1:5000", "1.0.0", moving, repository="x/y")
+    assert other[0].name == "127.0.0.1:5000/x/y" and other[0].immutable_tag == latest.immutable_tag
+    assert publish.index_inputs({"a": "1", "b": "2"}) == publish.index_inputs({"b": "2", "a": "1"})
+
+
+def test_the_index_carries_the_oci_labels_every_platform_agrees_on() -> None:
+    oci = "org.opencontainers.image."
+    labels = {
+        "vllm-dsv41:1.0.0-aaaaaaaaaaaa": {f"{oci}title": "t", f"{oci}base.digest": "sha256:1", "imgbuild.x": "1"},
+        "vllm-dsv41:1.0.0-bbbbbbbbbbbb": {f"{oci}title": "t", f"{oci}base.digest": "sha256:2", "imgbuild.x": "1"},
     }
-    assert _challenge('Basic realm="imgbuild-test-registry"') == ("basic", {"realm": "imgbuild-test-registry"})
+    moving = {"latest": ("latest",), "engram-mem": ()}
+    plan = publish.plan_variants(_images(), "127.0.0.1:5000", "1.0.0", moving, image_labels=labels)
+    assert plan[0].annotations == {f"{oci}title": "t"}
 
 
-def _write_config(path: Path, data: dict[str, object]) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(data))
-
-
-def test_credentials_from_auths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    auth = base64.b64encode(b"alice:s3cret:with:colons").decode()
-    _write_config(tmp_path, {"auths": {"http://127.0.0.1:5000": {"auth": auth}, "https://index.docker.io/v1/": {}}})
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    creds = dockerauth.lookup("127.0.0.1:5000")
-    assert creds is not None and (creds.username, creds.secret) == ("alice", "s3cret:with:colons")
-    assert "s3cret" not in repr(creds) and "s3cret" not in str(creds)
-    assert dockerauth.lookup("127.0.0.1:5001") is None
-    assert dockerauth.lookup("docker.io") is None
-
-
-def test_credentials_from_a_helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real credential helper executable speaking the docker-credential protocol."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    helper = bindir / "docker-credential-imgbuildtest"
-    helper.write_text(
-        "#!/bin/sh\n"
-        "read server\n"
-        'if [ "$server" = "registry.example" ]; then\n'
-        '  echo \'{"ServerURL":"registry.example","Username":"bob","Secret":"hunter2"}\'\n'
-        "else echo 'credentials not found in native keychain'; exit 1; fi\n"
-    )
-    helper.chmod(helper.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    _write_config(tmp_path / "cfg", {"credHelpers": {"registry.example": "imgbuildtest"}, "credsStore": "imgbuildtest"})
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "cfg"))
-    creds = dockerauth.lookup("registry.example")
-    assert creds is not None and (creds.username, creds.secret) == ("bob", "hunter2")
-    assert creds.source == "helper imgbuildtest"
-    assert dockerauth.lookup("other.example") is None  # the store says "not found"
-
-
-def test_missing_helper_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _write_config(tmp_path, {"credsStore": "does-not-exist-imgbuild"})
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    with pytest.raises(RegistryError, match="docker-credential-does-not-exist-imgbuild is not on PATH"):
-        dockerauth.lookup("ghcr.io")
-
-
-def test_layer_bytes_are_deterministic_and_valid() -> None:
-    files = {"usr/local/lib/python3.12/dist-packages/vllm/a.py": b"x = 1\n", "usr/lib/b.txt": b"b"}
-    one, two = (
-        ocilayer.make_layer(files, 1_700_000_000),
-        ocilayer.make_layer(dict(reversed(files.items())), 1_700_000_000),
-    )
-    assert one == two
-    raw = one.blob.data
-    assert raw[:10] == ocilayer.GZIP_HEADER  # no name, mtime 0, OS unknown
-    tar_bytes = gzip.decompress(raw)
-    assert one.diff_id == "sha256:" + __import__("hashlib").sha256(tar_bytes).hexdigest()
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
-        members = tar.getmembers()
-    names = [m.name for m in members]
-    assert names == sorted(names) and "usr/local/lib/python3.12/dist-packages/vllm" in names
-    assert {(m.uid, m.gid, m.mtime) for m in members} == {(0, 0, 1_700_000_000)}
-    assert {m.mode for m in members if m.isdir()} == {0o755} and {m.mode for m in members if m.isfile()} == {0o644}
-    assert ocilayer.make_layer(files, 1).blob.digest != one.blob.digest  # the mtime is an input
-
-
-def test_derived_config_clears_entrypoint_and_appends() -> None:
-    base = {
-        "architecture": "arm64",
-        "os": "linux",
-        "config": {"Env": ["PATH=/bin", "A=1"], "Entrypoint": ["vllm", "serve"], "Cmd": ["x"], "Labels": {"k": "v"}},
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64]},
-        "history": [{"created_by": "base"}],
-        "container_config": {"Hostname": "builder"},
-    }
-    layer = ocilayer.make_layer({"a/b.py": b"1"}, 0)
-    cfg = ocilayer.derive_config(
-        base,
-        layers=[layer],
-        layer_names=["L"],
-        env=[("A", "2"), ("B", "3")],
-        labels={"imgbuild.variant": "latest"},
-        created="2026-11-01T00:00:00Z",
-        comment="metadata",
-    )
-    inner = cfg["config"]
-    assert inner["Entrypoint"] is None and inner["Cmd"] is None
-    assert inner["Env"] == ["PATH=/bin", "A=2", "B=3"]
-    assert inner["Labels"] == {"k": "v", "imgbuild.variant": "latest"}
-    assert cfg["rootfs"]["diff_ids"][-1] == layer.diff_id and len(cfg["rootfs"]["diff_ids"]) == 2
-    assert cfg["created"] == "2026-11-01T00:00:00Z" and cfg["history"][-1]["empty_layer"] is True
-    assert "container_config" not in cfg and base["config"]["Entrypoint"] == ["vllm", "serve"]  # base untouched
-    assert ocilayer.canonical_json(cfg) == ocilayer.canonical_json(json.loads(ocilayer.canonical_json(cfg)))
-
-
-def test_layer_digest_is_pinned_across_machines() -> None:
-    """A golden digest: a Python whose deflate differs (zlib-ng, another level) would change every
-    published blob digest, so it should fail here first, not in a registry."""
-    files = {
-        "usr/local/lib/python3.12/dist-packages/vllm/a.py": b"".join(
-            b"def f%d():\n    return %d\n" % (i, i) for i in range(200)
-        )
-    }
-    layer = ocilayer.make_layer(files, 1793491200)
-    assert layer.diff_id == "sha256:764258c64489e18b687b7abf52f379ea91726e976f2bf38a596016b06301e72d"
-    assert layer.blob.digest == "sha256:bc033c0732d32b36a9b0b546212071d62a3d02b5e33ea54219d1f28e6af60df5"
+def test_a_local_ref_without_a_tag_is_refused() -> None:
+    assert publish.split_ref("127.0.0.1:5000/a/b:t") == ("127.0.0.1:5000/a/b", "t")
+    for bad in ("127.0.0.1:5000/a/b", "plain"):
+        with pytest.raises(ConfigError):
+            publish.split_ref(bad)

@@ -1,6 +1,6 @@
 """A loopback TCP forwarder that counts bytes and can cut the line.
 
-Used between a registry client (imgbuild, or the docker daemon) and a real
+Used between a registry client (the docker daemon) and a real
 registry: `bytes_up` is what the client sent, headers included, and
 `cut_after` drops every connection once that many bytes went up, which is
 what a network failure in the middle of an upload looks like to both ends.

@@ -110,12 +110,9 @@ def bake(
 
 
 def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
-    from imgbuild.registry import reference
-    from imgbuild.registry.client import Registries
+    from imgbuild.registry import reference, tools
 
-    out = {}
-    with Registries() as regs:
-        for t in targets:
-            ref = reference.join(registry, t.repository)
-            out[t.variant] = regs.get(ref).head_manifest(ref.repository, t.immutable_tag) is not None
-    return out
+    return {
+        t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
+        for t in targets
+    }

@@ -1,7 +1,8 @@
-"""`imgbuild publish`: push variants as multi-arch images, registry to registry."""
+"""`imgbuild publish`: build the variants, then push them as multi-platform images with docker's own tools."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -22,8 +23,16 @@ def publish(
     platform: Annotated[
         list[str] | None, typer.Option("--platform", help="Publish only these platforms (default: image.platforms).")
     ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Base image for every variant, as for `imgbuild build` ('skeleton': the offline stand-in). "
+            "Default: $IMGBUILD_BASE, else image.base.",
+        ),
+    ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Compute digests and print the plan; write nothing.")
+        bool, typer.Option("--dry-run", help="Print where each image would go; build and push nothing.")
     ] = False,
     sbom: Annotated[
         bool,
@@ -36,14 +45,15 @@ def publish(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Publish each variant's platform images and a multi-arch index, without pulling the base.
+    """Build each variant's platform images locally, push them, and join them in one index per variant.
 
-    The base comes by digest from images.lock and stays in its registry:
-    its blobs are mounted across repositories (or copied when the base lives
-    in another registry), and only the new layers, configs and manifests are
-    uploaded. The index is tagged `<version>-<inputs>` first, then the
-    variant's moving tags. Equal inputs give equal digests, so publishing
-    again uploads nothing. Credentials come from the docker config.
+    The images are built and smoke-tested as `imgbuild build` does. Each
+    platform image is pushed with `docker push` under its own immutable tag
+    (on the containerd image store the registry keeps its local digest, and
+    skips the blobs it has), `docker buildx imagetools create` joins them
+    under `<version>-<inputs>`, and only then are the variant's moving tags
+    pointed at that index. Publishing again pushes nothing. Credentials are
+    docker's own (`docker login`).
 
     Examples:
 
@@ -65,10 +75,13 @@ def publish(
         signing.key_file(key, "--key")
     project = load_project()
     selection = project.select(variants, ",".join(platform) if platform else None, default="declared")
+    base = base or os.environ.get("IMGBUILD_BASE") or None
     if dry_run:
-        result = pub.dry_run(project, selection, registry, repository=repository)
+        result = pub.dry_run(project, selection, registry, repository=repository, base=base)
     else:
-        result = pub.publish(project, selection, registry, repository=repository, key=key, sbom=sbom, sign=sign)
+        result = pub.publish(
+            project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign
+        )
     if as_json:
         print_json(result.to_json())
     else:

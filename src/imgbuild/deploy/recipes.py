@@ -66,18 +66,16 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             raise UsageError("--image and --registry cannot be used together")
         if not repository or not tags:
             raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
-        from imgbuild.registry import reference
-        from imgbuild.registry.client import Registry
+        from imgbuild.registry import reference, tools
 
         ref = reference.join(registry, repository, tags[0])
-        with Registry(ref) as reg:
-            digest = reg.head_manifest(ref.repository, tags[0])
-        if digest is None:
+        found = tools.inspect(str(ref))
+        if found is None:
             raise RegistryError(
                 f"{ref} is not in the registry",
                 hint=f"publish it first: imgbuild publish {variant.name} --registry ...",
             )
-        return Pinned(f"{ref.name}@{digest}", None, f"published {ref}"), None
+        return Pinned(f"{ref.name}@{found.digest}", None, f"published {ref}"), None
     if image is not None and "@sha256:" in image:
         from imgbuild.registry import reference
 

@@ -96,25 +96,7 @@ def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
         pure = PurePosixPath(path)
         if pure.is_absolute() or ".." in pure.parts or path == DOCKERFILE:
             raise ValueError(f"bad context path {path!r}")
-    entries: dict[str, bytes | None] = {DOCKERFILE: dockerfile.encode()}
-    for name, data in files.items():
-        parts = PurePosixPath(name).parts
-        for i in range(1, len(parts)):
-            entries.setdefault("/".join(parts[:i]), None)
-        entries[name] = data
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(entries):
-            content = entries[name]
-            info = tarfile.TarInfo(name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = MTIME, 0, 0, "", ""
-            if content is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            else:
-                info.mode, info.size = 0o644, len(content)
-                tar.addfile(info, io.BytesIO(content))
-    return buf.getvalue()
+    return tar_files({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
 
 
 def context_files(context: bytes) -> dict[str, bytes]:
@@ -131,3 +113,35 @@ def context_files(context: bytes) -> dict[str, bytes]:
 def listing(context: bytes) -> list[ContextEntry]:
     with tarfile.open(fileobj=io.BytesIO(context)) as tar:
         return [ContextEntry(m.name, "dir" if m.isdir() else "file", m.mode, m.size) for m in tar.getmembers()]
+
+
+def _parents(path: PurePosixPath) -> list[str]:
+    return [str(p) for p in reversed(path.parents) if str(p) not in (".", "/")]
+
+
+def tar_files(files: Mapping[str, bytes], mtime: int) -> bytes:
+    """A build context tar of `files` (relative paths without a leading /) and their parent directories:
+    sorted, root-owned, 0755 dirs, 0644 files, one mtime."""
+    entries: dict[str, bytes | None] = {}
+    for name, data in files.items():
+        pure = PurePosixPath(name.lstrip("/"))
+        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+            raise ValueError(f"bad context path {name!r}")
+        for parent in _parents(pure):
+            entries.setdefault(parent, None)
+        entries[str(pure)] = data
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(entries):
+            content = entries[name]
+            info = tarfile.TarInfo(name)
+            info.mtime = mtime
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if content is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.mode, info.size = 0o644, len(content)
+                tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()

@@ -1,63 +1,48 @@
-"""`imgbuild publish`: multi-arch images straight into a registry, without pulling the base.
+"""`imgbuild publish`: build the variants locally, then put them in a registry with the engine's tools.
 
-The registry-native path. For each variant and platform:
+1. `images.build.build` makes (or finds current) every platform image of the
+   selected variants and smoke-tests it, exactly as `imgbuild build` does.
+2. Per platform: `docker push` of the local image under
+   `REG/repo:<version>-<inputs>` (its local immutable tag). On the
+   containerd image store the pushed manifest is the local one, so the
+   registry's digest must equal the local image id; a push that says
+   otherwise is an error. The registry skips blobs it already has.
+3. `docker buildx imagetools create` joins the platforms, by digest, into
+   one index under `<version>-<index inputs>`, the multi-platform immutable
+   tag; `index_inputs` hashes the platforms' inputs digests.
+4. Last, the variant's moving tags are pointed at that index, only those
+   that do not already name it. A failure before leaves them as they were.
 
-1. take the base by digest from `images.lock`, and read only its manifest and
-   config from the registry (a few KB);
-2. plan the layers and labels exactly as `imgbuild build` does (buildplan),
-   with the base's config digest standing in for its image id;
-3. make each overlay layer as a deterministic gzipped tar (ocilayer), and the
-   config as the base's config with the layers appended, ENV and LABEL
-   applied, ENTRYPOINT and CMD cleared, `created` from the inputs;
-4. upload: base blobs are mounted across repositories (or, when the base
-   lives in another registry, copied blob by blob), new layers and configs
-   are uploaded unless present, per-platform manifests are put by digest;
-5. only then write the index under the immutable tag, then the moving tags.
-
-Equal inputs give equal bytes, so a second publish finds the immutable tag
-already pointing at the index it would write and uploads nothing. Tags are
-the last thing written: a failure before them leaves every tag as it was.
+A variant whose index tag already lists exactly these manifests is left
+alone (nothing pushed), apart from moving tags that drifted. The registry
+commands are in `registry/tools.py`; SBOMs and signatures (cosign) are
+attached to the pushed digests afterwards, as `--sbom`/`--sign` ask.
 """
 
 from __future__ import annotations
 
-import calendar
-import dataclasses
 import hashlib
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.images import labels, signing
 from imgbuild.images import sbom as sbommod
-from imgbuild.images.inputs import project_inputs
-from imgbuild.images.oci import Blob, Layer, canonical_json, derive_config, make_layer
-from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, LayerBuild, make_build_plan
-from imgbuild.patches.variants import VariantPlan
 from imgbuild.project import Project, Selection
-from imgbuild.registry import reference
-from imgbuild.registry.client import (
-    DOCKER_LIST,
-    DOCKER_MANIFEST,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    Manifest,
-    Registries,
-    Registry,
-    Stats,
-)
-from imgbuild.registry.lock import Lock, LockedBase, load_lock, missing_platforms, normalize_platform
+from imgbuild.registry import reference, tools
+
+if TYPE_CHECKING:
+    from imgbuild.images.build import BuildOptions
 
 INDEX_FORMAT = "imgbuild-index/1"
-LAYER_TYPES = {
-    DOCKER_MANIFEST: "application/vnd.docker.image.rootfs.diff.tar.gzip",
-    OCI_MANIFEST: "application/vnd.oci.image.layer.v1.tar+gzip",
-}
-INDEX_OF = {DOCKER_MANIFEST: DOCKER_LIST, OCI_MANIFEST: OCI_INDEX}
+STORE_HINT = (
+    "publishing needs Docker 26+ with the containerd image store "
+    '({"features": {"containerd-snapshotter": true}} in daemon.json), where a push keeps the local digest'
+)
 Say = Callable[[str], None]
 
 
@@ -65,70 +50,117 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-@dataclass(frozen=True)
-class RemoteBase:
-    """A base image for one platform, as its registry holds it."""
-
-    ref: reference.Reference  # repository of the base, with the platform manifest digest
-    manifest: Manifest
-    config: dict[str, object] = field(repr=False)
-    info: BaseInfo
+class LocalImage(Protocol):
+    """One platform image in the local store, as `build` reports it (`ImageResult`)."""
 
     @property
-    def layers(self) -> list[dict[str, object]]:
-        value = self.manifest.json().get("layers") or []
-        return list(value) if isinstance(value, list) else []
+    def variant(self) -> str: ...
+    @property
+    def platform(self) -> str: ...
+    @property
+    def image_id(self) -> str: ...
+    @property
+    def immutable(self) -> str: ...  # `repo:<version>-<inputs12>`
+    @property
+    def inputs_digest(self) -> str: ...
+
+
+def index_inputs(per_platform: Mapping[str, str]) -> str:
+    """One digest over the platforms' inputs digests: the tail of the index's immutable tag."""
+    lines = [INDEX_FORMAT, *(f"{p} {d}" for p, d in sorted(per_platform.items()))]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def split_ref(local: str) -> tuple[str, str]:
+    """`repo:tag` -> (`repo`, `tag`); a registry port is not a tag."""
+    name, sep, tag = local.rpartition(":")
+    if not sep or "/" in tag or not name:
+        raise ConfigError(f"local image {local!r} has no tag")
+    return name, tag
 
 
 @dataclass(frozen=True)
-class PlatformImage:
-    build: ImageBuild
-    base: RemoteBase
-    layers: tuple[Layer, ...]  # the overlay layers, bottom first
-    config: Blob
-    manifest: Blob
-    media_type: str
+class PlatformPush:
+    platform: str
+    local: str  # the local immutable ref
+    image_id: str  # the local id: on the containerd store, the manifest digest the registry gets
+    inputs_digest: str
+    target: str  # REG/repo:<the local immutable tag>
+    labels: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # the local image's
 
-    @property
-    def platform_json(self) -> dict[str, str]:
-        out = {"architecture": str(self.base.config.get("architecture")), "os": str(self.base.config.get("os"))}
-        if self.base.config.get("variant"):
-            out["variant"] = str(self.base.config["variant"])
-        return out
+    def to_json(self) -> dict[str, object]:
+        return {
+            "local": self.local,
+            "manifest": self.image_id,
+            "inputs": self.inputs_digest,
+            "ref": self.target,
+        }
 
 
 @dataclass(frozen=True)
 class VariantPublish:
     variant: str
-    target: reference.Reference  # the repository, no tag
-    images: tuple[PlatformImage, ...]
-    index: Blob
-    index_type: str
-    immutable_tag: str
+    name: str  # REG/repo, no tag
+    images: tuple[PlatformPush, ...]  # sorted by platform
+    immutable_tag: str  # the index's
     moving_tags: tuple[str, ...]
 
     @property
-    def refs(self) -> list[str]:
-        return [str(self.target.with_tag(t)) for t in (self.immutable_tag, *self.moving_tags)]
+    def index_ref(self) -> str:
+        return f"{self.name}:{self.immutable_tag}"
+
+    @property
+    def moving_refs(self) -> list[str]:
+        return [f"{self.name}:{t}" for t in self.moving_tags]
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        """The index's: the images' OCI labels that every platform agrees on (base.digest differs, for one)."""
+        per = [labels.oci_annotations(pi.labels) for pi in self.images]
+        return {k: v for k, v in sorted(per[0].items()) if all(a.get(k) == v for a in per)} if per else {}
 
     def to_json(self) -> dict[str, object]:
         return {
             "variant": self.variant,
-            "repository": self.target.name,
-            "index": self.index.digest,
-            "immutable": str(self.target.with_tag(self.immutable_tag)),
-            "moving": [str(self.target.with_tag(t)) for t in self.moving_tags],
-            "platforms": {
-                pi.build.platform: {
-                    "manifest": pi.manifest.digest,
-                    "config": pi.config.digest,
-                    "inputs": pi.build.inputs_digest,
-                    "base": pi.base.manifest.digest,
-                    "layers": [{"digest": lay.blob.digest, "size": lay.blob.size} for lay in pi.layers],
-                }
-                for pi in self.images
-            },
+            "repository": self.name,
+            "immutable": self.index_ref,
+            "moving": self.moving_refs,
+            "platforms": {pi.platform: pi.to_json() for pi in self.images},
         }
+
+
+def plan_variants(
+    images: Sequence[LocalImage],
+    registry: str,
+    version: str,
+    moving: Mapping[str, Sequence[str]],
+    repository: str | None = None,
+    image_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[VariantPublish]:
+    """What goes where (pure): per variant, its platform images and tags under `registry`
+    (`image_labels`: each local image's labels, by its immutable ref)."""
+    order: dict[str, list[LocalImage]] = {}
+    for img in images:
+        order.setdefault(img.variant, []).append(img)
+    out = []
+    for variant, imgs in order.items():
+        imgs = sorted(imgs, key=lambda i: i.platform)
+        local_repo = split_ref(imgs[0].immutable)[0]
+        name = reference.join(registry, repository or local_repo).name
+        pushes = tuple(
+            PlatformPush(
+                i.platform,
+                i.immutable,
+                i.image_id,
+                i.inputs_digest,
+                f"{name}:{split_ref(i.immutable)[1]}",
+                (image_labels or {}).get(i.immutable, {}),
+            )
+            for i in imgs
+        )
+        combined = index_inputs({i.platform: i.inputs_digest for i in imgs})
+        out.append(VariantPublish(variant, name, pushes, f"{version}-{combined[:12]}", tuple(moving[variant])))
+    return out
 
 
 @dataclass
@@ -136,302 +168,150 @@ class Outcome:
     variant: str
     index: str
     state: str  # "published", "unchanged", "retagged"
+    pushed: list[str] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return {"index": self.index, "state": self.state, "pushed": self.pushed, "moved": self.moved}
 
 
-# -- planning (reads manifests and configs only) ----------------------------------
-def fetch_base(regs: Registries, locked: LockedBase, platform: str, site_packages: str | None) -> RemoteBase:
-    ref = reference.parse(locked.ref)
-    digest = locked.platform_digest(normalize_platform(platform))
-    if digest is None:
-        raise ConfigError(f"images.lock: base {locked.ref} has no {platform} entry", hint="run `imgbuild lock`")
-    reg = regs.get(ref)
-    manifest = reg.get_manifest(ref.repository, digest)
-    if manifest.media_type not in LAYER_TYPES:
-        raise RegistryError(f"{ref.name}@{digest} is a {manifest.media_type}, not an image manifest")
-    desc = manifest.json().get("config")
-    if not isinstance(desc, dict):
-        raise RegistryError(f"{ref.name}@{digest} has no config")
-    config_digest = str(desc["digest"])
-    config = json.loads(reg.get_blob(ref.repository, config_digest))
-    arch = normalize_platform(f"{config.get('os')}/{config.get('architecture')}")
-    if arch != normalize_platform(platform):
-        raise RegistryError(f"{ref.name}@{digest} is {arch}, but the lock lists it for {platform}")
-    base_labels = (config.get("config") or {}).get("Labels") or {}
-    site = site_packages or base_labels.get(f"{labels.PREFIX}site-packages")
-    if not site:
-        raise ConfigError(
-            f"publishing on {locked.ref} needs image.site_packages: the registry path never runs the base",
-            hint="set image.site_packages (e.g. /usr/local/lib/python3.12/dist-packages) in the root variant",
-        )
-    info = BaseInfo(
-        ref=locked.ref,
-        image_id=config_digest,
-        digest=digest,
-        platform=normalize_platform(platform),
-        site_packages=str(site),
-        skeleton=labels.SKELETON in base_labels,
-    )
-    return RemoteBase(ref.with_digest(digest), manifest, config, info)
+def _entries(vp: VariantPublish) -> list[tuple[str | None, str]]:
+    return [(pi.platform, pi.image_id) for pi in vp.images]
 
 
-def _layer_files(lb: LayerBuild, plans: Mapping[str, VariantPlan], site: str) -> dict[str, bytes]:
-    plan = plans[lb.variants[0]]
-    return {f"{site.strip('/')}/{path}": plan.contents[path] for path in lb.files}
+def _matches(index: tools.Manifest | None, vp: VariantPublish) -> bool:
+    return index is not None and index.is_index and sorted(index.entries(), key=str) == sorted(_entries(vp), key=str)
 
 
-def _epoch(created: str) -> int:
-    return calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
-
-
-def plan_publish(
-    project: Project,
-    lock: Lock,
-    selection: Selection,
-    registry: str,
-    regs: Registries,
-    *,
-    repository: str | None = None,
-) -> list[VariantPublish]:
-    """Everything to upload, computed before the first write (`selection`: Project.select(..., default="declared"))."""
-    variants = selection.names
-    problems = missing_platforms(lock)
-    if problems:
-        raise ConfigError("images.lock: " + "; ".join(problems), hint="run `imgbuild lock`")
-    plans = project.selected_plans(selection)
-    by_name = {p.variant.name: p for p in plans}
-    bases: dict[tuple[str, str], RemoteBase] = {}
-    for p in plans:
-        locked = lock.base_of(p.variant.name)
-        for platform in p.variant.image.platforms:
-            bases[(p.variant.name, platform)] = fetch_base(regs, locked, platform, p.variant.image.site_packages)
-    inputs = project_inputs(project)
-    # Digests and labels are planned with the configured repository (a layer's
-    # FROM names it), so publishing elsewhere with --repository changes where
-    # the image goes, not what it is.
-    configured = all(p.variant.image.repository for p in plans)
-    bp = make_build_plan(
-        inputs,
-        plans,
-        {k: b.info for k, b in bases.items()},
-        list(variants),
-        repository=None if configured else repository,
-    )
-    mtime = _epoch(inputs.created)
-    made: dict[str, Layer] = {}
-    out = []
-    for name in variants:
-        images = []
-        for ib in (i for i in bp.images if i.variant == name):
-            base = bases[(name, ib.platform)]
-            layers = tuple(_layer(bp, d, by_name, base.info.site_packages, mtime, made) for d in ib.layers)
-            images.append(_platform_image(ib, base, layers, inputs.created))
-        out.append(_variant(name, images, registry, inputs.upstream.version, repository))
-    return out
-
-
-def _layer(
-    bp: BuildPlan, digest: str, plans: Mapping[str, VariantPlan], site: str, mtime: int, made: dict[str, Layer]
-) -> Layer:
-    lb = bp.layer(digest)
-    files = _layer_files(lb, plans, site)
-    key = hashlib.sha256(repr(sorted((k, hashlib.sha256(v).hexdigest()) for k, v in files.items())).encode())
-    if key.hexdigest() not in made:
-        made[key.hexdigest()] = make_layer(files, mtime)
-    return made[key.hexdigest()]
-
-
-def _platform_image(ib: ImageBuild, base: RemoteBase, layers: tuple[Layer, ...], created: str) -> PlatformImage:
-    config = derive_config(
-        base.config,
-        layers=layers,
-        layer_names=ib.layers,
-        env=ib.plan.variant.image.env,
-        labels=ib.labels,
-        created=created,
-        comment=f"imgbuild image {ib.variant}: ENV, LABEL, ENTRYPOINT [] and CMD [] (inputs {ib.inputs_digest[:12]})",
-    )
-    config_blob = Blob.of(canonical_json(config))
-    media = base.manifest.media_type
-    manifest = base.manifest.json()
-    base_config = manifest.get("config")
-    config_type = str(base_config.get("mediaType")) if isinstance(base_config, dict) else ""
-    new_layers = [{"mediaType": LAYER_TYPES[media], "size": lay.blob.size, "digest": lay.blob.digest} for lay in layers]
-    body: dict[str, object] = {
-        "schemaVersion": 2,
-        "mediaType": media,
-        "config": {"mediaType": config_type, "size": config_blob.size, "digest": config_blob.digest},
-        "layers": [*base.layers, *new_layers],
-    }
-    if media == OCI_MANIFEST:  # Docker's schema 2 has no annotations
-        body["annotations"] = labels.oci_annotations(ib.labels)
-    return PlatformImage(ib, base, layers, config_blob, Blob.of(canonical_json(body)), media)
-
-
-def _variant(
-    name: str, images: Sequence[PlatformImage], registry: str, version: str, repository: str | None
-) -> VariantPublish:
-    if not images:
-        raise ConfigError(f"variant {name}: no platform to publish")
-    media = {pi.media_type for pi in images}
-    if len(media) != 1:
-        raise RegistryError(f"variant {name}: the bases mix manifest types ({', '.join(sorted(media))})")
-    index_type = INDEX_OF[media.pop()]
-    ordered = sorted(images, key=lambda pi: pi.build.platform)
-    body: dict[str, object] = {
-        "schemaVersion": 2,
-        "mediaType": index_type,
-        "manifests": [
-            {
-                "mediaType": pi.media_type,
-                "size": pi.manifest.size,
-                "digest": pi.manifest.digest,
-                "platform": pi.platform_json,
-            }
-            for pi in ordered
-        ],
-    }
-    if index_type == OCI_INDEX:  # the keys every platform agrees on (base.digest differs, for one)
-        per = [labels.oci_annotations(pi.build.labels) for pi in ordered]
-        body["annotations"] = {k: v for k, v in per[0].items() if all(a.get(k) == v for a in per)}
-    first = ordered[0].build
-    if len(ordered) == 1:
-        inputs = first.inputs_digest
-    else:
-        lines = [INDEX_FORMAT, *(f"{pi.build.platform} {pi.build.inputs_digest}" for pi in ordered)]
-        inputs = hashlib.sha256("\n".join(lines).encode()).hexdigest()
-    target = reference.join(registry, repository or first.repository)
-    tags = first.plan.variant.image.tags
-    return VariantPublish(
-        variant=name,
-        target=target,
-        images=tuple(ordered),
-        index=Blob.of(canonical_json(body)),
-        index_type=index_type,
-        immutable_tag=f"{version}-{inputs[:12]}",
-        moving_tags=tuple(tags),
-    )
-
-
-# -- uploading ------------------------------------------------------------------------
-def push_variant(vp: VariantPublish, regs: Registries, say: Say = _stderr) -> Outcome:
-    reg = regs.get(vp.target)
-    repo = vp.target.repository
-    reg.need(repo, "pull", "push")
-    for pi in vp.images:
-        if pi.base.ref.host == vp.target.host:
-            reg.need(pi.base.ref.repository, "pull")
-    current = reg.head_manifest(repo, vp.immutable_tag)
-    outcome = Outcome(vp.variant, vp.index.digest, "unchanged")
-    if current != vp.index.digest:
+def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
+    """Push each platform, join them in an index under the immutable tag, then move the moving tags."""
+    index = tools.inspect(vp.index_ref)
+    outcome = Outcome(vp.variant, "", "unchanged")
+    if not _matches(index, vp):
         for pi in vp.images:
-            _push_image(reg, regs, repo, pi, say)
-        reg.put_manifest(repo, vp.immutable_tag, vp.index.data, vp.index_type)
+            say(f"{vp.variant}: pushing {pi.local} ({pi.platform}) to {pi.target}")
+            pushed = tools.push(pi.local, pi.target)
+            if pushed != pi.image_id:
+                raise RegistryError(
+                    f"{pi.target}: the registry got manifest {pushed}, but the local image is {pi.image_id}",
+                    hint=STORE_HINT,
+                )
+            outcome.pushed.append(pi.target)
+        sources = [f"{vp.name}@{pi.image_id}" for pi in vp.images]
+        tools.create_index([vp.index_ref], sources, vp.annotations)
+        index = tools.inspect_required(vp.index_ref)
+        if not _matches(index, vp):
+            raise RegistryError(
+                f"{vp.index_ref} lists {index.entries()}, not the pushed {_entries(vp)}",
+                hint="another publish may have written the tag at the same time; publish again",
+            )
         outcome.state = "published"
-        say(f"{vp.variant}: {vp.target.with_tag(vp.immutable_tag)} -> {vp.index.digest}")
-    for tag in vp.moving_tags:
-        if reg.head_manifest(repo, tag) != vp.index.digest:
-            reg.put_manifest(repo, tag, vp.index.data, vp.index_type)
-            outcome.moved.append(tag)
-    if outcome.moved:
+        say(f"{vp.variant}: {vp.index_ref} -> {index.digest}")
+    assert index is not None
+    outcome.index = index.digest
+    stale = [ref for ref in vp.moving_refs if (cur := tools.inspect(ref)) is None or cur.digest != index.digest]
+    if stale:
+        tools.create_index(stale, [f"{vp.name}@{index.digest}"])
+        outcome.moved = [ref.rsplit(":", 1)[1] for ref in stale]
         say(f"{vp.variant}: moved {', '.join(outcome.moved)}")
         if outcome.state == "unchanged":
             outcome.state = "retagged"
     elif outcome.state == "unchanged":
-        say(f"{vp.variant}: {vp.target.with_tag(vp.immutable_tag)} already published; nothing uploaded")
+        say(f"{vp.variant}: {vp.index_ref} already published; nothing pushed")
     return outcome
 
 
-def _push_image(reg: Registry, regs: Registries, repo: str, pi: PlatformImage, say: Say) -> None:
-    if reg.head_manifest(repo, pi.manifest.digest) == pi.manifest.digest:
-        return
-    same = pi.base.ref.host == reg.host
-    src = regs.get(pi.base.ref)
-    for desc in pi.base.layers:
-        digest = str(desc["digest"])
-        how = reg.ensure_blob(
-            repo,
-            digest,
-            mount_from=pi.base.ref.repository if same else None,
-            copy_from=None if same else (src, pi.base.ref.repository),
-        )
-        if how == "copied":
-            say(f"copied base layer {digest[:19]} from {pi.base.ref.host}")
-    for layer in pi.layers:
-        reg.ensure_blob(repo, layer.blob.digest, layer.blob.data)
-    reg.ensure_blob(repo, pi.config.digest, pi.config.data)
-    reg.put_manifest(repo, pi.manifest.digest, pi.manifest.data, pi.media_type)
-
-
-def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
+def attach(
+    plan: Sequence[VariantPublish],
+    outcomes: Sequence[Outcome],
+    key: Path,
+    *,
+    sbom: bool,
+    sign: bool,
+    say: Say = _stderr,
+) -> list[str]:
     """After the push: an SPDX SBOM attested on each platform manifest, then a signature on each index."""
     done = []
-    for vp in plan:
+    for vp, outcome in zip(plan, outcomes, strict=True):
         if sbom:
             for pi in vp.images:
+                lab = pi.labels
                 facts = sbommod.ImageFacts(
-                    name=vp.target.name,
-                    title=pi.build.labels.get(f"{labels.OCI}title", vp.variant),
-                    platform=pi.build.platform,
-                    manifest_digest=pi.manifest.digest,
-                    labels=pi.build.labels,
-                    base_name=labels.qualified(pi.base.info.ref),
-                    base_digest=pi.base.manifest.digest,
-                    site_packages=pi.base.info.site_packages,
-                    files=tuple(labels.file_labels(pi.build.plan)),
+                    name=vp.name,
+                    title=lab.get(f"{labels.OCI}title", vp.variant),
+                    platform=pi.platform,
+                    manifest_digest=pi.image_id,
+                    labels=lab,
+                    base_name=lab.get(f"{labels.OCI}base.name", ""),
+                    base_digest=lab.get(f"{labels.OCI}base.digest", signing.NO_BASE_DIGEST),
+                    site_packages=lab.get(f"{labels.PREFIX}site-packages", ""),
                 )
-                ref = f"{vp.target.name}@{pi.manifest.digest}"
+                ref = f"{vp.name}@{pi.image_id}"
                 signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
                 done.append(f"sbom {ref}")
-                say(f"{vp.variant} {pi.build.platform}: SPDX SBOM attested on {pi.manifest.digest[:19]}")
+                say(f"{vp.variant} {pi.platform}: SPDX SBOM attested on {pi.image_id[:19]}")
         if sign:
-            ref = f"{vp.target.name}@{vp.index.digest}"
+            ref = f"{vp.name}@{outcome.index}"
             signing.sign(ref, key)
             done.append(f"signature {ref}")
-            say(f"{vp.variant}: index {vp.index.digest[:19]} signed")
+            say(f"{vp.variant}: index {outcome.index[:19]} signed")
     return done
 
 
 @dataclass
 class PublishResult:
-    """What a publish did (or, `outcomes` None, would do): the plan, each variant's outcome, the registry
-    traffic of the whole run, what was attached (SBOMs, signatures) and how long it took."""
+    """What a publish did (or, `outcomes` None, would do): the plan, each variant's outcome, what was
+    attached (SBOMs, signatures) and how long it took."""
 
     plan: list[VariantPublish]
     outcomes: list[Outcome] | None = None
-    stats: Stats | None = None
     attached: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
-        if self.outcomes is None or self.stats is None:
+        if self.outcomes is None:
             return {"dry_run": True, "variants": [vp.to_json() for vp in self.plan]}
         return {
             "variants": [{**vp.to_json(), **o.to_json()} for vp, o in zip(self.plan, self.outcomes, strict=True)],
-            "stats": self.stats.to_json(),
             "attached": self.attached,
             "seconds": round(self.seconds, 3),
         }
 
 
-def _lock(project: Project) -> Lock:
-    lock = load_lock(project.root)
-    if lock is None:
-        raise ConfigError(
-            "images.lock is missing: publishing takes each base by digest from it", hint="run `imgbuild lock`"
-        )
-    return lock
+@dataclass(frozen=True)
+class _Planned:
+    """A platform of a dry run: the plan's digests, not yet an image."""
+
+    variant: str
+    platform: str
+    immutable: str
+    inputs_digest: str
+    image_id: str = "(not built)"
 
 
-def dry_run(project: Project, selection: Selection, registry: str, *, repository: str | None = None) -> PublishResult:
-    """The plan with its digests; reads manifests and configs, writes nothing."""
+def _options(project: Project, selection: Selection, repository: str | None, base: str | None) -> BuildOptions:
+    from imgbuild.images.build import BuildOptions
+
+    # Built under the configured repository: --repository changes where an image goes, not what it is.
+    configured = all(project.variants[n].image.repository for n in selection.names)
+    return BuildOptions(base=base, repository=None if configured else repository, smoke=True)
+
+
+def _moving(project: Project, selection: Selection) -> dict[str, tuple[str, ...]]:
+    return {n: tuple(project.variants[n].image.tags) for n in selection.names}
+
+
+def dry_run(
+    project: Project, selection: Selection, registry: str, *, repository: str | None = None, base: str | None = None
+) -> PublishResult:
+    """Where each image would go, from the build plan; builds and pushes nothing."""
+    from imgbuild.images import build
+
     t0 = time.perf_counter()
-    lock = _lock(project)
-    with Registries() as regs:
-        plan = plan_publish(project, lock, selection, registry, regs, repository=repository)
+    options = _options(project, selection, repository, base)
+    planned = build.dry_run(project, selection, options)
+    images = [_Planned(ib.variant, ib.platform, ib.immutable_ref, ib.inputs_digest) for ib in planned.plan.images]
+    plan = plan_variants(images, registry, project.pin.version, _moving(project, selection), repository)
     return PublishResult(plan, seconds=time.perf_counter() - t0)
 
 
@@ -441,23 +321,24 @@ def publish(
     registry: str,
     *,
     repository: str | None = None,
-    regs: Registries | None = None,
+    base: str | None = None,
     key: Path | None = None,
     sbom: bool = False,
     sign: bool = False,
     say: Say = _stderr,
 ) -> PublishResult:
-    """Plan, push each variant, then attach SBOMs and signatures (with `key`)."""
+    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
+    from imgbuild.images import build
+    from imgbuild.images.docker import Engine
+
     t0 = time.perf_counter()
-    lock = _lock(project)
-    own = regs is None
-    regs = regs or Registries()
-    try:
-        plan = plan_publish(project, lock, selection, registry, regs, repository=repository)
-        outcomes = [push_variant(vp, regs, say) for vp in plan]
-        stats = regs.stats()
-    finally:
-        if own:
-            regs.close()
-    attached = attach(plan, key, sbom=sbom, sign=sign, say=say) if key is not None and (sbom or sign) else []
-    return PublishResult(plan, outcomes, stats, attached, time.perf_counter() - t0)
+    engine = Engine.connect()
+    options = _options(project, selection, repository, base)
+    built = build.build(engine, project, selection, options, say)
+    found = {img.immutable: engine.require(img.immutable).labels for img in built.images}
+    plan = plan_variants(built.images, registry, project.pin.version, _moving(project, selection), repository, found)
+    outcomes = [push_variant(vp, say) for vp in plan]
+    attached = []
+    if key is not None and (sbom or sign):
+        attached = attach(plan, outcomes, key, sbom=sbom, sign=sign, say=say)
+    return PublishResult(plan, outcomes, attached, time.perf_counter() - t0)

@@ -1,24 +1,39 @@
-"""Image references for `smoke` and `inspect`: local names as they are, registry references pulled.
+"""Image references for `smoke` and `inspect`: local names as they are, registry references pulled by digest.
 
-A registry reference (`host/repo:tag`) is pulled by the engine for the one
-platform asked (`docker pull --platform`, which picks it out of an index), and
-then named by the digest the engine reports, so the check reads exactly what
-was pulled. A local name whose platform is not the one asked is refused with
-the name to use instead: each platform of an imgbuild image has its own
-immutable tag.
+`localize` resolves `host/repo:tag` (an index or one manifest) to the
+platform's manifest digest with `docker buildx imagetools inspect`
+(registry/tools.py), pulls exactly that digest through the daemon, and
+returns `host/repo@sha256:...`, which the daemon then knows as a local image.
+A local name whose platform is not the one asked is refused with the name to
+use instead: each platform of an imgbuild image has its own immutable tag.
 """
 
 from __future__ import annotations
 
-from imgbuild.errors import DockerError
+from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.images.docker import Engine
 from imgbuild.platforms import Platform
-from imgbuild.registry import reference
+from imgbuild.registry import reference, tools
 
 
 def is_registry_ref(text: str) -> bool:
     first, _, rest = text.partition("/")
     return bool(rest) and ("." in first or ":" in first or first == "localhost")
+
+
+def platform_digest(ref: reference.Reference, platform: Platform) -> str:
+    """The manifest digest of `platform` behind `ref`."""
+    top = tools.inspect_required(str(ref))
+    if not top.is_index:
+        return top.digest
+    found = []
+    for plat, digest in top.entries():
+        found.append(plat or "unknown")
+        os_name, _, arch = (plat or "").partition("/")
+        arch, _, variant = arch.partition("/")
+        if plat is not None and Platform.of(os_name, arch, variant) == platform:
+            return digest
+    raise RegistryError(f"{ref} has no {platform} image (it has {', '.join(found) or 'none'})")
 
 
 def localize(engine: Engine, text: str, platform: str | None = None) -> str:
@@ -35,11 +50,17 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
             )
         return text
     try:
-        info = engine.pull(text, want or engine.arch)
-    except DockerError as exc:
-        raise DockerError(
-            f"cannot pull {text} ({want or engine.arch}) for checking: {exc.message}",
-            hint="the daemon pulls with its own credentials: `docker login " + text.partition("/")[0] + "`",
-        ) from exc
-    digest = info.registry_digest
-    return f"{reference.parse(text).name}@{digest}" if digest else info.id
+        ref = reference.parse(text)
+    except ConfigError:
+        return text
+    plat = want or engine.arch
+    pinned = f"{ref.name}@{platform_digest(ref, plat)}"
+    if engine.image(pinned) is None:
+        try:
+            engine.pull(pinned, plat)
+        except DockerError as exc:
+            raise DockerError(
+                f"cannot pull {pinned} ({plat}) for checking: {exc.message}",
+                hint="the daemon pulls with its own credentials: `docker login " + ref.host + "`",
+            ) from exc
+    return pinned

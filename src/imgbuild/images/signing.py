@@ -25,6 +25,7 @@ from imgbuild.registry import reference
 
 HINT = "install cosign 2.x (.ci/setup-host.sh installs Debian trixie's cosign 2.5), or set IMGBUILD_COSIGN to it"
 SPDX_PREDICATE = "https://spdx.dev/Document"
+NO_BASE_DIGEST = "NOASSERTION"  # an SBOM's base digest when the base has none (a local stand-in base)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,5 @@ def check_published(tag_ref: str, platform_ref: str, pub: Path, labels: Mapping[
     if sbom_v.predicate is not None:
         files = lbl.parse_files(labels.get(f"{lbl.PREFIX}files", "{}"))
         site = labels.get(f"{lbl.PREFIX}site-packages", "")
-        problems = sbom.check(
-            sbom_v.predicate, files, site, labels.get(f"{lbl.OCI}base.digest", "(no base.digest label)")
-        )
+        problems = sbom.check(sbom_v.predicate, files, site, labels.get(f"{lbl.OCI}base.digest", NO_BASE_DIGEST))
     return SupplyChain(signature, sbom_v, tuple(problems))

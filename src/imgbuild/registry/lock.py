@@ -1,10 +1,11 @@
 """`images.lock`: each variant's base, resolved to a digest per platform.
 
 `imgbuild lock` asks each base's registry for the tag's manifest (an index,
-or one manifest) and records the index digest and every platform's manifest
-digest, together with the pinned upstream commit and the series digest, so
-one file says exactly what the images are made from. Builds and publishes
-take the base by digest from here.
+or one manifest) with `docker buildx imagetools inspect` (registry/tools.py)
+and records the index digest and every platform's manifest digest, together
+with the pinned upstream commit and the series digest, so one file says
+exactly what the images are made from. The bake file takes the base by
+digest from here.
 
 `check` compares the lock with the project (variants, bases, platforms, pin,
 series) and, unless offline, with what the registries say now. Rendering is
@@ -13,7 +14,6 @@ deterministic, so writing an unchanged lock leaves the file byte-equal.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +22,7 @@ import yaml
 
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.patches.variants import ResolvedVariant
-from imgbuild.registry import reference
-from imgbuild.registry.client import INDEX_TYPES, Manifest, Registry
+from imgbuild.registry import tools
 
 FILENAME = "images.lock"
 VERSION = 1
@@ -126,54 +125,21 @@ def load_lock(root: Path) -> Lock | None:
     return parse_lock(path.read_text(), str(path))
 
 
-def platform_of(entry: Mapping[str, object]) -> str | None:
-    """`linux/arm64` from an index entry's platform (the arm64 `v8` variant is implied)."""
-    plat = entry.get("platform")
-    if not isinstance(plat, dict):
-        return None
-    os_, arch, var = plat.get("os"), plat.get("architecture"), plat.get("variant")
-    if not os_ or not arch or os_ == "unknown":
-        return None
-    if var and not (arch == "arm64" and var == "v8"):
-        return f"{os_}/{arch}/{var}"
-    return f"{os_}/{arch}"
-
-
 def normalize_platform(platform: str) -> str:
     return platform.removesuffix("/v8") if platform.startswith("linux/arm64") else platform
 
 
-Opener = Callable[[reference.Reference], Registry]
-
-
-def open_registry(ref: reference.Reference) -> Registry:
-    return Registry(ref)
-
-
-def resolve_base(ref_text: str, opener: Opener = open_registry) -> LockedBase:
-    """Ask the base's registry what `ref_text` points to, per platform."""
-    ref = reference.parse(ref_text)
-    with opener(ref) as reg:
-        top = reg.get_manifest(ref.repository, ref.ref)
-        platforms: dict[str, str] = {}
-        if top.media_type in INDEX_TYPES:
-            for entry in top.json().get("manifests") or []:  # type: ignore[attr-defined]
-                plat = platform_of(entry)
-                if plat is not None and plat not in platforms:
-                    platforms[plat] = str(entry["digest"])
-        else:
-            plat = _single_platform(reg, ref.repository, top)
-            platforms[plat] = top.digest
+def resolve_base(ref_text: str) -> LockedBase:
+    """Ask the base's registry what `ref_text` points to, per platform (`imagetools inspect`)."""
+    top = tools.inspect_required(ref_text)
+    platforms: dict[str, str] = {}
+    if top.is_index:
+        for plat, digest in top.entries():
+            if plat is not None:
+                platforms.setdefault(normalize_platform(plat), digest)
+    else:
+        platforms[normalize_platform(tools.image_platform(ref_text))] = top.digest
     return LockedBase(ref_text, top.digest, top.media_type, tuple(sorted(platforms.items())))
-
-
-def _single_platform(reg: Registry, repository: str, manifest: Manifest) -> str:
-    config = manifest.json().get("config")
-    if not isinstance(config, dict):
-        raise RegistryError(f"{reg.host}/{repository}@{manifest.digest} has no config descriptor")
-    data = json.loads(reg.get_blob(repository, str(config["digest"])))
-    arch, os_, var = data.get("architecture"), data.get("os"), data.get("variant")
-    return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
 
 
 def _base_of(v: ResolvedVariant) -> str:

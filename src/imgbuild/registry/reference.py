@@ -3,8 +3,8 @@
 `[host[:port]/]path[:tag][@sha256:hex]`: the first component is a registry
 host when it has a dot or a colon or is `localhost`; otherwise the registry is
 Docker Hub and a one-component path gets `library/`. Loopback registries speak
-plain HTTP (docker treats 127.0.0.0/8 and localhost as insecure); every other
-registry is HTTPS.
+plain HTTP (docker treats 127.0.0.0/8 and localhost as insecure; cosign needs
+telling, images/signing.py); every other registry is HTTPS.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from imgbuild.errors import ConfigError
 
 DOCKER_HUB = "docker.io"
-DOCKER_HUB_API = "registry-1.docker.io"
-DOCKER_HUB_AUTH_KEY = "https://index.docker.io/v1/"
 
 _PATH = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
@@ -31,18 +29,6 @@ class Reference:
     repository: str  # e.g. "library/debian", "vllm/vllm-openai"
     tag: str | None = None
     digest: str | None = None
-
-    @property
-    def api_host(self) -> str:
-        return DOCKER_HUB_API if self.host == DOCKER_HUB else self.host
-
-    @property
-    def scheme(self) -> str:
-        return "http" if is_loopback(self.host) else "https"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.scheme}://{self.api_host}"
 
     @property
     def name(self) -> str:

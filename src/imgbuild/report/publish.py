@@ -1,4 +1,4 @@
-"""Rendering of `publish`: the per-variant table, the refs written, and the registry traffic."""
+"""Rendering of `publish`: per variant and platform, what was pushed where, and the tags written."""
 
 from __future__ import annotations
 
@@ -9,29 +9,25 @@ from imgbuild.report.tables import console
 
 
 def table(result: PublishResult) -> Table:
-    out = Table(title="publish")
-    for col in ("variant", "platform", "manifest", "new layers", "result"):
+    out = Table(title="publish" + (" (dry run)" if result.outcomes is None else ""))
+    for col in ("variant", "platform", "manifest", "pushed as", "result"):
         out.add_column(col)
     for i, vp in enumerate(result.plan):
         o = result.outcomes[i] if result.outcomes else None
         state = "dry run" if o is None else o.state + (f" (moved {', '.join(o.moved)})" if o.moved else "")
         for j, pi in enumerate(vp.images):
-            layers = "\n".join(f"{lay.blob.digest[7:19]} {lay.blob.size} B" for lay in pi.layers) or "-"
             first = j == 0
-            out.add_row(vp.variant if first else "", pi.build.platform, pi.manifest.digest[7:19], layers,
-                        state if first else "")  # fmt: skip
+            manifest = pi.image_id[7:19] if pi.image_id.startswith("sha256:") else pi.image_id
+            out.add_row(vp.variant if first else "", pi.platform, manifest, pi.target, state if first else "")
     return out
 
 
 def print_publish(result: PublishResult) -> None:
     console.print(table(result))
-    for vp in result.plan:
-        console.print(f"{vp.variant}: index {vp.index.digest}", soft_wrap=True, highlight=False)
-        for ref in vp.refs:
+    for i, vp in enumerate(result.plan):
+        index = result.outcomes[i].index if result.outcomes else "(not yet made)"
+        console.print(f"{vp.variant}: index {index}", soft_wrap=True, highlight=False)
+        for ref in (vp.index_ref, *vp.moving_refs):
             console.print(f"  {ref}", soft_wrap=True, highlight=False)
-    s = result.stats
-    if s is not None:
-        console.print(
-            f"uploaded {s.bytes_up} bytes ({len(s.blobs_uploaded)} blobs, {len(s.manifests_put)} manifests); "
-            f"mounted {len(s.blobs_mounted)} blobs, {len(s.blobs_present)} already present; {result.seconds:.2f}s"
-        )
+    if result.outcomes is not None:
+        console.print(f"{result.seconds:.2f}s")
