@@ -105,11 +105,6 @@ COMMANDS: dict[str, Command] = {
         "recipe",
         "Write a sparkrun recipe and a docker compose file for VARIANT with a launch profile.",
     ),
-    "ship": Command(
-        "imgbuild.cli.ship",
-        "ship_cmd",
-        "Put a variant's image on every node, sending only the layers a node does not have.",
-    ),
 }
 
 

@@ -411,6 +411,9 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     t0 = time.monotonic()
     if runtime:
         run_checks, result = runtime_checks(engine, info.id, info, expected)
+        from imgbuild.images import launchcheck  # what sparkrun needs: a passthrough ENTRYPOINT, a standalone kill
+
+        run_checks += [Check("launcher", *r) for r in launchcheck.run(engine, info, expected.platform)]
         report.files = probed_rows(result, expected) if result.ran else file_rows(engine, info.id, expected)
     else:
         report.files = file_rows(engine, info.id, expected)
