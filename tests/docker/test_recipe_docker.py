@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -79,14 +80,25 @@ def flags(argv: list[str]) -> tuple[list[str], dict[str, str | None]]:
     return pos, out
 
 
-def test_recipe_pins_the_local_image_id(written: dict[str, Any], built: Built, engine: Engine) -> None:
+def test_recipe_pins_the_immutable_tag_of_the_local_image(
+    written: dict[str, Any], built: Built, engine: Engine
+) -> None:
     image = engine.require(f"{built.repo}:engram-mem")
-    assert written["image"] == image.id and written["image_id"] == image.id
+    immutable = [t for t in image.tags if t != f"{built.repo}:engram-mem" and t.startswith(f"{built.repo}:")]
+    assert len(immutable) == 1 and re.search(r":[^:]+-[0-9a-f]{12}$", immutable[0])
+    assert written["image"] == immutable[0] and written["image_id"] == image.id
+    assert engine.require(written["image"]).id == image.id
     assert written["found"] == f"local {built.repo}:engram-mem" and written["platform"] == "linux/arm64"
     recipe = yaml.safe_load(Path(written["recipe"]).read_text())
     services = yaml.safe_load(Path(written["compose"]).read_text())["services"]
-    assert recipe["container"] == image.id  # the id, not the tag that moves with the next build
-    assert {s["image"] for s in services.values()} == {image.id}
+    # a repository reference sparkrun's distribution can tag on a node, and not the tag the next build moves
+    assert recipe["container"] == immutable[0]
+    assert {s["image"] for s in services.values()} == {immutable[0]}
+    # an id given with --image is resolved to the same tag: a bare id is never written
+    again = built.cli("recipe", "engram-mem", "--profile", "TP8-300K", "--image", image.id, "--json", "--out",
+                      str(Path(written["recipe"]).parent / "by-id"))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["image"] == immutable[0]
 
 
 def test_sparkrun_loader_reads_the_same_image_env_and_serve_args(written: dict[str, Any]) -> None:
@@ -102,9 +114,10 @@ def test_sparkrun_loader_reads_the_same_image_env_and_serve_args(written: dict[s
     service = yaml.safe_load(Path(written["compose"]).read_text())["services"]
     assert seen["runtime"] == "vllm-distributed" and seen["issues"] == []
     assert seen["container"] == written["image"] == service["head"]["image"]
-    assert seen["env"] == written["env"] == service["head"]["environment"]
+    assert seen["env"] == written["recipe_env"] != written["env"] == service["head"]["environment"]
+    assert written["left_to_sparkrun"] == ["NCCL_CROSS_NIC", "NCCL_IB_MERGE_NICS", "NCCL_IGNORE_CPU_AFFINITY"]
     assert seen["env"]["VLLM_FLASHINFER_AUTOTUNE"] == "0" and "DSV41_ENGRAM_DISK" not in seen["env"]
-    assert (seen["mode"], seen["min_nodes"], seen["max_nodes"]) == ("cluster", 8, 8)
+    assert (seen["min_nodes"], seen["max_nodes"]) == (8, 8)
     assert seen["executor"] == {
         "ulimit": ["nofile=1048576:1048576", "memlock=-1:-1", "stack=67108864"],
         "cap_add": ["IPC_LOCK"],

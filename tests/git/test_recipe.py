@@ -11,8 +11,8 @@ import yaml
 
 from imgbuild.deploy import launch
 from imgbuild.deploy import profiles as deploy
-from imgbuild.deploy.recipes import write_recipe
-from imgbuild.errors import ConfigError
+from imgbuild.deploy.recipes import immutable_ref, write_recipe
+from imgbuild.errors import ConfigError, DockerError, UsageError
 from imgbuild.project import Project
 from tests.support.runner import imgbuild_here
 from tests.support.synth import Upstream
@@ -67,9 +67,10 @@ def test_real_project_recipes_pin_and_take_env_from_the_image_spec(tmp_path: Pat
         recipe = yaml.safe_load(done.recipe.read_text())
         compose = yaml.safe_load(done.compose.read_text())
         assert recipe["container"] == PINNED and compose["services"]["head"]["image"] == PINNED
-        assert recipe["env"] == compose["services"]["head"]["environment"]
+        env = compose["services"]["head"]["environment"]
+        assert recipe["env"] == {k: v for k, v in env.items() if k not in launch.SPARKRUN_MANAGED_ENV}
         assert ("DSV41_ENGRAM_DISK" in recipe["env"]) == (variant == "latest")  # images/engram-mem.yaml removes it
-        assert recipe["min_nodes"] == recipe["max_nodes"] == 8 and recipe["mode"] == "cluster"
+        assert recipe["min_nodes"] == recipe["max_nodes"] == 8 and "mode" not in recipe
         assert recipe["executor_config"] == {
             "ulimit": ["nofile=1048576:1048576", "memlock=-1:-1", "stack=67108864"],
             "cap_add": ["IPC_LOCK"],
@@ -88,9 +89,36 @@ def test_a_moving_tag_is_never_written(tmp_path: Path) -> None:
     done = write_recipe(project, "latest", "TP8-1M", out=tmp_path, image=PINNED)
     for path in (done.recipe, done.compose):
         refs = re.findall(r"(?:container|image): (\S+)", path.read_text())
-        assert refs and all("@sha256:" in r or r.startswith("sha256:") for r in refs)
+        assert refs and all("@sha256:" in r and not r.startswith("sha256:") for r in refs)
     with pytest.raises(ConfigError, match="is not a sha256 digest"):
         write_recipe(project, "latest", "TP8-1M", out=tmp_path, image="vllm-dsv41@sha256:latest")
+
+
+def test_a_bare_image_id_is_never_written(tmp_path: Path) -> None:
+    """An id is resolved to the image's immutable tag (tests/docker); one that is not there is an error."""
+    with pytest.raises(DockerError):
+        write_recipe(Project.load(ROOT), "latest", "TP8-1M", out=tmp_path, image="sha256:" + "ab" * 32)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_immutable_tag_is_found_among_the_images_tags() -> None:
+    tags = ("vllm-dsv41:latest", "vllm-dsv41:0.33.0-0123456789ab", "other:0.33.0-0123456789ab")
+    assert immutable_ref("vllm-dsv41", tags, "sha256:0123456789ab" + "0" * 52) == "vllm-dsv41:0.33.0-0123456789ab"
+    assert immutable_ref(None, tags[2:], None) == "other:0.33.0-0123456789ab"
+    assert immutable_ref("vllm-dsv41", tags, "sha256:" + "f" * 64) is None  # the label disagrees with the tag
+    assert immutable_ref("vllm-dsv41", ("vllm-dsv41:latest",), None) is None
+    assert immutable_ref(None, ("127.0.0.1:5000/r:0.33.0-0123456789ab-arm64",), None) == (
+        "127.0.0.1:5000/r:0.33.0-0123456789ab-arm64"
+    )
+
+
+def test_builder_recipe_names_the_project_and_variant(tmp_path: Path) -> None:
+    done = write_recipe(Project.load(ROOT), "engram-mem", "TP8-300K", out=tmp_path, builder=True)
+    recipe = yaml.safe_load(done.recipe.read_text())
+    assert (recipe["builder"], recipe["container"]) == ("imgbuild", "vllm-dsv41:engram-mem")
+    assert recipe["builder_config"]["variant"] == "engram-mem" and recipe["builder_config"]["project"] == str(ROOT)
+    with pytest.raises(UsageError, match="--builder cannot be used with --image"):
+        write_recipe(Project.load(ROOT), "latest", "TP8-1M", out=tmp_path, image=PINNED, builder=True)
 
 
 def test_bad_profile_key_is_named_at_file_line_col(synth: Path) -> None:
@@ -150,7 +178,8 @@ def test_one_node_profile_has_no_multi_node_flags(synth: Path, tmp_path: Path) -
     assert compose["services"]["head"]["command"] == [
         "vllm", "serve", "m", "--port", "8000", "--no-enable-prefix-caching", "--enforce-eager",
     ]  # fmt: skip
-    assert yaml.safe_load(done.recipe.read_text())["mode"] == "solo"
+    recipe = yaml.safe_load(done.recipe.read_text())
+    assert "mode" not in recipe and recipe["min_nodes"] == recipe["max_nodes"] == 1
 
 
 def test_flag_rendering_matches_sparkruns_spelling() -> None:

@@ -21,7 +21,6 @@ print(
             "runtime": recipe.runtime,
             "container": recipe.container,
             "env": recipe.env,
-            "mode": recipe.mode,
             "min_nodes": recipe.min_nodes,
             "max_nodes": recipe.max_nodes,
             "issues": recipe.validate(),

@@ -25,13 +25,24 @@ def recipe(
     registry: Annotated[
         str | None, typer.Option("--registry", help="Pin the index digest published in this registry instead.")
     ] = None,
+    builder: Annotated[
+        bool,
+        typer.Option(
+            "--builder", help="Let sparkrun build the variant at launch (`builder: imgbuild`) instead of pinning."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a sparkrun recipe and a docker compose file for VARIANT with a launch profile.
 
-    The image is pinned by digest, never by a moving tag: the local image id of
-    the variant's tag (default), the image given with --image, or the published
-    index digest with --registry. Env comes from the variant's image spec plus
+    The image is pinned, never by a moving tag, always by a reference with a
+    repository (sparkrun's distribution tags it on each node): the immutable
+    REPO:<version>-<digest> tag of the image the variant's tag names (default),
+    of the image given with --image (or its REF@sha256:...), or the published
+    index digest with --registry. With --builder, sparkrun builds the variant
+    through imgbuild at launch (`builder: imgbuild`; see docs/launching.md).
+    The recipe leaves the NCCL variables sparkrun detects per cluster to it
+    and passes `sparkrun recipe validate --strict`. Env comes from the variant's image spec plus
     the profile's; the profile adds container limits (ulimits, cap_add, memory)
     and the `vllm serve` arguments. Multi-node compose files have a `head`
     service (rank 0) and a `worker` service (compose profile `worker`, rank
@@ -45,6 +56,8 @@ def recipe(
 
       imgbuild recipe latest --profile TP8-1M --registry 127.0.0.1:5000
 
+      imgbuild recipe latest --profile TP8-1M --builder
+
     Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`, or on each
     node `MASTER_ADDR=10.0.0.1 docker compose -f deploy/out/latest-tp8-1m.compose.yaml up`.
     """
@@ -54,7 +67,7 @@ def recipe(
 
     project = load_project()
     target = out if out is not None else project.root / "deploy" / "out"
-    written = write_recipe(project, variant, profile, out=target, image=image, registry=registry)
+    written = write_recipe(project, variant, profile, out=target, image=image, registry=registry, builder=builder)
     if as_json:
         print_json(written.to_json())
         return

@@ -1,1 +1,1 @@
-"""From image to cluster: launcher recipes, compose files and shipping to nodes."""
+"""From image to cluster: launch profiles, sparkrun recipes and compose files, and the sparkrun builder plugin."""

@@ -7,6 +7,16 @@ so sparkrun renders the flags itself from the recipe; the compose command is
 rendered here the way sparkrun renders them (`-tp`, JSON without spaces,
 `--no-X` for default-on booleans).
 
+The sparkrun recipe passes sparkrun's own `recipe validate --strict`: the
+node range is `min_nodes`/`max_nodes` (no deprecated `mode: cluster`), and the
+communication variables sparkrun detects per cluster from its InfiniBand/CX7
+probe (`SPARKRUN_MANAGED_ENV`, sparkrun 0.4.2's `MANAGED_COMM_ENV_KEYS`) are
+left to that detection; the compose file, which has no detection, keeps them.
+The container is a repository reference (`REPO:<immutable tag>` or
+`REPO@sha256:...`), which sparkrun's distribution can tag on a node; a recipe
+with `builder: imgbuild` names the variant's repository and lets the builder
+plugin (`imgbuild.deploy.sparkrun_builder`) replace it with the reference it builds.
+
 Multi-node compose: service `head` is node rank 0; service `worker` (compose
 profile `worker`) takes NODE_RANK from the environment and runs headless.
 Both need MASTER_ADDR, the head node's address.
@@ -25,6 +35,29 @@ from imgbuild.deploy.profiles import Profile
 SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
 NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
 MASTER_PORT = 25000
+# sparkrun 0.4.2's orchestration/infiniband.py MANAGED_COMM_ENV_KEYS: what it sets per cluster from its
+# probe; a recipe value would override the detection (its `managed-comm-env` warning). Checked against
+# sparkrun's own set in tests/git/test_sparkrun.py.
+SPARKRUN_MANAGED_ENV = frozenset(
+    {
+        "NCCL_IGNORE_CPU_AFFINITY",
+        "NCCL_NET",
+        "NCCL_IB_DISABLE",
+        "NCCL_CROSS_NIC",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_SOCKET_IFNAME",
+        "UCX_NET_DEVICES",
+        "NODE_IP",
+        "MN_IF_NAME",
+        "OMPI_MCA_btl_tcp_if_include",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+        "NCCL_NET_PLUGIN",
+        "NCCL_IB_SUBNET_AWARE_ROUTING",
+        "NCCL_IB_MERGE_NICS",
+    }
+)
 MASTER_ADDR = "${MASTER_ADDR:?set MASTER_ADDR to the head node's address}"
 NODE_RANK = "${NODE_RANK:?set NODE_RANK to this node's rank (workers: 1 to N-1)}"
 
@@ -33,9 +66,22 @@ NODE_RANK = "${NODE_RANK:?set NODE_RANK to this node's rank (workers: 1 to N-1)}
 class Pinned:
     """The image a launch runs: a digest-pinned reference, never a moving tag."""
 
-    ref: str  # sha256:<image id> or REGISTRY/REPO@sha256:<index digest>
+    ref: str  # REPO:<version>-<inputs digest> (immutable tag) or [REGISTRY/]REPO@sha256:<digest>
     image_id: str | None  # the local image id, when known
     source: str  # how it was found, e.g. "local vllm-dsv41:latest"
+
+
+@dataclass(frozen=True)
+class Builder:
+    """`builder: imgbuild` in the recipe: sparkrun builds the variant through imgbuild at launch."""
+
+    project: str  # the imgbuild project (a directory)
+    variant: str
+    platform: str | None = None
+
+    def config(self) -> dict[str, str]:
+        out = {"project": self.project, "variant": self.variant}
+        return {**out, "platform": self.platform} if self.platform else out
 
 
 @dataclass(frozen=True)
@@ -45,6 +91,14 @@ class Launch:
     image: Pinned
     platform: str
     env: dict[str, str]  # image env, then the profile's
+    builder: Builder | None = None
+
+    def recipe_env(self) -> dict[str, str]:
+        """The env a sparkrun recipe carries: everything but what sparkrun detects per cluster."""
+        return {k: v for k, v in self.env.items() if k not in SPARKRUN_MANAGED_ENV}
+
+    def left_to_sparkrun(self) -> list[str]:
+        return sorted(k for k in self.env if k in SPARKRUN_MANAGED_ENV)
 
 
 def serve_defaults(p: Profile) -> dict[str, Any]:
@@ -96,25 +150,45 @@ def sparkrun_recipe(launch: Launch) -> dict[str, Any]:
         "description": f"{launch.variant} image, profile {p.name}" + (f": {p.description}" if p.description else ""),
         "model": p.model,
         "runtime": "vllm",
-        "mode": "cluster" if p.nodes > 1 else "solo",
         "min_nodes": p.nodes,
         "max_nodes": p.nodes,
         "container": launch.image.ref,
-        "env": dict(launch.env),
-        "defaults": serve_defaults(p),
-        "executor_config": executor,
-        "metadata": {
-            "imgbuild": {
-                "variant": launch.variant,
-                "profile": p.name,
-                "image": launch.image.ref,
-                "image_id": launch.image.image_id,
-                "found": launch.image.source,
-                "platform": launch.platform,
-            }
-        },
     }
+    if launch.builder is not None:
+        recipe["builder"] = "imgbuild"
+        recipe["builder_config"] = launch.builder.config()
+    recipe.update(
+        {
+            "env": launch.recipe_env(),
+            "defaults": serve_defaults(p),
+            "executor_config": executor,
+            "metadata": {
+                "imgbuild": {
+                    "variant": launch.variant,
+                    "profile": p.name,
+                    "image": launch.image.ref,
+                    "image_id": launch.image.image_id,
+                    "found": launch.image.source,
+                    "platform": launch.platform,
+                    "left_to_sparkrun": launch.left_to_sparkrun(),
+                }
+            },
+        }
+    )
     return recipe
+
+
+def recipe_comment(launch: Launch) -> str:
+    """Why the recipe's env differs from the compose file's: which variables sparkrun sets itself."""
+    left = launch.left_to_sparkrun()
+    if not left:
+        return ""
+    return (
+        f"Not in env: {', '.join(left)}: sparkrun detects these per cluster from its InfiniBand/CX7 probe\n"
+        "(a recipe value would override that). The other NCCL settings (channels, buffer size, RoCE version,\n"
+        "address family, NVLS, cuMem) are the deployment report's tuning, which sparkrun does not detect: kept.\n"
+        "The compose file, which has no detection, carries all of them."
+    )
 
 
 def _ulimit_text(value: int | list[int]) -> str:

@@ -1,10 +1,13 @@
 """`imgbuild recipe VARIANT --profile NAME`: pin the image, render, write both files.
 
-The image is pinned by digest, never by a moving tag: the local image id of
-the variant's tag (the tag moves only after a smoke test passed, so it names
-the last good build), an image given with --image (resolved to its id unless
-it already carries a digest), or with --registry the digest of the published
-index.
+The image is pinned, never by a moving tag, and always by a repository
+reference that sparkrun's distribution can tag on a node (never a bare
+`sha256:` image id): the immutable `REPO:<version>-<inputs digest>` tag of
+the image the variant's tag names (the tag moves only after a smoke test
+passed, so it names the last good build), the same for an image given with
+--image (or its `REF@sha256:` as given), or with --registry the digest of the
+published index. With --builder the recipe instead names `builder: imgbuild`
+and sparkrun builds the variant at launch (`imgbuild.deploy.sparkrun_builder`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,24 @@ from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
 
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+IMMUTABLE_TAG = re.compile(r"-([0-9a-f]{12})(?:-[a-z0-9]+)?$")  # <version>-<inputs[:12]>[-<arch>]
+
+
+def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | None) -> str | None:
+    """The image's `REPO:<version>-<inputs digest>` tag among its tags (in `repository` when given).
+
+    With the image's `imgbuild.inputs` label the digest in the tag must be the label's: a tag that
+    only looks immutable is not taken.
+    """
+    want = (inputs or "").removeprefix("sha256:")[:12] or None
+    for ref in sorted(tags):
+        repo, _, tag = ref.rpartition(":")
+        if "/" in tag or not repo or (repository and repo != repository):
+            continue
+        m = IMMUTABLE_TAG.search(tag)
+        if m and (want is None or m.group(1) == want):
+            return ref
+    return None
 
 
 @dataclass(frozen=True)
@@ -41,6 +62,9 @@ class Written:
             "found": self.launch.image.source,
             "platform": self.launch.platform,
             "env": self.launch.env,
+            "recipe_env": self.launch.recipe_env(),
+            "left_to_sparkrun": self.launch.left_to_sparkrun(),
+            "builder": self.launch.builder.config() if self.launch.builder else None,
             "serve": self.serve,
             "recipe": str(self.recipe),
             "compose": str(self.compose),
@@ -98,7 +122,22 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
             hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
         )
-    return Pinned(info.id, info.id, f"local {wanted}"), str(info.platform)
+    tagged = immutable_ref(None if image else repository, info.tags, info.labels.get("imgbuild.inputs"))
+    if tagged is None:
+        raise DockerError(
+            f"{wanted} ({info.id[7:19]}) has no immutable tag (REPO:<version>-<inputs digest>); a bare image id "
+            "has no repository, so sparkrun's distribution could not tag it on a node",
+            hint=f"build it with `imgbuild build {variant.name}` (it tags it), or pin a published image: --registry",
+        )
+    return Pinned(tagged, info.id, f"local {wanted}"), str(info.platform)
+
+
+def builder_pin(variant: ResolvedVariant) -> Pinned:
+    """The `container:` of a builder recipe: the variant's repository, which the builder replaces at launch."""
+    repository, tags = variant.image.repository, variant.image.tags
+    if not repository or not tags:
+        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+    return Pinned(f"{repository}:{tags[0]}", None, "builder imgbuild (replaced by the immutable tag it builds)")
 
 
 def write_recipe(
@@ -109,6 +148,7 @@ def write_recipe(
     out: Path,
     image: str | None = None,
     registry: str | None = None,
+    builder: bool = False,
 ) -> Written:
     variant = project.variant(variant_name)
     profile = deploy.profile(project.root, profile_name)
@@ -118,9 +158,15 @@ def write_recipe(
             hint=f"use `imgbuild recipe {profile.variant} --profile {profile.name}`, or change the profile's variant",
         )
     env = merged_env(variant, profile)
-    pinned, seen_platform = pin_image(variant, image=image, registry=registry)
+    if builder and (image is not None or registry is not None):
+        raise UsageError("--builder cannot be used with --image or --registry: the builder makes the image")
+    if builder:
+        pinned, seen_platform = builder_pin(variant), None
+    else:
+        pinned, seen_platform = pin_image(variant, image=image, registry=registry)
     platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
-    run = Launch(variant.name, profile, pinned, platform, env)
+    plugin = launch.Builder(str(project.root), variant.name, platform) if builder else None
+    run = Launch(variant.name, profile, pinned, platform, env, plugin)
     stem = f"{variant.name}-{profile.name.lower()}"
     comment = (
         f"Written by `imgbuild recipe {variant.name} --profile {profile.name}`; regenerate, do not edit.\n"
@@ -130,7 +176,12 @@ def write_recipe(
     recipe_path, compose_path = out / f"{stem}.yaml", out / f"{stem}.compose.yaml"
     _write(
         recipe_path,
-        launch.render_yaml(launch.sparkrun_recipe(run), comment + "\nRun: sparkrun run THIS_FILE --hosts ..."),
+        launch.render_yaml(
+            launch.sparkrun_recipe(run),
+            "\n".join(
+                filter(None, [comment, launch.recipe_comment(run), "Run: sparkrun run THIS_FILE --hosts H1,...,H8"])
+            ),
+        ),
     )
     _write(
         compose_path,

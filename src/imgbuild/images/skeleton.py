@@ -72,7 +72,7 @@ class RootfsRecipe:
     arch: str
     suite: str = "bookworm"
     variant: str = "essential"
-    include: tuple[str, ...] = ("python3-minimal",)
+    include: tuple[str, ...] = ("python3-minimal", "procps")  # procps: /bin/kill, which sparkrun's health check runs
     sources: Path | None = field(default_factory=host_sources)
 
     def key(self) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.config.models import SmokeSpec
 from imgbuild.errors import DockerError
-from imgbuild.images import integrity, probe, runtime_run
+from imgbuild.images import integrity, launchcheck, probe, runtime_run
 from imgbuild.images import labels as lbl
 from imgbuild.images.docker import BINFMT_FIX, Engine, ImageInfo, RunResult, check_binfmt
 from imgbuild.images.importcheck import modules_to_import
@@ -411,6 +411,8 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     t0 = time.monotonic()
     if runtime:
         run_checks, result = runtime_checks(engine, info.id, info, expected)
+        # what sparkrun needs: a passthrough ENTRYPOINT, a standalone kill
+        run_checks += [Check("launcher", *r) for r in launchcheck.run(engine, info, expected.platform)]
         report.files = probed_rows(result, expected) if result.ran else file_rows(engine, info.id, expected)
     else:
         report.files = file_rows(engine, info.id, expected)
