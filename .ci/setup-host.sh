@@ -5,13 +5,14 @@
 #     dependencies from bookworm (containerd 1.6, runc 1.1, tini, iptables)
 #   - the engine: docker.io + docker-cli 26.1 from Debian's next suite (trixie),
 #     with the containerd image store (/etc/docker/daemon.json:
-#     {"features":{"containerd-snapshotter":true}}): multi-platform builds in
-#     one call, the oci exporter, reproducible digests.
-#     IMGBUILD_DOCKER_ENGINE=20.10 keeps bookworm's docker.io 20.10 instead.
+#     {"features":{"containerd-snapshotter":true}}), the one engine imgbuild
+#     supports: BuildKit uses local bases as they are, an image id is its
+#     manifest digest, a push keeps it, digests are reproducible.
 #   - a running dockerd on /var/run/docker.sock (log: /var/log/dockerd.log).
-#     A dockerd that answers there but is not the wanted engine (a 20.10 from
-#     an earlier run) is stopped and replaced; its containers stop with it, and
-#     its images (overlay2) are not visible in the containerd image store.
+#     A dockerd that answers there but is not that engine (bookworm's older
+#     docker.io, or the classic image store) is stopped and replaced; its
+#     containers stop with it, and its images (overlay2) are not visible in the
+#     containerd image store.
 #   - buildx + compose v2 CLI plugins and cosign 2.5, taken from the next suite too
 #   - arm64 emulation through binfmt_misc (qemu-aarch64)
 # Idempotent: every step checks its state first and skips what is done.
@@ -29,12 +30,11 @@ export DOCKER_HOST=unix:///var/run/docker.sock
 unset DOCKER_CONTEXT
 
 NEXT_SUITE="${NEXT_SUITE:-trixie}"
-ENGINE="${IMGBUILD_DOCKER_ENGINE:-26}"
-case "$ENGINE" in
-    26) ENGINE_PREFIX=26.1. ;;
-    20.10) ENGINE_PREFIX=20.10. ;;
-    *) die "IMGBUILD_DOCKER_ENGINE must be 26 or 20.10, not '$ENGINE'" ;;
-esac
+# One engine: Docker 26.1 with the containerd image store.
+ENGINE_PREFIX=26.1.
+if [ -n "${IMGBUILD_DOCKER_ENGINE:-}" ] && [ "$IMGBUILD_DOCKER_ENGINE" != 26 ]; then
+    log "IMGBUILD_DOCKER_ENGINE=$IMGBUILD_DOCKER_ENGINE is no longer read: imgbuild needs Docker 26 with the containerd image store; installing that"
+fi
 DAEMON_JSON=/etc/docker/daemon.json
 PLUGIN_DIRS=(/usr/local/lib/docker/cli-plugins "${HOME:-/root}/.docker/cli-plugins")
 if [ -n "${DOCKER_CONFIG:-}" ] && [ "${DOCKER_CONFIG%/}" != "${HOME:-/root}/.docker" ]; then
@@ -57,7 +57,6 @@ trap cleanup EXIT
 # docker.io 26.1 comes from the next suite (section 2); these are its
 # dependencies, all satisfied from bookworm.
 ENGINE_DEPS=(containerd runc tini iptables adduser libsystemd0 sysvinit-utils)
-if [ "$ENGINE" = 20.10 ]; then ENGINE_DEPS=(docker.io); fi
 PACKAGES=(
     "${ENGINE_DEPS[@]}" qemu-user-static binfmt-support
     mmdebstrap arch-test gpg libdpkg-perl mount uidmap xz-utils
@@ -195,28 +194,27 @@ next_suite_download() {
 # ---------------------------------------------------------------- 2. the engine
 pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'; }
 
-if [ "$ENGINE" = 26 ]; then
-    if [[ "$(pkgver docker.io)" == 26.1.* ]] && [[ "$(pkgver docker-cli)" == 26.1.* ]] && is_installed docker.io \
-        && is_installed docker-cli; then
-        log "engine: docker.io $(pkgver docker.io) and docker-cli $(pkgver docker-cli) already installed"
-    else
-        log "engine: installing docker.io and docker-cli 26.1 from suite '$NEXT_SUITE' (was: docker.io $(pkgver docker.io))"
-        next_suite_download "$TMP_ROOT/engine" docker.io docker-cli
-        if [ ! -e /usr/sbin/policy-rc.d ]; then  # this script starts dockerd itself
-            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-            chmod 0755 /usr/sbin/policy-rc.d
-            POLICY_CREATED=1
-        fi
-        # docker.io first: docker-cli Breaks a 20.10 docker.io (which still holds /usr/bin/docker).
-        for p in docker.io docker-cli; do
-            dpkg -i "$TMP_ROOT"/engine/"${p}"_*.deb >/dev/null || die "dpkg -i of $p 26.1 failed"
-        done
-        [[ "$(pkgver docker.io)" == 26.1.* ]] || die "docker.io is $(pkgver docker.io) after installing 26.1"
-        log "engine: docker.io $(pkgver docker.io) installed"
+if [[ "$(pkgver docker.io)" == 26.1.* ]] && [[ "$(pkgver docker-cli)" == 26.1.* ]] && is_installed docker.io \
+    && is_installed docker-cli; then
+    log "engine: docker.io $(pkgver docker.io) and docker-cli $(pkgver docker-cli) already installed"
+else
+    log "engine: installing docker.io and docker-cli 26.1 from suite '$NEXT_SUITE' (was: docker.io $(pkgver docker.io))"
+    next_suite_download "$TMP_ROOT/engine" docker.io docker-cli
+    if [ ! -e /usr/sbin/policy-rc.d ]; then  # this script starts dockerd itself
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 0755 /usr/sbin/policy-rc.d
+        POLICY_CREATED=1
     fi
-    # The containerd image store, merged into any existing daemon.json.
-    mkdir -p "$(dirname "$DAEMON_JSON")"
-    "$PY" - "$DAEMON_JSON" <<'PYEOF'
+    # docker.io first: docker-cli Breaks bookworm's older docker.io (which still holds /usr/bin/docker).
+    for p in docker.io docker-cli; do
+        dpkg -i "$TMP_ROOT"/engine/"${p}"_*.deb >/dev/null || die "dpkg -i of $p 26.1 failed"
+    done
+    [[ "$(pkgver docker.io)" == 26.1.* ]] || die "docker.io is $(pkgver docker.io) after installing 26.1"
+    log "engine: docker.io $(pkgver docker.io) installed"
+fi
+# The containerd image store, merged into any existing daemon.json.
+mkdir -p "$(dirname "$DAEMON_JSON")"
+"$PY" - "$DAEMON_JSON" <<'PYEOF'
 import json, os, sys
 path = sys.argv[1]
 try:
@@ -236,7 +234,6 @@ if feats.get("containerd-snapshotter") is not True:
     os.replace(tmp, path)
     print(f"[setup-host] engine: {path}: containerd-snapshotter enabled")
 PYEOF
-fi
 
 # ---------------------------------------------------------------- 3. dockerd
 DOCKER_CLIENTS=(/usr/bin/docker /usr/local/bin/docker)
@@ -289,8 +286,7 @@ server_engine() {
 engine_ok() {
     local e
     e="$(server_engine)" || return 1
-    [[ "$e" == "$ENGINE_PREFIX"* ]] || return 1
-    [ "$ENGINE" != 26 ] || [[ "$e" == *" containerd" ]]
+    [[ "$e" == "$ENGINE_PREFIX"* ]] && [[ "$e" == *" containerd" ]]
 }
 
 # stop_dockerd: stop the daemon on the default socket and wait until it is gone.
@@ -318,7 +314,7 @@ stop_dockerd() {
 }
 
 if docker_answers && ! engine_ok; then
-    log "dockerd: running $(server_engine || echo '?'), but this host wants docker $ENGINE_PREFIX*$([ "$ENGINE" = 26 ] && echo ' with the containerd image store'); replacing it"
+    log "dockerd: running $(server_engine || echo '?'), but this host wants docker $ENGINE_PREFIX* with the containerd image store; replacing it"
     stop_dockerd
 fi
 
@@ -360,7 +356,7 @@ else
         die "dockerd (pid file $DOCKERD_PIDFILE) did not answer on /var/run/docker.sock within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
     fi
     log "dockerd: up after $((SECONDS - t0))s"
-    engine_ok || die "dockerd answers as $(server_engine || echo '?'), not docker $ENGINE_PREFIX*$([ "$ENGINE" = 26 ] && echo ' with the containerd image store'); see $DOCKERD_LOG and $DAEMON_JSON"
+    engine_ok || die "dockerd answers as $(server_engine || echo '?'), not docker $ENGINE_PREFIX* with the containerd image store; see $DOCKERD_LOG and $DAEMON_JSON"
 fi
 
 # ---------------------------------------------------------------- 4. buildx + compose plugins
