@@ -121,11 +121,8 @@ def main() -> int:
                         engine.untag(tag)
 
     def cold_prep() -> None:
-        # the names as this branch spells them; an older imgbuild (a 'before' run) has neither
-        for name in (
-            getattr(build_module, "OCI_LAYOUT_DIR", "oci-layout"),
-            getattr(build_module, "DRIFT_DIR", "drift-checked"),
-        ):
+        # the drift-check records; an older imgbuild also kept an OCI layout of each base here
+        for name in ("oci-layout", getattr(build_module, "DRIFT_DIR", "drift-checked")):
             shutil.rmtree(cache_dir() / name, ignore_errors=True)
 
     pairs = {

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from imgbuild.images.docker import Engine
+from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.runner import Cli
 from tests.support.synth_images import ENGRAM, SM121
 
+ARM64 = Platform.parse("linux/arm64")
 pytestmark = pytest.mark.docker
 
 
@@ -110,7 +112,10 @@ def test_site_packages_is_asked_from_the_base_when_not_configured(
 
     base = f"{prefix}-nolabel/base:1"
     engine.build(
-        context_tar(f'FROM {skeleton_base}\nLABEL imgbuild.site-packages=""\n', {}), tags=[base], platform="linux/arm64"
+        context_tar(f'FROM {skeleton_base}\nLABEL imgbuild.site-packages=""\n', {}),
+        tags=[base],
+        platforms=[ARM64],
+        epoch=0,
     )
     project = make_project("probe")
     text = (project / "images" / "latest.yaml").read_text().replace("site_packages:", "# site_packages:")

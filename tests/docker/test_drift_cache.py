@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.errors import UpstreamError
-from imgbuild.images.build import DRIFT_DIR, Bases, BuildOptions, check_drift
+from imgbuild.images.bases import DRIFT_DIR, Bases, check_drift
 from imgbuild.images.docker import Engine
 from imgbuild.project import Project
 from tests.docker.conftest import MakeProject
@@ -34,7 +34,7 @@ def test_a_passed_drift_check_is_kept_and_each_input_invalidates_it(
     monkeypatch.setenv("IMGBUILD_ECHO", "1")
     project = Project.load(make_project("driftcache"))
     plans = project.selected_plans(project.select())
-    resolver = Bases(engine, project, BuildOptions(base="skeleton"), lambda _: None)
+    resolver = Bases(engine, project, "skeleton", False, lambda _: None)
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
     cache = tmp_path / "cache"
     capsys.readouterr()

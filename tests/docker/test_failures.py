@@ -10,11 +10,13 @@ import pytest
 
 from imgbuild.images.docker import CONTAINER_LABEL, Engine
 from imgbuild.images.dockerfile import context_tar
+from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.runner import Cli, ctrl_c
 from tests.support.synth import Upstream
 from tests.support.synth_images import FILES, SITE
 
+ARM64 = Platform.parse("linux/arm64")
 pytestmark = pytest.mark.docker
 
 
@@ -25,7 +27,7 @@ def tags_of(engine: Engine, repo: str) -> set[str]:
 def derived(engine: Engine, parent: str, tag: str, lines: list[str], files: dict[str, bytes] | None = None) -> str:
     """An image built FROM `parent` with extra Dockerfile lines (and files in the context)."""
     text = "\n".join([f"FROM {parent}", *lines]) + "\n"
-    engine.build(context_tar(text, files or {}), tags=[tag], platform="linux/arm64")
+    engine.build(context_tar(text, files or {}), tags=[tag], platforms=[ARM64], epoch=0)
     return tag
 
 

@@ -10,15 +10,17 @@ import pytest
 
 from imgbuild.images.docker import Engine
 from imgbuild.images.dockerfile import context_tar
+from imgbuild.platforms import Platform
 from tests.docker.conftest import Built
 from tests.support.synth_images import SITE
 
+ARM64 = Platform.parse("linux/arm64")
 pytestmark = pytest.mark.docker
 
 
 def committed(engine: Engine, image: str, tag: str, path: str, data: bytes) -> str:
     """`docker commit` of a container whose `path` was edited (put in place without starting it: no qemu)."""
-    container = engine.client.containers.create(image, command=["true"], platform="linux/arm64")
+    container = engine.client.containers.create(image, command=["true"], platforms=[ARM64], epoch=0)
     try:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -69,7 +71,7 @@ def test_a_changed_label_or_env_fails_inspect_and_smoke(built: Built, engine: En
     labels = 'org.opencontainers.image.title="edited" org.opencontainers.image.description="x"'
     text = f"FROM {latest}\nLABEL {labels}\nENV DSV41_ENGRAM_DISK=0 EXTRA=1\n"
     tag = f"{built.repo}:relabelled"
-    engine.build(context_tar(text, {}), tags=[tag], platform="linux/arm64")
+    engine.build(context_tar(text, {}), tags=[tag], platforms=[ARM64], epoch=0)
     assert engine.require(tag).layers == engine.require(latest).layers  # metadata only: no layer to catch
 
     proc = built.cli("inspect", tag, "--json")

@@ -101,11 +101,9 @@ def test_one_platform_keeps_its_local_digest_in_the_registry(world: World) -> No
     assert plat["manifest"] == local_id(plat["local"])
     pushed = tools.inspect_required(plat["ref"])
     assert not pushed.is_index and pushed.digest == plat["manifest"]
-    # the index lists that one manifest; the moving tag names the index
-    index = tools.inspect_required(str(mem["immutable"]))
-    assert index.digest == mem["index"] and index.entries() == [("linux/amd64", plat["manifest"])]
-    assert index.json()["annotations"]["org.opencontainers.image.title"] == f"{world.repo}:engram-mem"  # type: ignore[index]
-    assert tools.inspect_required(f"{host}/one/x:engram-mem").digest == mem["index"]
+    # one platform: no index; the moving tag names that manifest, as the local moving tag does
+    assert mem["immutable"] == plat["ref"] and mem["digest"] == plat["manifest"]
+    assert tools.inspect_required(f"{host}/one/x:engram-mem").digest == plat["manifest"]
     assert mem["state"] == "published" and mem["moved"] == ["engram-mem"]
 
 
@@ -119,8 +117,9 @@ def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
         assert sorted(platforms) == PLATFORMS  # type: ignore[arg-type]
         for p in platforms.values():  # type: ignore[attr-defined]
             assert p["manifest"] == local_id(p["local"]) == tools.inspect_required(p["ref"]).digest
+        # the moving tag is the local join, digest for digest: an index over exactly those manifests
         index = tools.inspect_required(f"{host}/{target}:{variant}")
-        assert index.digest == v["index"]
+        assert index.digest == v["digest"] == local_id(f"{world.repo}:{variant}")
         assert sorted(index.entries()) == sorted((p, platforms[p]["manifest"]) for p in PLATFORMS)  # type: ignore[index]
     # the moving tag is written after the immutable one, and once
     puts = [uri for method, uri, status in first if method == "PUT" and "/manifests/" in uri and status < 300]
@@ -136,8 +135,8 @@ def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
     mark = world.registry.log_mark()
     again = published(world.publish("latest", "engram-mem", "-r", host, "--repository", target, "--json"))
     assert [v["state"] for v in again.values()] == ["unchanged", "unchanged"]
-    assert {k: (v["index"], v["platforms"]) for k, v in again.items()} == {
-        k: (v["index"], v["platforms"]) for k, v in out.items()
+    assert {k: (v["digest"], v["platforms"]) for k, v in again.items()} == {
+        k: (v["digest"], v["platforms"]) for k, v in out.items()
     }
     seen = world.registry.requests_since(mark)
     assert seen and uploads(seen) == [] and not [r for r in seen if r[0] in ("POST", "PUT", "PATCH", "DELETE")]
@@ -148,7 +147,7 @@ def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
         "create",
         "-t",
         f"{host}/{target}:latest",
-        f"{host}/{target}@{out['engram-mem']['index']}",
+        f"{host}/{target}@{out['engram-mem']['digest']}",
     )
     mark = world.registry.log_mark()
     fixed = published(world.publish("latest", "-r", host, "--repository", target, "--json"))
@@ -221,7 +220,7 @@ def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World,
     host, env = world.registry.host, {"COSIGN_PASSWORD": ""}
     args = ("engram-mem", "-r", host, "--repository", "t6/vllm-dsv41", "--platform", "linux/amd64")
     out = published(world.publish(*args, "--json", "--sbom", "--sign", "--key", str(key), env=env))
-    index = out["engram-mem"]["index"]
+    index = out["engram-mem"]["digest"]
     done = json.loads(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)
     assert done["variants"][0]["state"] == "unchanged"
     ref = f"{host}/t6/vllm-dsv41:engram-mem"

@@ -85,50 +85,55 @@ def test_a_failure_gets_a_hint_for_its_cause(stderr: str, says: str) -> None:
 
 @dataclass(frozen=True)
 class Img:
+    """What `build` reports of one image (ImageResult's fields that publish reads)."""
+
     variant: str
     platform: str
     image_id: str
     immutable: str
     inputs_digest: str
+    moving: tuple[str, ...]
+    index: str = ""
+    index_ref: str = ""
 
 
-def _images() -> list[Img]:
-    return [
-        Img("latest", "linux/arm64", "sha256:" + "a" * 64, "vllm-dsv41:1.0.0-aaaaaaaaaaaa", "a" * 64),
-        Img("latest", "linux/amd64", "sha256:" + "b" * 64, "vllm-dsv41:1.0.0-bbbbbbbbbbbb", "b" * 64),
-        Img("engram-mem", "linux/arm64", "sha256:" + "c" * 64, "vllm-dsv41:1.0.0-cccccccccccc", "c" * 64),
-    ]
+@dataclass(frozen=True)
+class Built:
+    images: list[Img]
 
 
-def test_the_publish_plan_names_each_platform_by_its_local_tag_and_the_index_by_all() -> None:
-    moving = {"latest": ("latest",), "engram-mem": ("engram-mem",)}
-    plan = publish.plan_variants(_images(), "127.0.0.1:5000/team", "1.0.0", moving)
-    latest, mem = plan
-    assert [pi.platform for pi in latest.images] == ["linux/amd64", "linux/arm64"]  # sorted
-    assert [pi.target for pi in latest.images] == [
-        "127.0.0.1:5000/team/vllm-dsv41:1.0.0-bbbbbbbbbbbb",
+JOIN = "sha256:" + "d" * 64
+
+
+def _built() -> Built:
+    join = {"index": JOIN, "index_ref": "vllm-dsv41:1.0.0-dddddddddddd"}
+    return Built([
+        Img("latest", "linux/arm64", "sha256:" + "a" * 64, "vllm-dsv41:1.0.0-aaaaaaaaaaaa", "a" * 64,
+            ("vllm-dsv41:latest",), **join),
+        Img("latest", "linux/amd64", "sha256:" + "b" * 64, "vllm-dsv41:1.0.0-bbbbbbbbbbbb", "b" * 64,
+            ("vllm-dsv41:latest",), **join),
+        Img("engram-mem", "linux/arm64", "sha256:" + "c" * 64, "vllm-dsv41:1.0.0-cccccccccccc", "c" * 64,
+            ("vllm-dsv41:engram-mem",)),
+    ])  # fmt: skip
+
+
+def test_publish_pushes_each_local_tag_as_it_is_and_the_moving_tags_name_the_top() -> None:
+    labels = {"sha256:" + "a" * 64: {"org.opencontainers.image.title": "t"}}
+    latest, mem = publish.plan_built(_built(), "127.0.0.1:5000/team", None, labels)  # type: ignore[arg-type]
+    assert [p.target for p in latest.images] == [
         "127.0.0.1:5000/team/vllm-dsv41:1.0.0-aaaaaaaaaaaa",
+        "127.0.0.1:5000/team/vllm-dsv41:1.0.0-bbbbbbbbbbbb",
     ]
-    combined = publish.index_inputs({"linux/arm64": "a" * 64, "linux/amd64": "b" * 64})
-    assert latest.index_ref == f"127.0.0.1:5000/team/vllm-dsv41:1.0.0-{combined[:12]}"
+    assert latest.images[0].labels == {"org.opencontainers.image.title": "t"}
+    # several platforms: the local join, under its own immutable tag, is what the moving tags name
+    assert (latest.top.local, latest.top.digest) == ("vllm-dsv41:1.0.0-dddddddddddd", JOIN)
+    assert latest.top.target == "127.0.0.1:5000/team/vllm-dsv41:1.0.0-dddddddddddd"
     assert latest.moving_refs == ["127.0.0.1:5000/team/vllm-dsv41:latest"]
-    # one platform still gets an index, under a tag that differs from its manifest's
-    assert mem.immutable_tag != "1.0.0-cccccccccccc" and mem.images[0].target.endswith(":1.0.0-cccccccccccc")
+    # one platform: no index; the moving tag names the image itself, as it does locally
+    assert mem.top == mem.images[0] and mem.top.digest == "sha256:" + "c" * 64
     # --repository moves where it goes, not what it is
-    other = publish.plan_variants(_images(), "127.0.0.1:5000", "1.0.0", moving, repository="x/y")
-    assert other[0].name == "127.0.0.1:5000/x/y" and other[0].immutable_tag == latest.immutable_tag
-    assert publish.index_inputs({"a": "1", "b": "2"}) == publish.index_inputs({"b": "2", "a": "1"})
-
-
-def test_the_index_carries_the_oci_labels_every_platform_agrees_on() -> None:
-    oci = "org.opencontainers.image."
-    labels = {
-        "vllm-dsv41:1.0.0-aaaaaaaaaaaa": {f"{oci}title": "t", f"{oci}base.digest": "sha256:1", "imgbuild.x": "1"},
-        "vllm-dsv41:1.0.0-bbbbbbbbbbbb": {f"{oci}title": "t", f"{oci}base.digest": "sha256:2", "imgbuild.x": "1"},
-    }
-    moving = {"latest": ("latest",), "engram-mem": ()}
-    plan = publish.plan_variants(_images(), "127.0.0.1:5000", "1.0.0", moving, image_labels=labels)
-    assert plan[0].annotations == {f"{oci}title": "t"}
+    (other, _) = publish.plan_built(_built(), "127.0.0.1:5000", "x/y", {})  # type: ignore[arg-type]
+    assert other.name == "127.0.0.1:5000/x/y" and other.top.digest == JOIN
 
 
 def test_a_local_ref_without_a_tag_is_refused() -> None:

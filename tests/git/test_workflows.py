@@ -118,8 +118,7 @@ def test_ci_lints_then_tests_and_runs_every_tier_per_engine() -> None:
     )
     assert ["python", "-m", "pytest"] in _runs(fast) and ["mypy"] in _runs(fast)
     full = jobs["full-tiers"]
-    assert full["strategy"]["fail-fast"] is False and _matrix(full) == {"engine": ["26", "20.10"]}
-    assert full["env"]["IMGBUILD_DOCKER_ENGINE"] == "${{ matrix.engine }}"
+    assert "strategy" not in full and "IMGBUILD_DOCKER_ENGINE" not in str(full)  # one engine
     assert _runs(full) == [["sudo", "-E", "bash", ".ci/run"]]
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-# relative to a cache (or any directory a test made): the OCI layout that builds export
-# into (images/build.py OCI_LAYOUT_DIR), skeleton rootfs tars, a docker-registry's blobs
-LARGE = ("oci-layout", "skeleton", "docker/registry")
+# relative to a cache (or any directory a test made): skeleton rootfs tars, a docker-registry's blobs
+LARGE = ("skeleton", "docker/registry")
 
 
 def drop_large(directory: Path) -> None:

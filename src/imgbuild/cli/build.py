@@ -32,9 +32,8 @@ PlatformOpt = Annotated[
     typer.Option(
         "--platform",
         help="Platform to build, e.g. linux/amd64 (default: the variant's first platform); 'all' (every "
-        "declared platform) or a comma list: on Docker 26 with the containerd image store one multi-platform "
-        "image per tag, its platforms loaded together; on older engines one platform at a time, with -<arch> tag "
-        "suffixes.",
+        "declared platform) or a comma list: one image per platform under its own immutable tag, joined into one "
+        "multi-platform image that takes the moving tags.",
     ),
 ]
 JunitOpt = Annotated[Path | None, typer.Option("--junit", help="Write the smoke results as JUnit XML to FILE.")]

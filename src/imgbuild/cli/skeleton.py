@@ -24,7 +24,7 @@ def skeleton(
         typer.Option("--site-packages", help=f"Where vllm/ goes (default: image.site_packages, else {SITE_PACKAGES})."),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Load the image again even if present (the rootfs stays cached).")
+        bool, typer.Option("--force", help="Build the image again even if present (the rootfs stays cached).")
     ] = False,
     runtime: Annotated[
         bool,
@@ -60,7 +60,7 @@ def skeleton(
       imgbuild skeleton --runtime --relock --platform linux/arm64
     """
     from imgbuild.config.models import check_platform
-    from imgbuild.images import build as engine
+    from imgbuild.images import bases as engine
     from imgbuild.images import skeleton as skel
     from imgbuild.images.docker import Engine
     from imgbuild.project import load_project
@@ -106,7 +106,7 @@ def _runtime(
     verbose: bool,
     as_json: bool,
 ) -> None:
-    from imgbuild.images import build as engine
+    from imgbuild.images import bases as engine
     from imgbuild.images import runtime_base as rb
     from imgbuild.images import runtime_lock as rl
     from imgbuild.images.docker import Engine

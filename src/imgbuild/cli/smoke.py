@@ -10,7 +10,7 @@ import typer
 
 from imgbuild.cli.build import BaseOpt, JunitOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError
+from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError, UsageError
 
 if TYPE_CHECKING:
     from imgbuild.images.smoke import SmokeReport
@@ -79,7 +79,13 @@ def smoke_cmd(
                 )
             rep = smoke(eng, ib.immutable_ref, engine.expected_for(ib, finder), runtime=not static)
             reports.append(rep)
-    for target in (t for t in targets if t not in variant_names):
+    images = [t for t in targets if t not in variant_names]
+    if images and platform is not None and (platform == "all" or "," in platform):
+        raise UsageError(
+            f"--platform {platform}: an image reference is checked for one platform",
+            hint="give one platform (e.g. --platform linux/arm64), or name a variant to check each of its platforms",
+        )
+    for target in images:
         ref = localize(eng, target, platform)  # a registry reference: pull that platform by digest
         info = eng.image(ref)
         if info is None:

@@ -25,7 +25,7 @@ from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
 
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
-IMMUTABLE_TAG = re.compile(r"-([0-9a-f]{12})(?:-[a-z0-9]+)?$")  # <version>-<inputs[:12]>[-<arch>]
+IMMUTABLE_TAG = re.compile(r"-([0-9a-f]{12})$")  # <version>-<inputs[:12]>
 
 
 def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | None) -> str | None:

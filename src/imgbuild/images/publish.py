@@ -1,33 +1,32 @@
-"""`imgbuild publish`: build the variants locally, then put them in a registry with the engine's tools.
+"""`imgbuild publish`: build the variants locally, then push their tags as they are.
 
-1. `images.build.build` makes (or finds current) every platform image of the
-   selected variants and smoke-tests it, exactly as `imgbuild build` does.
-2. Per platform: `docker push` of the local image under
-   `REG/repo:<version>-<inputs>` (its local immutable tag). On the
-   containerd image store the pushed manifest is the local one, so the
-   registry's digest must equal the local image id; a push that says
-   otherwise is an error. The registry skips blobs it already has.
-3. `docker buildx imagetools create` joins the platforms, by digest, into
-   one index under `<version>-<index inputs>`, the multi-platform immutable
-   tag; `index_inputs` hashes the platforms' inputs digests.
-4. Last, the variant's moving tags are pointed at that index, only those
-   that do not already name it. A failure before leaves them as they were.
+1. `images.build.build` makes (or finds current) every image of the selected
+   variants and smoke-tests it, exactly as `imgbuild build` does: one image
+   per platform under its immutable tag, and for a variant made for several
+   platforms the join (the index over those images) under its own.
+2. `docker push` of each platform's image under `REG/repo:<its immutable
+   tag>`, then of the join, then of the moving tags (last, so a failure
+   before leaves them as they were). On the containerd image store a push
+   keeps the local digest, so every tag in the registry names exactly the
+   digest it names locally (a push that says otherwise is an error), and the
+   registry skips blobs and manifests it has. A tag the registry already has
+   at that digest is not pushed again.
 
-A variant whose index tag already lists exactly these manifests is left
-alone (nothing pushed), apart from moving tags that drifted. The registry
+`docker buildx imagetools create` would join the platforms in the registry
+instead, but its index is not the local join's (other bytes, another digest);
+pushing the join keeps one digest for one image everywhere. The registry
 commands are in `registry/tools.py`; SBOMs and signatures (cosign) are
 attached to the pushed digests afterwards, as `--sbom`/`--sign` ask.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.images import labels, signing
@@ -36,39 +35,19 @@ from imgbuild.project import Project, Selection
 from imgbuild.registry import reference, tools
 
 if TYPE_CHECKING:
-    from imgbuild.images.build import BuildOptions
+    from imgbuild.images.build import BuildOptions, BuildResult
+    from imgbuild.images.plan import BuildPlan
 
-INDEX_FORMAT = "imgbuild-index/1"
 STORE_HINT = (
     "publishing needs Docker 26+ with the containerd image store "
     '({"features": {"containerd-snapshotter": true}} in daemon.json), where a push keeps the local digest'
 )
+NOT_BUILT = "(not built)"
 Say = Callable[[str], None]
 
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr)
-
-
-class LocalImage(Protocol):
-    """One platform image in the local store, as `build` reports it (`ImageResult`)."""
-
-    @property
-    def variant(self) -> str: ...
-    @property
-    def platform(self) -> str: ...
-    @property
-    def image_id(self) -> str: ...
-    @property
-    def immutable(self) -> str: ...  # `repo:<version>-<inputs12>`
-    @property
-    def inputs_digest(self) -> str: ...
-
-
-def index_inputs(per_platform: Mapping[str, str]) -> str:
-    """One digest over the platforms' inputs digests: the tail of the index's immutable tag."""
-    lines = [INDEX_FORMAT, *(f"{p} {d}" for p, d in sorted(per_platform.items()))]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def split_ref(local: str) -> tuple[str, str]:
@@ -80,181 +59,156 @@ def split_ref(local: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class PlatformPush:
-    platform: str
-    local: str  # the local immutable ref
-    image_id: str  # the local id: on the containerd store, the manifest digest the registry gets
-    inputs_digest: str
-    target: str  # REG/repo:<the local immutable tag>
-    labels: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # the local image's
+class Push:
+    """One tag to put in the registry: the local image under `local`, with id `digest`, as `target`."""
+
+    local: str
+    digest: str  # the local id: on the containerd store, the manifest (or index) digest the registry gets
+    target: str
+    platform: str  # one platform, or several comma-separated for a join
+    inputs_digest: str = ""
+    labels: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "local": self.local,
-            "manifest": self.image_id,
-            "inputs": self.inputs_digest,
-            "ref": self.target,
-        }
+        return {"local": self.local, "manifest": self.digest, "inputs": self.inputs_digest, "ref": self.target}
 
 
 @dataclass(frozen=True)
 class VariantPublish:
     variant: str
     name: str  # REG/repo, no tag
-    images: tuple[PlatformPush, ...]  # sorted by platform
-    immutable_tag: str  # the index's
+    images: tuple[Push, ...]  # one per platform
+    top: Push  # what the moving tags name: the one platform's image, or the join
     moving_tags: tuple[str, ...]
-
-    @property
-    def index_ref(self) -> str:
-        return f"{self.name}:{self.immutable_tag}"
 
     @property
     def moving_refs(self) -> list[str]:
         return [f"{self.name}:{t}" for t in self.moving_tags]
 
-    @property
-    def annotations(self) -> dict[str, str]:
-        """The index's: the images' OCI labels that every platform agrees on (base.digest differs, for one)."""
-        per = [labels.oci_annotations(pi.labels) for pi in self.images]
-        return {k: v for k, v in sorted(per[0].items()) if all(a.get(k) == v for a in per)} if per else {}
-
     def to_json(self) -> dict[str, object]:
         return {
             "variant": self.variant,
             "repository": self.name,
-            "immutable": self.index_ref,
+            "immutable": self.top.target,
             "moving": self.moving_refs,
-            "platforms": {pi.platform: pi.to_json() for pi in self.images},
+            "platforms": {p.platform: p.to_json() for p in self.images},
         }
 
 
-def plan_variants(
-    images: Sequence[LocalImage],
-    registry: str,
-    version: str,
-    moving: Mapping[str, Sequence[str]],
-    repository: str | None = None,
-    image_labels: Mapping[str, Mapping[str, str]] | None = None,
-) -> list[VariantPublish]:
-    """What goes where (pure): per variant, its platform images and tags under `registry`
-    (`image_labels`: each local image's labels, by its immutable ref)."""
-    order: dict[str, list[LocalImage]] = {}
-    for img in images:
-        order.setdefault(img.variant, []).append(img)
+def _target(name: str, local: str) -> str:
+    return f"{name}:{split_ref(local)[1]}"
+
+
+def plan_built(result: BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]) -> list[
+    VariantPublish
+]:  # fmt: skip
+    """What goes where (pure, given what the build made and each image's labels by id)."""
+    by_variant: dict[str, list[Push]] = {}
+    tops: dict[str, Push] = {}
+    moving: dict[str, tuple[str, ...]] = {}
+    for img in result.images:
+        name = reference.join(registry, repository or split_ref(img.immutable)[0]).name
+        push = Push(img.immutable, img.image_id, _target(name, img.immutable), img.platform, img.inputs_digest,
+                    found.get(img.image_id, {}))  # fmt: skip
+        by_variant.setdefault(img.variant, []).append(push)
+        moving[img.variant] = tuple(split_ref(r)[1] for r in img.moving)
+        if img.index_ref:
+            platforms = ",".join(p.platform for p in by_variant[img.variant])
+            tops[img.variant] = Push(img.index_ref, img.index, _target(name, img.index_ref), platforms)
+        else:
+            tops[img.variant] = push
+    return [
+        VariantPublish(v, tops[v].target.rsplit(":", 1)[0], tuple(pushes), tops[v], moving[v])
+        for v, pushes in by_variant.items()
+    ]
+
+
+def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[VariantPublish]:
+    """Where each image would go, from the build plan (nothing built yet)."""
     out = []
-    for variant, imgs in order.items():
-        imgs = sorted(imgs, key=lambda i: i.platform)
-        local_repo = split_ref(imgs[0].immutable)[0]
-        name = reference.join(registry, repository or local_repo).name
+    joins = {j.variant: j for j in plan.joins}
+    for variant in dict.fromkeys(ib.variant for ib in plan.images):
+        parts = [ib for ib in plan.images if ib.variant == variant]
+        name = reference.join(registry, repository or parts[0].repository).name
         pushes = tuple(
-            PlatformPush(
-                i.platform,
-                i.immutable,
-                i.image_id,
-                i.inputs_digest,
-                f"{name}:{split_ref(i.immutable)[1]}",
-                (image_labels or {}).get(i.immutable, {}),
-            )
-            for i in imgs
+            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), ib.platform, ib.inputs_digest)
+            for ib in parts
         )
-        combined = index_inputs({i.platform: i.inputs_digest for i in imgs})
-        out.append(VariantPublish(variant, name, pushes, f"{version}-{combined[:12]}", tuple(moving[variant])))
+        join = joins.get(variant)
+        top = pushes[0] if join is None else Push(
+            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), ",".join(ib.platform for ib in parts)
+        )  # fmt: skip
+        moving = join.moving_tags if join else parts[0].moving_tags
+        out.append(VariantPublish(variant, name, pushes, top, tuple(moving)))
     return out
 
 
 @dataclass
 class Outcome:
     variant: str
-    index: str
+    digest: str  # what the moving tags name in the registry
     state: str  # "published", "unchanged", "retagged"
     pushed: list[str] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        return {"index": self.index, "state": self.state, "pushed": self.pushed, "moved": self.moved}
+        return {"digest": self.digest, "state": self.state, "pushed": self.pushed, "moved": self.moved}
 
 
-def _entries(vp: VariantPublish) -> list[tuple[str | None, str]]:
-    return [(pi.platform, pi.image_id) for pi in vp.images]
-
-
-def _matches(index: tools.Manifest | None, vp: VariantPublish) -> bool:
-    return index is not None and index.is_index and sorted(index.entries(), key=str) == sorted(_entries(vp), key=str)
+def _push(push: Push, target: str, say: Say) -> bool:
+    """Push `push`'s local image as `target` unless the registry has it at its digest; whether it pushed."""
+    have = tools.inspect(target)
+    if have is not None and have.digest == push.digest:
+        return False
+    say(f"pushing {push.local} ({push.platform}) as {target}")
+    pushed = tools.push(push.local, target)
+    if pushed != push.digest:
+        raise RegistryError(f"{target}: the registry got {pushed}, but the local image is {push.digest}",
+                            hint=STORE_HINT)  # fmt: skip
+    return True
 
 
 def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
-    """Push each platform, join them in an index under the immutable tag, then move the moving tags."""
-    index = tools.inspect(vp.index_ref)
-    outcome = Outcome(vp.variant, "", "unchanged")
-    if not _matches(index, vp):
-        for pi in vp.images:
-            say(f"{vp.variant}: pushing {pi.local} ({pi.platform}) to {pi.target}")
-            pushed = tools.push(pi.local, pi.target)
-            if pushed != pi.image_id:
-                raise RegistryError(
-                    f"{pi.target}: the registry got manifest {pushed}, but the local image is {pi.image_id}",
-                    hint=STORE_HINT,
-                )
-            outcome.pushed.append(pi.target)
-        sources = [f"{vp.name}@{pi.image_id}" for pi in vp.images]
-        tools.create_index([vp.index_ref], sources, vp.annotations)
-        index = tools.inspect_required(vp.index_ref)
-        if not _matches(index, vp):
-            raise RegistryError(
-                f"{vp.index_ref} lists {index.entries()}, not the pushed {_entries(vp)}",
-                hint="another publish may have written the tag at the same time; publish again",
-            )
-        outcome.state = "published"
-        say(f"{vp.variant}: {vp.index_ref} -> {index.digest}")
-    assert index is not None
-    outcome.index = index.digest
-    stale = [ref for ref in vp.moving_refs if (cur := tools.inspect(ref)) is None or cur.digest != index.digest]
-    if stale:
-        tools.create_index(stale, [f"{vp.name}@{index.digest}"])
-        outcome.moved = [ref.rsplit(":", 1)[1] for ref in stale]
-        say(f"{vp.variant}: moved {', '.join(outcome.moved)}")
-        if outcome.state == "unchanged":
-            outcome.state = "retagged"
-    elif outcome.state == "unchanged":
-        say(f"{vp.variant}: {vp.index_ref} already published; nothing pushed")
+    """Each platform's image, then the join (several platforms), then the moving tags, last."""
+    outcome = Outcome(vp.variant, vp.top.digest, "unchanged")
+    immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
+    outcome.pushed = [p.target for p in immutable if _push(p, p.target, say)]
+    moved = [ref for ref in vp.moving_refs if _push(vp.top, ref, say)]
+    outcome.moved = [ref.rsplit(":", 1)[1] for ref in moved]
+    outcome.state = "published" if outcome.pushed else "retagged" if moved else "unchanged"
+    say(
+        f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if outcome.pushed or moved else ", already published")
+    )
     return outcome
 
 
-def attach(
-    plan: Sequence[VariantPublish],
-    outcomes: Sequence[Outcome],
-    key: Path,
-    *,
-    sbom: bool,
-    sign: bool,
-    say: Say = _stderr,
-) -> list[str]:
-    """After the push: an SPDX SBOM attested on each platform manifest, then a signature on each index."""
+def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
+    """After the push: an SPDX SBOM attested on each platform's manifest, then a signature on what the moving
+    tags name (the image, or the join)."""
     done = []
-    for vp, outcome in zip(plan, outcomes, strict=True):
+    for vp in plan:
         if sbom:
-            for pi in vp.images:
-                lab = pi.labels
+            for p in vp.images:
+                lab = p.labels
                 facts = sbommod.ImageFacts(
                     name=vp.name,
                     title=lab.get(f"{labels.OCI}title", vp.variant),
-                    platform=pi.platform,
-                    manifest_digest=pi.image_id,
+                    platform=p.platform,
+                    manifest_digest=p.digest,
                     labels=lab,
                     base_name=lab.get(f"{labels.OCI}base.name", ""),
                     base_digest=lab.get(f"{labels.OCI}base.digest", signing.NO_BASE_DIGEST),
                     site_packages=lab.get(f"{labels.PREFIX}site-packages", ""),
                 )
-                ref = f"{vp.name}@{pi.image_id}"
+                ref = f"{vp.name}@{p.digest}"
                 signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
                 done.append(f"sbom {ref}")
-                say(f"{vp.variant} {pi.platform}: SPDX SBOM attested on {pi.image_id[:19]}")
+                say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
         if sign:
-            ref = f"{vp.name}@{outcome.index}"
+            ref = f"{vp.name}@{vp.top.digest}"
             signing.sign(ref, key)
             done.append(f"signature {ref}")
-            say(f"{vp.variant}: index {outcome.index[:19]} signed")
+            say(f"{vp.variant}: {vp.top.digest[:19]} signed")
     return done
 
 
@@ -278,27 +232,12 @@ class PublishResult:
         }
 
 
-@dataclass(frozen=True)
-class _Planned:
-    """A platform of a dry run: the plan's digests, not yet an image."""
-
-    variant: str
-    platform: str
-    immutable: str
-    inputs_digest: str
-    image_id: str = "(not built)"
-
-
 def _options(project: Project, selection: Selection, repository: str | None, base: str | None) -> BuildOptions:
     from imgbuild.images.build import BuildOptions
 
     # Built under the configured repository: --repository changes where an image goes, not what it is.
     configured = all(project.variants[n].image.repository for n in selection.names)
     return BuildOptions(base=base, repository=None if configured else repository, smoke=True)
-
-
-def _moving(project: Project, selection: Selection) -> dict[str, tuple[str, ...]]:
-    return {n: tuple(project.variants[n].image.tags) for n in selection.names}
 
 
 def dry_run(
@@ -308,11 +247,8 @@ def dry_run(
     from imgbuild.images import build
 
     t0 = time.perf_counter()
-    options = _options(project, selection, repository, base)
-    planned = build.dry_run(project, selection, options)
-    images = [_Planned(ib.variant, ib.platform, ib.immutable_ref, ib.inputs_digest) for ib in planned.plan.images]
-    plan = plan_variants(images, registry, project.pin.version, _moving(project, selection), repository)
-    return PublishResult(plan, seconds=time.perf_counter() - t0)
+    planned = build.dry_run(project, selection, _options(project, selection, repository, base))
+    return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
 
 
 def publish(
@@ -333,12 +269,9 @@ def publish(
 
     t0 = time.perf_counter()
     engine = Engine.connect()
-    options = _options(project, selection, repository, base)
-    built = build.build(engine, project, selection, options, say)
-    found = {img.immutable: engine.require(img.immutable).labels for img in built.images}
-    plan = plan_variants(built.images, registry, project.pin.version, _moving(project, selection), repository, found)
+    built = build.build(engine, project, selection, _options(project, selection, repository, base), say)
+    found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
+    plan = plan_built(built, registry, repository, found)
     outcomes = [push_variant(vp, say) for vp in plan]
-    attached = []
-    if key is not None and (sbom or sign):
-        attached = attach(plan, outcomes, key, sbom=sbom, sign=sign, say=say)
+    attached = attach(plan, key, sbom=sbom, sign=sign, say=say) if key is not None and (sbom or sign) else []
     return PublishResult(plan, outcomes, attached, time.perf_counter() - t0)

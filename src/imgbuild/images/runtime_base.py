@@ -245,7 +245,7 @@ def build_context(target: Path, rootfs: Path, site_packages: str, labels: dict[s
 def ensure_runtime(
     engine: Engine, spec: RuntimeSpec, cache: Path, *, force: bool = False, verbose: bool = False
 ) -> RuntimeResult:
-    """The runtime base for `spec`, built and loaded if the daemon lacks it."""
+    """The runtime base for `spec`, built if the daemon lacks it."""
     start = time.monotonic()
     size = 0
     info = engine.image(spec.tag)

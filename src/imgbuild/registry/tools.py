@@ -6,8 +6,6 @@ Everything imgbuild does in a registry goes through here, and through `proc.run`
   it. The registry skips the blobs it has, and on the containerd image store
   the pushed manifest is the local one, so its digest is the local image id
   (`push` returns the digest the push reports; the caller checks it).
-- `create_index`: `docker buildx imagetools create` joins pushed manifests,
-  named by digest, into one index under the given tags.
 - `inspect`: `docker buildx imagetools inspect --raw`, the manifest or index
   a reference names, byte for byte (its digest is the sha256 of those
   bytes); `image_platform` reads a single manifest's platform from its
@@ -26,7 +24,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from imgbuild import proc
@@ -176,14 +174,3 @@ def image_platform(ref: str) -> str:
     except (ValueError, KeyError, TypeError) as exc:
         raise RegistryError(f"{ref}: its config names no platform") from exc
     return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
-
-
-def create_index(tags: Sequence[str], sources: Sequence[str], annotations: Mapping[str, str] | None = None) -> None:
-    """`imagetools create`: one index of `sources` (`host/repo@digest`: manifests, or one index) under `tags`,
-    with `annotations` on the index."""
-    args = ["buildx", "imagetools", "create"]
-    for key, value in sorted((annotations or {}).items()):
-        args += ["--annotation", f"index:{key}={value}"]
-    for tag in tags:
-        args += ["-t", tag]
-    _run([*args, *sources], f"docker buildx imagetools create {' '.join(tags)}", host_of(tags[0]))

@@ -17,7 +17,7 @@ def table(result: PublishResult) -> Table:
         state = "dry run" if o is None else o.state + (f" (moved {', '.join(o.moved)})" if o.moved else "")
         for j, pi in enumerate(vp.images):
             first = j == 0
-            manifest = pi.image_id[7:19] if pi.image_id.startswith("sha256:") else pi.image_id
+            manifest = pi.digest[7:19] if pi.digest.startswith("sha256:") else pi.digest
             out.add_row(vp.variant if first else "", pi.platform, manifest, pi.target, state if first else "")
     return out
 
@@ -25,9 +25,9 @@ def table(result: PublishResult) -> Table:
 def print_publish(result: PublishResult) -> None:
     console.print(table(result))
     for i, vp in enumerate(result.plan):
-        index = result.outcomes[i].index if result.outcomes else "(not yet made)"
-        console.print(f"{vp.variant}: index {index}", soft_wrap=True, highlight=False)
-        for ref in (vp.index_ref, *vp.moving_refs):
+        digest = result.outcomes[i].digest if result.outcomes else "(not built yet)"
+        console.print(f"{vp.variant}: {digest}", soft_wrap=True, highlight=False)
+        for ref in (vp.top.target, *vp.moving_refs):
             console.print(f"  {ref}", soft_wrap=True, highlight=False)
     if result.outcomes is not None:
         console.print(f"{result.seconds:.2f}s")
