@@ -107,9 +107,10 @@ def test_the_immutable_tag_is_found_among_the_images_tags() -> None:
     assert immutable_ref(None, tags[2:], None) == "other:0.33.0-0123456789ab"
     assert immutable_ref("vllm-dsv41", tags, "sha256:" + "f" * 64) is None  # the label disagrees with the tag
     assert immutable_ref("vllm-dsv41", ("vllm-dsv41:latest",), None) is None
-    assert immutable_ref(None, ("127.0.0.1:5000/r:0.33.0-0123456789ab-arm64",), None) == (
-        "127.0.0.1:5000/r:0.33.0-0123456789ab-arm64"
+    assert (
+        immutable_ref(None, ("127.0.0.1:5000/r:0.33.0-0123456789ab",), None) == "127.0.0.1:5000/r:0.33.0-0123456789ab"
     )
+    assert immutable_ref(None, ("r:0.33.0-0123456789ab-arm64",), None) is None  # the old -<arch> tags are gone
 
 
 def test_builder_recipe_names_the_project_and_variant(tmp_path: Path) -> None:
