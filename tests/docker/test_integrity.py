@@ -20,7 +20,7 @@ pytestmark = pytest.mark.docker
 
 def committed(engine: Engine, image: str, tag: str, path: str, data: bytes) -> str:
     """`docker commit` of a container whose `path` was edited (put in place without starting it: no qemu)."""
-    container = engine.client.containers.create(image, command=["true"], platforms=[ARM64], epoch=0)
+    container = engine.client.containers.create(image, command=["true"], platform="linux/arm64")
     try:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -5,8 +5,10 @@
    per platform under its immutable tag, and for a variant made for several
    platforms the join (the index over those images) under its own.
 2. `docker push` of each platform's image under `REG/repo:<its immutable
-   tag>`, then of the join, then of the moving tags (last, so a failure
-   before leaves them as they were). On the containerd image store a push
+   tag>`, then of the join, then the moving tags (last, so a failure before
+   leaves them as they were; a join's moving tags are copied from the pushed
+   index with `imagetools create`, one write that keeps its digest, where a
+   push of an index would first write each platform's manifest under the tag). On the containerd image store a push
    keeps the local digest, so every tag in the registry names exactly the
    digest it names locally (a push that says otherwise is an error), and the
    registry skips blobs and manifests it has. A tag the registry already has
@@ -155,13 +157,18 @@ class Outcome:
         return {"digest": self.digest, "state": self.state, "pushed": self.pushed, "moved": self.moved}
 
 
-def _push(push: Push, target: str, say: Say) -> bool:
-    """Push `push`'s local image as `target` unless the registry has it at its digest; whether it pushed."""
+def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
+    """Push `push`'s local image as `target` unless the registry has it at its digest; whether it pushed.
+    A moving tag of a join (`name`: where the join was pushed) is copied from the pushed index instead."""
     have = tools.inspect(target)
     if have is not None and have.digest == push.digest:
         return False
     say(f"pushing {push.local} ({push.platform}) as {target}")
-    pushed = tools.push(push.local, target)
+    if name and "," in push.platform:
+        tools.copy_tag(f"{name}@{push.digest}", target)
+        pushed = tools.inspect_required(target).digest
+    else:
+        pushed = tools.push(push.local, target)
     if pushed != push.digest:
         raise RegistryError(f"{target}: the registry got {pushed}, but the local image is {push.digest}",
                             hint=STORE_HINT)  # fmt: skip
@@ -173,7 +180,7 @@ def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
     outcome = Outcome(vp.variant, vp.top.digest, "unchanged")
     immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
     outcome.pushed = [p.target for p in immutable if _push(p, p.target, say)]
-    moved = [ref for ref in vp.moving_refs if _push(vp.top, ref, say)]
+    moved = [ref for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
     outcome.moved = [ref.rsplit(":", 1)[1] for ref in moved]
     outcome.state = "published" if outcome.pushed else "retagged" if moved else "unchanged"
     say(

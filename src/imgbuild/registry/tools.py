@@ -6,6 +6,8 @@ Everything imgbuild does in a registry goes through here, and through `proc.run`
   it. The registry skips the blobs it has, and on the containerd image store
   the pushed manifest is the local one, so its digest is the local image id
   (`push` returns the digest the push reports; the caller checks it).
+- `copy_tag`: `docker buildx imagetools create -t TAG REPO@DIGEST` from one
+  index, which the registry gets unchanged (the same digest) in one write.
 - `inspect`: `docker buildx imagetools inspect --raw`, the manifest or index
   a reference names, byte for byte (its digest is the sha256 of those
   bytes); `image_platform` reads a single manifest's platform from its
@@ -174,3 +176,10 @@ def image_platform(ref: str) -> str:
     except (ValueError, KeyError, TypeError) as exc:
         raise RegistryError(f"{ref}: its config names no platform") from exc
     return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
+
+
+def copy_tag(source: str, target: str) -> None:
+    """Point `target` at the index `source` (`host/repo@digest`) names, unchanged: one manifest write (a `docker
+    push` of an index would write each platform's manifest under the tag first)."""
+    _run(["buildx", "imagetools", "create", "-t", target, source], f"docker buildx imagetools create -t {target}",
+         host_of(target))  # fmt: skip
