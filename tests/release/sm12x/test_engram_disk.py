@@ -85,6 +85,10 @@ DISK_NAMES = (
     "_engram_io_pool_lock",
     "engram_io_pool",
     "ENGRAM_ROWS_PER_TASK",
+    "_ENGRAM_PAGE",
+    "ENGRAM_PROBE_ROWS",
+    "ENGRAM_MERGE_GAP_PAGES",
+    "ENGRAM_HINT_PAGES",
     "engram_table_meta_path",
     "_ENGRAM_DISK_DTYPES",
     "_engram_io_workers",
@@ -394,6 +398,10 @@ def check_host_rows(slot, embedding, hashes, values, scales) -> int:
     returns how many rows were read."""
     num_tokens = hashes.shape[0]
     ids = slot.host_ids[: slot.num_rows].numpy().reshape(num_tokens, -1)
+    if slot.all_owned:
+        # Every id is the rank's: row i is id i, and the device reads the
+        # fixed arange instead of uploaded ids.
+        ids = np.arange(slot.num_rows, dtype=np.int32).reshape(num_tokens, -1)
     owned = 0
     for t, per_head in enumerate(expected_rows(embedding, hashes)):
         for j, row in enumerate(per_head):
@@ -580,8 +588,14 @@ def test_forward_has_nothing_to_look_up_on_disk(engram, disk_env):
     # Without a stager the rows would stay zero: refused, not computed.
     with pytest.raises(RuntimeError, match="no EngramDiskStager stages its rows"):
         layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
-    assert engram["EngramDiskStager"].create(model) is layer.disk_stager is not None
+    stager = engram["EngramDiskStager"].create(model)
+    assert stager is layer.disk_stager is not None
+    # With one, the forward only checks the staged ids (a GPU kernel, run in
+    # tests/gpu), and looks nothing up.
+    checks = []
+    stager.check = lambda slot, ids, rows: checks.append((slot, ids.shape, rows.shape))
     layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
+    assert checks == [(layer.disk_slot, (8, len(HEAD_SIZES)), layer.staged_rows[:8].shape)]
     assert torch.equal(layer.staged_rows, before)
     with pytest.raises(RuntimeError, match="EngramDiskStager"):
         layer.embed_tokens.lookup(torch.zeros(1, 7, dtype=torch.int32), before)
