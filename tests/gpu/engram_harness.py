@@ -285,7 +285,7 @@ def layout_config(shape: Shape, mod: ModuleType) -> SimpleNamespace:
     return config
 
 
-def make_hash_state(mod: ModuleType, layout: Any, shape: Shape) -> nn.Module:
+def make_hash_state(mod: ModuleType, layout: Any, shape: Shape) -> Any:
     """The release's NgramHashState on the V2 runner, without a tokenizer:
     token ids map onto the compressed vocabulary by modulo."""
     state = mod.NgramHashState.__new__(mod.NgramHashState)
@@ -375,7 +375,7 @@ def make_engram(
     table_dir: Path | None,
     tables: dict[int, tuple[np.ndarray, np.ndarray]],
     reference: nn.Module | None = None,
-) -> nn.Module:
+) -> Any:
     """Engram layer `index` with its table in HBM (``hbm``), pinned host
     memory (``host``) or on disk (``disk``); weights copied from `reference`."""
     VllmConfigHolder.config = vllm_config(

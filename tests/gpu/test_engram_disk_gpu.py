@@ -67,11 +67,13 @@ class World(SimpleNamespace):
     layout: Any
     tables: dict[int, tuple[Any, Any]]
     table_dir: Path
-    hash_release: nn.Module
-    hash_patched: nn.Module
-    hbm: list[nn.Module]
-    host: list[nn.Module]
-    disk: list[nn.Module]
+    # The modules' own attributes (staged_rows, prepare_embeddings, ...) are
+    # loaded at run time: typed Any rather than nn.Module.
+    hash_release: Any
+    hash_patched: Any
+    hbm: list[Any]
+    host: list[Any]
+    disk: list[Any]
     stager: Any
 
 
