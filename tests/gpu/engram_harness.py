@@ -13,9 +13,11 @@ Shared by ``tests/gpu`` and ``benchmarks/bench_engram_staging.py``.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import logging
+import mmap
 import os
 import sys
 import types
@@ -283,7 +285,7 @@ def layout_config(shape: Shape, mod: ModuleType) -> SimpleNamespace:
     return config
 
 
-def make_hash_state(mod: ModuleType, layout: Any, shape: Shape) -> nn.Module:
+def make_hash_state(mod: ModuleType, layout: Any, shape: Shape) -> Any:
     """The release's NgramHashState on the V2 runner, without a tokenizer:
     token ids map onto the compressed vocabulary by modulo."""
     state = mod.NgramHashState.__new__(mod.NgramHashState)
@@ -373,7 +375,7 @@ def make_engram(
     table_dir: Path | None,
     tables: dict[int, tuple[np.ndarray, np.ndarray]],
     reference: nn.Module | None = None,
-) -> nn.Module:
+) -> Any:
     """Engram layer `index` with its table in HBM (``hbm``), pinned host
     memory (``host``) or on disk (``disk``); weights copied from `reference`."""
     VllmConfigHolder.config = vllm_config(
@@ -464,3 +466,86 @@ def hash_batch(hash_state: nn.Module, mod: ModuleType, batch: Batch) -> torch.Te
 def bits(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes, so equality is bit equality (NaN included)."""
     return tensor.contiguous().view(torch.uint8)
+
+
+# --------------------------------------------------------------------------
+# Speculative decoding: verify steps as DSpark k=5 makes them
+# --------------------------------------------------------------------------
+
+
+def spec_verify_steps(
+    num_reqs: int, k: int, steps: int, seed: int, depth: int = 2, vocab: int = 120_000
+) -> list[Batch]:
+    """Verify steps of `num_reqs` requests, each with k+1 positions: the last
+    sampled token then k drafts. After each step a random number of drafts
+    is accepted and the rest rolled back, so the next step starts right after
+    the accepted ones, with a fresh token in place of the first rejected
+    draft; its lookback ids are the committed tokens before it."""
+    rng = np.random.default_rng(seed)
+    seqs = [list(rng.integers(1, vocab, size=20 + 7 * i)) for i in range(num_reqs)]
+    batches = []
+    for _ in range(steps):
+        ids: list[int] = []
+        positions: list[int] = []
+        lookback = np.full((num_reqs, depth), -1, dtype=np.int32)
+        drafts = []
+        for r, seq in enumerate(seqs):
+            start = len(seq) - 1  # the last sampled token is not in the KV cache yet
+            draft = list(rng.integers(1, vocab, size=k))
+            drafts.append(draft)
+            ids += [seq[-1], *draft]
+            positions += list(range(start, start + k + 1))
+            for j in range(depth):
+                lookback[r, j] = seq[start - 1 - j]
+        starts = np.arange(num_reqs + 1, dtype=np.int32) * (k + 1)
+        batches.append(
+            Batch(
+                torch.tensor(ids, dtype=torch.int32).cuda(),
+                torch.tensor(positions, dtype=torch.int64).cuda(),
+                torch.from_numpy(starts).cuda(),
+                torch.from_numpy(lookback).cuda(),
+            )
+        )
+        for seq, draft in zip(seqs, drafts, strict=True):
+            accepted = int(rng.integers(0, k + 1))
+            seq += draft[:accepted]  # rejected drafts are rolled back
+            seq.append(int(rng.integers(1, vocab)))  # the token sampled after them
+    return batches
+
+
+# --------------------------------------------------------------------------
+# The page cache: evicting the tables and reading residency
+# --------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PAGE = mmap.PAGESIZE
+
+
+def resident_fraction(mapping: mmap.mmap) -> float:
+    """The fraction of `mapping`'s pages in the page cache (mincore)."""
+    size = len(mapping)
+    pages = (size + PAGE - 1) // PAGE
+    vec = np.zeros(pages, dtype=np.uint8)
+    address = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    if _libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vec.ctypes.data_as(ctypes.c_void_p)):
+        raise OSError(ctypes.get_errno(), "mincore")
+    return float((vec & 1).sum()) / pages
+
+
+def evict(tables: list[Any]) -> float:
+    """Drop Engram disk tables' pages from the page cache for real: unmap
+    them from this process first (posix_fadvise DONTNEED leaves mapped pages
+    alone), then drop them. Returns the residency left (mincore), which a
+    cold measurement asserts is 0."""
+    worst = 0.0
+    for table in tables:
+        table.mapping.madvise(mmap.MADV_DONTNEED)
+        for path in table.paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # dirty pages (a fresh export) are not dropped
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        worst = max(worst, resident_fraction(table.mapping))
+    return worst

@@ -1,10 +1,14 @@
-"""Engram-on-disk (patches 0005 and 0006) on a real CUDA GPU.
+"""Engram-on-disk (patch 0005, and the stager calls 0006 makes) on a real
+CUDA GPU.
 
 The patched ``engram.py`` stages rows from tables written by its own
 ``export_engram_tables()``; the released ``engram.py`` looks the same rows up
 from HBM and from pinned host memory. Hashing, dequantizing and the Engram
 forward are the release's Triton kernels in both. Everything is compared bit
-for bit.
+for bit: warm and with the tables evicted from the page cache, decode,
+prefill and speculative-decoding verify steps. ``model_state.py`` (0006)
+itself needs vLLM and is tested on a CPU (tests/release/sm12x); here the
+calls it makes (stage, disarm) are made directly.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from tests.gpu.engram_harness import (  # noqa: E402
     VllmConfigHolder,
     bits,
     env,
+    evict,
     hash_batch,
     layout_config,
     load_engram,
     make_batch,
     make_engram,
     make_hash_state,
+    spec_verify_steps,
     vllm_config,
     write_checkpoint,
 )
@@ -61,11 +67,13 @@ class World(SimpleNamespace):
     layout: Any
     tables: dict[int, tuple[Any, Any]]
     table_dir: Path
-    hash_release: nn.Module
-    hash_patched: nn.Module
-    hbm: list[nn.Module]
-    host: list[nn.Module]
-    disk: list[nn.Module]
+    # The modules' own attributes (staged_rows, prepare_embeddings, ...) are
+    # loaded at run time: typed Any rather than nn.Module.
+    hash_release: Any
+    hash_patched: Any
+    hbm: list[Any]
+    host: list[Any]
+    disk: list[Any]
     stager: Any
 
 
@@ -136,6 +144,70 @@ def test_staged_rows_and_forward_equal_the_release_bit_for_bit(world: World, cas
         assert not torch.equal(bits(out_disk), bits(hidden)), "the Engram forward changed the stream"
         assert torch.equal(bits(out_disk), bits(out_hbm)), f"layer {index}: forward, disk vs HBM"
         assert torch.equal(bits(out_disk), bits(out_host)), f"layer {index}: forward, disk vs pinned host"
+    torch.cuda.synchronize()
+    assert world.stager.stale.sum().item() == 0, "the forward's check passed its own rows"
+
+
+def tables(w: World) -> list[Any]:
+    return [slot.table for slot in w.stager.slots]
+
+
+def assert_step_equals_release(w: World, batch: Batch, what: str) -> None:
+    """Stage `batch`, then the forward of every layer equals the release's
+    HBM and pinned-host paths bit for bit, and its stale check passes."""
+    n = batch.num_tokens
+    stage(w, batch)
+    hashes = release_rows(w, batch)
+    generator = torch.Generator(device="cuda").manual_seed(n)
+    for index in range(len(SHAPE.layer_ids)):
+        disk, hbm, host = w.disk[index], w.hbm[index], w.host[index]
+        host._ready_rows(n)
+        hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), generator=generator, device="cuda").to(torch.bfloat16)
+        layer_hashes = hashes[:, index]
+        disk.prepare_embeddings(layer_hashes)
+        out_disk = disk(hidden, layer_hashes)
+        torch.cuda.synchronize()
+        staged = disk.staged_rows[:n]
+        assert torch.equal(bits(staged), bits(hbm.staged_rows[:n])), f"{what}, layer {index}: rows, disk vs HBM"
+        assert torch.equal(bits(staged), bits(host.staged_rows[:n])), f"{what}, layer {index}: rows, disk vs host"
+        assert torch.equal(bits(out_disk), bits(hbm(hidden, layer_hashes))), f"{what}, layer {index}: forward vs HBM"
+        assert torch.equal(bits(out_disk), bits(host(hidden, layer_hashes))), f"{what}, layer {index}: forward vs host"
+    torch.cuda.synchronize()
+    assert w.stager.stale.sum().item() == 0, what
+
+
+@pytest.mark.parametrize("case", ["decode-8x1", "prefill-8192"])
+def test_cold_staging_reads_evicted_tables_and_equals_the_release(world: World, case: str) -> None:
+    """Pages really evicted (unmapped, dropped, mincore 0%): the stager asks
+    the disk for them (read hints) and stages the same bits as warm."""
+    query_lens, pad_to = CASES[case]
+    batch = make_batch(query_lens, seed=11, pad_to=pad_to)
+    assert evict(tables(world)) == 0.0, "every table page left the page cache"
+    assert_step_equals_release(world, batch, f"cold {case}")
+    assert all(t.hint_calls > 0 for t in tables(world)), "a cold step asks the disk for its pages"
+    # The same step again finds its pages cached: no hints.
+    assert_step_equals_release(world, batch, f"warm {case}")
+    assert all(t.hint_calls == 0 for t in tables(world)), "a warm step skips the hints"
+
+
+def test_speculative_verify_steps_equal_the_release(world: World) -> None:
+    """DSpark k=5: k+1 positions per request, drafts accepted or rolled back
+    between steps; each step staged cold and warm equals the release."""
+    for step, batch in enumerate(spec_verify_steps(num_reqs=8, k=5, steps=4, seed=5)):
+        assert batch.num_tokens == 8 * 6
+        if step % 2 == 0:
+            assert evict(tables(world)) == 0.0
+        assert_step_equals_release(world, batch, f"verify step {step}")
+    # A 48-token verify step padded to a 56-token CUDA graph bucket.
+    (batch,) = spec_verify_steps(num_reqs=8, k=5, steps=1, seed=6)
+    pad = 8
+    padded = Batch(
+        torch.cat([batch.input_ids, batch.input_ids[-1:].repeat(pad)]),
+        torch.cat([batch.positions, torch.zeros(pad, dtype=torch.int64, device="cuda")]),
+        batch.query_start_loc,
+        batch.lookback,
+    )
+    assert_step_equals_release(world, padded, "padded verify step")
 
 
 @pytest.mark.parametrize("tp_size", [2, 5])
@@ -177,6 +249,8 @@ def test_forward_captures_in_a_cuda_graph_and_replays_after_restaging(world: Wor
     disk, hbm = world.disk[0], world.hbm[0]
     first = make_batch([1] * n, seed=100)
     stage(world, first)
+    # The graph's hash ids live in a static buffer (in vLLM the hash op runs
+    # inside the graph on the runner's input buffers).
     hashes = hash_batch(world.hash_patched, world.patched, first)[:, 0].contiguous()
     hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
     side = torch.cuda.Stream()
@@ -196,13 +270,71 @@ def test_forward_captures_in_a_cuda_graph_and_replays_after_restaging(world: Wor
         torch.cuda.set_sync_debug_mode("default")
     for seed in (101, 102, 103):
         batch = make_batch([1] * n, seed=seed)
+        if seed == 102:
+            assert evict(tables(world)) == 0.0  # one restaging from a cold cache
         stage(world, batch)
         step_hashes = release_rows(world, batch)[:, 0]
+        hashes.copy_(step_hashes)
         hidden.copy_(torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16))
         graph.replay()
         expected = hbm(hidden, step_hashes)
         torch.cuda.synchronize()
         assert torch.equal(bits(out), bits(expected)), f"replay after restaging batch {seed}"
+    assert world.stager.stale.sum().item() == 0
+
+    # A replay whose tokens are not the staged ones: caught on the GPU.
+    stage(world, make_batch([1] * n, seed=104))
+    graph.replay()  # hash ids still batch 103's
+    torch.cuda.synchronize()
+    assert world.stager.stale[0].item() == 1
+    assert out.isnan().all(), "the replay's output is poisoned"
+    with pytest.raises(RuntimeError, match="staged for other tokens"):
+        stage(world, make_batch([1] * n, seed=105))
+    world.stager.stale.zero_()
+
+
+def test_a_forward_on_another_steps_rows_is_caught_without_a_host_sync(world: World) -> None:
+    """The stager's rows are batch A's, the forward hashes batch B: the
+    check (one kernel, no sync) flags the layer and poisons its rows with
+    NaN; the next stage() raises. A forward after disarm() (capture) is not
+    checked, and the padding after the checked tokens is not compared."""
+    a, b = make_batch([1] * 8, seed=21), make_batch([1] * 8, seed=22)
+    hashes_b = hash_batch(world.hash_patched, world.patched, b)
+    hidden = torch.randn((8, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
+    disk = world.disk[1]
+    try:
+        stage(world, a)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            disk.prepare_embeddings(hashes_b[:, 1])
+            out = disk(hidden, hashes_b[:, 1])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+        assert world.stager.stale.tolist() == [0, 1], "layer 1's flag, only"
+        assert out.isnan().all(), "every token's output is NaN"
+        with pytest.raises(RuntimeError, match=r"staged for other tokens \(Engram layers \[1\]\)"):
+            stage(world, b)
+        world.stager.stale.zero_()
+
+        # Capture inputs: disarmed, so a dummy forward passes.
+        stage(world, a)
+        world.stager.disarm()
+        disk.prepare_embeddings(hashes_b[:, 1])
+        torch.cuda.synchronize()
+        assert world.stager.stale.sum().item() == 0
+
+        # Only the first num_tokens (the real ones) are compared.
+        world.stager.stage(a.input_ids, a.positions, a.query_start_loc, a.lookback, 4)
+        hashes_a = hash_batch(world.hash_patched, world.patched, a)[:, 1].clone()
+        hashes_a[4:] = hashes_b[4:, 1]  # different padding
+        disk.prepare_embeddings(hashes_a)
+        torch.cuda.synchronize()
+        assert world.stager.stale.sum().item() == 0
+        assert not disk.staged_rows[:8].isnan().any()
+    finally:
+        world.stager.stale.zero_()
 
 
 def test_eager_forward_after_staging_makes_no_host_sync(world: World) -> None:
@@ -248,6 +380,23 @@ def test_buffers_keep_their_addresses_and_steps_allocate_nothing_that_stays(worl
     torch.cuda.synchronize()
     assert addresses() == before
     assert torch.cuda.memory_allocated() == allocated
+
+
+def test_stage_never_returns_without_staging(world: World) -> None:
+    """stage() has no early return: no input ids, or a KV cache the forward
+    would skip Engram for, raise."""
+    batch = make_batch([1] * 4, seed=3)
+    with pytest.raises(ValueError, match="input ids"):
+        world.stager.stage(None, batch.positions, batch.query_start_loc, batch.lookback)
+    kv = world.hash_patched.swa_cache_module.kv_cache
+    world.hash_patched.swa_cache_module.kv_cache = torch.empty(0, device="cuda")
+    try:
+        assert not world.stager.forward_uses_engram()
+        with pytest.raises(RuntimeError, match="KV cache unbound"):
+            stage(world, batch)
+    finally:
+        world.hash_patched.swa_cache_module.kv_cache = kv
+    assert world.stager.forward_uses_engram()
 
 
 def test_disk_mode_without_a_stager_fails_loudly(world: World) -> None:

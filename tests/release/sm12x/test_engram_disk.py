@@ -85,6 +85,10 @@ DISK_NAMES = (
     "_engram_io_pool_lock",
     "engram_io_pool",
     "ENGRAM_ROWS_PER_TASK",
+    "_ENGRAM_PAGE",
+    "ENGRAM_PROBE_ROWS",
+    "ENGRAM_MERGE_GAP_PAGES",
+    "ENGRAM_HINT_PAGES",
     "engram_table_meta_path",
     "_ENGRAM_DISK_DTYPES",
     "_engram_io_workers",
@@ -394,6 +398,10 @@ def check_host_rows(slot, embedding, hashes, values, scales) -> int:
     returns how many rows were read."""
     num_tokens = hashes.shape[0]
     ids = slot.host_ids[: slot.num_rows].numpy().reshape(num_tokens, -1)
+    if slot.all_owned:
+        # Every id is the rank's: row i is id i, and the device reads the
+        # fixed arange instead of uploaded ids.
+        ids = np.arange(slot.num_rows, dtype=np.int32).reshape(num_tokens, -1)
     owned = 0
     for t, per_head in enumerate(expected_rows(embedding, hashes)):
         for j, row in enumerate(per_head):
@@ -580,8 +588,14 @@ def test_forward_has_nothing_to_look_up_on_disk(engram, disk_env):
     # Without a stager the rows would stay zero: refused, not computed.
     with pytest.raises(RuntimeError, match="no EngramDiskStager stages its rows"):
         layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
-    assert engram["EngramDiskStager"].create(model) is layer.disk_stager is not None
+    stager = engram["EngramDiskStager"].create(model)
+    assert stager is layer.disk_stager is not None
+    # With one, the forward only checks the staged ids (a GPU kernel, run in
+    # tests/gpu), and looks nothing up.
+    checks = []
+    stager.check = lambda slot, ids, rows: checks.append((slot, ids.shape, rows.shape))
     layer.prepare_embeddings(torch.zeros(8, len(HEAD_SIZES), dtype=torch.int32))
+    assert checks == [(layer.disk_slot, (8, len(HEAD_SIZES)), layer.staged_rows[:8].shape)]
     assert torch.equal(layer.staged_rows, before)
     with pytest.raises(RuntimeError, match="EngramDiskStager"):
         layer.embed_tokens.lookup(torch.zeros(1, 7, dtype=torch.int32), before)
@@ -723,3 +737,67 @@ def test_lookup_thresholds(patched_source, make_platform, capability, expected):
     )
     thresholds = loaded["_engram_lookup_thresholds"]
     assert thresholds(torch.device("cuda", 0)) == expected
+
+
+class HintRecorder:
+    """``os`` as EngramDiskTable sees it, recording its read hints and
+    answering its non-blocking probes as told (cached or not)."""
+
+    def __init__(self, cached: bool) -> None:
+        self.cached = cached
+        self.hints: list[tuple[int, int]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def posix_fadvise(self, fd, offset, length, advice) -> None:
+        assert advice == os.POSIX_FADV_WILLNEED
+        self.hints.append((offset, length))
+
+    def preadv(self, fd, buffers, offset, flags) -> int:
+        assert flags == os.RWF_NOWAIT
+        if not self.cached:
+            raise BlockingIOError(11, "not cached")
+        return 1
+
+
+def test_a_cold_step_asks_for_its_pages_at_once_merging_nearby_ones(engram, tmp_path, monkeypatch):
+    """Distinct pages in file order, pages at most ENGRAM_MERGE_GAP_PAGES
+    apart in one request, no request longer than ENGRAM_HINT_PAGES; a step
+    whose probed rows are cached asks for nothing."""
+    page = engram["_ENGRAM_PAGE"]
+    rows_per_page = page // DIM
+    num_rows = 200 * rows_per_page
+    stem = tmp_path / "layers.1.engram.embed"
+    np.zeros((num_rows, DIM), np.uint8).tofile(f"{stem}.weight.bin")
+    np.zeros((num_rows, DIM // QUANT_BLOCK), np.uint8).tofile(f"{stem}.scale.bin")
+    write_meta(tmp_path, 1, num_rows)
+    # The shard starts one page into the file: pages are counted in the file.
+    table = engram["EngramDiskTable"].open(
+        str(tmp_path), 1, num_rows, DIM, QUANT_BLOCK, rows_per_page, num_rows - rows_per_page
+    )
+    monkeypatch.setitem(engram, "ENGRAM_MERGE_GAP_PAGES", 4)
+    monkeypatch.setitem(engram, "ENGRAM_HINT_PAGES", 32)
+    shard_pages = [0, 1, 1, 6, 20, 25, 26, *range(100, 161)]  # repeats and a gap of exactly 4
+    rows = np.array([p * rows_per_page + 1 for p in shard_pages][::-1], dtype=np.int64)
+
+    cold = HintRecorder(cached=False)
+    monkeypatch.setitem(engram, "os", cold)
+    table.prefetch(rows)
+    file_page = [(o // page, n // page) for o, n in cold.hints]
+    # shard page p is file page p + 1; 1-7 (gap 4 between 2 and 7), then
+    # 21 and 26-27 (gap 4), then 101-161 split at 32 pages
+    assert file_page == [(1, 7), (21, 7), (101, 32), (133, 29)]
+    assert table.hint_calls == 4
+
+    warm = HintRecorder(cached=True)
+    monkeypatch.setitem(engram, "os", warm)
+    table.prefetch(rows)
+    assert warm.hints == [] and table.hint_calls == 0
+
+    # Large steps find their pages through a page map instead of a sort.
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 4)
+    cold.hints.clear()
+    monkeypatch.setitem(engram, "os", cold)
+    table.prefetch(rows)
+    assert [(o // page, n // page) for o, n in cold.hints] == file_page

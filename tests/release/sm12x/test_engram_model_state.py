@@ -44,6 +44,9 @@ class DefaultModelState:
     def prepare_inputs(self, input_batch, req_states) -> dict:
         return dict(self.base_inputs)
 
+    def prepare_dummy_inputs(self, num_reqs, num_tokens) -> dict:
+        return {}
+
 
 class GatherLookback:
     """``_gather_lookback_kernel[grid](...)``, transcribed to torch."""
@@ -64,11 +67,19 @@ class GatherLookback:
 
 
 class Stager:
-    def __init__(self) -> None:
+    def __init__(self, engram_runs: bool = True) -> None:
         self.calls: list[tuple] = []
+        self.engram_runs = engram_runs
+        self.disarmed = 0
 
-    def stage(self, input_ids, positions, query_start_loc, lookback_token_ids) -> None:
-        self.calls.append((input_ids, positions, query_start_loc, lookback_token_ids.clone()))
+    def forward_uses_engram(self) -> bool:
+        return self.engram_runs
+
+    def disarm(self) -> None:
+        self.disarmed += 1
+
+    def stage(self, input_ids, positions, query_start_loc, lookback_token_ids, num_tokens) -> None:
+        self.calls.append((input_ids, positions, query_start_loc, lookback_token_ids.clone(), num_tokens))
 
 
 def load_state(patched_source, create):
@@ -104,6 +115,7 @@ def batch():
         query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32),
         positions=torch.tensor([4, 5, 6, 9, 0, 0]),  # padded to 6
         input_ids=torch.tensor([7, 8, 9, 10, 0, 0], dtype=torch.int32),
+        num_tokens=4,
     )
     req_states = SimpleNamespace(all_token_ids=SimpleNamespace(gpu=all_ids))
     return input_batch, req_states, all_ids
@@ -139,11 +151,30 @@ def test_rows_are_staged_after_the_lookback_gather(patched_source):
     expected[1] = all_ids[0, [8, 7, 6]]  # request in slot 0, decode at 9
     assert torch.equal(window, expected)
 
-    [(input_ids, positions, query_start_loc, staged_window)] = state.engram_disk_stager.calls
+    [(input_ids, positions, query_start_loc, staged_window, checked)] = state.engram_disk_stager.calls
     assert input_ids is input_batch.input_ids  # the padded ids the forward hashes
     assert positions is input_batch.positions
     assert query_start_loc is input_batch.query_start_loc
     assert torch.equal(staged_window, expected)  # the gather ran first
+    assert checked == 4  # the forward checks the real tokens, not the padding
+
+
+def test_nothing_is_staged_when_the_forward_skips_engram(patched_source):
+    """The profile run (KV cache unbound): the forward skips Engram, so the
+    state does not call stage(), which would raise."""
+    cls = load_state(patched_source, lambda model: Stager(engram_runs=False))
+    state = make_state(cls)
+    input_batch, req_states, _ = batch()
+    state.prepare_inputs(input_batch, req_states)
+    assert state.engram_disk_stager.calls == []
+
+
+def test_capture_inputs_disarm_the_stale_row_check(patched_source):
+    """CUDA graph capture hashes dummy tokens nothing staged."""
+    cls = load_state(patched_source, lambda model: Stager())
+    state = make_state(cls)
+    state.prepare_dummy_inputs(2, 8)
+    assert state.engram_disk_stager.disarmed == 1
 
 
 def test_staging_uses_the_positions_the_forward_gets(patched_source):
