@@ -277,16 +277,20 @@ class Engine:
         no_cache: bool = False,
         verbose: bool = False,
         builder: str | None = None,
+        compress: bool = True,
     ) -> str:
         """Build `context` (a tar for stdin, or a directory) into the local store under `tags`; its image id.
 
         Several platforms only for a join (a Dockerfile of FROM lines), whose image is the index over the
         platforms' images as they are. `builder` names a buildx builder or a docker context to build on.
+        `compress=False` stores the layers uncompressed: for the stand-in bases, whose GBs of layers are never
+        pushed, gzip is most of the build's time (a 200 MB layer here: 37 s compressed, 9 s not).
         """
         if not tags:
             raise ValueError("build needs a tag")
         args = [self.cli, *self._builder_args(builder), "build", "--progress", "plain", "--provenance=false"]
-        args += ["--platform", ",".join(str(p) for p in platforms), "--load"]
+        args += ["--platform", ",".join(str(p) for p in platforms)]
+        args += ["--load"] if compress else ["--output", "type=docker,compression=uncompressed,force-compression=true"]
         args += ["--no-cache"] if no_cache else []
         args += [a for t in tags for a in ("--tag", t)]
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}

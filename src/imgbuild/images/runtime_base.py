@@ -261,8 +261,10 @@ def ensure_runtime(
             install_tree(spec.lock, cache, target, verbose=verbose)
             _log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
             context = build_context(target, rootfs, spec.site_packages, labels_of(spec))
-            engine.build(context, tags=[spec.tag], platforms=[Platform.parse(spec.platform)], epoch=base_epoch(),
-                         verbose=verbose)  # fmt: skip
+            platforms = [Platform.parse(spec.platform)]
+            engine.build(
+                context, tags=[spec.tag], platforms=platforms, epoch=base_epoch(), compress=False, verbose=verbose
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     info = engine.require(spec.tag)

@@ -241,8 +241,8 @@ def ensure_skeleton(
         (context / "vllm.tar").write_bytes(vllm_layer(repo, spec.upstream_commit, spec.package_root,
                                                       spec.site_packages))  # fmt: skip
         (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
-        engine.build(context, tags=[spec.tag], platforms=[Platform.parse(spec.platform)], epoch=base_epoch(),
-                     verbose=verbose)  # fmt: skip
+        platforms = [Platform.parse(spec.platform)]
+        engine.build(context, tags=[spec.tag], platforms=platforms, epoch=base_epoch(), compress=False, verbose=verbose)
     info = engine.require(spec.tag)
     if info.arch != spec.arch:
         raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
