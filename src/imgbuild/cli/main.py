@@ -21,22 +21,21 @@ def _raise_interrupted(_signum: int, _frame: object) -> None:
 
 def run() -> None:
     """Entry point (the console script and `python -m imgbuild`)."""
-    as_json = "--json" in sys.argv
     previous = None
-    try:
+    try:  # first: a Ctrl-C from here on is answered below
         import signal
 
         try:
             previous = signal.signal(signal.SIGINT, _raise_interrupted)
         except ValueError:  # not the main thread (a test calling run): leave signals alone
             previous = None
-        code = _run(as_json)
+        code = _run("--json" in sys.argv)
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: before the handler was in place
         import json
 
         from imgbuild.errors import INTERRUPTED, error_json
 
-        if as_json:
+        if "--json" in sys.argv:
             print(json.dumps(error_json("Interrupted", INTERRUPTED, None, 130)), flush=True)
         print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)
