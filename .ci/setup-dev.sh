@@ -10,4 +10,5 @@ python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 # CPU PyTorch for the SM12x patch tests (a local file on these machines).
 python3 -c 'import torch' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check torch==2.13.0
 bash .ci/setup-sparkrun.sh
+bash .ci/setup-sshd.sh  # the sparkrun distribution test's node login
 echo "[setup-dev] ready"
