@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from imgbuild.errors import DockerError, SmokeError
-from imgbuild.images import labels
+from imgbuild.images import history, labels
 from imgbuild.images.bases import Bases, check_drift, dry_bases
 from imgbuild.images.docker import Engine
 from imgbuild.images.importcheck import release_importers
@@ -223,6 +223,7 @@ class Runner:
         if image_id is None:
             self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
             image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
+            history.record(cache_dir(), ib.immutable_ref, image_id)  # the order `imgbuild history` shows
         else:
             self.say(f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused "
                      "(no docker build)")  # fmt: skip
@@ -272,6 +273,7 @@ class Runner:
         if index_id is None:
             self.say(f"{join.variant}: joining {', '.join(platforms)} as {join.immutable_ref}")
             index_id = self._build(join.context, join.immutable_ref, platforms)
+            history.record(cache_dir(), join.immutable_ref, index_id)
         smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
         moved = self._move(index_id, join.moving_refs) if smoked else False
         for r in results:
