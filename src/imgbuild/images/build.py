@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from imgbuild.errors import DockerError, SmokeError
-from imgbuild.images import history, labels
+from imgbuild.images import history, labels, launchcheck
 from imgbuild.images.bases import Bases, check_drift, dry_bases
 from imgbuild.images.docker import Engine
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs
-from imgbuild.images.plan import BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
+from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
+from imgbuild.patches.variants import VariantPlan
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.mirror import cache_dir
@@ -384,8 +385,27 @@ def prepare(
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
     plan = make_build_plan(inputs, plans, bases, list(selection.names), repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
+        check_entrypoints(engine, plans, bases)
         check_drift(engine, plans, bases, cache_dir())
     return plan
+
+
+def check_entrypoints(engine: Engine, plans: Sequence[VariantPlan], bases: Mapping[tuple[str, str], BaseInfo]) -> None:
+    """Before any build: each base's ENTRYPOINT against its variant's image.entrypoint (launchcheck): a
+    passthrough wrapper nobody decided about, or `keep` of a consuming one, is refused (one probe per base)."""
+    kinds: dict[str, str] = {}
+    for plan in plans:
+        decision = plan.variant.image.entrypoint
+        if decision == "clear":
+            continue
+        for platform in plan.variant.image.platforms:
+            base = bases.get((plan.variant.name, platform))
+            if base is None:
+                continue
+            info = engine.require(base.image_id)
+            if base.image_id not in kinds:
+                kinds[base.image_id] = launchcheck.probe_base(engine, info, Platform.parse(platform))
+            launchcheck.check_decision(plan.variant.name, base.ref, info.entrypoint, kinds[base.image_id], decision)
 
 
 def _current(engine: Engine, ref: str, inputs: str) -> bool:
