@@ -98,6 +98,12 @@ class ImageSpec(Strict):
     )
     env: dict[str, str | None] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
+    entrypoint: Literal["keep", "clear"] | None = Field(
+        default=None,
+        description="the base's ENTRYPOINT: keep (a passthrough wrapper ending in exec \"$@\", e.g. NGC's "
+        'nvidia_entrypoint.sh) or clear (a consuming one such as ["vllm","serve"]); unset: a consuming '
+        "ENTRYPOINT is cleared and a passthrough one is an error at build time",
+    )
 
     @field_validator("platforms")
     @classmethod

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from imgbuild.errors import DockerError, SmokeError
-from imgbuild.images import labels
+from imgbuild.images import history, labels, launchcheck
 from imgbuild.images.bases import Bases, check_drift, dry_bases
 from imgbuild.images.docker import Engine
 from imgbuild.images.importcheck import release_importers
 from imgbuild.images.inputs import project_inputs
-from imgbuild.images.plan import BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
+from imgbuild.images.plan import BaseInfo, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
 from imgbuild.images.smoke import Expected, SmokeReport, smoke
+from imgbuild.patches.variants import VariantPlan
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.mirror import cache_dir
@@ -223,6 +224,7 @@ class Runner:
         if image_id is None:
             self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
             image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
+            history.record(cache_dir(), ib.immutable_ref, image_id)  # the order `imgbuild history` shows
         else:
             self.say(f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused "
                      "(no docker build)")  # fmt: skip
@@ -272,6 +274,7 @@ class Runner:
         if index_id is None:
             self.say(f"{join.variant}: joining {', '.join(platforms)} as {join.immutable_ref}")
             index_id = self._build(join.context, join.immutable_ref, platforms)
+            history.record(cache_dir(), join.immutable_ref, index_id)
         smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
         moved = self._move(index_id, join.moving_refs) if smoked else False
         for r in results:
@@ -382,8 +385,27 @@ def prepare(
     bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
     plan = make_build_plan(inputs, plans, bases, list(selection.names), repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
+        check_entrypoints(engine, plans, bases)
         check_drift(engine, plans, bases, cache_dir())
     return plan
+
+
+def check_entrypoints(engine: Engine, plans: Sequence[VariantPlan], bases: Mapping[tuple[str, str], BaseInfo]) -> None:
+    """Before any build: each base's ENTRYPOINT against its variant's image.entrypoint (launchcheck): a
+    passthrough wrapper nobody decided about, or `keep` of a consuming one, is refused (one probe per base)."""
+    kinds: dict[str, str] = {}
+    for plan in plans:
+        decision = plan.variant.image.entrypoint
+        if decision == "clear":
+            continue
+        for platform in plan.variant.image.platforms:
+            base = bases.get((plan.variant.name, platform))
+            if base is None:
+                continue
+            info = engine.require(base.image_id)
+            if base.image_id not in kinds:
+                kinds[base.image_id] = launchcheck.probe_base(engine, info, Platform.parse(platform))
+            launchcheck.check_decision(plan.variant.name, base.ref, info.entrypoint, kinds[base.image_id], decision)
 
 
 def _current(engine: Engine, ref: str, inputs: str) -> bool:

@@ -73,6 +73,7 @@ class ImageInfo:
     labels: dict[str, str]
     layers: tuple[str, ...]
     size: int
+    last_tagged: str = ""  # the engine's Metadata.LastTagTime (the latest tag written to this image, any name)
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> ImageInfo:
@@ -91,6 +92,7 @@ class ImageInfo:
             labels=dict(cfg.get("Labels") or {}),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             size=int(attrs.get("Size") or 0),
+            last_tagged=str((attrs.get("Metadata") or {}).get("LastTagTime") or ""),
         )
 
     @property

@@ -5,7 +5,8 @@ Three kinds of build, none with a RUN (so no emulation is needed):
 - a layer: `FROM parent`, one `COPY` of the layer's files, and a label naming
   the layer's inputs digest;
 - a variant image: `FROM` its top layer (or the base), then ENV, LABEL and
-  the cleared `ENTRYPOINT []` / `CMD []`. It adds no filesystem layer, so
+  the cleared `ENTRYPOINT []` / `CMD []` (the ENTRYPOINT is kept where the
+  variant says `image.entrypoint: keep`). It adds no filesystem layer, so
   images that share a layer image share its layers byte for byte;
 - a join: one `FROM` per platform's image, picked by TARGETARCH, so that
   BuildKit makes the multi-platform index over those images as they are.
@@ -63,13 +64,16 @@ def render_join(images: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_variant(from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> str:
+def render_variant(
+    from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str], *, keep_entrypoint: bool = False
+) -> str:
+    """`keep_entrypoint` (image.entrypoint: keep) leaves the base's passthrough ENTRYPOINT; CMD is cleared always."""
     lines = ["# imgbuild image: metadata only, on top of its layers", f"FROM {from_ref}"]
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
     lines.extend(_label_lines(labels))
-    lines += ["ENTRYPOINT []", "CMD []"]
+    lines += ["CMD []"] if keep_entrypoint else ["ENTRYPOINT []", "CMD []"]
     return "\n".join(lines) + "\n"
 
 

@@ -76,9 +76,11 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
             report.disagreements.append(
                 f"{row.path}: labels say {row.expected} ({row.expected_sha256[:12]}), the image holds {have}"
             )
-    if info.entrypoint or info.cmd:
+    kept = info.labels.get(lbl.ENTRYPOINT) == "keep"  # the base's passthrough ENTRYPOINT, kept on purpose
+    if (info.entrypoint and not kept) or info.cmd:
         report.disagreements.append(
             f"ENTRYPOINT {list(info.entrypoint or ())} / CMD {list(info.cmd or ())}: imgbuild images clear both"
+            + (" (the ENTRYPOINT is kept: image.entrypoint: keep; CMD is cleared)" if kept else "")
         )
     if lbl.INPUTS in info.labels:  # layers, ENV and labels as imgbuild wrote them
         against = integrity.reference(engine, expected.base_ref, None, expected.layer_digests, info.platform)

@@ -53,6 +53,7 @@ LICENSES = "Apache-2.0"
 INPUTS = f"{PREFIX}inputs"
 CONFIG = f"{PREFIX}config"
 LAYER = f"{PREFIX}layer"
+ENTRYPOINT = f"{PREFIX}entrypoint"  # "keep" when the variant kept its base's passthrough ENTRYPOINT; else absent
 SKELETON = f"{PREFIX}skeleton"
 
 
@@ -218,6 +219,8 @@ def image_labels(
         f"{PREFIX}layers": compact(list(layer_digests)),
         LAYER: layer_digests[-1] if layer_digests else "",
     }
+    if plan.variant.image.entrypoint == "keep":  # absent otherwise, so the other images' labels are unchanged
+        labels[ENTRYPOINT] = "keep"
     labels[CONFIG] = config_label(labels, plan.variant.image.env)
     return dict(sorted(labels.items()))
 

@@ -94,3 +94,59 @@ def run(engine: Engine, info: ImageInfo, platform: Platform | None, timeout: int
     if not first.ran and info.entrypoint:
         cleared = parse(engine.run(info.id, ARGV, platform=platform, timeout=timeout, entrypoint=[""]).stdout)
     return results(info.entrypoint, first, cleared)
+
+
+# -- the base's ENTRYPOINT, decided before a build (image.entrypoint: keep | clear) ------------------
+EXPLAIN = (
+    'two cases: a consuming ENTRYPOINT such as ["vllm","serve"] eats the command a launcher appends '
+    "(sparkrun runs `IMAGE bash -c ...`), so it must be cleared: image.entrypoint: clear (what imgbuild does "
+    "for a consuming one by default); a passthrough wrapper such as NGC's /opt/nvidia/nvidia_entrypoint.sh, "
+    'which does its setup and ends in exec "$@", must be kept or that setup is lost: image.entrypoint: keep'
+)
+
+
+def base_kind(entrypoint: Sequence[str] | None, first: Probe | None) -> str:
+    """ "none" (no ENTRYPOINT), "passthrough" (`bash -c` ran under it) or "consuming" (it did not) (pure)."""
+    if not entrypoint:
+        return "none"
+    return "passthrough" if first is not None and first.ran else "consuming"
+
+
+def known_consuming(entrypoint: Sequence[str]) -> bool:
+    """The stock vLLM images' ["vllm", "serve"] (any path to vllm): consuming, known without a container
+    (running it would start a server for a model named `bash`)."""
+    return bool(entrypoint) and entrypoint[0].rsplit("/", 1)[-1] == "vllm"
+
+
+def probe_base(engine: Engine, info: ImageInfo, platform: Platform, *, timeout: int = 300) -> str:
+    """What the base's ENTRYPOINT does with an appended command: one container, none for an empty
+    ENTRYPOINT or a `vllm ...` one (known_consuming: the stock images and imgbuild's stand-in bases; not
+    the stand-in's label, which an image built FROM it with its own ENTRYPOINT inherits)."""
+    if not info.entrypoint:
+        return "none"
+    if known_consuming(info.entrypoint):
+        return "consuming"
+    return base_kind(info.entrypoint, parse(engine.run(info.id, ARGV, platform=platform, timeout=timeout).stdout))
+
+
+def check_decision(
+    variant: str, base_ref: str, entrypoint: Sequence[str] | None, kind: str, decision: str | None
+) -> None:
+    """Refuse, before any build, a passthrough ENTRYPOINT the config did not decide about, and `keep` of a
+    consuming one (pure; ConfigError)."""
+    from imgbuild.errors import ConfigError
+
+    where = f"images/{variant}.yaml: image.entrypoint"
+    ep = list(entrypoint or [])
+    if kind == "passthrough" and decision is None:
+        raise ConfigError(
+            f"{where} is not set, and the base {base_ref} has ENTRYPOINT {ep}, which passes a command through "
+            "(it ran `bash -c ...` appended to it): imgbuild will not clear it silently",
+            hint=f"{EXPLAIN}. Set one of them in images/{variant}.yaml (or a variant it comes from).",
+        )
+    if kind == "consuming" and decision == "keep":
+        raise ConfigError(
+            f"{where} is keep, but the base {base_ref}'s ENTRYPOINT {ep} consumes the command a launcher appends "
+            "(`bash -c ...` did not run under it)",
+            hint=f"{EXPLAIN}. Use image.entrypoint: clear (or leave it unset) for this base.",
+        )

@@ -322,10 +322,11 @@ def _image(
         title=title_of(repo, v.name, v.image.tags),
         source=project.source,
     )
-    pre = dockerfile.render_variant(from_ref, v.image.env, image_labels)
+    keep = v.image.entrypoint == "keep"
+    pre = dockerfile.render_variant(from_ref, v.image.env, image_labels, keep_entrypoint=keep)
     inputs = _sha(IMAGE_FORMAT, platform, base.image_id, pre)
     final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
-    text = dockerfile.render_variant(from_ref, v.image.env, final_labels)
+    text = dockerfile.render_variant(from_ref, v.image.env, final_labels, keep_entrypoint=keep)
     return ImageBuild(
         variant=v.name,
         platform=platform,

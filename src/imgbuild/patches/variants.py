@@ -29,6 +29,7 @@ class ResolvedImage:
     site_packages: str | None
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
+    entrypoint: str | None = None  # "keep", "clear", or None: undecided (images/*.yaml image.entrypoint)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ def _inherit_image(cfg: VariantConfig, parent: ResolvedVariant | None) -> Resolv
         site_packages=img.site_packages or (up.site_packages if up else None),
         env=tuple(sorted(env.items())),
         labels=tuple(sorted(labels.items())),
+        entrypoint=img.entrypoint or (up.entrypoint if up else None),
     )
 
 
