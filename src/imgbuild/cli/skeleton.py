@@ -86,7 +86,7 @@ def skeleton(
             {
                 "tag": spec.tag,
                 "image_id": info.id,
-                "platform": info.platform,
+                "platform": str(info.platform),
                 "site_packages": spec.site_packages,
                 "upstream_commit": spec.upstream_commit,
                 "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
@@ -122,7 +122,7 @@ def _runtime(
             {
                 "tag": spec.tag,
                 "image_id": res.info.id,
-                "platform": res.info.platform,
+                "platform": str(res.info.platform),
                 "site_packages": spec.site_packages,
                 "lock": str(rl.LOCK_DIR / rl.lock_name(platform)),
                 "lock_digest": spec.lock.digest(),
