@@ -1,0 +1,655 @@
+"""Issue 21's benchmarks at real size: imgbuild on the runtime base (torch + vLLM 0.33.0, ~9 GB), amd64 native.
+
+    python3 benchmarks/bench_real_size.py [--pairs edit noop smoke first] [--rounds 5] [--smoke-rounds 3]
+        [--first-rounds 3] [--old-first-rounds 1] [--out benchmarks/results/issue21-real-size.txt]
+    python3 benchmarks/bench_real_size.py --check    # the pure parts only: no docker, nothing built
+
+Three contenders, each pair interleaved round after round in one run (bench_pairs.interleave's
+order: forward on even rounds, reversed on odd ones; with three contenders the same rule):
+
+- NEW: this branch's code (`--new-src`, default ROOT/src) on a throwaway clone of this repository at HEAD;
+- OLD: the tree before issue 21 (`--old-src`, default /work/old/src: `git worktree add /work/old ad15516`)
+  on a clone at ad15516 (its patches/ and images/ are this branch's);
+- HAND: what a user would write: a work tree of the pinned release (a clone of imgbuild's upstream
+  mirror at the pinned commit), the seven patches applied with `git apply`, then two
+  `docker buildx build --load` of the seed's Dockerfiles (latest: FROM the base, COPY the seven
+  patched files, ENTRYPOINT [] CMD []; engram-mem: FROM latest, COPY the three original Engram
+  files, ENTRYPOINT [] CMD []).
+
+Pairs:
+
+- edit: one added comment line of 0001's patch gets a new suffix before every run (a different
+  text per contender and run, so each run is a real change and no contender hits another's
+  BuildKit cache), then both variants rebuilt `--no-smoke` (HAND: checkout -f, 7x git apply, 2x
+  buildx). BuildKit cache warm on every side. Target NEW <= 1.2x HAND.
+- noop: `build latest engram-mem --base runtime` with nothing changed (after one untimed full
+  build with smoke), under IMGBUILD_ECHO=1: the `buildx build` lines must be 0. NEW against OLD.
+- smoke: `imgbuild smoke latest --base runtime` (NEW, OLD) against one bare
+  `docker run --rm --entrypoint python3 IMAGE -c "import vllm, <the 7 patched modules>"`. One
+  untimed bare run first (page cache). Target NEW <= 1.3x bare.
+- first: both variants `--no-smoke` on a base never built on: before every contender's run a new
+  base (`FROM <runtime base>` + `LABEL`, a new image id) and `docker buildx prune -af`; OLD's
+  OCI layout cache is emptied too (a new release's layers are not in it) and measured after.
+  NEW's extra disk: `du` of its cache before/after. Target NEW <= 1.2x HAND.
+
+NEW and OLD each get their own IMGBUILD_CACHE under the work directory, whose wheels/, mirrors/,
+runtime/ and skeleton/ are links to the user's cache (same downloads on both sides); their own
+parts (OLD's oci-layout, the drift-check records) start empty and warm up in the untimed first
+run of each pair. Images go under IMGBUILD_BENCH_REPOSITORY-{new,old,hand,base}/... and are removed
+at the end, as is the work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "src"))
+
+from bench_pairs import Pair, interleave, load, seconds, spread  # noqa: E402
+
+PREFIX = os.environ.get("IMGBUILD_BENCH_REPOSITORY", "imgbuild-bench-real")
+PLATFORM = "linux/amd64"
+OLD_REV = "ad15516"
+EDIT_PATCH = "0001-sm12x-attention-page-sizes.patch"
+SHARED_CACHE_PARTS = ("wheels", "mirrors", "runtime", "skeleton")
+
+
+def user_cache() -> Path:
+    if os.environ.get("IMGBUILD_CACHE"):
+        return Path(os.environ["IMGBUILD_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imgbuild"
+
+
+# -- pure parts (--check runs these without docker) ---------------------------------------------
+def patched_paths(patch_text: str) -> list[str]:
+    """The files a patch writes, from its `+++ b/` headers."""
+    return [line[len("+++ b/") :].strip() for line in patch_text.splitlines() if line.startswith("+++ b/")]
+
+
+def module_name(path: str) -> str:
+    """vllm/a/b.py -> vllm.a.b (vllm/a/__init__.py -> vllm.a)."""
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def edit_line_index(patch_text: str) -> int:
+    """The first added comment line of a patch: a suffix there keeps the patch applying."""
+    for i, line in enumerate(patch_text.split("\n")):
+        if line.startswith("+") and not line.startswith("+++") and line[1:].lstrip().startswith("#"):
+            return i
+    raise SystemExit("no added comment line to edit")
+
+
+def edited(patch_text: str, index: int, mark: str) -> str:
+    lines = patch_text.split("\n")
+    lines[index] = f"{lines[index]} [bench edit {mark}]"
+    return "\n".join(lines)
+
+
+def dockerfile(base: str, files: list[str], site: str) -> str:
+    """The seed's Dockerfile: FROM, one COPY per file from the work tree, ENTRYPOINT [] CMD []."""
+    return "\n".join([f"FROM {base}", *(f"COPY {p} {site}/{p}" for p in files), "ENTRYPOINT []", "CMD []", ""])
+
+
+def echo_counts(stderr: str) -> tuple[int, int]:
+    """(docker operations, `buildx build` calls) in an IMGBUILD_ECHO=1 stderr."""
+    ops = [line for line in stderr.splitlines() if line.startswith("+ docker")]
+    return len(ops), sum("buildx build" in line for line in ops)
+
+
+# -- processes ------------------------------------------------------------------------------------
+def sh(
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    input: str | None = None,
+    ok: tuple[int, ...] = (0,),
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, input=input, capture_output=True, text=True, check=False)
+    if proc.returncode not in ok:
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{tail}")
+    return proc
+
+
+def runs(cmd: list[str], env: dict[str, str] | None = None) -> Callable[[], None]:
+    """A contender's step: run cmd, fail loudly."""
+
+    def go() -> None:
+        sh(cmd, env=env)
+
+    return go
+
+
+def du(path: Path) -> int:
+    """Bytes under path (links not followed: the shared cache parts do not count)."""
+    if not path.exists():
+        return 0
+    return int(sh(["du", "-sb", str(path)]).stdout.split()[0])
+
+
+def gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def NOTHING() -> None:
+    """The default untimed step: none."""
+
+
+@dataclass
+class Contender:
+    label: str
+    fn: Callable[[], None]
+    prep: Callable[[], None] = NOTHING  # untimed, before each run
+    post: Callable[[], None] = NOTHING  # untimed, after each run
+    limit: int | None = None  # at most this many timed runs (OLD's first build is slow)
+    times: list[float] = field(default_factory=list)
+    warm: float | None = None  # the untimed warm run's seconds, where interleave_all timed it
+
+
+def interleave_all(cs: list[Contender], rounds: int, *, warm: bool) -> None:
+    """bench_pairs.interleave for N contenders (an untimed warm run each, then forward/reversed rounds).
+
+    Two contenders with no limit and a warm run go through bench_pairs.interleave itself."""
+    if warm and len(cs) == 2 and all(c.limit is None for c in cs):
+        a, b = cs
+        for c in cs:
+            if c.post is not NOTHING:
+                raise ValueError(f"{c.label}: bench_pairs.interleave has no untimed step after a run")
+        pair = Pair("", a.label, a.fn, b.label, b.fn, 0.0, a_prep=a.prep, b_prep=b.prep)
+        a.times, b.times = interleave(pair, rounds)
+        return
+    if warm:
+        for c in cs:
+            c.prep()
+            c.warm = seconds(c.fn)
+            c.post()
+    for i in range(rounds):
+        for c in cs if i % 2 == 0 else list(reversed(cs)):
+            if c.limit is not None and len(c.times) >= c.limit:
+                continue
+            c.prep()
+            c.times.append(seconds(c.fn))
+            c.post()
+
+
+@dataclass
+class Row:
+    pair: str
+    cs: list[Contender]
+    ref: Contender  # the ratio's denominator
+    target: float | None  # NEW / ref at most this
+    notes: list[str] = field(default_factory=list)
+
+
+# -- the bench ------------------------------------------------------------------------------------
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.work = Path(tempfile.mkdtemp(prefix="bench-real-size-", dir=args.work_parent))
+        self.facts: list[str] = []
+        self.notes: list[str] = []
+        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand")}
+        self.base_repo = f"{PREFIX}-base/runtime"
+        self.py = sys.executable
+
+    # setup ------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        w = self.work
+        sh(["git", "clone", "-q", str(ROOT), str(w / "new")])
+        rev = sh(["git", "-C", str(w / "new"), "log", "-1", "--format=%h %s"]).stdout.strip()
+        self.facts.append(f"NEW's project: a clone of {ROOT} at {rev[:90]}")
+        sh(["git", "clone", "-q", "--no-checkout", str(ROOT), str(w / "old")])
+        sh(["git", "-C", str(w / "old"), "checkout", "-q", OLD_REV])
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "IMGBUILD_ECHO")}
+        env["PYTHONPYCACHEPREFIX"] = str(w / "pycache")  # warm bytecode, as an installed package has
+        self.env: dict[str, dict[str, str]] = {}
+        for who, src in (("new", self.args.new_src), ("old", self.args.old_src)):
+            cache = w / f"cache-{who}"
+            cache.mkdir()
+            for part in SHARED_CACHE_PARTS:
+                (user_cache() / part).mkdir(parents=True, exist_ok=True)
+                (cache / part).symlink_to(user_cache() / part)
+            self.env[who] = {**env, "PYTHONPATH": str(src), "IMGBUILD_CACHE": str(cache)}
+        self.base_env = {**self.env["new"], "IMGBUILD_CACHE": str(user_cache())}
+
+        from imgbuild.project import Project
+
+        project = Project.load(w / "new")
+        self.series = [p.filename for p in project.patches]
+        latest = project.plan(["latest"])[0]
+        mem = project.plan(["engram-mem"])[0]
+        self.site = latest.variant.image.site_packages or "/usr/local/lib/python3.12/dist-packages"
+        self.latest_files = [f.path for f in latest.files]
+        self.originals = [f.path for f in mem.files if f.state == "original"]
+        headers = [p for name in self.series for p in patched_paths((w / "new/patches" / name).read_text())]
+        self.modules = sorted({module_name(p) for p in headers})
+        up = project.upstream
+        self.commit = up.commit
+        # HAND: the pinned release's work tree and its own copy of the patches
+        hand = w / "hand"
+        hand.mkdir()
+        shutil.copytree(w / "new/patches", hand / "patches")
+        sh(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(hand / "tree")])
+        sh(["git", "-C", str(hand / "tree"), "checkout", "-q", "-f", "--detach", self.commit])
+        self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
+        self.edit_index = edit_line_index(self.patch_text)
+        self.edits = {"new": 0, "old": 0, "hand": 0}
+        self.facts.append(f"patched modules ({len(self.modules)}): {', '.join(self.modules)}")
+        self.facts.append(f"engram originals: {', '.join(self.originals)}")
+        self.facts.append(
+            f"edited line ({EDIT_PATCH}:{self.edit_index + 1}): {self.patch_text.split(chr(10))[self.edit_index]}"
+        )
+
+    def runtime_base(self) -> None:
+        """Build (or find) the runtime base with NEW's code and the user's cache; untimed.
+
+        Without --json: on ee662ed `skeleton --runtime --json` fails after the build (a Platform in the JSON)."""
+        t0 = time.monotonic()
+        cmd = self.imgbuild("new", "skeleton", "--runtime", "--platform", PLATFORM)
+        self.runtime = sh(cmd, env=self.base_env).stdout.split()[-1]
+        fmt = "{{.Id}} {{.Size}}"
+        image_id, size = sh(["docker", "image", "inspect", "--format", fmt, self.runtime]).stdout.split()
+        self.facts.append(
+            f"runtime base: {self.runtime} {image_id[:19]} ({int(size) / 1e9:.1f} GB per docker image inspect), "
+            f"ready in {time.monotonic() - t0:.1f} s"
+        )
+
+    # commands -------------------------------------------------------------------------------------
+    def imgbuild(self, who: str, *args: str) -> list[str]:
+        return [self.py, "-m", "imgbuild", "-C", str(self.work / who), *args]
+
+    def build_cmd(self, who: str, base: str, *extra: str) -> list[str]:
+        return self.imgbuild(
+            who,
+            "build",
+            "latest",
+            "engram-mem",
+            "--base",
+            base,
+            "--platform",
+            PLATFORM,
+            "--repository",
+            self.repo[who],
+            *extra,
+        )
+
+    def smoke_cmd(self, who: str) -> list[str]:
+        return self.imgbuild(
+            who, "smoke", "latest", "--base", "runtime", "--platform", PLATFORM, "--repository", self.repo[who]
+        )
+
+    def smoker(self, who: str, failing: dict[str, str]) -> Callable[[], None]:
+        """imgbuild smoke; exit 8 (a check failed) is timed too and its reason kept."""
+
+        def go() -> None:
+            proc = sh(self.smoke_cmd(who), env=self.env[who], ok=(0, 8))
+            if proc.returncode == 8:
+                lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "fail" in ln.lower()]
+                failing[who] = " | ".join(lines[:3])[:400]
+
+        return go
+
+    def set_edit(self, who: str) -> None:
+        self.edits[who] += 1
+        path = self.work / ("hand/patches" if who == "hand" else f"{who}/patches") / EDIT_PATCH
+        path.write_text(edited(self.patch_text, self.edit_index, f"{who} {self.edits[who]}"))
+
+    def buildx(self, dockerfile_path: Path, tag: str) -> None:
+        sh(
+            [
+                "docker",
+                "buildx",
+                "build",
+                "--platform",
+                PLATFORM,
+                "--load",
+                "-q",
+                "-f",
+                str(dockerfile_path),
+                "-t",
+                tag,
+                str(self.work / "hand/tree"),
+            ]
+        )
+
+    def write_hand_dockerfiles(self, base: str) -> None:
+        hand = self.work / "hand"
+        (hand / "latest.Dockerfile").write_text(dockerfile(base, self.latest_files, self.site))
+        mem_base = f"{self.repo['hand']}:latest"
+        (hand / "engram-mem.Dockerfile").write_text(dockerfile(mem_base, self.originals, self.site))
+
+    def hand(self) -> None:
+        hand = self.work / "hand"
+        tree = str(hand / "tree")
+        sh(["git", "-C", tree, "checkout", "-q", "-f", "--detach", self.commit])
+        for name in self.series:
+            sh(["git", "-C", tree, "apply", str(hand / "patches" / name)])
+        self.buildx(hand / "latest.Dockerfile", f"{self.repo['hand']}:latest")
+        sh(["git", "-C", tree, "checkout", "-q", self.commit, "--", *self.originals])
+        self.buildx(hand / "engram-mem.Dockerfile", f"{self.repo['hand']}:engram-mem")
+
+    # pairs --------------------------------------------------------------------------------------
+    def pair_edit(self) -> Row:
+        self.write_hand_dockerfiles(self.runtime)
+
+        def imgbuild_side(who: str) -> Contender:
+            return Contender(
+                f"{who.upper()}: build latest engram-mem --no-smoke",
+                runs(self.build_cmd(who, "runtime", "--no-smoke"), self.env[who]),
+                prep=lambda: self.set_edit(who),
+            )
+
+        new, old = imgbuild_side("new"), imgbuild_side("old")
+        hand = Contender(
+            "HAND: checkout -f, 7x git apply, 2x buildx --load", self.hand, prep=lambda: self.set_edit("hand")
+        )
+        t0 = time.monotonic()
+        interleave_all([new, old, hand], self.args.rounds, warm=True)
+        notes = [f"pair wall time {time.monotonic() - t0:.0f} s (warm runs included)"]
+        notes += [
+            f"untimed warm run (the first build on the runtime base): {c.label}: {c.warm:.1f} s"
+            for c in (new, old, hand)
+        ]
+        notes.append(f"OLD's oci-layout after the edit pair: {gb(du(self.work / 'cache-old' / 'oci-layout'))}")
+        return Row("edit", [new, old, hand], hand, 1.2, notes)
+
+    def pair_noop(self) -> Row:
+        """--no-smoke: NEW's smoke fails on the runtime base (no standalone kill), so its moving tags never move
+        and a build with smoke is never a no-op for it; both sides alike."""
+        notes = ["both with --no-smoke: NEW's smoke fails on the runtime base (see smoke), so only that is a no-op"]
+        for who in ("new", "old"):  # nothing changed since the edit pair's last build: a no-op already
+            sh(self.build_cmd(who, "runtime", "--no-smoke"), env=self.env[who])
+        counts: dict[str, list[tuple[int, int]]] = {"new": [], "old": []}
+
+        def side(who: str) -> Contender:
+            def fn() -> None:
+                proc = sh(self.build_cmd(who, "runtime", "--no-smoke"), env={**self.env[who], "IMGBUILD_ECHO": "1"})
+                counts[who].append(echo_counts(proc.stderr))
+
+            return Contender(f"{who.upper()}: build latest engram-mem --no-smoke (no change)", fn)
+
+        new, old = side("new"), side("old")
+        interleave_all([new, old], self.args.rounds, warm=True)
+        for who in ("new", "old"):
+            ops = sorted({c[0] for c in counts[who]})
+            bx = sorted({c[1] for c in counts[who]})
+            verdict = "ok" if bx == [0] else "MISSES"
+            notes.append(
+                f"{who.upper()} IMGBUILD_ECHO=1: docker operations per run {ops}, buildx build calls {bx} {verdict}"
+            )
+        return Row("noop", [new, old], old, None, notes)
+
+    def pair_smoke(self) -> Row:
+        out = sh(
+            self.imgbuild(
+                "new",
+                "build",
+                "latest",
+                "--base",
+                "runtime",
+                "--platform",
+                PLATFORM,
+                "--repository",
+                self.repo["new"],
+                "--no-smoke",
+            ),
+            env=self.env["new"],
+        ).stderr
+        found = re.search(r"^latest: (\S+) ", out, re.M)
+        if not found:
+            raise SystemExit(f"no image named in the build's output:\n{out[-800:]}")
+        image = found.group(1)
+        failing: dict[str, str] = {}
+        bare_cmd = [
+            "docker",
+            "run",
+            "--rm",
+            "--entrypoint",
+            "python3",
+            image,
+            "-c",
+            "import vllm, " + ", ".join(self.modules),
+        ]
+        t = seconds(runs(bare_cmd))  # page cache for the base's layers, shared by all three
+        cs = [
+            Contender(
+                f"{who.upper()}: smoke latest --base runtime",
+                self.smoker(who, failing),
+            )
+            for who in ("new", "old")
+        ]
+        bare = Contender("bare: docker run python3 -c 'import vllm, <7 modules>'", runs(bare_cmd))
+        interleave_all([*cs, bare], self.args.smoke_rounds, warm=False)
+        notes = [f"bare command: {shlex.join(bare_cmd)}", f"untimed warm-up bare run: {t:.1f} s"]
+        notes += [f"{who.upper()} smoke exited 8 (timed all the same): {why}" for who, why in failing.items()]
+        return Row("smoke", [*cs, bare], bare, 1.3, notes)
+
+    def pair_first(self) -> Row:
+        notes: list[str] = []
+        serial = {"n": 0}
+        current: dict[str, str] = {}
+        cache_new = self.work / "cache-new"
+        layout = self.work / "cache-old" / "oci-layout"
+        sizes: dict[str, list[int]] = {"new": [], "old": []}
+
+        def new_base(who: str) -> None:
+            serial["n"] += 1
+            tag = f"{self.base_repo}:{who}-{serial['n']}"
+            df = f"FROM {self.runtime}\nLABEL imgbuild-bench.round={who}-{serial['n']}\n"
+            sh(["docker", "buildx", "build", "--platform", PLATFORM, "--load", "-q", "-t", tag, "-"], input=df)
+            sh(["docker", "buildx", "prune", "-af"])
+            current[who] = tag
+
+        def prep(who: str) -> Callable[[], None]:
+            def go() -> None:
+                new_base(who)
+                if who == "hand":
+                    self.write_hand_dockerfiles(current["hand"])
+                if who == "old":
+                    shutil.rmtree(layout, ignore_errors=True)  # a new release's layers are not in it
+                if who == "new":
+                    sizes["new"].append(du(cache_new))
+
+            return go
+
+        def post_new() -> None:
+            sizes["new"].append(du(cache_new))
+
+        def post_old() -> None:
+            sizes["old"].append(du(layout))
+            shutil.rmtree(layout, ignore_errors=True)
+
+        def side(who: str) -> Contender:
+            return Contender(
+                f"{who.upper()}: build latest engram-mem --no-smoke, new base",
+                lambda: sh(self.build_cmd(who, current[who], "--no-smoke"), env=self.env[who]) and None,
+                prep=prep(who),
+                post=post_new if who == "new" else post_old,
+                limit=self.args.old_first_rounds if who == "old" else None,
+            )
+
+        new, old = side("new"), side("old")
+        hand = Contender("HAND: 2x buildx --load, new base, cache pruned", self.hand, prep=prep("hand"))
+        interleave_all(
+            [new, old, hand] if self.args.old_first_rounds else [new, hand], self.args.first_rounds, warm=False
+        )
+        deltas = [sizes["new"][i + 1] - sizes["new"][i] for i in range(0, len(sizes["new"]) - 1, 2)]
+        notes.append(
+            f"NEW's cache ({cache_new}, links not followed) grew by {', '.join(gb(d) for d in deltas)} per run"
+        )
+        for s in sizes["old"]:
+            notes.append(f"OLD's oci-layout after its first build on a new base: {gb(s)} (du -sb; deleted after)")
+        self.first_new_disk = deltas
+        return Row("first", [new, old, hand] if self.args.old_first_rounds else [new, hand], hand, 1.2, notes)
+
+    # cleanup ------------------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        out = subprocess.run(
+            ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=False
+        ).stdout
+        tags = [t for t in out.split() if t.startswith(f"{PREFIX}-")]
+        if tags:
+            subprocess.run(["docker", "rmi", *tags], capture_output=True, check=False)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+# -- report ---------------------------------------------------------------------------------------
+def table(rows: list[Row]) -> list[str]:
+    header = f"{'pair':<6} {'contender':<58} {'n':>2} {'median s':>9} {'min-max s':>15} {'ratio':>6} {'target':>7}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        ref = statistics.median(row.ref.times)
+        for c in row.cs:
+            med = statistics.median(c.times)
+            ratio = f"{med / ref:6.2f}" if c is not row.ref else f"{'ref':>6}"
+            target = ""
+            if row.target is not None and c.label.startswith("NEW"):
+                target = f"{row.target:5.1f}x " + ("ok" if med / ref <= row.target else "MISSES")
+            lines.append(
+                f"{row.pair:<6} {c.label:<58} {len(c.times):>2} {med:>9.2f} {spread(c.times):>15} {ratio} {target}"
+            )
+    return lines
+
+
+def machine_facts() -> list[str]:
+    ver = subprocess.run(
+        ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    bx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, check=False).stdout.strip()
+    driver = subprocess.run(
+        ["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--short", "src"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return [
+        f"machine: {platform.node()} {platform.machine()}, nproc {os.cpu_count()}, kernel {platform.release()}",
+        f"docker {ver} (storage driver {driver}), {bx}",
+        f"NEW: {ROOT} at {head}, src {'with uncommitted changes' if dirty else 'clean'}; OLD: {OLD_REV}",
+    ]
+
+
+def check() -> int:
+    """The pure parts, without docker: modules, the edit, the Dockerfiles, echo counting."""
+    patches = ROOT / "patches"
+    series = [s for s in (patches / "series").read_text().splitlines() if s and not s.startswith("#")]
+    paths = [p for name in series for p in patched_paths((patches / name).read_text())]
+    modules = sorted({module_name(p) for p in paths})
+    print("modules:", modules)
+    assert len(modules) == 7 and all(m.startswith("vllm.") and "/" not in m for m in modules), modules
+    text = (patches / EDIT_PATCH).read_text()
+    i = edit_line_index(text)
+    a, b = edited(text, i, "new 1"), edited(text, i, "new 2")
+    assert a != b and a.count("\n") == text.count("\n") and "[bench edit new 1]" in a.split("\n")[i]
+    print("edit line:", a.split("\n")[i])
+    from imgbuild.project import Project
+
+    up = Project.load(ROOT).upstream  # the mirror of the pinned release in the user's cache
+    with tempfile.TemporaryDirectory() as tmp:  # the edited patch still applies, with the others, by git apply
+        tree = Path(tmp) / "tree"
+        sh(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
+        sh(["git", "-C", str(tree), "checkout", "-q", "-f", "--detach", up.commit])
+        (Path(tmp) / EDIT_PATCH).write_text(a)
+        for name in series:
+            sh(["git", "-C", str(tree), "apply", str(Path(tmp) / name if name == EDIT_PATCH else patches / name)])
+        print(f"git apply: the {len(series)} patches apply, {EDIT_PATCH} edited")
+    print(dockerfile("imgbuild-runtime:amd64-x", paths[:2], "/usr/local/lib/python3.12/dist-packages"))
+    err = "+ docker image inspect a\nimgbuild: x\n+ docker buildx build --load -\n+ git status\n"
+    assert echo_counts(err) == (2, 1), echo_counts(err)
+    assert module_name("vllm/a/__init__.py") == "vllm.a"
+    calls: list[str] = []
+    cs = [Contender(x, lambda x=x: calls.append(x), limit=1 if x == "c" else None) for x in "abc"]
+    interleave_all(cs, 3, warm=False)
+    assert calls == ["a", "b", "c", "b", "a", "a", "b"], calls
+    calls.clear()
+    interleave_all(cs[:2], 2, warm=True)
+    assert calls == ["a", "b", "a", "b", "b", "a"], calls
+    print("check: ok")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", nargs="+", default=["edit", "noop", "smoke", "first"])
+    ap.add_argument("--rounds", type=int, default=5, help="edit and noop")
+    ap.add_argument("--smoke-rounds", type=int, default=3)
+    ap.add_argument("--first-rounds", type=int, default=3)
+    ap.add_argument("--old-first-rounds", type=int, default=1, help="OLD's first builds (~3 min, 9 GB each); 0: none")
+    ap.add_argument("--new-src", type=Path, default=ROOT / "src")
+    ap.add_argument("--old-src", type=Path, default=Path("/work/old/src"))
+    ap.add_argument("--work-parent", default=None, help="where the work directory goes (default: $TMPDIR)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the report here")
+    ap.add_argument("--check", action="store_true", help="test the pure parts; no docker")
+    args = ap.parse_args()
+    if args.check:
+        return check()
+    command = shlex.join([Path(sys.executable).name, *sys.argv])
+    start_load = load()
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    print(f"start: {start_load}", flush=True)
+    facts = machine_facts()  # at the start: the branch may move during the run
+    bench = Bench(args)
+    rows: list[Row] = []
+    failed: list[str] = []
+    try:
+        bench.setup()
+        bench.runtime_base()
+        print("\n".join(bench.facts), flush=True)
+        for name in args.pairs:
+            t0 = time.monotonic()
+            try:
+                rows.append(getattr(bench, f"pair_{name}")())
+            except SystemExit as exc:  # one pair's failure is reported; the others still run
+                failed.append(f"{name}: FAILED after {time.monotonic() - t0:.0f} s: {exc}")
+                print(failed[-1], flush=True)
+                continue
+            print(f"  {name}: done in {time.monotonic() - t0:.0f} s ({load()})", flush=True)
+            print("\n".join(table(rows[-1:])[2:]), flush=True)
+    finally:
+        bench.cleanup()
+    report = [
+        f"# bench_real_size.py: issue 21's pairs at real size ({started})",
+        f"command: {command}",
+        *facts,
+        f"start: {start_load}",
+        *bench.facts,
+        "",
+        *table(rows),
+        "",
+        "ratio: median / the reference's median (edit, first: HAND; smoke: bare docker run; noop: OLD)",
+    ]
+    for row in rows:
+        report += [f"{row.pair}: {n}" for n in row.notes]
+        report += [f"{row.pair}: {c.label}: runs {', '.join(f'{t:.2f}' for t in c.times)}" for c in row.cs]
+    report += failed
+    report.append(f"end: {load()}")
+    text = "\n".join(report) + "\n"
+    print("\n" + text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
