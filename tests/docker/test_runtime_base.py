@@ -18,6 +18,7 @@ import pytest
 from imgbuild.images import runtime_base, runtime_run
 from imgbuild.images.docker import Engine
 from imgbuild.images.labels import SKELETON
+from imgbuild.platforms import Platform
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
 
@@ -75,7 +76,7 @@ def test_amd64_base_imports_vllm_and_runs_its_cli(amd64_base: dict[str, object],
     vllm, torch = res.stdout.split()[-2:]
     assert vllm == "0.33.0" and torch.startswith("2.14.0+cu"), res.stdout  # the index's torch is a CUDA build
     t0 = time.monotonic()
-    opts = runtime_run.runtime_run_options("linux/amd64", cache_dir())
+    opts = runtime_run.runtime_run_options(Platform.parse("linux/amd64"), cache_dir())
     res = engine.run(tag, ["--version"], entrypoint=["vllm"], binds=opts.binds, environment=opts.env)
     version_s = time.monotonic() - t0
     assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == "0.33.0", res.stderr[-3000:]
@@ -104,7 +105,7 @@ def test_arm64_base_imports_vllm_under_qemu_with_an_aarch64_cpuinfo(engine: Engi
     base = build("linux/arm64")
     tag = str(base["tag"])
     assert engine.require(tag).arch == "arm64"
-    opts = runtime_run.runtime_run_options("linux/arm64", cache_dir())
+    opts = runtime_run.runtime_run_options(Platform.parse("linux/arm64"), cache_dir())
     assert opts.binds  # this host is not arm64, so qemu runs it
     code = "import torch, vllm, vllm.models.deepseek_v41.common.engram; print(vllm.__version__)"
     t0 = time.monotonic()

@@ -57,7 +57,7 @@ from imgbuild.upstream import pip
 REPOSITORY = "imgbuild-runtime"
 FORMAT = "imgbuild-runtime/2"
 LABEL = "imgbuild.runtime-base"
-INCLUDE = ("python3", "libstdc++6")
+INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, which sparkrun's health check runs
 IMAGE_PYTHON = "/usr/bin/python3"
 BIN = "usr/local/bin"
 PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
