@@ -180,3 +180,16 @@ def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project:
         assert files == tuple(labels.file_labels(ib.plan))
         assert files == tuple(labels.parse_files(ib.labels["imgbuild.files"]))  # what `smoke IMAGE` reads back
         assert {f.state for f in files} == ({"patched"} if ib.variant == "latest" else {"patched", "original"})
+
+
+def test_only_docker_26_with_the_containerd_store_is_taken() -> None:
+    from imgbuild.images.docker import CONTAINERD_SNAPSHOTTER, engine_problem
+
+    store = [["driver-type", CONTAINERD_SNAPSHOTTER]]
+    assert engine_problem("26.1.5+dfsg1", store) is None
+    assert engine_problem("28.5.0", store) is None
+    assert engine_problem("20.10.24+dfsg1", store) == "this engine has docker 20.10.24+dfsg1"
+    assert engine_problem("26.1.5", [["Backing Filesystem", "extfs"]]) == "this engine has the classic image store"
+    both = engine_problem("20.10.24", [])
+    assert both == "this engine has docker 20.10.24 and the classic image store"
+    assert engine_problem("", store) == "this engine has docker (unknown version)"
