@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pairs import Pair, interleave, load, spread  # noqa: E402
 from many_patches import make_project  # noqa: E402
 
-from imgbuild.images.docker import Engine  # noqa: E402
+from imgbuild.engine import Engine  # noqa: E402
 
 REPO = os.environ.get("IMGBUILD_BENCH_REPOSITORY", "imgbuild-bench/vllm-dsv41")
 

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imgbuild.images.docker import Engine  # noqa: E402
+from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
 
 REPO = "imgbuild-bench/vllm-dsv41"

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pairs import Pair, interleave, load, run, spread  # noqa: E402
 
-from imgbuild.images import build as build_module
-from imgbuild.images.docker import Engine  # noqa: E402
+from imgbuild.build import runner as build_module  # noqa: E402
+from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
 from imgbuild.upstream.mirror import cache_dir  # noqa: E402
 

@@ -56,9 +56,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from imgbuild.stack.matrix import check_onto
 from imgbuild.project import Project, find_root
 from imgbuild.upstream.refs import resolve_ref
+from imgbuild.workflows.matrix import check_onto
 
 TARGET = 0.5
 PAIRS = ("startup", "scaling", "cold", "smoke")

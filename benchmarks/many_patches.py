@@ -14,8 +14,8 @@ import difflib
 import shutil
 from pathlib import Path
 
-from imgbuild.upstream.git import blob_id
 from imgbuild.project import Project
+from imgbuild.upstream.git import blob_id
 
 HEADER = (
     "Description: bench patch {n}: one comment line in {path}\n"

@@ -1,8 +1,8 @@
 """Every external process imgbuild starts goes through here.
 
 Tools have their own funnels on top (git: upstream/git.py, pip: upstream/pip.py,
-docker: images/docker.py, `docker push` and `buildx imagetools`:
-registry/tools.py, cosign: images/signing.py); this module is what they
+docker: engine.py, `docker push` and `buildx imagetools`:
+registry/tools.py, cosign: publish/signing.py); this module is what they
 share: with `IMGBUILD_ECHO=1` each command is printed on stderr as one
 `+ <shlex.join(argv)>` line before it runs (docker SDK calls print the same
 kind of line through `echo`), and a missing

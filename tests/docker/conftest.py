@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images import skeleton
-from imgbuild.images.docker import Engine
+from imgbuild.build import skeleton
+from imgbuild.engine import Engine
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
 from tests.support.cleanup import drop_large

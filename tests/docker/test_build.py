@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.runner import Cli
@@ -108,7 +108,7 @@ def test_force_rebuilds_and_keeps_sharing(make_project: MakeProject, cli: Cli, e
 def test_site_packages_is_asked_from_the_base_when_not_configured(
     make_project: MakeProject, cli: Cli, engine: Engine, prefix: str, skeleton_base: str
 ) -> None:
-    from imgbuild.images.dockerfile import context_tar
+    from imgbuild.plan.dockerfile import context_tar
 
     base = f"{prefix}-nolabel/base:1"
     engine.build(

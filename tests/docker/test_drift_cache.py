@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from imgbuild.build.bases import DRIFT_DIR, Bases, check_drift
+from imgbuild.engine import Engine
 from imgbuild.errors import UpstreamError
-from imgbuild.images.bases import DRIFT_DIR, Bases, check_drift
-from imgbuild.images.docker import Engine
 from imgbuild.project import Project
 from tests.docker.conftest import MakeProject
 from tests.docker.test_failures import derived

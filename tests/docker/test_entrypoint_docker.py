@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, run_cli
 
 pytestmark = pytest.mark.docker

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images.docker import CONTAINER_LABEL, Engine
-from imgbuild.images.dockerfile import context_tar
+from imgbuild.engine import CONTAINER_LABEL, Engine
+from imgbuild.plan.dockerfile import context_tar
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.runner import Cli, ctrl_c

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, run_cli
 
 pytestmark = pytest.mark.docker

@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from imgbuild.images.docker import Engine
-from imgbuild.images.dockerfile import context_tar
+from imgbuild.engine import Engine
+from imgbuild.plan.dockerfile import context_tar
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built
 from tests.support.synth_images import SITE

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from imgbuild.images.docker import CONTAINER_LABEL, Engine
+from imgbuild.engine import CONTAINER_LABEL, Engine
 
 pytestmark = pytest.mark.docker
 
 SLEEP_C = "#include <stdlib.h>\n#include <unistd.h>\nint main(int c, char **v) { sleep(atoi(v[1])); return 0; }\n"
-SCRIPT = "import sys\nfrom imgbuild.images.docker import Engine\nEngine.connect().run(sys.argv[1], ['/sleep', '30'])\n"
+SCRIPT = "import sys\nfrom imgbuild.engine import Engine\nEngine.connect().run(sys.argv[1], ['/sleep', '30'])\n"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Launcher checks against real containers (images/launchcheck.py): arm64 images on the skeleton, under qemu.
+"""Launcher checks against real containers (smoke/launchcheck.py): arm64 images on the skeleton, under qemu.
 
 The skeleton base has ENTRYPOINT ["vllm","serve"] like stock vLLM images, and procps for `kill`.
 """
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from imgbuild.images import launchcheck
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
+from imgbuild.smoke import launchcheck
 
 pytestmark = pytest.mark.docker
 

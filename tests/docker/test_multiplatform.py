@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, cleanup
 from tests.support.registry_env import set_platforms
 from tests.support.runner import Cli

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from tests.docker.conftest import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]

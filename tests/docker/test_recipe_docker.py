@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from tests.docker.conftest import Built
 
 pytestmark = pytest.mark.docker

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images import runtime_base, runtime_run
-from imgbuild.images.docker import Engine
-from imgbuild.images.labels import SKELETON
+from imgbuild.build import runtime_base
+from imgbuild.engine import Engine
+from imgbuild.plan.labels import SKELETON
 from imgbuild.platforms import Platform
+from imgbuild.smoke import runtime_run
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imgbuild.images.docker import Engine
+from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject
 from tests.support.node_daemon import Node, node_daemon
 from tests.support.sshd import SSHD, Sshd, sshd_to

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from imgbuild.build.runner import project_inputs
+from imgbuild.engine import check_binfmt
 from imgbuild.errors import ConfigError, DockerError
-from imgbuild.images import labels
-from imgbuild.images.build import project_inputs
-from imgbuild.images.docker import check_binfmt
-from imgbuild.images.plan import BaseInfo, BuildPlan, make_build_plan
+from imgbuild.plan import labels
+from imgbuild.plan.builds import BaseInfo, BuildPlan, make_build_plan
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from tests.support.synth import Upstream, make_project
@@ -173,7 +173,7 @@ def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Pat
 
 
 def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project: Project) -> None:
-    from imgbuild.images.build import expected_for
+    from imgbuild.build.runner import expected_for
 
     for ib in build_plan(project, ["latest", "engram-mem"]).images:
         files = expected_for(ib).files
@@ -183,7 +183,7 @@ def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project:
 
 
 def test_only_docker_26_with_the_containerd_store_is_taken() -> None:
-    from imgbuild.images.docker import CONTAINERD_SNAPSHOTTER, engine_problem
+    from imgbuild.engine import CONTAINERD_SNAPSHOTTER, engine_problem
 
     store = [["driver-type", CONTAINERD_SNAPSHOTTER]]
     assert engine_problem("26.1.5+dfsg1", store) is None

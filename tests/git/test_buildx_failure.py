@@ -12,8 +12,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from imgbuild.engine import Engine
 from imgbuild.errors import DockerError
-from imgbuild.images.docker import Engine
 
 WHAT = "docker buildx build for linux/arm64 (x:1)"
 LAST_LINE = "ERROR: failed to receive status: rpc error: code = Unavailable desc = error reading from server: EOF"

@@ -10,7 +10,7 @@ import pytest
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
 from imgbuild.report.matrix import matrix_markdown
-from imgbuild.stack.matrix import check_onto
+from imgbuild.workflows.matrix import check_onto
 from tests.support.rebase_world import PATCHES, build_upstream, project, snapshot
 from tests.support.runner import imgbuild_captured as cli
 from tests.support.synth import Upstream

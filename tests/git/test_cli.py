@@ -59,13 +59,29 @@ def test_help_imports_only_the_commands() -> None:
     modules = imported_by("--help")
     assert "imgbuild.cli.app" in modules
     ours = {m.split(".")[1] for m in modules if m.startswith("imgbuild.") and m.count(".") >= 1}
-    assert not {"project", "images", "registry", "deploy", "stack", "upstream", "config", "report"} & ours
+    assert (
+        not {
+            "project",
+            "engine",
+            "plan",
+            "smoke",
+            "build",
+            "publish",
+            "registry",
+            "deploy",
+            "workflows",
+            "upstream",
+            "config",
+            "report",
+        }
+        & ours
+    )
     assert not {"git", "pydantic", "docker", "requests", "rich"} & modules
 
 
 def test_skeleton_help_names_the_skeletons_site_packages() -> None:
+    from imgbuild.build.skeleton import SITE_PACKAGES
     from imgbuild.cli import skeleton
-    from imgbuild.images.skeleton import SITE_PACKAGES
 
     assert skeleton.SITE_PACKAGES == SITE_PACKAGES
 
@@ -74,7 +90,7 @@ def test_publish_and_patches_import_no_docker_sdk() -> None:
     for args in (("publish", "--help"), ("bake", "--help"), ("patches", "check", "--help")):
         modules = imported_by(*args)
         assert "imgbuild.cli." + args[0] in modules  # the command really loaded
-        assert not {"docker", "imgbuild.images.build", "imgbuild.images.docker"} & modules, args
+        assert not {"docker", "imgbuild.build.runner", "imgbuild.engine"} & modules, args
 
 
 # Heavy modules `patches check` (no --onto) does not run: rich only prints tables, the rebase,
@@ -83,10 +99,10 @@ NOT_FOR_CHECK = {
     "docker",
     "requests",
     "rich",
-    "imgbuild.stack.rebase",
-    "imgbuild.stack.queue",
-    "imgbuild.stack.importer",
-    "imgbuild.stack.matrix",
+    "imgbuild.workflows.rebase",
+    "imgbuild.workflows.queue",
+    "imgbuild.workflows.importer",
+    "imgbuild.workflows.matrix",
 }
 
 
@@ -105,7 +121,7 @@ def test_patches_check_json_imports_only_what_it_runs(tmp_path: Path) -> None:
     )
     assert '"ok": true' in out.stdout, out.stderr[-2000:]  # the check really ran, and passed
     modules = set(out.stderr.strip().splitlines()[-1].split())
-    assert "imgbuild.stack.checkstack" in modules
+    assert "imgbuild.workflows.checkstack" in modules
     assert not NOT_FOR_CHECK & modules
 
 

@@ -9,7 +9,7 @@ import pytest
 from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.project import Project, merge3
-from imgbuild.stack.checkstack import check_series
+from imgbuild.workflows.checkstack import check_series
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.support.synth import Upstream, build_on, git, make_project, numbered
 
@@ -270,7 +270,7 @@ def test_allow_fuzz_refused_in_ci(tmp_path: Path, two_releases: Upstream, monkey
 def test_interrupted_apply_leaves_no_trace(
     tmp_path: Path, two_releases: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imgbuild.stack import materialize
+    from imgbuild.workflows import materialize
 
     diff = two_releases.diff("v1", {"vllm/a.py": edit(BASE, "line 20\n", "line twenty\n")})
     proj = project(tmp_path, two_releases, "v1", [("0001-a.patch", "sm12x", diff)])

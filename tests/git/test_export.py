@@ -9,7 +9,9 @@ import pytest
 
 from imgbuild.config.models import UpstreamPin
 from imgbuild.patches.carry import raw_sections
-from imgbuild.stack.writeback import (
+from imgbuild.upstream.commits import commit_files, init_scratch, read_commit, tree_id
+from imgbuild.upstream.git import GitRepo
+from imgbuild.workflows.writeback import (
     Journal,
     bump_last_update,
     dormant_markers,
@@ -17,8 +19,6 @@ from imgbuild.stack.writeback import (
     rewrite_pin,
     rewrite_series_lines,
 )
-from imgbuild.upstream.commits import commit_files, init_scratch, read_commit, tree_id
-from imgbuild.upstream.git import GitRepo
 from tests.support.synth import Upstream
 
 WHEEL_PIN = """# The one pin of upstream vLLM. `imgbuild patches rebase` rewrites it.

@@ -12,9 +12,9 @@ from imgbuild.errors import ApplyError, PatchError, StateError, UpstreamError, U
 from imgbuild.patches import backport
 from imgbuild.patches.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
-from imgbuild.stack import importer, rebase
-from imgbuild.stack.importer import AlreadyUpstream
-from imgbuild.stack.matrix import check_onto
+from imgbuild.workflows import importer, rebase
+from imgbuild.workflows.importer import AlreadyUpstream
+from imgbuild.workflows.matrix import check_onto
 from tests.support.backport_world import FIX_SUBJECT, World, build
 from tests.support.rebase_world import snapshot
 from tests.support.runner import imgbuild_captured as cli

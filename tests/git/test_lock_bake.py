@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imgbuild.build.runner import project_inputs
 from imgbuild.errors import RegistryError
-from imgbuild.images import bake as bakemod
-from imgbuild.images.build import project_inputs
+from imgbuild.plan import bake as bakemod
 from imgbuild.project import Project
 from imgbuild.registry import lock as lockmod
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process

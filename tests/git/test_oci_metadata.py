@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.images import labels
-from imgbuild.images.inputs import project_inputs, project_source
-from imgbuild.images.plan import BaseInfo, make_build_plan
+from imgbuild.plan import labels
+from imgbuild.plan.builds import BaseInfo, make_build_plan
+from imgbuild.plan.inputs import project_inputs, project_source
 from imgbuild.project import Project
 from tests.support.synth import Upstream
 from tests.support.synth_images import SITE, engram_project, release
@@ -74,7 +74,7 @@ def test_labels_name_this_project_and_leave_unknowns_out(project: Project) -> No
 
 
 def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Project) -> None:
-    from imgbuild.images import sbom
+    from imgbuild.publish import sbom
 
     inputs = project_inputs(project)
     bases = {(v, "linux/arm64"): BaseInfo("vllm/vllm-openai:v1", "sha256:" + "1" * 64, "sha256:" + "a" * 64,

@@ -10,11 +10,11 @@ import pytest
 from imgbuild.errors import StateError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.stack import queue as pq
-from imgbuild.stack import rebase
-from imgbuild.stack.workspace import state_dir
 from imgbuild.upstream.commits import read_commit, rev_list
 from imgbuild.upstream.git import GitRepo
+from imgbuild.workflows import queue as pq
+from imgbuild.workflows import rebase
+from imgbuild.workflows.workspace import state_dir
 from tests.support.rebase_world import build_upstream, project, snapshot
 from tests.support.synth import Upstream, git
 

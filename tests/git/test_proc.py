@@ -12,9 +12,9 @@ import docker
 import pytest
 
 from imgbuild import proc
+from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, RegistryError
-from imgbuild.images import signing
-from imgbuild.images.docker import Engine
+from imgbuild.publish import signing
 from imgbuild.registry import tools
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo

@@ -12,10 +12,10 @@ import pytest
 from imgbuild.errors import StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.stack import rebase, rebase_replay
-from imgbuild.stack import writeback as export
-from imgbuild.stack.rebase import RebaseStopped
-from imgbuild.stack.workspace import state_dir
+from imgbuild.workflows import rebase, rebase_replay
+from imgbuild.workflows import writeback as export
+from imgbuild.workflows.rebase import RebaseStopped
+from imgbuild.workflows.workspace import state_dir
 from tests.support.rebase_world import D4, D41, PATCHES, build_upstream, project, snapshot
 from tests.support.synth import Upstream, git
 

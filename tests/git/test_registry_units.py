@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from imgbuild.errors import ConfigError
-from imgbuild.images import publish
+from imgbuild.publish import push as publish
 from imgbuild.registry import reference, tools
 
 

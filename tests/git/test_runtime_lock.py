@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from imgbuild.build import runtime_base as rb
+from imgbuild.build import runtime_lock as rl
 from imgbuild.errors import ConfigError
-from imgbuild.images import runtime_base as rb
-from imgbuild.images import runtime_lock as rl
-from imgbuild.images import runtime_run
 from imgbuild.platforms import Platform
+from imgbuild.smoke import runtime_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 64

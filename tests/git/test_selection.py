@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from imgbuild.build.runner import BuildOptions, dry_plan
 from imgbuild.errors import ConfigError, ExitCode, UsageError
-from imgbuild.images.build import BuildOptions, dry_plan
 from imgbuild.project import Project
 from tests.support.runner import Cli
 from tests.support.synth import Upstream, make_project

@@ -6,10 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from imgbuild.images import integrity, probe, smoke
-from imgbuild.images import labels as lbl
-from imgbuild.images.docker import RunResult
-from imgbuild.images.importcheck import (
+from imgbuild.engine import RunResult
+from imgbuild.plan import labels as lbl
+from imgbuild.smoke import checks as smoke
+from imgbuild.smoke import integrity, probe
+from imgbuild.smoke.importcheck import (
     candidate,
     imported_names,
     importers,

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from imgbuild.images.dockerfile import context_tar, listing, quote, render_layer, render_variant
+from imgbuild.plan.dockerfile import context_tar, listing, quote, render_layer, render_variant
 
 
 def test_layer_dockerfile_is_one_copy_and_no_run() -> None:

@@ -9,9 +9,9 @@ import pytest
 
 from imgbuild.config.models import load_variant
 from imgbuild.errors import ConfigError
-from imgbuild.images import launchcheck
-from imgbuild.images.dockerfile import render_variant
 from imgbuild.patches.variants import resolve_variants
+from imgbuild.plan.dockerfile import render_variant
+from imgbuild.smoke import launchcheck
 
 WRAPPER = ["/opt/nvidia/nvidia_entrypoint.sh"]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from imgbuild.build import history as hist
+from imgbuild.engine import ImageInfo
 from imgbuild.errors import UsageError
-from imgbuild.images import history as hist
-from imgbuild.images.docker import ImageInfo
 from imgbuild.report.history import history_lines, rollback_lines
 
 REPO = "vllm-x"

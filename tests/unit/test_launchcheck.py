@@ -1,8 +1,8 @@
-"""Launcher checks (images/launchcheck.py): the verdicts sparkrun's probe would reach, from probe output."""
+"""Launcher checks (smoke/launchcheck.py): the verdicts sparkrun's probe would reach, from probe output."""
 
 from __future__ import annotations
 
-from imgbuild.images import launchcheck as lc
+from imgbuild.smoke import launchcheck as lc
 
 RAN = f"{lc.TOKEN}\nkill=/usr/bin/kill\n"
 RAN_NO_KILL = f"{lc.TOKEN}\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from imgbuild.images.layers import LayerFile, describe, plan_layers
+from imgbuild.plan.layers import LayerFile, describe, plan_layers
 
 
 def files(*names: str) -> frozenset[LayerFile]:

@@ -18,13 +18,17 @@ RANK = {
     "upstream": 2,
     "patches": 3,
     "project": 4,
-    "registry": 4,
-    "images": 5,
-    "stack": 5,
-    "deploy": 6,
-    "report": 7,
-    "cli": 8,
-    "__main__": 9,
+    "registry": 4,  # image references, `docker push` / `imagetools`, images.lock
+    "engine": 4,  # the Docker engine: the docker SDK and the one `buildx build`
+    "plan": 5,  # pure: what the images will be
+    "smoke": 6,  # checks on a built image
+    "build": 7,  # make the images (and smoke them)
+    "publish": 8,
+    "workflows": 8,  # the patch author's workflows
+    "deploy": 9,
+    "report": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 
 
@@ -64,7 +68,7 @@ def test_imports_run_one_way() -> None:
 # The one module that starts processes on the host (the tools' funnels sit on it), and the program
 # smoke runs inside the image, which is shipped as a resource and never runs here.
 PROCESS_FUNNEL = PACKAGE / "proc.py"
-IN_IMAGE = PACKAGE / "images" / "in_image"
+IN_IMAGE = PACKAGE / "smoke" / "in_image"
 
 
 def test_only_the_process_funnel_mentions_subprocess() -> None:

@@ -11,7 +11,7 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
-    from imgbuild.images import bake as bakemod
+    from imgbuild.plan import bake as bakemod
 
 
 class BakeStale(CheckFailed):
@@ -46,8 +46,8 @@ def bake(
 
       imgbuild bake --matrix -r ghcr.io/acme     # what CI must build
     """
-    from imgbuild.images import bake as bakemod
-    from imgbuild.images.inputs import project_inputs
+    from imgbuild.plan import bake as bakemod
+    from imgbuild.plan.inputs import project_inputs
     from imgbuild.project import load_project
     from imgbuild.registry.lock import load_lock
     from imgbuild.report.tables import console, err_console, print_json

@@ -11,8 +11,8 @@ import typer
 from imgbuild.cli.options import JsonOpt
 
 if TYPE_CHECKING:
-    from imgbuild.images.build import BuildOptions
-    from imgbuild.images.smoke import SmokeReport
+    from imgbuild.build.runner import BuildOptions
+    from imgbuild.smoke.checks import SmokeReport
 
 
 BaseOpt = Annotated[
@@ -52,7 +52,7 @@ BuilderOpt = Annotated[
 
 def options(base: str | None, repository: str | None, builder: str | None = None, **kw: bool) -> BuildOptions:
     """The build's options (--platform is part of the selection: `Project.select`)."""
-    from imgbuild.images.build import BuildOptions
+    from imgbuild.build.runner import BuildOptions
 
     return BuildOptions(
         base=base or os.environ.get("IMGBUILD_BASE") or None,
@@ -100,8 +100,8 @@ def build(
 
       imgbuild build --platform all --builder spark-farm
     """
-    from imgbuild.images import build as engine
-    from imgbuild.images.docker import Engine
+    from imgbuild.build import runner as engine
+    from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.build import print_dry_run, print_result
     from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit

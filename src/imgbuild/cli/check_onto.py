@@ -21,11 +21,11 @@ def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
 def note_rebase(root: Path) -> None:
     """Say so on stderr when a rebase is in progress or was interrupted."""
     from imgbuild.report import tables
-    from imgbuild.stack.workspace import state_dir
+    from imgbuild.workflows.workspace import state_dir
 
     if not state_dir(root, "rebase").exists():  # no rebase state: nothing to say, and no rebase module to load
         return
-    from imgbuild.stack.rebase import in_progress_message
+    from imgbuild.workflows.rebase import in_progress_message
 
     busy = in_progress_message(root)
     if busy:
@@ -40,7 +40,7 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
     if allow_fuzz:
         raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
     from imgbuild.report.matrix import matrix_markdown, matrix_table  # rich and the carry machinery: only with --onto
-    from imgbuild.stack.matrix import check_onto
+    from imgbuild.workflows.matrix import check_onto
 
     project = load_project()
     note_rebase(project.root)

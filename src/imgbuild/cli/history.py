@@ -35,8 +35,8 @@ def history(
 
       imgbuild history engram-mem --json
     """
-    from imgbuild.images import history as hist
-    from imgbuild.images.docker import Engine
+    from imgbuild.build import history as hist
+    from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.history import history_lines
     from imgbuild.report.tables import console, print_json

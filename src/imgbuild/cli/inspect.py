@@ -34,13 +34,13 @@ def inspect(
     """
     from rich.markup import escape
 
-    from imgbuild.images import signing
-    from imgbuild.images.docker import Engine
-    from imgbuild.images.inspect import inspect_image
-    from imgbuild.images.labels import OCI, PREFIX
-    from imgbuild.images.pull import is_registry_ref, localize
+    from imgbuild.engine import Engine
+    from imgbuild.plan.labels import OCI, PREFIX
+    from imgbuild.publish import signing
     from imgbuild.report.images import file_matrix
     from imgbuild.report.tables import console, print_json
+    from imgbuild.smoke.inspect import inspect_image
+    from imgbuild.smoke.pull import is_registry_ref, localize
 
     if pub_key is not None and not is_registry_ref(image):
         raise UsageError(f"--key checks what a registry holds; {image!r} is a local name", hint="pass host/repo:tag")

@@ -64,7 +64,7 @@ def import_cmd(
     """
     from imgbuild.project import find_root
     from imgbuild.report.tables import console, print_json
-    from imgbuild.stack import importer
+    from imgbuild.workflows import importer
 
     overrides = importer.Overrides(description, author, origin, bug, github)
     result = importer.import_patch(

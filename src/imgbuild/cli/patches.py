@@ -83,7 +83,7 @@ def check(
     from imgbuild.project import load_project
     from imgbuild.report import tables
     from imgbuild.report.tables import outcomes_table, print_json
-    from imgbuild.stack.checkstack import check_series
+    from imgbuild.workflows.checkstack import check_series
 
     across = bool(onto or more_refs or markdown is not None or strict)
     project = load_project()
@@ -141,7 +141,7 @@ def apply(
     from imgbuild.project import load_project
     from imgbuild.report import tables
     from imgbuild.report.tables import outcomes_table, print_json
-    from imgbuild.stack.checkstack import SeriesRefused, apply_into
+    from imgbuild.workflows.checkstack import SeriesRefused, apply_into
 
     project = load_project()
     try:
@@ -202,7 +202,7 @@ def status(as_json: JsonOpt = False) -> None:
 
 def _rebase_state(root: Path) -> dict[str, object] | None:
     """A rebase that is stopped or was interrupted, as `patches status` shows it."""
-    from imgbuild.stack import rebase
+    from imgbuild.workflows import rebase
 
     message = rebase.in_progress_message(root)
     if message is None:

@@ -51,7 +51,7 @@ def rebase_cmd(
 
     from imgbuild.project import find_root
     from imgbuild.report.tables import console, print_json
-    from imgbuild.stack import rebase
+    from imgbuild.workflows import rebase
 
     root = find_root()
     chosen = [
@@ -109,7 +109,7 @@ def edit_cmd(
     """
     from imgbuild.project import find_root
     from imgbuild.report.tables import console, print_json
-    from imgbuild.stack import queue as pq
+    from imgbuild.workflows import queue as pq
 
     root = find_root()
     if discard:
@@ -141,7 +141,7 @@ def refresh_cmd(
     """
     from imgbuild.project import find_root
     from imgbuild.report.tables import console, print_json
-    from imgbuild.stack import queue as pq
+    from imgbuild.workflows import queue as pq
 
     root = find_root()
     result = pq.refresh(root, close=close)

@@ -63,9 +63,9 @@ def publish(
 
       imgbuild publish latest -r 127.0.0.1:5000 --sbom --sign --key cosign.key
     """
-    from imgbuild.images import publish as pub
-    from imgbuild.images import signing
     from imgbuild.project import load_project
+    from imgbuild.publish import push as pub
+    from imgbuild.publish import signing
     from imgbuild.report.publish import print_publish
     from imgbuild.report.tables import print_json
 

@@ -43,8 +43,8 @@ def rollback(
 
       imgbuild rollback engram-mem --to 0.33.0-2a6da4c5ddd6 --json
     """
-    from imgbuild.images import history as hist
-    from imgbuild.images.docker import Engine
+    from imgbuild.build import history as hist
+    from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.history import rollback_lines
     from imgbuild.report.tables import console, print_json

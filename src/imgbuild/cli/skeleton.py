@@ -59,10 +59,10 @@ def skeleton(
       imgbuild skeleton --runtime --platform linux/amd64 --json
       imgbuild skeleton --runtime --relock --platform linux/arm64
     """
+    from imgbuild.build import bases as engine
+    from imgbuild.build import skeleton as skel
     from imgbuild.config.models import check_platform
-    from imgbuild.images import bases as engine
-    from imgbuild.images import skeleton as skel
-    from imgbuild.images.docker import Engine
+    from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir
@@ -106,10 +106,10 @@ def _runtime(
     verbose: bool,
     as_json: bool,
 ) -> None:
-    from imgbuild.images import bases as engine
-    from imgbuild.images import runtime_base as rb
-    from imgbuild.images import runtime_lock as rl
-    from imgbuild.images.docker import Engine
+    from imgbuild.build import bases as engine
+    from imgbuild.build import runtime_base as rb
+    from imgbuild.build import runtime_lock as rl
+    from imgbuild.engine import Engine
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir
 

@@ -13,8 +13,8 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError, UsageError
 
 if TYPE_CHECKING:
-    from imgbuild.images.smoke import SmokeReport
     from imgbuild.project import Project
+    from imgbuild.smoke.checks import SmokeReport
 
 
 def _project() -> Project | None:
@@ -49,13 +49,13 @@ def smoke_cmd(
 
       imgbuild smoke vllm-dsv41:latest --json
     """
-    from imgbuild.images import build as engine
-    from imgbuild.images.docker import Engine
-    from imgbuild.images.labels import PREFIX
-    from imgbuild.images.pull import localize
-    from imgbuild.images.smoke import expected_from_labels, smoke, summary
+    from imgbuild.build import runner as engine
+    from imgbuild.engine import Engine
+    from imgbuild.plan.labels import PREFIX
     from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
     from imgbuild.report.tables import console, print_json
+    from imgbuild.smoke.checks import expected_from_labels, smoke, summary
+    from imgbuild.smoke.pull import localize
 
     if junit is not None:
         check_junit_path(junit)

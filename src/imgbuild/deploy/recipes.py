@@ -105,7 +105,7 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
 
         reference.parse(image)  # a ConfigError names what is wrong with it
         return Pinned(image, None, "given"), None
-    from imgbuild.images.docker import Engine
+    from imgbuild.engine import Engine
 
     wanted = image or (f"{repository}:{tags[0]}" if repository and tags else None)
     if wanted is None:

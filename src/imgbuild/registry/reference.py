@@ -4,7 +4,7 @@
 host when it has a dot or a colon or is `localhost`; otherwise the registry is
 Docker Hub and a one-component path gets `library/`. Loopback registries speak
 plain HTTP (docker treats 127.0.0.0/8 and localhost as insecure; cosign needs
-telling, images/signing.py); every other registry is HTTPS.
+telling, publish/signing.py); every other registry is HTTPS.
 """
 
 from __future__ import annotations

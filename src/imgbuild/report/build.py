@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from imgbuild.images import dockerfile, layers
-from imgbuild.images.build import BuildResult, DryRun, sharing
+from imgbuild.build.runner import BuildResult, DryRun, sharing
+from imgbuild.plan import dockerfile, layers
 from imgbuild.report.tables import console, plan_matrix
 
 

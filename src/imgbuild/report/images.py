@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.table import Table
 
 from imgbuild.errors import UsageError, write_error
-from imgbuild.images.smoke import FileRow, SmokeReport
 from imgbuild.report.tables import short_name
+from imgbuild.smoke.checks import FileRow, SmokeReport
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
 

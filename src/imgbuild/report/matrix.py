@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from imgbuild.stack.matrix import Matrix
+from imgbuild.workflows.matrix import Matrix
 
 MARK = {"exact": "✅", "offset": "✅", "3way": "⚠️", "partly-upstreamed": "⬆️", "upstreamed": "⬆️", "conflict": "❌"}
 

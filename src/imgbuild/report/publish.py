@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from imgbuild.images.publish import PublishResult
+from imgbuild.publish.push import PublishResult
 from imgbuild.report.tables import console
 
 

@@ -1,0 +1,224 @@
+"""Bases for a build: which image each variant and platform builds on, and whether it carries the pin.
+
+`Bases.resolve` finds a base in the local store (pulling it if it is not
+there), builds a stand-in (`skeleton`, `runtime`) when asked, and asks the
+base where `vllm/` lives unless the variant says. `check_drift` refuses a
+base whose planned files are not the pinned release's pristine files, and
+keeps a passed check in the cache so an unchanged base is not read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imgbuild.atomic import write_json
+from imgbuild.build import skeleton
+from imgbuild.engine import Engine, ImageInfo, check_binfmt
+from imgbuild.errors import ConfigError, DockerError, UpstreamError
+from imgbuild.patches.variants import VariantPlan
+from imgbuild.plan import labels
+from imgbuild.plan.builds import BaseInfo
+from imgbuild.platforms import Platform
+from imgbuild.project import Project
+from imgbuild.upstream.mirror import cache_dir
+
+if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
+    from imgbuild.build import runtime_base
+
+SKELETON = "skeleton"
+RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
+Say = Callable[[str], None]
+
+
+def base_ref(plan: VariantPlan, base: str | None) -> str:
+    ref = base or plan.variant.image.base
+    if not ref:
+        raise ConfigError(
+            f"images/{plan.variant.name}.yaml: image.base is not set (nor inherited through from:)",
+            hint="set image.base, or pass --base REF (--base skeleton builds on the offline stand-in)",
+        )
+    return ref
+
+
+def skeleton_spec(project: Project, site_packages: str | None, platform: str) -> skeleton.SkeletonSpec:
+    """The stand-in base for `project` on `platform`, with vllm/ where the variant expects it."""
+    return skeleton.SkeletonSpec(
+        platform=platform,
+        upstream_commit=project.pin.commit,
+        package_root=project.pin.package_root,
+        site_packages=site_packages or skeleton.SITE_PACKAGES,
+    )
+
+
+def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
+    """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
+    from imgbuild.build import runtime_base, runtime_lock
+
+    lock = runtime_lock.load_lock(project.root, platform)
+    pin = lock.pin(runtime_lock.ROOT)
+    if pin is None or pin.version != project.pin.version:
+        raise UpstreamError(
+            f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks vllm "
+            f"{pin.version if pin else '(none)'}, but patches/upstream.yaml pins {project.pin.version}",
+            hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
+        )
+    return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
+
+
+def dry_bases(
+    project: Project, plans: Sequence[VariantPlan], base: str | None, engine: Engine | None
+) -> dict[tuple[str, str], BaseInfo]:
+    """Bases as far as a dry run can know them (the daemon is asked if it answers)."""
+    out = {}
+    for plan in plans:
+        for platform in plan.variant.image.platforms:
+            ref = base_ref(plan, base)
+            site = plan.variant.image.site_packages
+            if ref in (SKELETON, RUNTIME):
+                spec = (skeleton_spec if ref == SKELETON else runtime_spec)(project, site, platform)
+                ref, site = spec.tag, spec.site_packages
+            info = engine.image(ref) if engine else None
+            site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
+            image_id = info.id if info else "unresolved"
+            out[(plan.variant.name, platform)] = BaseInfo(
+                ref, image_id, info.registry_digest if info else None, platform, site
+            )
+    return out
+
+
+# -- resolving bases --------------------------------------------------------
+SITE_PROBE = (
+    "import importlib.util as u, os, sys, sysconfig\n"
+    "s = u.find_spec(sys.argv[1])\n"
+    "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else sysconfig.get_paths()['purelib'])\n"
+)
+
+
+class Bases:
+    """Resolves and caches bases for one run."""
+
+    def __init__(self, engine: Engine, project: Project, base: str | None, verbose: bool, say: Say) -> None:
+        self.engine, self.project, self.base, self.verbose, self.say = engine, project, base, verbose, say
+        self._info: dict[tuple[str, str], ImageInfo] = {}
+        self._site: dict[tuple[str, str], str] = {}
+
+    def resolve(self, plan: VariantPlan, platform: str) -> BaseInfo:
+        ref = base_ref(plan, self.base)
+        skel = ref == SKELETON
+        site_cfg = plan.variant.image.site_packages
+        if skel:
+            spec = skeleton_spec(self.project, site_cfg, platform)
+            ref = spec.tag
+            if (ref, platform) not in self._info:
+                up = self.project.upstream
+                self._info[(ref, platform)] = skeleton.ensure_skeleton(
+                    self.engine, spec, up.repo, cache_dir(), verbose=self.verbose
+                )
+        elif ref == RUNTIME:
+            rspec = runtime_spec(self.project, site_cfg, platform)
+            ref = rspec.tag
+            if (ref, platform) not in self._info:
+                from imgbuild.build import runtime_base
+
+                built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.verbose)
+                self._info[(ref, platform)] = built.info
+        info = self._image(ref, platform)
+        site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
+        return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
+
+    def _image(self, ref: str, platform: str) -> ImageInfo:
+        if (ref, platform) not in self._info:
+            info = self.engine.image(ref)
+            if info is None:
+                self.say(f"base {ref} is not in the local image store; pulling it for {platform}")
+                info = self.engine.pull(ref, Platform.parse(platform))
+            if info.platform != Platform.parse(platform):
+                raise DockerError(
+                    f"base {ref} in the local image store is {info.platform}, but the build is for {platform}",
+                    hint="a local store holds one platform per tag: load the base for this platform, or use "
+                    "--base skeleton (one stand-in per platform)",
+                )
+            self._info[(ref, platform)] = info
+        return self._info[(ref, platform)]
+
+    def _site_packages(self, info: ImageInfo, ref: str, platform: str) -> str:
+        if (info.id, platform) not in self._site:
+            check_binfmt(info.platform, self.engine.arch)
+            root = self.project.pin.package_root
+            res = self.engine.run(
+                info.id, ["-c", SITE_PROBE, root], platform=info.platform, entrypoint=["python3"], timeout=300
+            )
+            lines = res.stdout.strip().splitlines()
+            if res.exit_code != 0 or not lines or not lines[-1].startswith("/"):
+                raise DockerError(
+                    f"cannot find where {root}/ lives in base {ref}: python3 said "
+                    f"{(res.stderr or res.stdout).strip()[-300:]!r}",
+                    hint="set image.site_packages in the variant's YAML",
+                )
+            self._site[(info.id, platform)] = lines[-1]
+            self.say(f"base {ref}: {root}/ lives in {lines[-1]}")
+        return self._site[(info.id, platform)]
+
+
+DRIFT_DIR = "drift-checked"  # one file per (base id, platform, site-packages, pinned hashes) that passed
+
+
+def drift_key(image_id: str, platform: str, site_packages: str, wanted: dict[str, str | None]) -> str:
+    """What a passed drift check depends on: the base's id, where vllm/ lives, and each planned file's pinned hash."""
+    lines = ["imgbuild-drift/1", image_id, platform, site_packages]
+    lines += [f"{path}\0{wanted[path] or '-'}" for path in sorted(wanted)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def check_drift(
+    engine: Engine,
+    plans: Sequence[VariantPlan],
+    bases: dict[tuple[str, str], BaseInfo],
+    cache: Path | None = None,
+) -> None:
+    """Refuse when a planned file in a base is not the pinned release's pristine file.
+
+    A base that passed with the same planned files is not read again: `cache`
+    (the imgbuild cache's drift-checked/) keeps one file per `drift_key`, so a
+    different base id, site-packages or pinned hash checks again. An image id
+    is a digest of the image, so its files cannot change under it.
+    """
+    problems: list[str] = []
+    by_base: dict[tuple[str, str, str], dict[str, str | None]] = {}
+    for plan in plans:
+        for platform in plan.variant.image.platforms:
+            base = bases[(plan.variant.name, platform)]
+            wanted = by_base.setdefault((base.image_id, platform, base.site_packages), {})
+            for f in plan.files:
+                wanted[f.path] = f.pristine_sha256
+    refs = {(b.image_id, b.platform, b.site_packages): b.ref for b in bases.values()}
+    for (image_id, platform, site), wanted in by_base.items():
+        marker = cache / DRIFT_DIR / drift_key(image_id, platform, site, wanted) if cache else None
+        if marker is not None and marker.is_file():
+            continue
+        paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
+        found = engine.read_files(image_id, list(paths), Platform.parse(platform))
+        before = len(problems)
+        for full, rel in paths.items():
+            data = found[full]
+            have = hashlib.sha256(data).hexdigest() if data is not None else None
+            want = wanted[rel]
+            if have != want:
+                problems.append(
+                    f"{refs[(image_id, platform, site)]}: {full}: base has {have or 'no such file'}, "
+                    f"the pinned release has {want or 'no such file'}"
+                )
+        if marker is not None and len(problems) == before:
+            with contextlib.suppress(OSError):  # a cache that cannot keep it checks again next time
+                write_json(marker, {"base": image_id, "platform": platform, "site_packages": site, "files": wanted})
+    if problems:
+        raise UpstreamError(
+            "base drift: the base does not carry the pinned release's files, so overlaying patched files on it "
+            "would mix releases:\n  " + "\n  ".join(problems),
+            hint="use a base built from the pinned release, or re-pin patches/upstream.yaml to the release in the "
+            "base (then `imgbuild patches check`)",
+        )

@@ -1,0 +1,448 @@
+"""Build variant images on a real Docker engine: plan, check, then act.
+
+1. Plan every variant (files, layers, Dockerfiles, tags) with the pure
+   functions of layers.py and plan.py; `--dry-run` stops here.
+2. Resolve each base (a local image, a pull, or the skeleton stand-in), its
+   site-packages directory, and refuse base drift: every planned file must be
+   the pinned release's pristine file in the base.
+3. Refuse tag collisions with images imgbuild did not build, before touching
+   any tag.
+4. Build each needed layer once (or reuse it when its inputs digest matches),
+   then each image (one BuildKit call each, docker.py): tag the immutable tag,
+   smoke-test, and only then move the moving tags. An image whose inputs
+   digest matches is reused without any docker build. A variant made for
+   several platforms is then joined into one multi-platform image, which
+   takes its moving tags. A failure or an interrupt puts the tags back as
+   they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from imgbuild.build import history
+from imgbuild.build.bases import Bases, check_drift, dry_bases
+from imgbuild.engine import Engine
+from imgbuild.errors import DockerError, SmokeError
+from imgbuild.patches.variants import VariantPlan
+from imgbuild.plan import labels
+from imgbuild.plan.builds import BaseInfo, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
+from imgbuild.plan.inputs import project_inputs
+from imgbuild.platforms import Platform
+from imgbuild.project import Project, Selection
+from imgbuild.smoke import launchcheck
+from imgbuild.smoke.checks import Expected, SmokeReport, smoke
+from imgbuild.smoke.importcheck import release_importers
+from imgbuild.upstream.mirror import cache_dir
+
+if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
+    pass
+
+Say = Callable[[str], None]
+ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    base: str | None = None  # "skeleton" or an image reference; overrides image.base
+    repository: str | None = None  # overrides image.repository (e.g. for tests)
+    force: bool = False
+    smoke: bool = True
+    verbose: bool = False
+    builder: str | None = None  # a buildx builder (remote or multi-node BuildKit); default: buildx's own choice
+
+
+@dataclass
+class LayerResult:
+    digest: str
+    tag: str
+    image_id: str
+    files: tuple[str, ...]
+    built: bool
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ImageResult:
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    moving: tuple[str, ...]
+    inputs_digest: str
+    built: bool
+    moved: bool
+    layers: tuple[str, ...]  # RootFS diff ids
+    smoke: SmokeReport | None = None
+    note: str = ""
+    base_layers: int = 0
+    index: str = ""  # the multi-platform image this platform's image is part of
+    index_ref: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platform": self.platform,
+            "image_id": self.image_id,
+            "immutable": self.immutable,
+            "moving": list(self.moving),
+            "inputs_digest": self.inputs_digest,
+            "built": self.built,
+            "moved": self.moved,
+            "rootfs_layers": list(self.layers),
+            "base_layers": self.base_layers,
+            "index": self.index or None,
+            "index_ref": self.index_ref or None,
+            "note": self.note,
+            "smoke": self.smoke.to_json() if self.smoke else None,
+        }
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What `build --dry-run` shows: the plan, and whether the daemon answered (else the bases are
+    unresolved and the digests provisional)."""
+
+    plan: BuildPlan
+    asked: bool
+
+    def to_json(self) -> dict[str, object]:
+        return self.plan.to_json()
+
+
+@dataclass
+class BuildResult:
+    plan: BuildPlan
+    layers: list[LayerResult] = field(default_factory=list)
+    images: list[ImageResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {"layers": [lr.to_json() for lr in self.layers], "images": [i.to_json() for i in self.images]}
+
+
+def check_collisions(engine: Engine, plan: BuildPlan) -> None:
+    """Refuse before any build when a tag we would write names an image imgbuild did not build."""
+    clashes = []
+    wanted: list[tuple[str, str]] = [(lb.tag, labels.LAYER) for lb in plan.layers]
+    for t in (*plan.images, *plan.joins):
+        wanted += [(t.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in t.moving_refs)]
+    for ref, key in wanted:
+        info = engine.image(ref)
+        if info is not None and key not in info.labels:
+            clashes.append(f"{ref} (image {info.id[7:19]}, no {key} label)")
+    if clashes:
+        raise DockerError(
+            "tag collision: these tags name images that imgbuild did not build, and imgbuild will not move them:\n  "
+            + "\n  ".join(clashes),
+            hint="remove or rename them (`docker rmi TAG` / `docker tag`), or build into another repository "
+            "(image.repository, or --repository)",
+        )
+
+
+# -- executing --------------------------------------------------------------
+OnSmoke = Callable[[SmokeReport], None]
+
+
+class Runner:
+    """Layers, then each image in plan order: built (or reused), smoke-tested, then its moving tags moved;
+    then each multi-platform variant's join. Every tag an image writes is noted first, and a failure or an
+    interrupt puts back those of every image not done yet, saying any it could not (an image done before
+    the failure keeps its tags)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        plan: BuildPlan,
+        options: BuildOptions,
+        say: Say,
+        on_smoke: OnSmoke | None = None,
+        *,
+        epoch: int,
+        importers: ImporterFinder | None = None,
+    ) -> None:
+        self.engine, self.plan, self.options, self.say = engine, plan, options, say
+        self.on_smoke, self.epoch, self.importers = on_smoke, epoch, importers
+        self.result = BuildResult(plan)
+        self._previous: dict[str, str | None] = {}  # tag -> what it named before this run wrote it
+        self._passed: set[str] = set()  # immutable refs whose smoke passed (or was not asked for)
+
+    def _build(self, context: bytes, tag: str, platforms: Sequence[str], *, note: bool = True) -> str:
+        if note:
+            self._note(tag)
+        return self.engine.build(
+            context,
+            tags=[tag],
+            platforms=[Platform.parse(p) for p in platforms],
+            epoch=self.epoch,
+            no_cache=self.options.force,
+            verbose=self.options.verbose,
+            builder=self.options.builder,
+        )
+
+    def _note(self, ref: str) -> None:
+        if ref not in self._previous:
+            self._previous[ref] = _image_id(self.engine, ref)
+
+    def _move(self, image_id: str, refs: Sequence[str]) -> bool:
+        pending = [r for r in refs if _image_id(self.engine, r) != image_id]
+        for ref in pending:
+            self._note(ref)
+            self.engine.tag(image_id, ref)
+        return bool(pending)
+
+    def _current(self, ref: str, key: str, digest: str) -> str | None:
+        """The id under `ref` when its label `key` is `digest` (so it needs no build), unless --force."""
+        info = self.engine.image(ref)
+        if info is None or info.labels.get(key) != digest or self.options.force:
+            return None
+        return info.id
+
+    def layers(self) -> None:
+        for lb in self.plan.layers:
+            what = f"layer {lb.tag} ({len(lb.files)} file{'s' if len(lb.files) != 1 else ''})"
+            image_id = self._current(lb.tag, labels.LAYER, lb.digest)
+            built = image_id is None
+            if image_id is None:
+                self.say(f"{what}: building for {lb.platform}")
+                image_id = self._build(lb.context, lb.tag, [lb.platform], note=False)  # content-addressed: kept
+            else:
+                self.say(f"{what}: unchanged, reused (no docker build)")
+            self.result.layers.append(LayerResult(lb.digest, lb.tag, image_id, lb.files, built))
+
+    def image(self, ib: ImageBuild, join: JoinBuild | None) -> ImageResult:
+        eng = self.engine
+        image_id = self._current(ib.immutable_ref, labels.INPUTS, ib.inputs_digest)
+        built = image_id is None
+        if image_id is None:
+            self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
+            image_id = self._build(ib.context, ib.immutable_ref, [ib.platform])
+            history.record(cache_dir(), ib.immutable_ref, image_id)  # the order `imgbuild history` shows
+        else:
+            self.say(f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused "
+                     "(no docker build)")  # fmt: skip
+        moving = join.moving_refs if join else ib.moving_refs
+        result = ImageResult(ib.variant, ib.platform, image_id, ib.immutable_ref, moving, ib.inputs_digest,
+                             built=built, moved=False, layers=eng.require(image_id).layers)  # fmt: skip
+        result.base_layers = len(eng.require(ib.base.image_id).layers)
+        if join:
+            result.index_ref = join.immutable_ref
+        target = _image_id(eng, join.immutable_ref) if join else image_id  # what the moving tags should name
+        stale = built or target is None or any(_image_id(eng, r) != target for r in moving)
+        if not self.options.smoke:
+            result.note = "not smoke-tested (--no-smoke): moving tags left alone"
+            self.say(f"{ib.variant}: {result.note}")
+        elif stale:
+            self._smoke(ib, image_id, (moving[0] if moving else ib.immutable_ref), moving, result)
+            self._passed.add(ib.immutable_ref)
+            result.moved = self._move(image_id, ib.moving_refs)
+        else:
+            self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+        if join is None:  # done: a later failure leaves its tags as they are now
+            for ref in (ib.immutable_ref, *ib.moving_refs):
+                self._previous.pop(ref, None)
+        self.result.images.append(result)
+        return result
+
+    def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult) -> None:
+        self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
+        report = smoke(self.engine, image_id, expected_for(ib, self.importers))
+        report.image, report.name = ib.immutable_ref, name
+        result.smoke = report
+        if self.on_smoke is not None:
+            self.on_smoke(report)
+        if not report.ok:
+            raise SmokeError(
+                f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
+                + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
+                + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
+                hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
+                f"{image_id[:19]} for `imgbuild inspect`",
+            )
+
+    def join(self, join: JoinBuild, results: Sequence[ImageResult]) -> None:
+        """The variant's multi-platform image over its platforms' images; moving tags only when each passed."""
+        platforms = [p.platform for p in join.parts]
+        index_id = None if self.options.force else _image_id(self.engine, join.immutable_ref)
+        if index_id is None:
+            self.say(f"{join.variant}: joining {', '.join(platforms)} as {join.immutable_ref}")
+            index_id = self._build(join.context, join.immutable_ref, platforms)
+            history.record(cache_dir(), join.immutable_ref, index_id)
+        smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
+        moved = self._move(index_id, join.moving_refs) if smoked else False
+        for r in results:
+            r.index, r.moved = index_id, moved
+        for ref in (join.immutable_ref, *join.moving_refs, *(p.immutable_ref for p in join.parts)):
+            self._previous.pop(ref, None)
+
+    def run(self) -> BuildResult:
+        try:
+            self.layers()
+            joins = {j.variant: j for j in self.plan.joins}
+            done: dict[str, list[ImageResult]] = {}
+            for ib in self.plan.images:
+                done.setdefault(ib.variant, []).append(self.image(ib, joins.get(ib.variant)))
+            for join in self.plan.joins:
+                self.join(join, done[join.variant])
+        except BaseException:
+            self._restore()
+            raise
+        return self.result
+
+    def _restore(self) -> None:
+        """Put every tag this run wrote back as it was; say any that could not be (the daemon may be gone)."""
+        for ref, image_id in self._previous.items():
+            try:
+                if image_id is None:
+                    self.engine.untag(ref)
+                elif _image_id(self.engine, ref) != image_id:
+                    self.engine.tag(image_id, ref)
+            except DockerError as exc:
+                self.say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}")
+
+
+def sharing(images: Sequence[ImageResult]) -> dict[str, str]:
+    """variant -> how its RootFS layers relate to the other images built (read back from the daemon)."""
+    out = {}
+    for img in images:
+        own = len(img.layers) - img.base_layers
+        text = f"{img.base_layers} base + {own} imgbuild layer{'s' if own != 1 else ''}"
+        below = [
+            o for o in images
+            if o is not img and o.platform == img.platform and len(o.layers) > o.base_layers
+            and len(o.layers) < len(img.layers) and img.layers[: len(o.layers)] == o.layers
+        ]  # fmt: skip
+        if below:
+            best = max(below, key=lambda o: len(o.layers))
+            text += f"; its bottom {len(best.layers)} layers are {best.variant}'s, byte for byte"
+        out[f"{img.variant} {img.platform}"] = text
+    return out
+
+
+def _image_id(engine: Engine, ref: str) -> str | None:
+    info = engine.image(ref)
+    return info.id if info else None
+
+
+def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Expected:
+    files = tuple(labels.file_labels(ib.plan))  # from the plan; its label says the same
+    paths = tuple(f.path for f in files)
+    return Expected(
+        platform=Platform.parse(ib.platform),
+        files=files,
+        site_packages=ib.base.site_packages,
+        labels=ib.labels,
+        smoke=ib.plan.variant.smoke,
+        variant=ib.variant,
+        base_ref=ib.base.ref,
+        base_id=ib.base.image_id,
+        layer_digests=ib.layers,
+        env=ib.plan.variant.image.env,
+        importers=None if importers is None else (lambda: importers(paths)),
+        layer_ref=ib.from_ref if ib.layers else None,
+    )
+
+
+def importer_finder(project: Project) -> ImporterFinder:
+    """The release's modules that import the given planned files, scanned once per set of files."""
+    found: dict[tuple[str, ...], list[str]] = {}
+
+    def find(files: tuple[str, ...]) -> list[str]:
+        if files not in found:
+            found[files] = release_importers(project.tree(), files, project.pin.package_root)
+        return found[files]
+
+    return find
+
+
+def prepare(
+    engine: Engine,
+    project: Project,
+    selection: Selection,
+    options: BuildOptions,
+    say: Say = _stderr,
+    inputs: ProjectInputs | None = None,
+) -> BuildPlan:
+    """Plan, resolve bases, check drift: everything before the first tag or build.
+
+    By default a build makes each variant's first platform under the plain tags
+    (`vllm-dsv41:latest`); `--platform all` or `a,b` (Project.select) several:
+    one image per platform, joined into one multi-platform image per tag.
+
+    The drift check is skipped only when every wanted image already exists with
+    equal inputs (the inputs name the base's image id, and it was checked then).
+    """
+    inputs = project_inputs(project) if inputs is None else inputs
+    plans = project.selected_plans(selection)
+    resolver = Bases(engine, project, options.base, options.verbose, say)
+    bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
+    plan = make_build_plan(inputs, plans, bases, list(selection.names), repository=options.repository)
+    if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
+        check_entrypoints(engine, plans, bases)
+        check_drift(engine, plans, bases, cache_dir())
+    return plan
+
+
+def check_entrypoints(engine: Engine, plans: Sequence[VariantPlan], bases: Mapping[tuple[str, str], BaseInfo]) -> None:
+    """Before any build: each base's ENTRYPOINT against its variant's image.entrypoint (launchcheck): a
+    passthrough wrapper nobody decided about, or `keep` of a consuming one, is refused (one probe per base)."""
+    kinds: dict[str, str] = {}
+    for plan in plans:
+        decision = plan.variant.image.entrypoint
+        if decision == "clear":
+            continue
+        for platform in plan.variant.image.platforms:
+            base = bases.get((plan.variant.name, platform))
+            if base is None:
+                continue
+            info = engine.require(base.image_id)
+            if base.image_id not in kinds:
+                kinds[base.image_id] = launchcheck.probe_base(engine, info, Platform.parse(platform))
+            launchcheck.check_decision(plan.variant.name, base.ref, info.entrypoint, kinds[base.image_id], decision)
+
+
+def _current(engine: Engine, ref: str, inputs: str) -> bool:
+    info = engine.image(ref)
+    return info is not None and info.labels.get(labels.INPUTS) == inputs
+
+
+def build(
+    engine: Engine,
+    project: Project,
+    selection: Selection,
+    options: BuildOptions,
+    say: Say = _stderr,
+    on_smoke: OnSmoke | None = None,
+) -> BuildResult:
+    inputs = project_inputs(project)
+    plan = prepare(engine, project, selection, options, say, inputs)
+    check_collisions(engine, plan)
+    finder = importer_finder(project)
+    return Runner(engine, plan, options, say, on_smoke, epoch=labels.epoch(inputs.created), importers=finder).run()
+
+
+def dry_run(project: Project, selection: Selection, options: BuildOptions) -> DryRun:
+    """The build plan without building; asks the daemon about bases only if it answers."""
+    try:
+        engine: Engine | None = Engine.connect()
+    except DockerError:
+        engine = None
+    return dry_plan(project, selection, options, engine)
+
+
+def dry_plan(project: Project, selection: Selection, options: BuildOptions, engine: Engine | None) -> DryRun:
+    """`dry_run` with the engine given (None: no daemon, so bases are unresolved)."""
+    plans = project.selected_plans(selection)
+    bases = dry_bases(project, plans, options.base, engine)
+    names = list(selection.names)
+    plan = make_build_plan(project_inputs(project), plans, bases, names, repository=options.repository)
+    return DryRun(plan, engine is not None)

@@ -1,0 +1,249 @@
+"""An offline stand-in for the stock vLLM base image.
+
+The skeleton is small but faithful where imgbuild looks:
+
+- a Debian rootfs for the target arch with python3 (mmdebstrap, variant
+  essential, python3-minimal; about a minute, once);
+- the pinned release's `vllm/` Python tree (the .py files of the pinned
+  commit) at /usr/local/lib/python3.12/dist-packages/vllm, where the stock
+  image has it. Debian's python is 3.11, so a .pth file in
+  /usr/lib/python3/dist-packages (a site directory for every Debian python3)
+  puts that directory on sys.path;
+- ENTRYPOINT ["vllm", "serve"] like the stock image, so clearing it is tested.
+
+It has no torch, so `import vllm` fails on it: smoke commands that need the
+real runtime are replaced by `smoke.skeleton_commands` (see smoke.py).
+
+BuildKit makes it (`FROM scratch`, `ADD` of the rootfs tar and of the
+`vllm/` tree's tar, `--platform` setting the architecture; `base_dockerfile`).
+The tag is keyed by a digest of every input, and the rootfs tar is cached
+under the user cache directory, so it is rebuilt only when missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from imgbuild import proc
+from imgbuild.engine import Engine, ImageInfo, check_binfmt
+from imgbuild.errors import DockerError
+from imgbuild.plan.dockerfile import quote
+from imgbuild.plan.labels import SKELETON
+from imgbuild.platforms import Platform
+from imgbuild.upstream.git import GitRepo
+
+REPOSITORY = "imgbuild-skeleton"
+FORMAT = "imgbuild-skeleton/1"
+SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
+PTH = "usr/lib/python3/dist-packages/imgbuild-skeleton-vllm.pth"
+ENTRYPOINT = ("vllm", "serve")
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SOURCES_CANDIDATES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+MMDEBSTRAP_HINT = "apt-get install mmdebstrap arch-test qemu-user-static binfmt-support (or run .ci/setup-host.sh)"
+
+
+def host_sources() -> Path | None:
+    """The apt sources file to give mmdebstrap as its mirror (IMGBUILD_DEBIAN_SOURCES overrides)."""
+    if os.environ.get("IMGBUILD_DEBIAN_SOURCES"):
+        return Path(os.environ["IMGBUILD_DEBIAN_SOURCES"])
+    for path in SOURCES_CANDIDATES:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if any(line.strip().startswith(("deb ", "Types:")) for line in text.splitlines()):
+            return path
+    return None
+
+
+@dataclass(frozen=True)
+class RootfsRecipe:
+    arch: str
+    suite: str = "bookworm"
+    variant: str = "essential"
+    include: tuple[str, ...] = ("python3-minimal", "procps")  # procps: /bin/kill, which sparkrun's health check runs
+    sources: Path | None = field(default_factory=host_sources)
+
+    def key(self) -> str:
+        sources = self.sources.read_bytes() if self.sources and self.sources.is_file() else b""
+        parts = [
+            FORMAT,
+            self.arch,
+            self.suite,
+            self.variant,
+            ",".join(self.include),
+            hashlib.sha256(sources).hexdigest(),
+        ]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def command(self, out: Path) -> list[str]:
+        cmd = ["mmdebstrap", f"--arch={self.arch}", f"--variant={self.variant}"]
+        cmd += [f"--include={','.join(self.include)}", self.suite, str(out)]
+        return cmd + ([str(self.sources)] if self.sources else [])
+
+
+@dataclass(frozen=True)
+class SkeletonSpec:
+    platform: str
+    upstream_commit: str
+    package_root: str = "vllm"
+    site_packages: str = SITE_PACKAGES
+    recipe: RootfsRecipe | None = None
+
+    @property
+    def arch(self) -> str:
+        return self.platform.split("/")[1]
+
+    @property
+    def rootfs(self) -> RootfsRecipe:
+        return self.recipe or RootfsRecipe(self.arch)
+
+    def key(self) -> str:
+        parts = [FORMAT, self.platform, self.rootfs.key(), self.upstream_commit, self.package_root, self.site_packages]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return f"{REPOSITORY}:{self.arch}-{self.key()[:12]}"
+
+
+def _log(msg: str) -> None:
+    print(f"imgbuild: {msg}", file=sys.stderr)
+
+
+def rootfs_path(recipe: RootfsRecipe, cache: Path) -> Path:
+    return cache / "skeleton" / f"rootfs-{recipe.suite}-{recipe.arch}-{recipe.key()[:16]}.tar"
+
+
+def ensure_rootfs(recipe: RootfsRecipe, cache: Path, *, verbose: bool = False) -> Path:
+    """The cached rootfs tar, made with mmdebstrap into a staging file when missing."""
+    out = rootfs_path(recipe, cache)
+    if out.is_file():
+        return out
+    if shutil.which("mmdebstrap") is None:
+        raise DockerError("mmdebstrap is not installed; it makes the skeleton's rootfs", hint=MMDEBSTRAP_HINT)
+    check_binfmt(Platform("linux", recipe.arch), Platform.host())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tar", dir=out.parent)
+    os.close(fd)
+    staging = Path(tmp)
+    cmd = recipe.command(staging)
+    _log(f"making the {recipe.suite} {recipe.arch} rootfs with mmdebstrap (about a minute, once; cached as {out})")
+    try:
+        done = proc.run(cmd, capture=not verbose, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or "").strip().splitlines()[-15:])
+            raise DockerError(f"mmdebstrap failed (exit {done.returncode}):\n{tail}", hint=MMDEBSTRAP_HINT)
+        os.replace(staging, out)
+    finally:
+        staging.unlink(missing_ok=True)
+    return out
+
+
+def _dirs(path: str) -> list[str]:
+    pure = PurePosixPath(path)
+    return [str(p) for p in reversed(pure.parents) if str(p) != "."]
+
+
+def vllm_layer(repo: GitRepo, commit: str, package_root: str, site_packages: str) -> bytes:
+    """A layer tar: the .py files of `package_root/` at `commit` under site-packages, plus the .pth."""
+    archive = repo.archive(commit, package_root)
+    site = site_packages.strip("/")
+    files: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src:
+        for member in src.getmembers():
+            if member.isfile() and member.name.endswith(".py"):
+                fh = src.extractfile(member)
+                if fh is not None:
+                    files[f"{site}/{member.name}"] = fh.read()
+    if not files:
+        raise DockerError(f"the pinned commit {commit} has no .py files under {package_root}/")
+    files[PTH] = f"{site_packages}\n".encode()
+    dirs = sorted({d for name in files for d in _dirs(name)})
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted([*dirs, *files]):
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+            if name in files:
+                info.mode, info.size = 0o644, len(files[name])
+                tar.addfile(info, io.BytesIO(files[name]))
+            else:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def base_dockerfile(labels: dict[str, str], steps: list[str]) -> str:
+    """A stand-in base (skeleton or runtime): `steps` (ADD/COPY) from scratch, PATH, labels, the stock ENTRYPOINT."""
+    label_line = "LABEL " + " ".join(f"{k}={quote(v)}" for k, v in sorted(labels.items()))
+    entry = json.dumps(list(ENTRYPOINT))
+    return "\n".join(["FROM scratch", *steps, f"ENV {PATH_ENV}", label_line, f"ENTRYPOINT {entry}", ""])
+
+
+def rootfs_into(context: Path, rootfs: Path) -> None:
+    """The cached rootfs tar into a build context as `rootfs.tar`: a hard link where it can be, else a copy."""
+    try:
+        os.link(rootfs, context / "rootfs.tar")
+    except OSError:
+        shutil.copyfile(rootfs, context / "rootfs.tar")
+
+
+@contextlib.contextmanager
+def _staging(directory: Path) -> Iterator[Path]:
+    """A build context directory beside the cached rootfs (so it can be hard-linked), removed after."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=".context-", dir=directory))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def base_epoch() -> int:
+    return 0  # the stand-ins' config dates: fixed, as the stock image's do not matter here
+
+
+def ensure_skeleton(
+    engine: Engine,
+    spec: SkeletonSpec,
+    repo: GitRepo,
+    cache: Path,
+    *,
+    force: bool = False,
+    verbose: bool = False,
+) -> ImageInfo:
+    """The skeleton image for `spec`, built if the daemon lacks it."""
+    info = engine.image(spec.tag)
+    if info is not None and info.labels.get(SKELETON) == spec.key() and not force:
+        return info
+    rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
+    _log(f"building {spec.tag} (rootfs + {spec.package_root}/ of {spec.upstream_commit[:12]})")
+    labels = {
+        SKELETON: spec.key(),
+        "imgbuild.site-packages": spec.site_packages,
+        "imgbuild.upstream.commit": spec.upstream_commit,
+        "org.opencontainers.image.description": "imgbuild skeleton: offline stand-in for the stock vLLM image",
+    }
+    with _staging(cache / "skeleton") as context:
+        rootfs_into(context, rootfs)
+        (context / "vllm.tar").write_bytes(vllm_layer(repo, spec.upstream_commit, spec.package_root,
+                                                      spec.site_packages))  # fmt: skip
+        (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
+        platforms = [Platform.parse(spec.platform)]
+        engine.build(context, tags=[spec.tag], platforms=platforms, epoch=base_epoch(), compress=False, verbose=verbose)
+    info = engine.require(spec.tag)
+    if info.arch != spec.arch:
+        raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
+    return info

@@ -1,1 +1,0 @@
-"""Build plans, layers and labels, the only docker funnel, build, smoke, inspect, publish."""

@@ -1,0 +1,344 @@
+"""From file plans and resolved bases to exact builds (pure).
+
+`make_build_plan` turns the variants' file plans into layer builds and image
+builds: Dockerfiles, contexts, labels, tags and inputs digests. Nothing here
+talks to docker; `build.py` resolves the bases first and executes the result,
+and `--dry-run` just prints it.
+
+Digests:
+- a layer's digest hashes its platform, its parent (the base's image id or
+  the parent layer's digest), where it is copied, and its files' sha256;
+- an image's inputs digest hashes its platform and its Dockerfile, which names
+  the top layer by digest and holds every label and ENV; it is the
+  `imgbuild.inputs` label and the tail of the immutable tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from imgbuild.errors import ConfigError
+from imgbuild.patches.variants import VariantPlan
+from imgbuild.plan import dockerfile, labels
+from imgbuild.plan.layers import LayerPlan, describe, overlay_files, plan_layers
+
+LAYER_FORMAT = "imgbuild-layer/1"
+IMAGE_FORMAT = "imgbuild-image/1"
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    """A base image as resolved on the daemon (or as far as a dry run can)."""
+
+    ref: str
+    image_id: str  # sha256:..., or "unresolved" in a dry run without the image
+    digest: str | None  # its manifest digest in a registry (a repo digest, or the lock's); None if unknown
+    platform: str
+    site_packages: str
+    skeleton: bool = False
+
+
+@dataclass(frozen=True)
+class ProjectInputs:
+    upstream: labels.Upstream
+    package_root: str
+    series_digest: str
+    created: str
+    source: labels.Source = field(default_factory=labels.Source)
+
+
+class Tagged:
+    """The refs of a build with a repository, an immutable tag and moving tags (one image or several platforms)."""
+
+    repository: str
+    immutable_tag: str
+    moving_tags: tuple[str, ...]
+
+    @property
+    def immutable_ref(self) -> str:
+        return f"{self.repository}:{self.immutable_tag}"
+
+    @property
+    def moving_refs(self) -> tuple[str, ...]:
+        return tuple(f"{self.repository}:{t}" for t in self.moving_tags)
+
+
+@dataclass(frozen=True)
+class LayerBuild:
+    digest: str
+    tag: str
+    parent_ref: str
+    platform: str
+    files: tuple[str, ...]  # paths relative to site-packages
+    dockerfile: str
+    context: bytes = field(repr=False)
+    variants: tuple[str, ...]
+    index: int
+    site_packages: str
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {labels.LAYER: self.digest}
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "tag": self.tag,
+            "digest": self.digest,
+            "platform": self.platform,
+            "files": list(self.files),
+            "dockerfile": self.dockerfile,
+            "context": [str(e) for e in dockerfile.listing(self.context)],
+        }
+
+
+@dataclass(frozen=True)
+class ImageBuild(Tagged):
+    variant: str
+    platform: str
+    base: BaseInfo
+    layers: tuple[str, ...]  # layer digests, bottom first
+    from_ref: str
+    dockerfile: str
+    context: bytes = field(repr=False)
+    labels: Mapping[str, str] = field(repr=False)
+    inputs_digest: str
+    repository: str
+    immutable_tag: str
+    moving_tags: tuple[str, ...]
+    plan: VariantPlan = field(repr=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platform": self.platform,
+            "base": self.base.ref,
+            "immutable": self.immutable_ref,
+            "moving": list(self.moving_refs),
+            "inputs_digest": self.inputs_digest,
+            "layers": list(self.layers),
+            "dockerfile": self.dockerfile,
+            "labels": dict(self.labels),
+        }
+
+
+@dataclass(frozen=True)
+class JoinBuild(Tagged):
+    """A variant made for several platforms: one multi-platform image over its platforms' images, which
+    then carry no moving tags of their own. BuildKit writes the index; the images stay as they are."""
+
+    variant: str
+    parts: tuple[ImageBuild, ...]  # one per platform, in the variant's order
+    dockerfile: str
+    inputs_digest: str
+    repository: str
+    immutable_tag: str
+    moving_tags: tuple[str, ...]
+
+    @property
+    def context(self) -> bytes:
+        return dockerfile.context_tar(self.dockerfile, {})
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "platforms": [p.platform for p in self.parts],
+            "immutable": self.immutable_ref,
+            "moving": list(self.moving_refs),
+            "inputs_digest": self.inputs_digest,
+            "images": [p.immutable_ref for p in self.parts],
+            "dockerfile": self.dockerfile,
+        }
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    layers: tuple[LayerBuild, ...]  # parents before children
+    images: tuple[ImageBuild, ...]
+    layer_plans: tuple[tuple[str, LayerPlan], ...]  # group title -> layer plan
+    joins: tuple[JoinBuild, ...] = ()
+
+    def layer(self, digest: str) -> LayerBuild:
+        return next(lb for lb in self.layers if lb.digest == digest)
+
+    def to_json(self) -> dict[str, object]:
+        """What `build --dry-run --json` prints of the per-platform plan."""
+        return {
+            "layers": [lb.to_json() for lb in self.layers],
+            "images": [ib.to_json() for ib in self.images],
+            "joins": [j.to_json() for j in self.joins],
+            "layer_plans": {title: describe(lp) for title, lp in self.layer_plans},
+        }
+
+
+def _sha(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def repository_of(plan: VariantPlan, override: str | None) -> str:
+    repo = override or plan.variant.image.repository
+    if not repo:
+        raise ConfigError(
+            f"images/{plan.variant.name}.yaml: image.repository is not set (nor inherited through from:)",
+            hint="set image.repository, e.g. vllm-dsv41, in the root variant",
+        )
+    return repo
+
+
+def title_of(repository: str, variant: str, tags: Sequence[str] | None) -> str:
+    """`org.opencontainers.image.title`: the image as users name it, e.g. vllm-dsv41:latest."""
+    return f"{repository}:{tags[0]}" if tags else f"{repository} ({variant})"
+
+
+def make_build_plan(
+    project: ProjectInputs,
+    plans: Sequence[VariantPlan],
+    bases: Mapping[tuple[str, str], BaseInfo],
+    wanted: Sequence[str],
+    *,
+    repository: str | None = None,
+) -> BuildPlan:
+    """Layers and images for the `wanted` variants; layers are planned over all `plans`.
+
+    `bases` maps (variant, platform) to its resolved base for every plan. All
+    variants on the same base, platform and site-packages are planned
+    together, so `build engram-mem` alone makes the same layer that `build
+    latest` then reuses.
+    """
+    by_name = {p.variant.name: p for p in plans}
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for (variant, platform), base in sorted(bases.items()):
+        groups.setdefault((platform, base.image_id, base.site_packages), []).append(variant)
+
+    layer_builds: dict[str, LayerBuild] = {}
+    chains: dict[tuple[str, str], tuple[str, ...]] = {}
+    layer_plans: list[tuple[str, LayerPlan]] = []
+    for (platform, _, site), variants in groups.items():
+        lp = plan_layers({v: overlay_files(by_name[v]) for v in variants})
+        base = bases[(variants[0], platform)]
+        layer_plans.append((f"{platform} on {base.ref}", lp))
+        digests: list[str] = []
+        refs: list[str] = []
+        for node in lp.nodes:
+            parent_id = base.image_id if node.parent is None else digests[node.parent]
+            parent_ref = base.ref if node.parent is None else refs[node.parent]
+            digest = _sha(
+                LAYER_FORMAT,
+                platform,
+                parent_id,
+                site,
+                project.package_root,
+                *(f"{f.path}\0{f.sha256}" for f in node.files),
+            )
+            repo = min(repository_of(by_name[v], repository) for v in node.variants)
+            tag = f"{repo}:layer-{digest[:12]}"  # the digest covers the platform
+            contents = {f.path: _content(by_name, node.variants, f.path) for f in node.files}
+            text = dockerfile.render_layer(parent_ref, project.package_root, site, {labels.LAYER: digest})
+            layer_builds[digest] = LayerBuild(
+                digest=digest,
+                tag=tag,
+                parent_ref=parent_ref,
+                platform=platform,
+                files=tuple(f.path for f in node.files),
+                dockerfile=text,
+                context=dockerfile.context_tar(text, contents),
+                variants=node.variants,
+                index=node.index,
+                site_packages=site,
+            )
+            digests.append(digest)
+            refs.append(tag)
+        for v in variants:
+            chains[(v, platform)] = tuple(digests[i] for i in lp.chain(v))
+
+    images: list[ImageBuild] = []
+    joins: list[JoinBuild] = []
+    needed: list[str] = []
+    for name in wanted:
+        plan = by_name[name]
+        platforms = plan.variant.image.platforms
+        parts = []
+        for platform in platforms:
+            base = bases[(name, platform)]
+            chain = chains[(name, platform)]
+            parts.append(_image(project, plan, platform, base, chain, layer_builds, repository, len(platforms) == 1))
+            for d in chain:
+                if d not in needed:
+                    needed.append(d)
+        images += parts
+        if len(parts) > 1:
+            joins.append(_join(project, plan, tuple(parts)))
+    order = [lb for lb in layer_builds.values() if lb.digest in needed]
+    return BuildPlan(tuple(order), tuple(images), tuple(layer_plans), tuple(joins))
+
+
+def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
+    text = dockerfile.render_join({p.platform.split("/")[1]: p.immutable_ref for p in parts})
+    inputs = _sha(IMAGE_FORMAT, "join", text)
+    return JoinBuild(
+        variant=plan.variant.name,
+        parts=parts,
+        dockerfile=text,
+        inputs_digest=inputs,
+        repository=parts[0].repository,
+        immutable_tag=f"{project.upstream.version}-{inputs[:12]}",
+        moving_tags=tuple(plan.variant.image.tags),
+    )
+
+
+def _content(by_name: Mapping[str, VariantPlan], variants: Sequence[str], path: str) -> bytes:
+    return by_name[variants[0]].contents[path]
+
+
+def _image(
+    project: ProjectInputs,
+    plan: VariantPlan,
+    platform: str,
+    base: BaseInfo,
+    chain: tuple[str, ...],
+    layer_builds: Mapping[str, LayerBuild],
+    repository: str | None,
+    moving: bool,
+) -> ImageBuild:
+    """One platform's image; it carries the variant's moving tags when it is the variant's only platform."""
+    v = plan.variant
+    repo = repository_of(plan, repository)
+    from_ref = layer_builds[chain[-1]].tag if chain else base.ref
+    image_labels = labels.image_labels(
+        plan=plan,
+        upstream=project.upstream,
+        series_digest=project.series_digest,
+        created=project.created,
+        base_ref=base.ref,
+        base_digest=base.digest,
+        site_packages=base.site_packages,
+        layer_digests=chain,
+        user=dict(v.image.labels),
+        title=title_of(repo, v.name, v.image.tags),
+        source=project.source,
+    )
+    keep = v.image.entrypoint == "keep"
+    pre = dockerfile.render_variant(from_ref, v.image.env, image_labels, keep_entrypoint=keep)
+    inputs = _sha(IMAGE_FORMAT, platform, base.image_id, pre)
+    final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
+    text = dockerfile.render_variant(from_ref, v.image.env, final_labels, keep_entrypoint=keep)
+    return ImageBuild(
+        variant=v.name,
+        platform=platform,
+        base=base,
+        layers=chain,
+        from_ref=from_ref,
+        dockerfile=text,
+        context=dockerfile.context_tar(text, {}),
+        labels=final_labels,
+        inputs_digest=inputs,
+        repository=repo,
+        immutable_tag=f"{project.upstream.version}-{inputs[:12]}",
+        moving_tags=tuple(v.image.tags) if moving else (),
+        plan=plan,
+    )

@@ -1,0 +1,43 @@
+"""What the pinned release and the series contribute to every image's labels and digests.
+
+Its own module so that `publish` and `bake` get it without importing build.py,
+and with it the docker SDK.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imgbuild.plan import labels
+from imgbuild.plan.builds import ProjectInputs
+from imgbuild.project import Project
+from imgbuild.upstream.git import GitError, GitRepo
+
+
+def project_inputs(project: Project) -> ProjectInputs:
+    up = project.upstream
+    try:
+        when = up.repo.commit_time(up.commit)
+    except (GitError, ValueError):  # a commit without a readable date counts as the epoch
+        when = 0
+    return ProjectInputs(
+        upstream=labels.Upstream.from_pin(project.pin),
+        package_root=project.pin.package_root,
+        series_digest=project.series_digest,
+        created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
+        source=project_source(project.root),
+    )
+
+
+def project_source(root: Path) -> labels.Source:
+    """This project's repository URL (its `origin`) and commit, as far as git knows them."""
+    try:
+        repo = GitRepo(root)
+        revision = repo.verify("HEAD")
+    except GitError:
+        return labels.Source()
+    try:
+        remote = repo.remote_url("origin")
+    except GitError:
+        remote = ""
+    return labels.Source(labels.source_url(remote) if remote else None, revision or None)

@@ -1,0 +1,285 @@
+"""`imgbuild publish`: build the variants locally, then push their tags as they are.
+
+1. `build.runner.build` makes (or finds current) every image of the selected
+   variants and smoke-tests it, exactly as `imgbuild build` does: one image
+   per platform under its immutable tag, and for a variant made for several
+   platforms the join (the index over those images) under its own.
+2. `docker push` of each platform's image under `REG/repo:<its immutable
+   tag>`, then of the join, then the moving tags (last, so a failure before
+   leaves them as they were; a join's moving tags are copied from the pushed
+   index with `imagetools create`, one write that keeps its digest, where a
+   push of an index would first write each platform's manifest under the tag). On the containerd image store a push
+   keeps the local digest, so every tag in the registry names exactly the
+   digest it names locally (a push that says otherwise is an error), and the
+   registry skips blobs and manifests it has. A tag the registry already has
+   at that digest is not pushed again.
+
+`docker buildx imagetools create` would join the platforms in the registry
+instead, but its index is not the local join's (other bytes, another digest);
+pushing the join keeps one digest for one image everywhere. The registry
+commands are in `registry/tools.py`; SBOMs and signatures (cosign) are
+attached to the pushed digests afterwards, as `--sbom`/`--sign` ask.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imgbuild.errors import ConfigError, RegistryError
+from imgbuild.plan import labels
+from imgbuild.project import Project, Selection
+from imgbuild.publish import sbom as sbommod
+from imgbuild.publish import signing
+from imgbuild.registry import reference, tools
+
+if TYPE_CHECKING:
+    from imgbuild.build.runner import BuildOptions, BuildResult
+    from imgbuild.plan.builds import BuildPlan
+
+STORE_HINT = (
+    "publishing needs Docker 26+ with the containerd image store "
+    '({"features": {"containerd-snapshotter": true}} in daemon.json), where a push keeps the local digest'
+)
+NOT_BUILT = "(not built)"
+Say = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def split_ref(local: str) -> tuple[str, str]:
+    """`repo:tag` -> (`repo`, `tag`); a registry port is not a tag."""
+    name, sep, tag = local.rpartition(":")
+    if not sep or "/" in tag or not name:
+        raise ConfigError(f"local image {local!r} has no tag")
+    return name, tag
+
+
+@dataclass(frozen=True)
+class Push:
+    """One tag to put in the registry: the local image under `local`, with id `digest`, as `target`."""
+
+    local: str
+    digest: str  # the local id: on the containerd store, the manifest (or index) digest the registry gets
+    target: str
+    platform: str  # one platform, or several comma-separated for a join
+    inputs_digest: str = ""
+    labels: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {"local": self.local, "manifest": self.digest, "inputs": self.inputs_digest, "ref": self.target}
+
+
+@dataclass(frozen=True)
+class VariantPublish:
+    variant: str
+    name: str  # REG/repo, no tag
+    images: tuple[Push, ...]  # one per platform
+    top: Push  # what the moving tags name: the one platform's image, or the join
+    moving_tags: tuple[str, ...]
+
+    @property
+    def moving_refs(self) -> list[str]:
+        return [f"{self.name}:{t}" for t in self.moving_tags]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "variant": self.variant,
+            "repository": self.name,
+            "immutable": self.top.target,
+            "moving": self.moving_refs,
+            "platforms": {p.platform: p.to_json() for p in self.images},
+        }
+
+
+def _target(name: str, local: str) -> str:
+    return f"{name}:{split_ref(local)[1]}"
+
+
+def plan_built(result: BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]) -> list[
+    VariantPublish
+]:  # fmt: skip
+    """What goes where (pure, given what the build made and each image's labels by id)."""
+    by_variant: dict[str, list[Push]] = {}
+    tops: dict[str, Push] = {}
+    moving: dict[str, tuple[str, ...]] = {}
+    for img in result.images:
+        name = reference.join(registry, repository or split_ref(img.immutable)[0]).name
+        push = Push(img.immutable, img.image_id, _target(name, img.immutable), img.platform, img.inputs_digest,
+                    found.get(img.image_id, {}))  # fmt: skip
+        by_variant.setdefault(img.variant, []).append(push)
+        moving[img.variant] = tuple(split_ref(r)[1] for r in img.moving)
+        if img.index_ref:
+            platforms = ",".join(p.platform for p in by_variant[img.variant])
+            tops[img.variant] = Push(img.index_ref, img.index, _target(name, img.index_ref), platforms)
+        else:
+            tops[img.variant] = push
+    return [
+        VariantPublish(v, tops[v].target.rsplit(":", 1)[0], tuple(pushes), tops[v], moving[v])
+        for v, pushes in by_variant.items()
+    ]
+
+
+def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[VariantPublish]:
+    """Where each image would go, from the build plan (nothing built yet)."""
+    out = []
+    joins = {j.variant: j for j in plan.joins}
+    for variant in dict.fromkeys(ib.variant for ib in plan.images):
+        parts = [ib for ib in plan.images if ib.variant == variant]
+        name = reference.join(registry, repository or parts[0].repository).name
+        pushes = tuple(
+            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), ib.platform, ib.inputs_digest)
+            for ib in parts
+        )
+        join = joins.get(variant)
+        top = pushes[0] if join is None else Push(
+            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), ",".join(ib.platform for ib in parts)
+        )  # fmt: skip
+        moving = join.moving_tags if join else parts[0].moving_tags
+        out.append(VariantPublish(variant, name, pushes, top, tuple(moving)))
+    return out
+
+
+@dataclass
+class Outcome:
+    variant: str
+    digest: str  # what the moving tags name in the registry
+    state: str  # "published", "unchanged", "retagged"
+    pushed: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {"digest": self.digest, "state": self.state, "pushed": self.pushed, "moved": self.moved}
+
+
+def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
+    """Push `push`'s local image as `target` unless the registry has it at its digest; whether it pushed.
+    A moving tag of a join (`name`: where the join was pushed) is copied from the pushed index instead."""
+    have = tools.inspect(target)
+    if have is not None and have.digest == push.digest:
+        return False
+    say(f"pushing {push.local} ({push.platform}) as {target}")
+    if name and "," in push.platform:
+        tools.copy_tag(f"{name}@{push.digest}", target)
+        pushed = tools.inspect_required(target).digest
+    else:
+        pushed = tools.push(push.local, target)
+    if pushed != push.digest:
+        raise RegistryError(f"{target}: the registry got {pushed}, but the local image is {push.digest}",
+                            hint=STORE_HINT)  # fmt: skip
+    return True
+
+
+def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
+    """Each platform's image, then the join (several platforms), then the moving tags, last."""
+    outcome = Outcome(vp.variant, vp.top.digest, "unchanged")
+    immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
+    outcome.pushed = [p.target for p in immutable if _push(p, p.target, say)]
+    moved = [ref for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
+    outcome.moved = [ref.rsplit(":", 1)[1] for ref in moved]
+    outcome.state = "published" if outcome.pushed else "retagged" if moved else "unchanged"
+    say(
+        f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if outcome.pushed or moved else ", already published")
+    )
+    return outcome
+
+
+def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
+    """After the push: an SPDX SBOM attested on each platform's manifest, then a signature on what the moving
+    tags name (the image, or the join)."""
+    done = []
+    for vp in plan:
+        if sbom:
+            for p in vp.images:
+                lab = p.labels
+                facts = sbommod.ImageFacts(
+                    name=vp.name,
+                    title=lab.get(f"{labels.OCI}title", vp.variant),
+                    platform=p.platform,
+                    manifest_digest=p.digest,
+                    labels=lab,
+                    base_name=lab.get(f"{labels.OCI}base.name", ""),
+                    base_digest=lab.get(f"{labels.OCI}base.digest", signing.NO_BASE_DIGEST),
+                    site_packages=lab.get(f"{labels.PREFIX}site-packages", ""),
+                )
+                ref = f"{vp.name}@{p.digest}"
+                signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
+                done.append(f"sbom {ref}")
+                say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
+        if sign:
+            ref = f"{vp.name}@{vp.top.digest}"
+            signing.sign(ref, key)
+            done.append(f"signature {ref}")
+            say(f"{vp.variant}: {vp.top.digest[:19]} signed")
+    return done
+
+
+@dataclass
+class PublishResult:
+    """What a publish did (or, `outcomes` None, would do): the plan, each variant's outcome, what was
+    attached (SBOMs, signatures) and how long it took."""
+
+    plan: list[VariantPublish]
+    outcomes: list[Outcome] | None = None
+    attached: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        if self.outcomes is None:
+            return {"dry_run": True, "variants": [vp.to_json() for vp in self.plan]}
+        return {
+            "variants": [{**vp.to_json(), **o.to_json()} for vp, o in zip(self.plan, self.outcomes, strict=True)],
+            "attached": self.attached,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _options(project: Project, selection: Selection, repository: str | None, base: str | None) -> BuildOptions:
+    from imgbuild.build.runner import BuildOptions
+
+    # Built under the configured repository: --repository changes where an image goes, not what it is.
+    configured = all(project.variants[n].image.repository for n in selection.names)
+    return BuildOptions(base=base, repository=None if configured else repository, smoke=True)
+
+
+def dry_run(
+    project: Project, selection: Selection, registry: str, *, repository: str | None = None, base: str | None = None
+) -> PublishResult:
+    """Where each image would go, from the build plan; builds and pushes nothing."""
+    from imgbuild.build import runner as build
+
+    t0 = time.perf_counter()
+    planned = build.dry_run(project, selection, _options(project, selection, repository, base))
+    return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
+
+
+def publish(
+    project: Project,
+    selection: Selection,
+    registry: str,
+    *,
+    repository: str | None = None,
+    base: str | None = None,
+    key: Path | None = None,
+    sbom: bool = False,
+    sign: bool = False,
+    say: Say = _stderr,
+) -> PublishResult:
+    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
+    from imgbuild.build import runner as build
+    from imgbuild.engine import Engine
+
+    t0 = time.perf_counter()
+    engine = Engine.connect()
+    built = build.build(engine, project, selection, _options(project, selection, repository, base), say)
+    found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
+    plan = plan_built(built, registry, repository, found)
+    outcomes = [push_variant(vp, say) for vp in plan]
+    attached = attach(plan, key, sbom=sbom, sign=sign, say=say) if key is not None and (sbom or sign) else []
+    return PublishResult(plan, outcomes, attached, time.perf_counter() - t0)

@@ -1,0 +1,84 @@
+"""The smoke probe: this program runs INSIDE the image (`python3 -c`), never on the host.
+
+smoke/probe.py reads it as text, passes it with its job, and parses the
+`imgbuild-probe <repr(tuple)>` lines it prints. The image may have only
+python3-minimal: no json, no typing; so the job is a Python literal.
+It starts the smoke commands itself (inside the container); the host's
+processes all go through imgbuild/proc.py.
+
+Under qemu every module costs (ast, hashlib, subprocess and traceback took
+~0.4 s together), so the probe imports only built-in modules until it needs
+more. Each smoke command runs through /bin/sh, as written.
+"""
+
+import sys
+
+try:  # the built-in sha256 (3.12: _sha2; 3.11: _sha256): hashlib would load OpenSSL (~0.1 s under qemu)
+    from _sha2 import sha256  # type: ignore[import-not-found]
+except ImportError:
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:
+        from hashlib import sha256
+
+
+def out(*rec: object) -> None:
+    print("imgbuild-probe", repr(rec), flush=True)
+
+
+# The host wrote the job with repr() (ast.literal_eval would cost ~0.15 s to import under qemu).
+paths, commands, timeout, modules, version = eval(sys.argv[1], {"__builtins__": {}})
+out("python", sys.version.split()[0])
+for p in paths:
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        out("file", p, None, type(e).__name__)
+        out("compile", p, False, type(e).__name__ + " " + str(e)[:300])
+        continue
+    out("file", p, sha256(data).hexdigest(), "")
+    try:
+        compile(data, p, "exec", dont_inherit=True)
+        out("compile", p, True, "")
+    except Exception as e:  # noqa: BLE001 (any failure to compile is the result to report)
+        out("compile", p, False, type(e).__name__ + " " + str(e).replace("\n", " ")[:300])
+
+
+def cut(data: bytes) -> str:
+    return data.decode(errors="replace")[-2000:]
+
+
+def run(kind: str, cmd: str) -> None:
+    import subprocess  # only for shell commands (~0.2 s under qemu)
+
+    try:
+        r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, timeout=timeout)
+        out(kind, cmd, r.returncode, False, cut(r.stdout), cut(r.stderr))
+    except subprocess.TimeoutExpired:
+        out(kind, cmd, -1, True, "", "")
+
+
+for c in commands:
+    run("command", c)
+if modules:
+    import importlib
+    import traceback
+
+    for m in modules:
+        out("import-start", m)
+        try:
+            importlib.import_module(m)
+            out("import", m, True, "", "", [])
+        except BaseException as e:  # noqa: BLE001 (an import that fails in any way, SystemExit too, is reported)
+            where = ""
+            tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+            files = sorted(set(f.filename for f in tb))
+            if isinstance(e, SyntaxError) and e.filename:
+                where = f"{e.filename}:{e.lineno}"
+                files.append(e.filename)
+            elif tb:
+                where = f"{tb[-1].filename}:{tb[-1].lineno}"
+            out("import", m, False, type(e).__name__ + ": " + str(e).replace("\n", " ")[:300], where, files)
+if version:
+    run("version", version)

@@ -1,0 +1,152 @@
+"""What a launcher (sparkrun) needs from an image, checked the way sparkrun checks it.
+
+sparkrun 0.4.2 starts every workload as `docker run IMAGE bash -c <command>`:
+the command is appended as CMD arguments, so the image's ENTRYPOINT must be
+empty or a passthrough wrapper that ends in `exec "$@"` (the NGC bases'
+`/opt/nvidia/nvidia_entrypoint.sh`); a consuming ENTRYPOINT such as
+`["vllm","serve"]` eats the command (`containers/entrypoint.py`). Its health
+check runs `docker exec CONTAINER kill -0 PID` (`scripts/exec_serve_detached.sh`),
+so `kill` must be an executable on the image's PATH, not only a shell builtin.
+
+Like sparkrun's own probe (`scripts/image_entrypoint_probe.sh`), one container
+runs the real argv shape, `bash -c SCRIPT` under the image's ENTRYPOINT, and
+looks for a computed sentinel (an entrypoint that echoes its argv back cannot
+print it); only when that fails does a second run with the ENTRYPOINT cleared
+tell a consuming ENTRYPOINT from a missing bash. The same script names the
+first `kill` on PATH. Parsing and verdicts are pure; `run` is the one side
+effect (one container, two when the first did not run the command).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from imgbuild.platforms import Platform
+
+if TYPE_CHECKING:
+    from imgbuild.engine import Engine, ImageInfo
+
+TOKEN = "sparkrun_probe_42"
+# sparkrun's PROBE_COMMAND (the sentinel is computed), then the first executable `kill` on the image's PATH
+SCRIPT = (
+    'printf "sparkrun_probe_%s\\n" "$((21*2))"; '
+    'IFS=:; for d in $PATH; do if [ -f "$d/kill" ] && [ -x "$d/kill" ]; then echo "kill=$d/kill"; break; fi; done'
+)
+ARGV = ("bash", "-c", SCRIPT)
+
+Result = tuple[str, str, str]  # (check name, pass|fail, detail)
+
+
+@dataclass(frozen=True)
+class Probe:
+    ran: bool  # bash ran the command (the sentinel was printed)
+    kill: str | None  # the standalone kill it found on PATH
+
+
+def parse(stdout: str) -> Probe:
+    ran = any(line.strip() == TOKEN for line in stdout.splitlines())
+    kill = next((line[5:].strip() for line in stdout.splitlines() if line.startswith("kill=")), None)
+    return Probe(ran, kill or None)
+
+
+def entrypoint_result(entrypoint: Sequence[str] | None, first: Probe, cleared: Probe | None) -> Result:
+    """Empty or passthrough passes; a consuming ENTRYPOINT fails; so does an image where bash never ran."""
+    ep = list(entrypoint or [])
+    if first.ran:
+        if not ep:
+            return ("entrypoint", "pass", "no ENTRYPOINT: a launcher's command is the argv")
+        return ("entrypoint", "pass", f'ENTRYPOINT {ep} passes the command through (exec "$@"); kept')
+    if ep and cleared is not None and cleared.ran:
+        return (
+            "entrypoint",
+            "fail",
+            f"ENTRYPOINT {ep} consumes the command a launcher appends (sparkrun runs `IMAGE bash -c ...`); "
+            'clear it (ENTRYPOINT []), or use a wrapper that ends in exec "$@"',
+        )
+    return ("entrypoint", "fail", "`bash -c` did not run in the image: sparkrun's scripts need bash on PATH")
+
+
+def kill_result(probe: Probe) -> Result:
+    if probe.kill:
+        return ("kill", "pass", f"{probe.kill} (sparkrun's health check runs `docker exec ... kill -0`)")
+    if not probe.ran:
+        return ("kill", "fail", "not checked: `bash -c` did not run in the image")
+    return (
+        "kill",
+        "fail",
+        "no standalone `kill` on PATH (only the shell builtin): sparkrun's health check runs "
+        "`docker exec CONTAINER kill -0 PID`; install procps (Debian/Ubuntu) in the image",
+    )
+
+
+def results(entrypoint: Sequence[str] | None, first: Probe, cleared: Probe | None) -> list[Result]:
+    """The two launcher checks; `kill` is read from whichever run executed the script."""
+    ran = first if first.ran else (cleared or first)
+    return [entrypoint_result(entrypoint, first, cleared), kill_result(ran)]
+
+
+def run(engine: Engine, info: ImageInfo, platform: Platform | None, timeout: int = 300) -> list[Result]:
+    """Run the probe in `info`'s image (the second, cleared run only when the first did not run it)."""
+    first = parse(engine.run(info.id, ARGV, platform=platform, timeout=timeout).stdout)
+    cleared = None
+    if not first.ran and info.entrypoint:
+        cleared = parse(engine.run(info.id, ARGV, platform=platform, timeout=timeout, entrypoint=[""]).stdout)
+    return results(info.entrypoint, first, cleared)
+
+
+# -- the base's ENTRYPOINT, decided before a build (image.entrypoint: keep | clear) ------------------
+EXPLAIN = (
+    'two cases: a consuming ENTRYPOINT such as ["vllm","serve"] eats the command a launcher appends '
+    "(sparkrun runs `IMAGE bash -c ...`), so it must be cleared: image.entrypoint: clear (what imgbuild does "
+    "for a consuming one by default); a passthrough wrapper such as NGC's /opt/nvidia/nvidia_entrypoint.sh, "
+    'which does its setup and ends in exec "$@", must be kept or that setup is lost: image.entrypoint: keep'
+)
+
+
+def base_kind(entrypoint: Sequence[str] | None, first: Probe | None) -> str:
+    """ "none" (no ENTRYPOINT), "passthrough" (`bash -c` ran under it) or "consuming" (it did not) (pure)."""
+    if not entrypoint:
+        return "none"
+    return "passthrough" if first is not None and first.ran else "consuming"
+
+
+def known_consuming(entrypoint: Sequence[str]) -> bool:
+    """The stock vLLM images' ["vllm", "serve"] (any path to vllm): consuming, known without a container
+    (running it would start a server for a model named `bash`)."""
+    return bool(entrypoint) and entrypoint[0].rsplit("/", 1)[-1] == "vllm"
+
+
+def probe_base(engine: Engine, info: ImageInfo, platform: Platform, *, timeout: int = 300) -> str:
+    """What the base's ENTRYPOINT does with an appended command: one container, none for an empty
+    ENTRYPOINT or a `vllm ...` one (known_consuming: the stock images and imgbuild's stand-in bases; not
+    the stand-in's label, which an image built FROM it with its own ENTRYPOINT inherits)."""
+    if not info.entrypoint:
+        return "none"
+    if known_consuming(info.entrypoint):
+        return "consuming"
+    return base_kind(info.entrypoint, parse(engine.run(info.id, ARGV, platform=platform, timeout=timeout).stdout))
+
+
+def check_decision(
+    variant: str, base_ref: str, entrypoint: Sequence[str] | None, kind: str, decision: str | None
+) -> None:
+    """Refuse, before any build, a passthrough ENTRYPOINT the config did not decide about, and `keep` of a
+    consuming one (pure; ConfigError)."""
+    from imgbuild.errors import ConfigError
+
+    where = f"images/{variant}.yaml: image.entrypoint"
+    ep = list(entrypoint or [])
+    if kind == "passthrough" and decision is None:
+        raise ConfigError(
+            f"{where} is not set, and the base {base_ref} has ENTRYPOINT {ep}, which passes a command through "
+            "(it ran `bash -c ...` appended to it): imgbuild will not clear it silently",
+            hint=f"{EXPLAIN}. Set one of them in images/{variant}.yaml (or a variant it comes from).",
+        )
+    if kind == "consuming" and decision == "keep":
+        raise ConfigError(
+            f"{where} is keep, but the base {base_ref}'s ENTRYPOINT {ep} consumes the command a launcher appends "
+            "(`bash -c ...` did not run under it)",
+            hint=f"{EXPLAIN}. Use image.entrypoint: clear (or leave it unset) for this base.",
+        )

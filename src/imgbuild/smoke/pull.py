@@ -1,0 +1,66 @@
+"""Image references for `smoke` and `inspect`: local names as they are, registry references pulled by digest.
+
+`localize` resolves `host/repo:tag` (an index or one manifest) to the
+platform's manifest digest with `docker buildx imagetools inspect`
+(registry/tools.py), pulls exactly that digest through the daemon, and
+returns `host/repo@sha256:...`, which the daemon then knows as a local image.
+A local name whose platform is not the one asked is refused with the name to
+use instead: each platform of an imgbuild image has its own immutable tag.
+"""
+
+from __future__ import annotations
+
+from imgbuild.engine import Engine
+from imgbuild.errors import ConfigError, DockerError, RegistryError
+from imgbuild.platforms import Platform
+from imgbuild.registry import reference, tools
+
+
+def is_registry_ref(text: str) -> bool:
+    first, _, rest = text.partition("/")
+    return bool(rest) and ("." in first or ":" in first or first == "localhost")
+
+
+def platform_digest(ref: reference.Reference, platform: Platform) -> str:
+    """The manifest digest of `platform` behind `ref`."""
+    top = tools.inspect_required(str(ref))
+    if not top.is_index:
+        return top.digest
+    found = []
+    for plat, digest in top.entries():
+        found.append(plat or "unknown")
+        os_name, _, arch = (plat or "").partition("/")
+        arch, _, variant = arch.partition("/")
+        if plat is not None and Platform.of(os_name, arch, variant) == platform:
+            return digest
+    raise RegistryError(f"{ref} has no {platform} image (it has {', '.join(found) or 'none'})")
+
+
+def localize(engine: Engine, text: str, platform: str | None = None) -> str:
+    """A reference the daemon has, for `platform` (default: the daemon's own)."""
+    want = Platform.parse(platform) if platform else None
+    local = engine.image(text)
+    if local is not None and (want is None or local.platform == want):
+        return text
+    if not is_registry_ref(text):
+        if local is not None and want is not None:
+            raise DockerError(
+                f"{text} in the local store is {local.platform}, not {want}",
+                hint="name that platform's own image: `imgbuild build --json` lists each platform's immutable tag",
+            )
+        return text
+    try:
+        ref = reference.parse(text)
+    except ConfigError:
+        return text
+    plat = want or engine.arch
+    pinned = f"{ref.name}@{platform_digest(ref, plat)}"
+    if engine.image(pinned) is None:
+        try:
+            engine.pull(pinned, plat)
+        except DockerError as exc:
+            raise DockerError(
+                f"cannot pull {pinned} ({plat}) for checking: {exc.message}",
+                hint="the daemon pulls with its own credentials: `docker login " + ref.host + "`",
+            ) from exc
+    return pinned

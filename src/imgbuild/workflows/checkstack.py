@@ -1,0 +1,109 @@
+"""`patches check` and `patches apply` on the pinned release: the series and its variants, as results.
+
+The CLI prints these results; it neither applies patches nor decides what
+failed. (`patches check --onto REF` is checkmatrix.py: the same across releases.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imgbuild.errors import ApplyError, ImgbuildError
+from imgbuild.patches.apply import PatchOutcome, StackResult, apply_stack
+from imgbuild.patches.variants import ResolvedVariant, apply_selection, touched_paths
+from imgbuild.project import Project, merge3
+from imgbuild.workflows.materialize import write_tree
+
+CLEAN = ("exact", "offset")  # what `patches check` passes; fuzz and 3-way merges fail it
+
+
+@dataclass(frozen=True)
+class SeriesCheck:
+    """The whole series applied to the pin (fuzz only when allowed, then 3-way), and each variant derived from it."""
+
+    project: Project
+    full: StackResult
+    variants: dict[str, ResolvedVariant]  # those whose selection applies
+    variant_errors: dict[str, str]  # variant -> why it has no plan
+    lint: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.full.ok and not self.variant_errors and all(o.method in CLEAN for o in self.full.outcomes)
+
+    def to_json(self) -> dict[str, object]:
+        pin = self.project.pin
+        files = {p.name: p.filename for p in self.project.patches}
+        return {
+            "upstream": {"tag": pin.tag, "commit": pin.commit},
+            "ok": self.ok,
+            "patches": [o.to_json() for o in self.full.outcomes],
+            "variants": {
+                **{n: {"ok": True, "patches": [files[x] for x in v.selected]} for n, v in self.variants.items()},
+                **{n: {"ok": False, "error": e} for n, e in self.variant_errors.items()},
+            },
+            "lint": self.lint,
+        }
+
+
+def check_series(project: Project, max_fuzz: int = 0) -> SeriesCheck:
+    project.refuse_bad_headers()
+    tree = project.tree()
+    tree.prefetch(touched_paths(project.patches))
+    full = apply_stack(project.patches, tree, max_fuzz=max_fuzz, merge3=merge3)
+    variants: dict[str, ResolvedVariant] = {}
+    errors: dict[str, str] = {}
+    for name, variant in project.variants.items():
+        try:  # derived from `full`, not re-applied; what a plan adds (hashes of every file) cannot fail
+            apply_selection(variant, project.patches, tree, max_fuzz=max_fuzz, full=full)
+            variants[name] = variant
+        except ImgbuildError as exc:  # a variant that cannot be planned is reported with the others
+            errors[name] = exc.message
+    return SeriesCheck(project, full, variants, errors, project.lint())
+
+
+class SeriesRefused(ApplyError):
+    """`patches apply` found a patch that does not apply; nothing was written. Carries the per-patch report."""
+
+    def __init__(self, message: str, hint: str, outcomes: list[PatchOutcome]) -> None:
+        super().__init__(message, hint, {"ok": False, "patches": [o.to_json() for o in outcomes]})
+        self.outcomes = outcomes
+
+
+@dataclass(frozen=True)
+class Applied:
+    into: Path
+    files: int
+    outcomes: list[PatchOutcome] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": True,
+            "into": str(self.into),
+            "files": self.files,
+            "patches": [o.to_json() for o in self.outcomes],
+        }
+
+
+def apply_into(
+    project: Project, into: Path, *, variant: str | None = None, max_fuzz: int = 0, only_changed: bool = False
+) -> Applied:
+    """The pinned release with the series (or a variant's selection) applied, written to a new directory."""
+    if variant:
+        plan = project.plan([variant], max_fuzz=max_fuzz)[0]
+        changed: dict[str, bytes | None] = {f.path: plan.contents[f.path] for f in plan.files if f.state == "patched"}
+        outcomes = list(plan.outcomes)
+    else:
+        result = apply_stack(project.patches, project.tree(), max_fuzz=max_fuzz, merge3=None)
+        if not result.ok:
+            bad = next(o for o in result.outcomes if not o.ok)
+            why = "; ".join(f"{f.path}: {f.reason}" for f in bad.files if f.method == "conflict" and f.reason)
+            raise SeriesRefused(
+                f"{bad.patch} does not apply ({bad.method}{': ' + why if why else ''}); nothing was written to {into}",
+                "run `imgbuild patches check` for the per-hunk report",
+                result.outcomes,
+            )
+        changed, outcomes = result.changed, result.outcomes
+    count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
+    return Applied(into.resolve(), count, outcomes)

@@ -1,0 +1,173 @@
+"""`imgbuild patches check --onto REF...`: will the stack carry to other releases?
+
+For each ref, each stack (the full series, then each variant's selection,
+i.e. the series minus what it reverts) is carried patch by patch onto the
+ref's tree, in memory (replay.carry_patch over a CommitTree: no work tree, no
+index). The result is a matrix of variant x ref x patch outcomes. A variant
+fails on a ref when one of its patches conflicts (would stop a rebase); with
+`strict`, anything but exact or offset fails (the patch files would need to
+change). Fuzz is never tried.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from imgbuild.patches.backport import is_backport
+from imgbuild.patches.carry import Carry, LazyBlobs, MemoTree, carry_patch
+from imgbuild.patches.renames import RenameFinder
+from imgbuild.project import Project
+from imgbuild.upstream.git import CommitTree
+from imgbuild.upstream.refs import resolve_ref
+from imgbuild.workflows.backport_check import recognise
+
+SERIES = "series"
+STRICT_OK = frozenset({"exact", "offset"})
+
+
+@dataclass(frozen=True)
+class RefInfo:
+    ref: str
+    tag: str
+    commit: str
+
+
+@dataclass
+class Matrix:
+    upstream: str
+    refs: list[RefInfo]
+    stacks: list[tuple[str, tuple[str, ...]]]
+    cells: dict[tuple[str, str, str], Carry] = field(default_factory=dict)  # (stack, ref, patch)
+    strict: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
+    filenames: dict[str, str] = field(default_factory=dict)  # patch name -> file name, the spelling JSON uses
+
+    def passes(self, carry: Carry) -> bool:
+        return carry.outcome in STRICT_OK if self.strict else carry.ok
+
+    def stack_ok(self, stack: str, ref: str) -> bool:
+        names = dict(self.stacks)[stack]
+        return all(self.passes(self.cells[(stack, ref, n)]) for n in names)
+
+    def carries(self, stack: str, ref: str) -> bool:
+        """No patch of `stack` conflicts on `ref` (strict or not)."""
+        return all(self.cells[(stack, ref, n)].ok for n in dict(self.stacks)[stack])
+
+    def verdict(self, stack: str, ref: str) -> str:
+        """PASS; CHANGES (strict: it carries, but patch files would change); FAIL (a patch conflicts)."""
+        if self.stack_ok(stack, ref):
+            return "PASS"
+        return "CHANGES" if self.carries(stack, ref) else "FAIL"
+
+    @property
+    def ok(self) -> bool:
+        return all(self.stack_ok(s, r.ref) for s, _ in self.stacks for r in self.refs)
+
+    @property
+    def summary(self) -> str:
+        if self.ok:
+            return "every variant carries"
+        if all(self.carries(s, r.ref) for s, _ in self.stacks for r in self.refs):
+            return "every variant carries, but some patch files would change (strict: exact or offset only)"
+        return "some variants do not carry"
+
+    def label(self, carry: Carry) -> str:
+        text = carry.outcome
+        if carry.outcome == "conflict":
+            where = [f.path for f in carry.files if f.method == "conflict"]
+            text += f": {', '.join(where)}" if where else ""
+        elif self.strict and carry.outcome not in STRICT_OK:
+            text += " (file would change)"
+        if carry.moves:
+            text += " (moved)"
+        if carry.outcome == "upstreamed" and is_backport(carry.patch.fields):
+            text += " (backport)"
+        return text
+
+    def _file(self, name: str) -> str:
+        return self.filenames.get(name, name)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "strict": self.strict,
+            "upstream": self.upstream,
+            "refs": [
+                {"ref": r.ref, "tag": r.tag, "commit": r.commit, "seconds": round(self.seconds.get(r.ref, 0), 4)}
+                for r in self.refs
+            ],
+            "variants": [
+                {
+                    "variant": stack,
+                    "patches": [self._file(n) for n in names],
+                    "results": {
+                        r.ref: {
+                            "ok": self.stack_ok(stack, r.ref),
+                            "verdict": self.verdict(stack, r.ref),
+                            "patches": {self._file(n): _cell_json(self.cells[(stack, r.ref, n)], r.tag) for n in names},
+                        }
+                        for r in self.refs
+                    },
+                }
+                for stack, names in self.stacks
+            ],
+        }
+
+
+def _cell_json(carry: Carry, tag: str) -> dict[str, object]:
+    data = carry.to_json()
+    if is_backport(carry.patch.fields):
+        data["backport"] = True
+        data["applied_upstream"] = tag if carry.outcome == "upstreamed" else None
+    return data
+
+
+def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Matrix:
+    pin = project.pin
+    resolved = [(ref, resolve_ref(pin, ref)) for ref in refs]
+    stacks: list[tuple[str, tuple[str, ...]]] = [(SERIES, tuple(p.name for p in project.patches))]
+    stacks += [(v.name, v.selected) for v in project.variants.values()]
+    matrix = Matrix(
+        f"{pin.name} (pinned {pin.tag})", [RefInfo(r, x.tag, x.commit) for r, x in resolved], stacks, strict=strict
+    )
+    by_name = {p.name: p for p in project.patches}
+    matrix.filenames = {p.name: p.filename for p in project.patches}
+    raws = {
+        p.name: (project.patches_dir / p.filename).read_bytes().decode("utf-8", errors="surrogateescape")
+        for p in project.patches
+    }
+    blobs = LazyBlobs(project.patches, project.tree)
+
+    def pinned_commit() -> str:
+        return project.upstream.commit
+
+    for ref, res in resolved:
+        started = time.perf_counter()
+        tree = MemoTree(CommitTree(res.repo, res.commit))
+        finder = RenameFinder(res.repo, pinned_commit, res.commit)
+        memo: dict[tuple[str, ...], tuple[Carry, dict[str, bytes | None]]] = {}
+        for stack, names in stacks:
+            changed: dict[str, bytes | None] = {}
+            applied: tuple[str, ...] = ()
+            for name in names:
+                key = (*applied, "|", name)
+                if key not in memo:
+                    carry = carry_patch(
+                        by_name[name],
+                        tree,
+                        changed,
+                        finder=finder,
+                        raw=raws[name],
+                        blobs=blobs.for_patch(name),
+                        label=f"upstream {res.tag}",
+                    )
+                    carry = recognise(carry, raws[name], res.repo, pinned_commit(), res.commit, res.tag)
+                    memo[key] = (carry, dict(carry.changes))
+                carry, own = memo[key]
+                matrix.cells[(stack, ref, name)] = carry
+                if carry.ok:
+                    changed.update(own)
+                    applied = (*applied, name)
+        matrix.seconds[ref] = time.perf_counter() - started
+    return matrix

@@ -1,0 +1,413 @@
+"""`imgbuild patches edit` / `patches refresh`: the series as a git branch (like gbp pq).
+
+`edit` makes `.imgbuild-work/pq/tree`, a git work tree of the pinned release
+with one commit per patch on branch `patches`. Each commit's message is the
+patch's DEP-3 header, byte for byte, followed by a `Patch-Name:` trailer that
+ties it to its file. The author edits, amends, reorders, drops or adds
+commits with plain git.
+
+`refresh` exports the branch back: a patch whose diff is the same keeps its
+bytes; a changed diff is re-exported under its original header (Last-Update
+bumped); a header the author edited is taken from the commit message; a new
+commit becomes a new patch file with a DEP-3 header made from its message. A
+header whose text only differs by what git's message cleanup does (trailing
+spaces, blank lines, comment lines) counts as unchanged, so it comes back
+byte for byte. patches/ and the series are written as one step.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imgbuild.atomic import write_json
+from imgbuild.errors import ApplyError, PatchError, StateError
+from imgbuild.patches.apply import apply_stack
+from imgbuild.patches.carry import replay_series
+from imgbuild.patches.hunks import decode, encode
+from imgbuild.patches.patchfile import Patch, parse_header
+from imgbuild.project import Project
+from imgbuild.upstream.commits import (
+    CommitInfo,
+    checkout_branch,
+    commit_files,
+    commit_raw,
+    diff_commits,
+    head_commit,
+    is_ancestor,
+    read_commit,
+    rev_list,
+    status_porcelain,
+)
+from imgbuild.upstream.git import CommitTree, GitRepo
+from imgbuild.workflows.workspace import Session, state_dir
+from imgbuild.workflows.writeback import (
+    Journal,
+    bump_last_update,
+    check_unchanged,
+    context_of,
+    export_best,
+    parse_text,
+    reorder_series,
+    today,
+)
+
+KIND = "pq"
+BRANCH = "patches"
+TRAILER = "Patch-Name"
+TRAILER_RE = re.compile(rf"^{TRAILER}:[ \t]*(\S+)[ \t]*$")
+NUMBERED = re.compile(r"^(\d{4})-")
+
+
+@dataclass
+class Opened:
+    work_tree: Path
+    base: str
+    tag: str
+    commits: int
+    created: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "work_tree": str(self.work_tree),
+            "base": self.base,
+            "tag": self.tag,
+            "commits": self.commits,
+            "created": self.created,
+        }
+
+
+@dataclass
+class Refreshed:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    series_changed: bool = False
+    warnings: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "written": self.written,
+            "unchanged": self.unchanged,
+            "added": self.added,
+            "removed": self.removed,
+            "series_changed": self.series_changed,
+            "warnings": self.warnings,
+            "closed": self.closed,
+        }
+
+
+# -- commit messages -------------------------------------------------------------------
+def to_message(header: str, filename: str) -> str:
+    if not header:
+        return f"{TRAILER}: {filename}\n"
+    body = header if header.endswith("\n") else header + "\n"
+    return f"{body}\n{TRAILER}: {filename}\n"
+
+
+def from_message(message: str) -> tuple[str | None, str]:
+    """(file name from the trailer or None, the header text)."""
+    lines = message.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        m = TRAILER_RE.match(lines[i].rstrip("\r\n"))
+        if m:
+            rest = lines[:i] + lines[i + 1 :]
+            if i == len(rest) and rest and not rest[-1].strip():
+                rest = rest[:-1]  # the blank line to_message put before the trailer
+            return m.group(1), "".join(rest)
+        if lines[i].strip() and not re.match(r"^[A-Za-z][A-Za-z0-9-]*:", lines[i]):
+            break  # past the trailer block
+    return None, message
+
+
+def _cleanup(text: str, strip_comments: bool) -> list[str]:
+    """What `git commit`'s message cleanup leaves of `text` (git stripspace)."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if strip_comments and line.startswith("#"):
+            continue
+        if not line and (not out or not out[-1]):
+            continue
+        out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def same_header(edited: str, original: str) -> bool:
+    return any(_cleanup(edited, c) == _cleanup(original, c) for c in (False, True))
+
+
+def new_header(message: str, author: str, date: str) -> str:
+    """A DEP-3 header for a commit that has no patch yet."""
+    if parse_header(message).get("Description") or parse_header(message).get("Subject"):
+        return message if message.endswith("\n") else message + "\n"
+    lines = message.strip("\n").splitlines() or ["(no description)"]
+    trailers: dict[str, str] = {}
+    while lines and (m := re.match(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$", lines[-1])):
+        trailers[m.group(1)] = m.group(2)
+        lines.pop()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    body = lines[1:]
+    while body and not body[0].strip():
+        body.pop(0)
+    description = [f"Description: {lines[0]}"] + [f" {ln}" if ln.strip() else " ." for ln in body]
+    fields = {
+        "Author": author,
+        "Origin": "vendor",
+        "Forwarded": "no",
+        "Upstream-Status": "Pending",
+        "Group": "",
+        **trailers,
+        "Last-Update": date,
+    }
+    return "\n".join(description + [f"{k}: {v}".rstrip() for k, v in fields.items()]) + "\n---\n"
+
+
+def new_filename(subject: str, taken: set[str]) -> str:
+    numbers = [int(m.group(1)) for n in taken if (m := NUMBERED.match(n))]
+    slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:50].strip("-") or "patch"
+    prefix = f"{max(numbers) + 1:04d}-" if numbers else ""
+    name = f"{prefix}{slug}.patch"
+    n = 2
+    while name in taken:
+        name = f"{prefix}{slug}-{n}.patch"
+        n += 1
+    return name
+
+
+def session(root: Path) -> Session:
+    return Session(root, KIND)
+
+
+# -- edit ---------------------------------------------------------------------------------
+def open_queue(root: Path) -> Opened:
+    work = session(root)
+    with work.locked():
+        rebase_dir = state_dir(root, "rebase")
+        if rebase_dir.exists():
+            raise StateError(
+                f"a rebase is in progress (work tree {rebase_dir / 'tree'})",
+                hint="finish it (`imgbuild patches rebase --continue`) or `--abort` it first",
+            )
+        state = work.read()
+        if state is not None:
+            count = len(rev_list(work.scratch(), state["base"], "HEAD"))
+            return Opened(work.tree, state["base"], state["tag"], count, False)
+        project = Project.load(root)
+        upstream = project.upstream
+        token = uuid.uuid4().hex
+        entries: list[dict[str, Any]] = []
+
+        def fill(scratch: GitRepo, staging: Path) -> None:
+            head = upstream.commit
+            for step in replay_series(project.patches, CommitTree(scratch, upstream.commit)):
+                if not step.outcome.ok or step.outcome.method == "fuzz":
+                    raise ApplyError(
+                        f"{step.patch.filename} does not apply to the pinned release {project.pin.tag} "
+                        f"({step.outcome.method})",
+                        hint="fix the series first: `imgbuild patches check`, or rebase it",
+                    )
+                head = commit_files(scratch, head, step.own, to_message(step.patch.header, step.patch.filename))
+                entries.append({"filename": step.patch.filename, "commit": head})
+            checkout_branch(scratch, BRANCH, head)
+            write_json(staging / "state.json", _state(work, token, upstream.commit, project.pin.tag, entries))
+
+        work.create(upstream.repo.path / "objects", token, fill)
+        return Opened(work.tree, upstream.commit, project.pin.tag, len(entries), True)
+
+
+def _state(work: Session, token: str, base: str, tag: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    inputs = work.inputs(f"patches/{e['filename']}" for e in entries)
+    return {"kind": KIND, "version": 1, "token": token, "base": base, "tag": tag, "patches": entries, "inputs": inputs}
+
+
+def discard(root: Path, *, force: bool = False) -> str:
+    work = session(root)
+    with work.locked():
+        directory = work.directory
+        state = work.read()
+        if state is None:
+            return "no `patches edit` work tree is open"
+        scratch = work.scratch()
+        if not force:
+            dirty = status_porcelain(scratch)
+            synced = state.get("synced") or (state["patches"][-1]["commit"] if state["patches"] else state["base"])
+            if dirty or head_commit(scratch) != synced:
+                raise StateError(
+                    f"the work tree {work.tree} has work that is not in patches/ yet",
+                    hint="run `imgbuild patches refresh` first, or pass --force to throw it away",
+                )
+        work.remove()
+        return f"removed {directory}"
+
+
+# -- refresh -------------------------------------------------------------------------------
+def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refreshed:
+    date = date or today()
+    work = session(root)
+    with work.locked():
+        state = work.read()
+        if state is None:
+            raise StateError("no `patches edit` work tree is open", hint="run `imgbuild patches edit` first")
+        journal = Journal.load(root, work.txn)
+        if journal is not None:  # an earlier refresh died while writing patches/: finish it
+            journal.apply()
+            journal.discard()
+            state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+            work.save(state)
+        tree = work.tree
+        scratch = work.scratch()
+        project = Project.load(root)
+        if project.pin.commit != state["base"]:
+            raise StateError(
+                f"the pin moved to {project.pin.tag} since `patches edit` (the work tree is on {state['tag']})",
+                hint="discard the work tree (`imgbuild patches edit --discard --force`) and edit again",
+            )
+        check_unchanged(root, state["inputs"], "the `patches edit`")
+        dirty = status_porcelain(scratch)
+        if dirty:
+            raise StateError(
+                f"the work tree {tree} has uncommitted changes:\n" + "\n".join(dirty[:20]),
+                hint="commit them (`git commit --amend` changes a patch, `git commit` adds one), or discard them",
+            )
+        head = head_commit(scratch)
+        if head is None or not is_ancestor(scratch, state["base"], head):
+            raise StateError(
+                f"HEAD of {tree} does not descend from the pinned release {state['tag']} ({state['base'][:12]})",
+                hint=f"rebase your commits onto {state['base'][:12]} in the work tree",
+            )
+        result, commits, journal = _export(work, project, scratch, state, head, date)
+        journal.prepare()
+        state["patches"] = [{"filename": name, "commit": info.sha} for info, name, _ in commits if name]
+        work.save(state)  # the journal is prepared: a crash now is finished later
+        journal.apply()
+        journal.discard()
+        renamed = _sync_messages(scratch, state["base"], commits)
+        state["patches"] = [{"filename": name, "commit": sha} for name, sha in renamed]
+        state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+        state["synced"] = head_commit(scratch)
+        work.save(state)
+        if close:
+            work.remove()
+            result.closed = True
+        return result
+
+
+Final = tuple[CommitInfo, str | None, str | None]  # commit, its patch file, the header that file now has
+
+
+def _export(
+    work: Session, project: Project, scratch: GitRepo, state: dict[str, Any], head: str, date: str
+) -> tuple[Refreshed, list[Final], Journal]:
+    root = work.root
+    package_root = project.pin.package_root
+    originals = {p.filename: p for p in project.patches}
+    journal = Journal(root, work.txn)
+    result = Refreshed()
+    order: list[str] = []
+    commits: list[Final] = []
+    stack: list[Patch] = []
+    for sha in rev_list(scratch, state["base"], head):
+        info = read_commit(scratch, sha)
+        if len(info.parents) != 1:
+            raise StateError(f"commit {sha[:12]} is a merge; the series must be a straight line", hint="rebase it flat")
+        filename, header = from_message(info.message)
+        if filename is not None and (("/" in filename) or not filename.endswith((".patch", ".diff"))):
+            raise PatchError(f"commit {sha[:12]}: {TRAILER}: {filename!r} is not a patch file name")
+        if filename in order:
+            raise StateError(f"commits {sha[:12]} and an earlier one both say {TRAILER}: {filename}", hint="rename one")
+        original = originals.get(filename) if filename else None
+        diff = diff_commits(scratch, info.parents[0], sha, context=context_of(original) if original else 3)
+        if not diff:
+            if original is not None:
+                result.warnings.append(f"{filename}: its commit is empty; patches/{filename} is left as it was")
+                order.append(original.filename)
+                commits.append((info, original.filename, original.header))
+                stack.append(original)
+            else:
+                result.warnings.append(f"commit {sha[:12]} changes nothing; ignored")
+                commits.append((info, None, None))
+            continue
+        if original is not None:
+            orig_bytes = (project.patches_dir / original.filename).read_bytes()
+            unchanged_header = same_header(header, original.header)
+            exported, diff = export_best(
+                functools.partial(Session.diff, scratch, info.parents[0], sha),
+                orig_bytes,
+                original,
+                original.header if unchanged_header else _ensure_nl(header),
+                filename=original.filename,
+                package_root=package_root,
+                date=date,
+                header_changed=not unchanged_header,
+            )
+            if exported.data is not None:
+                journal.write(f"patches/{original.filename}", exported.data)
+                result.written.append(original.filename)
+            else:
+                result.unchanged.append(original.filename)
+            data = exported.data or orig_bytes
+            name = original.filename
+        else:
+            subject = (header.strip().splitlines() or ["patch"])[0]
+            name = filename or new_filename(subject.removeprefix("Description:").strip(), set(originals) | set(order))
+            data = encode(bump_last_update(new_header(header, info.author, date), date) + diff)
+            journal.write(f"patches/{name}", data)
+            result.added.append(name)
+        patch = parse_text(name, decode(data), package_root)
+        stack.append(patch)
+        order.append(name)
+        commits.append((info, name, patch.header))
+    for name in originals:
+        if name not in order:
+            journal.delete(f"patches/{name}")
+            result.removed.append(name)
+    series_path = root / "patches" / "series"
+    text = series_path.read_text(encoding="utf-8")
+    new_text = reorder_series(text, order)
+    if new_text != text:
+        journal.write("patches/series", new_text.encode("utf-8"))
+        result.series_changed = True
+    check = apply_stack(stack, CommitTree(scratch, state["base"]))
+    bad = [o for o in check.outcomes if o.method not in ("exact", "offset", "upstreamed")]
+    if bad:
+        raise StateError(f"internal check: {bad[0].patch} would not apply ({bad[0].method}); nothing was written")
+    return result, commits, journal
+
+
+def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tuple[str, str]]:
+    """Make each commit's message the header its patch file now has, plus the trailer.
+
+    New commits get their `Patch-Name:` and generated header, and bumped
+    Last-Update lines show up in the branch, so the next refresh compares like
+    with like. Trees and authors are kept; only HEAD's branch moves.
+    """
+    parent = base
+    rewriting = False
+    out: list[tuple[str, str]] = []
+    for info, name, header in commits:
+        wanted = to_message(header, name) if name is not None and header is not None else info.message
+        if rewriting or wanted != info.message:
+            rewriting = True
+            sha = commit_raw(scratch, info.tree, [parent], wanted, env=info.author_env())
+        else:
+            sha = info.sha
+        if name is not None:
+            out.append((name, sha))
+        parent = sha
+    if rewriting:
+        scratch.move_ref("HEAD", parent, "imgbuild patches refresh")
+    return out
+
+
+def _ensure_nl(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
