@@ -37,17 +37,6 @@ class Platform:
         return cls(os, arch, "" if (arch, variant) == ("arm64", "v8") else variant)
 
     @classmethod
-    def parse_list(cls, text: str) -> tuple[Platform, ...]:
-        """A comma-separated list, in order, without repeats."""
-        out: list[Platform] = []
-        for item in text.split(","):
-            if item.strip() and (p := cls.parse(item)) not in out:
-                out.append(p)
-        if not out:
-            raise UsageError(f"{text!r}: no platform named; known: {', '.join(KNOWN)}")
-        return tuple(out)
-
-    @classmethod
     def host(cls) -> Platform:
         """This machine's platform."""
         return cls("linux", cls.arch_of_machine(platform.machine()))

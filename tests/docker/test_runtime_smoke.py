@@ -62,7 +62,6 @@ def test_both_variants_pass_every_import_check(built: str) -> None:
         assert [c["status"] for c in imports if c["name"] == module] == ["pass", "pass"], module
     version = [c for c in imports if c["name"] == "vllm --version"]
     assert [c["status"] for c in version] == ["pass", "pass"] and "0.33.0" in version[0]["detail"]
-    assert not [c for c in found if c["group"] == "command" and c["status"] == "skip"]  # `import vllm` really ran
 
 
 def broken_project(dest: Path) -> Path:

@@ -96,7 +96,7 @@ def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
         ("echo out; echo err >&2", "exit 3", "sleep 5"),
         1,  # seconds per command: "sleep 5" times out after one
         ("pk.good", "pk.bad", "pk.undefined", "pk.syntax"),
-        f"{sys.executable} --version",
+        "imgbuild",  # a console script installed here: its `--version` runs in the probe's process
     )
     argv = [sys.executable, *job.argv()[1:]]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False, timeout=60)
@@ -113,7 +113,16 @@ def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
     undefined = res.imports["pk.undefined"]
     assert undefined.error.startswith("NameError") and undefined.where.endswith("undefined.py:2")
     assert res.imports["pk.syntax"].where.endswith("syntax.py:1")
-    assert res.version is not None and res.version.exit_code == 0 and res.importing is None
+    assert res.cli is not None and res.cli.exit_code == 0 and res.importing is None, res.cli
+    assert res.cli.stdout.strip(), "imgbuild --version printed its version"
+
+
+def test_a_console_script_that_is_not_there_fails_naming_it(tmp_path: Path) -> None:
+    job = probe.Job((), (), 10, (), "no-such-cli")
+    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
+    res = probe.parse(proc.stdout)
+    assert res.cli is not None and res.cli.exit_code == 1
+    assert res.cli.stderr == "LookupError: no-such-cli is not on PATH"
 
 
 def test_a_python3_c_command_runs_through_the_shell_as_written(tmp_path: Path) -> None:
@@ -233,7 +242,7 @@ def test_import_failures_of_the_release_count_only_when_a_planned_file_is_involv
 
 
 def test_a_probe_that_died_mid_import_fails_that_module_and_the_rest() -> None:
-    job = probe.Job((), (), 10, ("vllm.a", "vllm.b", "vllm.c"), "vllm --version")
+    job = probe.Job((), (), 10, ("vllm.a", "vllm.b", "vllm.c"), "vllm")
     text = "imgbuild-probe ('python', '3.12.1')\nimgbuild-probe ('import', 'vllm.a', True, '', '', [])\n"
     result = probe.parse(text + "imgbuild-probe ('import-start', 'vllm.b')\n")
     checks = smoke._import_checks(job, ["vllm.a"], False, result, RunResult(139, "", "Segmentation fault"))
@@ -249,11 +258,11 @@ def test_a_probe_that_died_mid_import_fails_that_module_and_the_rest() -> None:
 
 
 def test_vllm_version_without_a_gpu_is_skipped_naming_why_and_other_failures_fail() -> None:
-    job = probe.Job((), (), 10, ("vllm.a",), "vllm --version")
+    job = probe.Job((), (), 10, ("vllm.a",), "vllm")
     head = "imgbuild-probe ('python', '3.12.1')\nimgbuild-probe ('import', 'vllm.a', True, '', '', [])\n"
     no_gpu = "RuntimeError: Failed to infer device type, please set the environment variable"
     for stderr, status in ((no_gpu, "skip"), ("ModuleNotFoundError: No module named 'uvicorn'", "fail")):
-        out = head + f"imgbuild-probe {('version', 'vllm --version', 1, False, '', stderr)!r}\n"
+        out = head + f"imgbuild-probe {('cli', 'vllm', 1, False, '', stderr)!r}\n"
         checks = smoke._import_checks(job, ["vllm.a"], False, probe.parse(out), RunResult(0, "", ""))
         assert (checks[-1].name, checks[-1].status) == ("vllm --version", status)
         assert stderr[:40] in checks[-1].detail

@@ -159,9 +159,6 @@ class BuildPlan:
     layer_plans: tuple[tuple[str, LayerPlan], ...]  # group title -> layer plan
     joins: tuple[JoinBuild, ...] = ()
 
-    def layer(self, digest: str) -> LayerBuild:
-        return next(lb for lb in self.layers if lb.digest == digest)
-
     def to_json(self) -> dict[str, object]:
         """What `build --dry-run --json` prints of the per-platform plan."""
         return {

@@ -103,17 +103,6 @@ def context_tar(dockerfile: str, files: Mapping[str, bytes]) -> bytes:
     return tar_files({DOCKERFILE: dockerfile.encode(), **files}, MTIME)
 
 
-def context_files(context: bytes) -> dict[str, bytes]:
-    """The files of a context tar made by `context_tar`, without the Dockerfile."""
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
-        for m in tar.getmembers():
-            fh = tar.extractfile(m) if m.isfile() and m.name != DOCKERFILE else None
-            if fh is not None:
-                out[m.name] = fh.read()
-    return out
-
-
 def listing(context: bytes) -> list[ContextEntry]:
     with tarfile.open(fileobj=io.BytesIO(context)) as tar:
         return [ContextEntry(m.name, "dir" if m.isdir() else "file", m.mode, m.size) for m in tar.getmembers()]

@@ -256,8 +256,3 @@ def parse_config(value: str) -> ConfigLabel:
 
 def missing_required(labels: Mapping[str, str]) -> list[str]:
     return [k for k in REQUIRED if k not in labels]
-
-
-def oci_annotations(labels: Mapping[str, str]) -> dict[str, str]:
-    """The OCI keys of `labels`, as manifest annotations (what docker/metadata-action writes)."""
-    return {k: v for k, v in sorted(labels.items()) if k.startswith(OCI)}

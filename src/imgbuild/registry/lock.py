@@ -62,11 +62,6 @@ class Lock:
     bases: Mapping[str, LockedBase]
     variants: Mapping[str, LockedVariant]
 
-    def base_of(self, variant: str) -> LockedBase:
-        if variant not in self.variants:
-            raise ConfigError(f"{FILENAME} has no entry for variant {variant!r}", hint="run `imgbuild lock`")
-        return self.bases[self.variants[variant].base]
-
     def to_dict(self) -> dict[str, object]:
         return {
             "version": VERSION,

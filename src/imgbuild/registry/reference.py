@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from imgbuild.errors import ConfigError
 
@@ -39,12 +39,6 @@ class Reference:
     def ref(self) -> str:
         """The tag or digest to ask the registry for (digest wins)."""
         return self.digest or self.tag or "latest"
-
-    def with_tag(self, tag: str) -> Reference:
-        return replace(self, tag=tag, digest=None)
-
-    def with_digest(self, digest: str) -> Reference:
-        return replace(self, digest=digest)
 
     def __str__(self) -> str:
         out = self.name

@@ -11,7 +11,8 @@
    entrypoint override, which only works when ENTRYPOINT is cleared; it hashes
    and byte-compiles every planned file with the image's own Python, runs the
    variant's smoke commands, then imports the planned modules and the
-   release's modules importing them, and runs `vllm --version`. On a skeleton
+   release's modules importing them, and runs `vllm --version` through the
+   console script's entry point in the same process. On a skeleton
    base (no torch) `smoke.skeleton_commands` run instead, and `smoke.commands`
    and the imports are reported as skipped, never silently passed.
 """
@@ -34,8 +35,8 @@ from imgbuild.smoke.importcheck import modules_to_import
 from imgbuild.upstream.mirror import cache_dir
 
 SKELETON_SKIP = "needs the real base (the skeleton stand-in has no torch)"
-VERSION_COMMAND = "vllm --version"
-NO_DEVICE = "Failed to infer device type"  # vllm's CLI without a GPU (the amd64 runtime base on a CPU host)
+CLI = "vllm"  # the console script whose `--version` smoke runs in the image
+NO_DEVICE = "Failed to infer device type"  # vllm's CLI without a GPU, when VLLM_TARGET_DEVICE is not cpu
 
 
 @dataclass(frozen=True)
@@ -272,12 +273,12 @@ def _probe_job(expected: Expected, skeleton: bool) -> probe.Job:
     spec = expected.smoke
     commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
     modules: tuple[str, ...] = ()
-    version = ""
+    cli = ""
     if not skeleton:
         importers = list(expected.importers()) if expected.importers else []
         modules = tuple(modules_to_import([f.path for f in expected.files], importers))
-        version = VERSION_COMMAND if modules else ""
-    return probe.Job(_paths(expected), commands, spec.timeout if spec else 600, modules, version)
+        cli = CLI if modules else ""
+    return probe.Job(_paths(expected), commands, spec.timeout if spec else 600, modules, cli)
 
 
 def runtime_checks(
@@ -348,7 +349,7 @@ def _import_checks(
     """One check per module of `job`; `planned`: the planned files' own modules (any failure of theirs fails)."""
     if skeleton:
         return [Check("import", "imports", "skip", f"{SKELETON_SKIP}: the planned modules, their importers and "
-                      f"`{VERSION_COMMAND}`")]  # fmt: skip
+                      f"`{CLI} --version`")]  # fmt: skip
     checks = []
     stopped = False
     for module in job.modules:
@@ -366,18 +367,16 @@ def _import_checks(
         else:
             why = "not run: the probe stopped before it" if stopped or result.ran else "not run"
             checks.append(Check("import", f"import {module}", "fail", why))
-    if job.version:
-        v = result.version
+    if job.cli:
+        name, v = f"{job.cli} --version", result.cli
         if v is None:
-            checks.append(Check("import", job.version, "fail", "not run"))
-        elif not v.timed_out and v.exit_code != 0 and NO_DEVICE in v.stderr:
-            # vLLM's CLI picks a platform first; a CUDA wheel on a host without a GPU has none
-            checks.append(Check("import", job.version, "skip", f"needs a GPU here: {probe.last_line(v.stderr)}"))
-        elif v.timed_out or v.exit_code != 0:
-            what = "timed out" if v.timed_out else f"exit {v.exit_code}"
-            checks.append(Check("import", job.version, "fail", f"{what}: {probe.last_line(v.stderr, v.stdout)}"))
+            checks.append(Check("import", name, "fail", "not run" + ("" if result.ran else f": {_died(res)}")))
+        elif v.exit_code != 0 and NO_DEVICE in v.stderr:
+            checks.append(Check("import", name, "skip", f"needs a GPU here: {probe.last_line(v.stderr)}"))
+        elif v.exit_code != 0:
+            checks.append(Check("import", name, "fail", f"exit {v.exit_code}: {probe.last_line(v.stderr, v.stdout)}"))
         else:
-            checks.append(Check("import", job.version, "pass", probe.last_line(v.stdout) or "exit 0"))
+            checks.append(Check("import", name, "pass", probe.last_line(v.stdout) or "exit 0"))
     return checks
 
 

@@ -3,7 +3,8 @@
 One container per image and platform (each start under qemu costs ~0.6 s,
 python ~0.55 s more): the probe prints the Python version, the sha256 and
 byte-compile result of every planned file, runs each smoke command (exit code,
-output), then imports each module asked for and runs the version command.
+output), then imports each module asked for and runs `CLI --version` through
+the console script's entry point, in the same process (no second import of vllm).
 
 The image may only have python3-minimal (no json module), so the probe reads
 its job as a Python literal and prints one `imgbuild-probe <repr(tuple)>`
@@ -31,16 +32,16 @@ class Job:
     commands: tuple[str, ...]
     timeout: int  # per command, in seconds
     modules: tuple[str, ...] = ()
-    version: str = ""  # a command that prints the package's version, run after the imports
+    cli: str = ""  # a console script whose `--version` runs after the imports, in the probe's process
 
     def argv(self) -> list[str]:
-        spec = (list(self.paths), list(self.commands), self.timeout, list(self.modules), self.version)
+        spec = (list(self.paths), list(self.commands), self.timeout, list(self.modules), self.cli)
         return ["python3", "-c", PROBE, repr(spec)]
 
     @property
     def container_timeout(self) -> int:
         """Every step may take `timeout`; the container as a whole gets their sum."""
-        steps = 2 + len(self.commands) + (1 if self.modules else 0) + (1 if self.version else 0)
+        steps = 2 + len(self.commands) + (1 if self.modules else 0)
         return self.timeout * steps
 
 
@@ -73,7 +74,7 @@ class ProbeResult:
     compiles: dict[str, tuple[bool, str]] = field(default_factory=dict)
     commands: dict[str, CommandResult] = field(default_factory=dict)
     imports: dict[str, ImportResult] = field(default_factory=dict)
-    version: CommandResult | None = None
+    cli: CommandResult | None = None  # `CLI --version`
     importing: str | None = None  # the module being imported when output stopped, if it never finished
 
     @property
@@ -115,8 +116,8 @@ def _record(res: ProbeResult, rec: tuple[object, ...]) -> None:
         res.compiles[str(rec[1])] = (bool(rec[2]), str(rec[3]))
     elif kind == "command" and len(rec) == 6:
         res.commands[str(rec[1])] = _command(rec)
-    elif kind == "version" and len(rec) == 6:
-        res.version = _command(rec)
+    elif kind == "cli" and len(rec) == 6:
+        res.cli = _command(rec)
     elif kind == "import-start" and len(rec) == 2:
         res.importing = str(rec[1])
     elif kind == "import" and len(rec) == 6 and isinstance(rec[5], list):

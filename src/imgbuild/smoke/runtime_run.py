@@ -11,7 +11,7 @@ No variable helps instead: with ONEDNN_MAX_CPU_ISA=ASIMD and DNNL_MAX_CPU_ISA=AS
 library loads, before any cap is read).
 
 On every platform `VLLM_TARGET_DEVICE=cpu` is set: without a GPU vLLM finds no platform,
-and its CLI (`vllm --version` builds the whole argument parser, DeviceConfig included)
+and its CLI (smoke's `vllm --version` builds the whole argument parser, DeviceConfig included)
 stops with "Failed to infer device type". Measured on amd64: the same 184 modules (the
 seven patched ones and every module that imports one) import, or fail, with and without it.
 """
@@ -42,10 +42,6 @@ class RunOptions:
 
     binds: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-
-    def cli_args(self) -> list[str]:
-        args = [a for b in self.binds for a in ("-v", b)]
-        return args + [a for k, v in sorted(self.env.items()) for a in ("-e", f"{k}={v}")]
 
 
 def cpuinfo_text(cores: int = CORES) -> str:

@@ -27,7 +27,7 @@ def out(*rec: object) -> None:
 
 
 # The host wrote the job with repr() (ast.literal_eval would cost ~0.15 s to import under qemu).
-paths, commands, timeout, modules, version = eval(sys.argv[1], {"__builtins__": {}})
+paths, commands, timeout, modules, cli = eval(sys.argv[1], {"__builtins__": {}})
 out("python", sys.version.split()[0])
 for p in paths:
     try:
@@ -80,5 +80,28 @@ if modules:
             elif tb:
                 where = f"{tb[-1].filename}:{tb[-1].lineno}"
             out("import", m, False, type(e).__name__ + ": " + str(e).replace("\n", " ")[:300], where, files)
-if version:
-    run("version", version)
+if cli:
+    # `CLI --version` run as its console script would run it (on PATH, its entry point's function), but in
+    # this process: a second python would import vllm again, as long as all of the imports above.
+    try:
+        import contextlib
+        import io
+        import shutil
+        from importlib.metadata import entry_points
+
+        if shutil.which(cli) is None:
+            raise LookupError(cli + " is not on PATH")
+        found = list(entry_points(group="console_scripts", name=cli))
+        if not found:
+            raise LookupError("no console_scripts entry point named " + cli)
+        main = found[0].load()
+        sys.argv = [cli, "--version"]
+        printed, errors, code = io.StringIO(), io.StringIO(), 0
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+            try:
+                main()
+            except SystemExit as e:  # argparse's version action exits 0
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out("cli", cli, code, False, cut(printed.getvalue().encode()), cut(errors.getvalue().encode()))
+    except BaseException as e:  # noqa: BLE001 (any failure is the result to report)
+        out("cli", cli, 1, False, "", type(e).__name__ + ": " + str(e).replace("\n", " ")[:300])
