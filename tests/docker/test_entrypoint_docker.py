@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import yaml
 
 from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, run_cli
+from tests.support.synth_images import docker_build
 
 pytestmark = pytest.mark.docker
 
@@ -22,11 +22,7 @@ WRAPPER = "printf '#!/bin/sh\\nexport WRAPPED=1\\nexec \"$@\"\\n' > /e.sh && chm
 def wrapper_base(engine: Engine, skeleton_base: str, prefix: str) -> Iterator[str]:
     tag = f"{prefix}-wrapbase:1"
     dockerfile = f'FROM {skeleton_base}\nRUN {WRAPPER}\nENTRYPOINT ["/e.sh"]\n'
-    done = subprocess.run(
-        ["docker", "build", "--platform", "linux/arm64", "-t", tag, "-"],
-        input=dockerfile, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    docker_build(tag, dockerfile)
     yield tag
     engine.untag(tag)
 

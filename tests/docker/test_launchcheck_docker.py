@@ -5,13 +5,13 @@ The skeleton base has ENTRYPOINT ["vllm","serve"] like stock vLLM images, and pr
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from imgbuild.engine import Engine
 from imgbuild.smoke import launchcheck
+from tests.support.synth_images import docker_build
 
 pytestmark = pytest.mark.docker
 
@@ -30,11 +30,7 @@ def images(engine: Engine, skeleton_base: str, prefix: str) -> Iterator[dict[str
     for name, (lines, _) in CASES.items():
         tag = f"{prefix}-launch:{name}"
         dockerfile = f"FROM {skeleton_base}\n{lines}\n"
-        done = subprocess.run(
-            ["docker", "build", "--platform", "linux/arm64", "-t", tag, "-"],
-            input=dockerfile, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        docker_build(tag, dockerfile)
         made[name] = tag
     yield made
     for tag in made.values():

@@ -85,3 +85,14 @@ def variants(
 def engram_project(root: Path, upstream: Upstream, repository: str, **kw: object) -> Path:
     """Write the project (the upstream must already have `release`d v1.0.0)."""
     return make_project(root, upstream, "v1.0.0", patches(upstream), variants(repository, **kw))  # type: ignore[arg-type]
+
+
+def docker_build(tag: str, dockerfile: str, platform: str = "linux/arm64") -> None:
+    """`docker build -t TAG -` of a context-free Dockerfile (a test's own small image)."""
+    import subprocess
+
+    done = subprocess.run(
+        ["docker", "build", "--platform", platform, "-t", tag, "-"],
+        input=dockerfile, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr

@@ -245,6 +245,8 @@ class Runner:
             self._smoke(ib, image_id, (moving[0] if moving else ib.immutable_ref), moving, result)
             self._passed.add(ib.immutable_ref)
             result.moved = self._move(image_id, ib.moving_refs)
+        elif join:
+            self.say(f"{ib.variant} ({ib.platform}): {', '.join(moving)} already name {join.immutable_ref}: up to date")
         else:
             self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
         if join is None:  # done: a later failure leaves its tags as they are now
