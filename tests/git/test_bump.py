@@ -165,3 +165,19 @@ def test_refusals_leave_the_project_as_it_was(
     git(root, "checkout", "-q", "--", "patches")
     code, _, err = cli(capsys, "-C", str(root), "patches", "bump", "--no-build", "--onto", "v9")
     assert code == 6 and branch_of(root) == "main"  # an unknown release: nothing created
+
+
+def test_a_rebase_refused_at_its_start_leaves_no_branch(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imgbuild.errors import ApplyError
+    from imgbuild.workflows import rebase
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise ApplyError("0001-cuda-sm121.patch does not apply to the pinned release v1")
+
+    monkeypatch.setattr(rebase, "start", refused)
+    root = checkout(tmp_path, world, ["0001-cuda-sm121.patch"])
+    code, _, err = cli(capsys, "-C", str(root), "patches", "bump", "--no-build", "--onto", "v2")
+    assert code == 5 and "does not apply to the pinned release" in err
+    assert branch_of(root) == "main" and git(root, "branch", "--list", "imgbuild/*").strip() == ""

@@ -130,6 +130,7 @@ def bump(
             f"patches/ has uncommitted changes:\n{dirty}",
             hint="commit or stash them first: the bump commits patches/ on its own branch",
         )
+    head = repo.verify("HEAD")
     created = _switch(repo, name, current)
     log(f"on branch {name}: rebasing from {old.tag} onto {new.tag}")
     try:
@@ -137,8 +138,9 @@ def bump(
     except RebaseStopped as exc:
         return _stopped(root, exc, old, new, name, md)
     except BaseException:
-        if created:  # nothing happened on the new branch: leave the project as it was
-            repo.run("switch", "-q", current or "-")
+        if created and rebase.in_progress_message(root) is None:
+            # refused before it began (nothing to resume): leave the project as it was
+            repo.run("switch", "-q", *([current] if current else ["--detach", head]))
             repo.run("branch", "-q", "-D", name)
         raise
     return _finish(root, repo, old, new, name, md, build, log)
