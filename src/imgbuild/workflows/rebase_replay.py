@@ -125,6 +125,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
         applied=tuple(clean),
         reason=carry.reason,
         moves=tuple(m.to_json() for m in carry.moves),
+        files=tuple(cast("list[Record]", carry.to_json()["files"])),
     )
     state.status = "stopped"
     state.stopped = stopped

@@ -216,6 +216,7 @@ class Stopped:
     applied: tuple[str, ...]
     reason: str
     moves: tuple[Record, ...]
+    files: tuple[Record, ...] = ()  # the carry's per-file, per-hunk outcomes (what the review's conflict report reads)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -227,6 +228,7 @@ class Stopped:
             "applied": list(self.applied),
             "reason": self.reason,
             "moves": [dict(m) for m in self.moves],
+            "files": [dict(f) for f in self.files],
         }
 
     @classmethod
@@ -240,6 +242,7 @@ class Stopped:
             applied=tuple(data.get("applied") or ()),
             reason=data.get("reason") or "",
             moves=tuple(data.get("moves") or ()),
+            files=tuple(data.get("files") or ()),
         )
 
 

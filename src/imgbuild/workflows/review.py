@@ -1,19 +1,27 @@
 """The review report of a rebase: per patch, the outcome and why, files that
 moved, hunks dropped as upstreamed (with the checks that proved it), and a
 range-diff of the patch before and after. Markdown for people, JSON for tools.
+
+`patches bump` (workflows/bump.py) extends it: each patch's one word (`kind`), and when the rebase
+stops at a conflict, the per-hunk report (`conflict_hunks`, `render_conflict`: the file, the hunk,
+the lines on each side, the release's code around it, the commands to resume); when the images were
+built, their ids (`render_bump`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imgbuild.patches.hunks import decode, split_lines
 from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
-    from imgbuild.workflows.rebase_state import RebaseState, Row
+    from imgbuild.patches.patchfile import Patch
+    from imgbuild.workflows.rebase_state import RebaseState, Row, Stopped
 
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -27,11 +35,11 @@ def report_paths(root: Path, state: RebaseState) -> tuple[Path, Path]:
     return base / f"{name}.md", base / f"{name}.json"
 
 
-def _fence(text: str) -> str:
+def _fence(text: str, lang: str = "diff") -> str:
     ticks = "```"
     while ticks in text:
         ticks += "`"
-    return f"{ticks}diff\n{text.rstrip()}\n{ticks}\n"
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}\n"
 
 
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -83,3 +91,255 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
         "warnings": list(warnings),
     }
     return md, data
+
+
+# -- the bump's additions: what each patch became, the per-hunk conflict report, the images --------
+CONTEXT = 3  # lines of the release shown around where a conflicting hunk should land
+KIND = {  # a row's outcome -> the bump's word for it
+    "exact": "carried",
+    "offset": "offset",
+    "3way": "3-way",
+    "partly-upstreamed": "partly-upstreamed",
+    "upstreamed": "upstreamed",
+    "still upstreamed": "upstreamed",
+    "conflict": "conflicting",
+    "resolved": "resolved",
+    "skipped": "skipped",
+    "reinstated": "reinstated",
+}
+
+
+def kind(outcome: str, moves: Sequence[object] = ()) -> str:
+    """carried | offset | 3-way | moved | partly-upstreamed | upstreamed | conflicting | resolved | skipped | ...:
+    the one word the bump's report gives a patch (a carried patch whose files moved is `moved`)."""
+    word = KIND.get(outcome, "left out" if outcome.startswith("left in") else outcome)
+    return "moved" if moves and word in ("carried", "offset", "3-way") else word
+
+
+def _lines(lines: Sequence[str]) -> list[str]:
+    return [line.rstrip("\n") for line in lines]
+
+
+def _locate(release: Sequence[str], expected: Sequence[str], near: int) -> tuple[int, int]:
+    """Where `expected` fits `release` best: (0-based start, lines equal there); ties go nearest to `near`."""
+    if not release or not expected:
+        return min(max(near, 0), len(release)), 0
+    best, best_score = min(max(near, 0), len(release)), -1
+    for at in range(0, max(len(release) - len(expected), 0) + 1):
+        score = sum(1 for j, line in enumerate(expected) if at + j < len(release) and release[at + j] == line)
+        if score > best_score or (score == best_score and abs(at - near) < abs(best - near)):
+            best, best_score = at, score
+    return best, best_score
+
+
+@dataclass(frozen=True)
+class Block:
+    """One conflict in a 3-way merged file: the release's side and the patch's, as the markers left them."""
+
+    line: int  # 1-based line of `<<<<<<<` in the work tree's file
+    ours: tuple[str, ...]
+    theirs: tuple[str, ...]
+
+
+def marker_blocks(text: str) -> list[Block]:
+    blocks: list[Block] = []
+    side: list[str] | None = None
+    ours: list[str] = []
+    theirs: list[str] = []
+    start = 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.startswith("<<<<<<< "):
+            ours, theirs, start = [], [], number
+            side = ours
+        elif side is not None and line.startswith("|||||||"):
+            side = []  # a diff3 base section: the original, shown elsewhere (the patch's expected lines)
+        elif side is not None and line == "=======":
+            side = theirs
+        elif side is not None and line.startswith(">>>>>>> "):
+            blocks.append(Block(start, tuple(ours), tuple(theirs)))
+            side = None
+        elif side is not None:
+            side.append(line)
+    return blocks
+
+
+def conflict_hunks(
+    stopped: Stopped,
+    patch: Patch,
+    read_release: Callable[[str], bytes | None],
+    read_work: Callable[[str], bytes | None],
+) -> list[dict[str, Any]]:
+    """Per conflicting hunk of the patch the rebase stopped at: the file, the hunk (number and @@ header), the
+    lines on each side (what the patch expects, what the release has there, what the patch wants), the
+    conflict markers' ours/theirs when a 3-way merge left some, and the release's code around the spot."""
+    out: list[dict[str, Any]] = []
+    files = list(stopped.files)
+    moved = {str(m.get("old")): str(m.get("new")) for m in stopped.moves}
+    for index, fd in enumerate(patch.files):
+        record = files[index] if index < len(files) else {}
+        method = str(record.get("method", "conflict"))
+        if method != "conflict":
+            continue
+        path = str(record.get("path") or moved.get(fd.path, fd.path))
+        failed = {int(h["hunk"]) for h in record.get("hunks", ()) if h.get("method") == "failed"}
+        hunks = [h for h in fd.hunks if h.index in failed] or list(fd.hunks)
+        landed = {int(h["hunk"]): int(h.get("offset", 0)) for h in record.get("hunks", ()) if h.get("line")}
+        data = read_release(path)
+        release = split_lines(decode(data)) if data is not None else []
+        work = read_work(path)
+        blocks = marker_blocks(decode(work)) if work is not None else []
+        for hunk in hunks:
+            offset = max((o for i, o in landed.items() if i < hunk.index), default=0)
+            near = (hunk.old_start - 1 if hunk.old else hunk.old_start) + offset
+            at, equal = _locate(release, hunk.old, near)
+            end = at + len(hunk.old)
+            lo, hi = max(at - CONTEXT, 0), min(end + CONTEXT, len(release))
+            wanted = set(_lines(hunk.new[hunk.lead : len(hunk.new) - hunk.trail]))
+            dropped = set(_lines(hunk.old[hunk.lead : len(hunk.old) - hunk.trail]))
+            block = next((b for b in blocks if wanted & set(b.theirs) or (not wanted and dropped & set(b.ours))), None)
+            out.append(
+                {
+                    "patch": stopped.filename,
+                    "file": path,
+                    "original_file": fd.path if fd.path != path else None,
+                    "hunk": hunk.index,
+                    "header": hunk.header,
+                    "reason": str(record.get("reason") or stopped.reason),
+                    "release_has_file": data is not None,
+                    "sides": {
+                        "expected": _lines(hunk.old),  # what the patch expects to find (context and removed lines)
+                        "release": _lines(release[at:end]),  # what the release has where the hunk should land
+                        "patch": _lines(hunk.new),  # what the patch wants there
+                    },
+                    "release_line": at + 1 if data is not None else None,
+                    "lines_matching": equal,
+                    "markers": (
+                        {"line": block.line, "ours": list(block.ours), "theirs": list(block.theirs)} if block else None
+                    ),
+                    "context": {"start": lo + 1, "lines": _lines(release[lo:hi])},
+                }
+            )
+    return out
+
+
+def resume_commands(stopped: Stopped) -> list[str]:
+    return [
+        f"cd {stopped.work_tree}  # resolve the conflict markers (by intent: docs/rebase-runbook.md)",
+        "imgbuild patches rebase --continue",
+        "imgbuild patches bump",
+    ]
+
+
+def render_conflict(
+    state: RebaseState, stopped: Stopped, hunks: Sequence[Mapping[str, Any]], description: str
+) -> tuple[str, dict[str, Any]]:
+    """The review report of a rebase stopped at a conflict: the patches so far, then every conflicting hunk."""
+    old, onto = state.old.to_json(), state.onto.to_json()
+    done = {r.filename: r for r in state.results}
+    patches: list[dict[str, Any]] = []
+    for item in state.items:
+        res = done.get(item.filename)
+        if res is not None:
+            patches.append({**res.to_json(), "kind": kind(res.outcome, res.moves)})
+        elif item.filename == stopped.filename:
+            patches.append(
+                {
+                    "filename": item.filename,
+                    "outcome": "conflict",
+                    "kind": "conflicting",
+                    "reason": stopped.reason,
+                    "moves": [dict(m) for m in stopped.moves],
+                }
+            )
+        else:
+            patches.append({"filename": item.filename, "outcome": "pending", "kind": "pending"})
+    commands = resume_commands(stopped)
+    lines = [
+        f"# Rebase of the patch series: {old['tag']} → {onto['tag']}: stopped at a conflict",
+        "",
+        f"- old pin: `{old['tag']}` `{old['commit']}`",
+        f"- new release: `{onto['tag']}` `{onto['commit']}`",
+        f"- stopped at `{stopped.filename}`: {stopped.reason}",
+        f"- work tree: `{stopped.work_tree}`",
+        "",
+        "| patch | outcome |",
+        "|---|---|",
+    ]
+    lines += [f"| `{p['filename']}` | {p['kind']} |" for p in patches]
+    if description:
+        lines += ["", f"## What `{stopped.filename}` is for (its DEP-3 Description)", "", _quote(description)]
+    lines += ["", "## Conflicting hunks"]
+    for h in hunks:
+        where = f" (was `{h['original_file']}`)" if h.get("original_file") else ""
+        lines += ["", f"### `{h['file']}`{where}, hunk #{h['hunk']} `{h['header']}`", ""]
+        if not h["release_has_file"]:
+            lines += [f"The release has no `{h['file']}`: {h['reason']}", ""]
+        lines += ["The patch expects:", "", _fence("\n".join(h["sides"]["expected"]), "text")]
+        lines += [f"The release has (line {h['release_line']}):", "", _fence("\n".join(h["sides"]["release"]), "text")]
+        lines += ["The patch wants:", "", _fence("\n".join(h["sides"]["patch"]), "text")]
+        if h.get("markers"):
+            m = h["markers"]
+            lines += [f"Conflict markers at line {m['line']} of the work tree's file: ours (the release):", ""]
+            lines += [
+                _fence("\n".join(m["ours"]), "text"),
+                "theirs (the patch):",
+                "",
+                _fence("\n".join(m["theirs"]), "text"),
+            ]
+        ctx = h["context"]
+        lines += [f"The release around it (from line {ctx['start']}):", "", _fence("\n".join(ctx["lines"]), "text")]
+    lines += ["", "## To resume", "", _fence("\n".join(commands), "sh")]
+    lines.append("Never drop a patch silently: `imgbuild patches rebase --skip` only with the reason recorded.")
+    md = "\n".join(lines).rstrip() + "\n"
+    data = {
+        "old": old,
+        "onto": onto,
+        "today": state.today,
+        "status": "conflict",
+        "patches": patches,
+        "stopped": stopped.to_json(),
+        "conflicts": list(hunks),
+        "resume": commands,
+        "warnings": [],
+    }
+    return md, data
+
+
+def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The review report with the bump's part: the one line, the branch and commit, each patch's word, the images."""
+    head = [f"**{bump['message']}**", ""]
+    if bump.get("branch"):
+        head.append(f"- branch: `{bump['branch']}`" + (f" at `{bump['commit']}`" if bump.get("commit") else ""))
+    counts: dict[str, int] = {}
+    for p in data.get("patches", ()):
+        word = p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())
+        counts[word] = counts.get(word, 0) + 1
+    if counts:
+        head.append("- patches: " + ", ".join(f"{n} {w}" for w, n in counts.items()))
+    tail: list[str] = []
+    images = bump.get("images") or []
+    if images:
+        tail += [
+            "",
+            "## Images (built and smoke-tested)",
+            "",
+            "| variant | platform | image id | tag | smoke |",
+            "|---|---|---|---|---|",
+        ]
+        for i in images:
+            tail.append(f"| {i['variant']} | {i['platform']} | `{i['image_id']}` | `{i['immutable']}` | {i['smoke']} |")
+    elif bump.get("build"):
+        tail += ["", "## Images", "", str(bump["build"])]
+    body = md.split("\n", 1)
+    text = "\n".join([body[0], "", *head, body[1] if len(body) > 1 else ""]).rstrip() + "\n"
+    if tail:
+        text += "\n".join(tail).rstrip() + "\n"
+    rows = [
+        {**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())}
+        for p in data.get("patches", ())
+    ]
+    return text, {**data, "patches": rows, "bump": dict(bump)}
+
+
+def _quote(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.rstrip().splitlines())
