@@ -42,6 +42,7 @@ at the end, as is the work directory.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -409,13 +410,14 @@ class Bench:
                 "--repository",
                 self.repo["new"],
                 "--no-smoke",
+                "--json",
             ),
             env=self.env["new"],
-        ).stderr
-        found = re.search(r"^latest: (\S+) ", out, re.M)
+        ).stdout
+        found = [i["immutable"] for i in json.loads(out)["images"] if i["variant"] == "latest"]
         if not found:
-            raise SystemExit(f"no image named in the build's output:\n{out[-800:]}")
-        image = found.group(1)
+            raise SystemExit(f"no image named in the build's --json:\n{out[-800:]}")
+        image = found[0]
         failing: dict[str, str] = {}
         bare_cmd = [
             "docker",
