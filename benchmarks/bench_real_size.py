@@ -45,7 +45,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import statistics

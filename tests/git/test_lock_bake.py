@@ -50,7 +50,7 @@ def test_lock_round_trip_and_offline_check(root: Path) -> None:
     assert text.startswith("# images.lock") and project.pin.commit in text and project.series_digest in text
     again = lockmod.load_lock(root)
     assert again == lock
-    assert again is not None and again.base_of("engram-mem").pinned("linux/arm64") == f"{BASE}@{ARM}"
+    assert again is not None and again.bases[again.variants["engram-mem"].base].pinned("linux/arm64") == f"{BASE}@{ARM}"
     pin = project.pin
     assert lockmod.check(again, list(project.variants.values()), pin.tag, pin.commit, project.series_digest, None) == []
 
