@@ -42,7 +42,8 @@ class ImgbuildError(Exception):
         self.reported = reported
 
     def to_json(self) -> dict[str, object]:
-        """The one JSON document a failed `--json` run prints: `{"error": {...}}`."""
+        """The body of the document a failed `--json` run prints, `{"error": {...}}` (cli/main.py adds its
+        `schema`, `imgbuild.error/1`)."""
         return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import Cli
 from tests.support.synth_images import ENGRAM, SM121
 
@@ -48,7 +48,7 @@ def test_file_state_matrix_read_from_the_images(built: Built) -> None:
     for tag in ("latest", "engram-mem"):
         proc = built.cli("inspect", f"{built.repo}:{tag}", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        report = json.loads(proc.stdout)
+        report = load_json(proc.stdout)
         assert report["ok"] and report["disagreements"] == []
         states[tag] = {f["path"]: f["actual"] for f in report["files"]}
     assert states["latest"] == dict.fromkeys((*SM121, *ENGRAM), "patched")

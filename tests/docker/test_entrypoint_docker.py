@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import yaml
 
 from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, run_cli
+from tests.support.jsonschema_check import load_json
 from tests.support.synth_images import docker_build
 
 pytestmark = pytest.mark.docker
@@ -35,7 +35,7 @@ def test_undecided_passthrough_fails_before_building_then_keep_keeps_it(
     env = {"IMGBUILD_CACHE": str(tmp_path / "cache")}
     failed = run_cli(project, "build", "latest", "--json", env=env)
     assert failed.returncode == 3, failed.stdout + failed.stderr
-    error = json.loads(failed.stdout)["error"]
+    error = load_json(failed.stdout)["error"]
     assert "image.entrypoint is not set" in error["message"] and "['/e.sh']" in error["message"]
     assert 'exec "$@"' in error["hint"] and '["vllm","serve"]' in error["hint"]
     assert not [t for img in engine.client.images.list() for t in img.tags if t.startswith(f"{repo}:")]
@@ -50,7 +50,7 @@ def test_undecided_passthrough_fails_before_building_then_keep_keeps_it(
     assert info.entrypoint == ("/e.sh",) and not info.cmd
     assert info.labels["imgbuild.entrypoint"] == "keep"
     smoked = run_cli(project, "smoke", f"{repo}:latest", "--json", env=env)
-    report = json.loads(smoked.stdout)["reports"][0]
+    report = load_json(smoked.stdout)["reports"][0]
     assert smoked.returncode == 0 and report["ok"], smoked.stdout
     checks = {(c["group"], c["name"]): c for c in report["checks"]}
     assert checks[("config", "entrypoint")]["status"] == "pass" and "kept" in checks[("config", "entrypoint")]["detail"]

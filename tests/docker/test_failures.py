@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from imgbuild.engine import CONTAINER_LABEL, Engine
 from imgbuild.plan.dockerfile import context_tar
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import Cli, ctrl_c
 from tests.support.synth import Upstream
 from tests.support.synth_images import FILES, SITE
@@ -113,19 +113,16 @@ def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:
     proc = built.cli("smoke", broken, "--json")
     assert proc.returncode == 8
     failed = {
-        (c["group"], c["name"])
-        for r in json.loads(proc.stdout)["reports"]
-        for c in r["checks"]
-        if c["status"] == "fail"
+        (c["group"], c["name"]) for r in load_json(proc.stdout)["reports"] for c in r["checks"] if c["status"] == "fail"
     }
     assert {("files", "vllm/attention.py"), ("runtime", "compile vllm/attention.py")} <= failed
     assert {g for g, _ in failed} == {"config", "files", "runtime", "command"}  # the command imports the file too
     assert ("config", "layers") in failed  # the COPY after the build is a layer of its own
-    inspect = json.loads(built.cli("inspect", broken, "--json").stdout)
+    inspect = load_json(built.cli("inspect", broken, "--json").stdout)
     assert not inspect["ok"] and "vllm/attention.py: labels say patched" in inspect["disagreements"][0]
 
     entry = derived(engine, latest, f"{built.repo}:broken-entrypoint", ['ENTRYPOINT ["vllm", "serve"]'])
     proc = built.cli("smoke", entry, "--json")
     assert proc.returncode == 8
-    failed = {c["name"] for r in json.loads(proc.stdout)["reports"] for c in r["checks"] if c["status"] == "fail"}
+    failed = {c["name"] for r in load_json(proc.stdout)["reports"] for c in r["checks"] if c["status"] == "fail"}
     assert {"entrypoint", "run-directly"} <= failed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, run_cli
+from tests.support.jsonschema_check import load_json
 
 pytestmark = pytest.mark.docker
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _json(proc: Any) -> Any:
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    return json.loads(proc.stdout)
+    return load_json(proc.stdout)
 
 
 def test_three_builds_history_and_rollback(
@@ -69,7 +69,7 @@ def test_three_builds_history_and_rollback(
     assert said.returncode == 0 and f"{repo}:latest: moved from {middle} to {oldest}" in said.stdout, said.stdout
     assert engine.require(f"{repo}:latest").id == entries[2]["image_id"]
     last = run_cli(project, "rollback", "latest", "--json", env=env)
-    assert last.returncode == 2 and "oldest" in json.loads(last.stdout)["error"]["message"]
+    assert last.returncode == 2 and "oldest" in load_json(last.stdout)["error"]["message"]
 
     # recipe pins the rolled-back image's immutable tag, or any one given with --image
     (project / "deploy").mkdir(exist_ok=True)
@@ -89,6 +89,6 @@ def test_three_builds_history_and_rollback(
     engine.tag(engine.require(skeleton_base).id, stranger)
     refused = run_cli(project, "rollback", "latest", "--to", stranger, "--json", env=env)
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    message = json.loads(refused.stdout)["error"]["message"]
+    message = load_json(refused.stdout)["error"]["message"]
     assert "imgbuild.variant is None, not 'latest'" in message
     assert engine.require(f"{repo}:latest").id == entries[0]["image_id"]

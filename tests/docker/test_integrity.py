@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 
 import pytest
@@ -12,6 +11,7 @@ from imgbuild.engine import Engine
 from imgbuild.plan.dockerfile import context_tar
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built
+from tests.support.jsonschema_check import load_json
 from tests.support.synth_images import SITE
 
 ARM64 = Platform.parse("linux/arm64")
@@ -37,15 +37,15 @@ def committed(engine: Engine, image: str, tag: str, path: str, data: bytes) -> s
 
 def failing(proc_stdout: str) -> dict[str, str]:
     return {
-        c["name"]: c["detail"] for r in json.loads(proc_stdout)["reports"] for c in r["checks"] if c["status"] == "fail"
+        c["name"]: c["detail"] for r in load_json(proc_stdout)["reports"] for c in r["checks"] if c["status"] == "fail"
     }
 
 
 def test_a_committed_image_fails_inspect_and_smoke(built: Built, engine: Engine) -> None:
     latest = f"{built.repo}:latest"
-    clean = json.loads(built.cli("inspect", latest, "--json").stdout)
+    clean = load_json(built.cli("inspect", latest, "--json").stdout)
     assert clean["ok"] and clean["notes"] == [], clean
-    checks = {c["name"]: c for c in json.loads(built.cli("smoke", latest, "--json").stdout)["reports"][0]["checks"]}
+    checks = {c["name"]: c for c in load_json(built.cli("smoke", latest, "--json").stdout)["reports"][0]["checks"]}
     assert checks["layers"]["status"] == "pass" and "counted" not in checks["layers"]["detail"], checks["layers"]
     assert checks["env"]["status"] == checks["labels"]["status"] == "pass"
     top = len(engine.require(latest).layers)
@@ -53,7 +53,7 @@ def test_a_committed_image_fails_inspect_and_smoke(built: Built, engine: Engine)
 
     proc = built.cli("inspect", tag, "--json")
     assert proc.returncode == 1
-    report = json.loads(proc.stdout)
+    report = load_json(proc.stdout)
     assert report["files"] and all(f["ok"] for f in report["files"])  # the seven files are untouched
     (layers,) = [d for d in report["disagreements"] if d.startswith("layers: ")]
     assert f"layer {top} (" in layers and "neither the base's nor imgbuild's" in layers
@@ -76,7 +76,7 @@ def test_a_changed_label_or_env_fails_inspect_and_smoke(built: Built, engine: En
 
     proc = built.cli("inspect", tag, "--json")
     assert proc.returncode == 1
-    found = "\n".join(json.loads(proc.stdout)["disagreements"])
+    found = "\n".join(load_json(proc.stdout)["disagreements"])
     assert "ENV DSV41_ENGRAM_DISK: image has '0', plan says '1'" in found
     assert "ENV EXTRA='1': not in the plan (nor the base)" in found
     assert "label org.opencontainers.image.title: changed after the build" in found  # a label imgbuild set

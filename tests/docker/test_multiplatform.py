@@ -12,6 +12,7 @@ import pytest
 
 from imgbuild.engine import Engine
 from tests.docker.conftest import MakeProject, cleanup
+from tests.support.jsonschema_check import load_json
 from tests.support.registry_env import set_platforms
 from tests.support.runner import Cli
 from tests.support.synth import Upstream
@@ -75,7 +76,7 @@ def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
     assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 4, both, both]), proc.stderr
     assert platforms_of(proc.stderr)[-2:] == [both, both]  # the joins come after every platform passed
 
-    images = json.loads(proc.stdout)["images"]
+    images = load_json(proc.stdout)["images"]
     tags = digests(engine, repo)
     for variant in ("latest", "engram-mem"):
         parts = {i["platform"]: i for i in images if i["variant"] == variant}
@@ -95,7 +96,7 @@ def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
 
     smoke = cli(project, "smoke", "latest", "engram-mem", "--base", "skeleton", "--platform", "all", "--json")
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
-    reports = json.loads(smoke.stdout)["reports"]
+    reports = load_json(smoke.stdout)["reports"]
     assert sorted((r["variant"], r["platform"]) for r in reports) == sorted(
         (v, p) for v in ("latest", "engram-mem") for p in PLATFORMS
     )
@@ -112,7 +113,7 @@ def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
     arm = next(i for i in images if i["variant"] == "latest" and i["platform"] == other)
     one = cli(project, "smoke", arm["immutable"], "--platform", other, "--json")
     assert one.returncode == 0, one.stdout + one.stderr
-    (report,) = json.loads(one.stdout)["reports"]
+    (report,) = load_json(one.stdout)["reports"]
     assert report["platform"] == other
 
     again = cli(project, "build", "--base", "skeleton", "--platform", "all", env={"IMGBUILD_ECHO": "1"})

@@ -23,6 +23,7 @@ import pytest
 
 from imgbuild.registry import tools
 from imgbuild.registry.lock import load_lock
+from tests.support.jsonschema_check import load_json
 from tests.support.registry_env import (
     RegistryProcess,
     docker,
@@ -87,7 +88,7 @@ def local_id(ref: str) -> str:
 
 def published(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {str(v["variant"]): v for v in json.loads(proc.stdout)["variants"]}
+    return {str(v["variant"]): v for v in load_json(proc.stdout)["variants"]}
 
 
 def test_one_platform_keeps_its_local_digest_in_the_registry(world: World) -> None:
@@ -156,7 +157,7 @@ def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
     # smoke checks the published image, pulled (or found) by digest for its platform
     proc = imgbuild(world.project, "smoke", f"{host}/{target}:engram-mem", "--platform", "linux/amd64", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    report = json.loads(proc.stdout)["reports"][0]
+    report = load_json(proc.stdout)["reports"][0]
     assert report["image"] == f"{host}/{target}@{out['engram-mem']['platforms']['linux/amd64']['manifest']}"  # type: ignore[index]
 
 
@@ -168,7 +169,7 @@ def test_a_bad_registry_is_exit_9_and_names_the_ref(world: World) -> None:
     assert f"is the registry at {gone} running" in proc.stderr
     dry = world.publish("engram-mem", "-r", gone, "--platform", "linux/amd64", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
-    plan = json.loads(dry.stdout)
+    plan = load_json(dry.stdout)
     assert plan["dry_run"] and plan["variants"][0]["moving"] == [f"{gone}/{world.repo}:engram-mem"]
 
 
@@ -221,12 +222,12 @@ def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World,
     args = ("engram-mem", "-r", host, "--repository", "t6/vllm-dsv41", "--platform", "linux/amd64")
     out = published(world.publish(*args, "--json", "--sbom", "--sign", "--key", str(key), env=env))
     index = out["engram-mem"]["digest"]
-    done = json.loads(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)
+    done = load_json(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)
     assert done["variants"][0]["state"] == "unchanged"
     ref = f"{host}/t6/vllm-dsv41:engram-mem"
     proc = imgbuild(world.project, "inspect", ref, "--platform", "linux/amd64", "--key", str(pub_key), "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    chain = json.loads(proc.stdout)["supply_chain"]
+    chain = load_json(proc.stdout)["supply_chain"]
     assert chain["ok"] and chain["signature"]["verified"] and chain["sbom"]["verified"], chain
     assert chain["sbom"]["problems"] == []  # its files and sha256 and its base match the image
     _, other = _key_pair(tmp_path / "other")
@@ -234,7 +235,7 @@ def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World,
     assert proc.returncode == 1
     assert (
         f"signature {host}/t6/vllm-dsv41@{index}"
-        in json.loads(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)["attached"]
+        in load_json(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)["attached"]
     )
     unsigned = world.publish(*args, "--sbom")  # --sbom without --key: usage error, nothing pushed
     assert unsigned.returncode == 2 and "--key" in unsigned.stderr

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from imgbuild.engine import Engine
 from tests.docker.conftest import run_cli
+from tests.support.jsonschema_check import load_json
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]
 
@@ -31,7 +31,7 @@ def test_latest_and_engram_mem_match_the_deployment_report(engine: Engine, prefi
 
     states = {}
     for tag in ("latest", "engram-mem"):
-        report = json.loads(run_cli(ROOT, "inspect", f"{repo}:{tag}", "--json").stdout)
+        report = load_json(run_cli(ROOT, "inspect", f"{repo}:{tag}", "--json").stdout)
         assert report["ok"], report["disagreements"]
         states[tag] = {f["path"].rsplit("/", 1)[-1]: f["actual"] for f in report["files"]}
     assert len(states["latest"]) == 7 and set(states["latest"].values()) == {"patched"}

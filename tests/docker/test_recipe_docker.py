@@ -18,6 +18,7 @@ import yaml
 
 from imgbuild.engine import Engine
 from tests.docker.conftest import Built
+from tests.support.jsonschema_check import load_json
 
 pytestmark = pytest.mark.docker
 
@@ -50,7 +51,7 @@ def written(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     out = tmp_path_factory.mktemp("recipes")
     proc = built.cli("recipe", "engram-mem", "--profile", "TP8-300K", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
-    data: dict[str, Any] = json.loads(proc.stdout)
+    data: dict[str, Any] = load_json(proc.stdout)
     return data
 
 
@@ -98,7 +99,7 @@ def test_recipe_pins_the_immutable_tag_of_the_local_image(
     again = built.cli("recipe", "engram-mem", "--profile", "TP8-300K", "--image", image.id, "--json", "--out",
                       str(Path(written["recipe"]).parent / "by-id"))  # fmt: skip
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["image"] == immutable[0]
+    assert load_json(again.stdout)["image"] == immutable[0]
 
 
 def test_sparkrun_loader_reads_the_same_image_env_and_serve_args(written: dict[str, Any]) -> None:
@@ -227,7 +228,7 @@ def test_registry_pins_the_published_digest(built: Built, engine: Engine, tmp_pa
             "recipe", "engram-mem", "--profile", "TP8-300K", "--registry", registry.host, "--out", str(out), "--json"
         )
         assert proc.returncode == 0, proc.stderr
-        data = json.loads(proc.stdout)
+        data = load_json(proc.stdout)
         assert data["image"] == f"{registry.host}/{built.repo}@{digest}" and data["image_id"] is None
         assert yaml.safe_load(Path(data["recipe"]).read_text())["container"] == data["image"]
         missing = built.cli("recipe", "latest", "--profile", "TP8-1M", "--registry", registry.host, "--out", str(out))

@@ -8,7 +8,6 @@ takes far longer: it is opt-in (IMGBUILD_TEST_ARM64_RUNTIME=1).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from imgbuild.platforms import Platform
 from imgbuild.smoke import runtime_run
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
+from tests.support.jsonschema_check import load_json
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ for name in sys.argv[1:]:
 def build(platform: str) -> dict[str, object]:
     proc = run_cli(ROOT, "skeleton", "--runtime", "--platform", platform, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
-    out: dict[str, object] = json.loads(proc.stdout)
+    out: dict[str, object] = load_json(proc.stdout)
     return out
 
 

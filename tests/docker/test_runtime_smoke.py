@@ -9,7 +9,6 @@ and the missing name. The runtime base is built once (see test_runtime_base.py).
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from imgbuild.project import Project
 from tests.docker.conftest import run_cli
+from tests.support.jsonschema_check import load_json
 
 pytestmark = [
     pytest.mark.docker,
@@ -35,7 +35,7 @@ def runtime_base() -> None:
 
 
 def checks(stdout: str) -> list[dict[str, str]]:
-    return [{**c, "platform": r["platform"]} for r in json.loads(stdout)["reports"] for c in r["checks"]]
+    return [{**c, "platform": r["platform"]} for r in load_json(stdout)["reports"] for c in r["checks"]]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from imgbuild.config.models import VariantConfig
 from imgbuild.errors import ConfigError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.patches.variants import resolve_variants
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.support.synth import Upstream, git, make_project, numbered
 
@@ -36,7 +36,7 @@ PATCHED = BASE.replace("line 10\n", "line 10 patched\n")
 
 def one_json(text: str) -> dict[str, object]:
     """stdout must be exactly one JSON document (json.loads refuses trailing data)."""
-    data = json.loads(text)
+    data = load_json(text)
     assert isinstance(data, dict)
     return data
 
@@ -83,7 +83,7 @@ def test_apply_conflict_under_json_is_one_document_with_the_report(tmp_path: Pat
 
 def test_patch_names_are_file_names_in_every_json(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
-    listed = json.loads(imgbuild(root, "patches", "list", "--json").stdout)
+    listed = load_json(imgbuild(root, "patches", "list", "--json").stdout)["patches"]
     checked = one_json(imgbuild(root, "patches", "check", "--json").stdout)
     assert [p["patch"] for p in listed] == ["0001-a.patch"]
     assert [p["patch"] for p in checked["patches"]] == ["0001-a.patch"]  # type: ignore[attr-defined]

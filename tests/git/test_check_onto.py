@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
 from imgbuild.report.matrix import matrix_markdown
 from imgbuild.workflows.matrix import check_onto
+from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import PATCHES, build_upstream, project, snapshot
 from tests.support.runner import imgbuild_captured as cli
 from tests.support.synth import Upstream
@@ -67,7 +67,7 @@ def test_cli_exit_codes_json_and_markdown(tmp_path: Path, world: Upstream, capsy
         capsys, "-C", str(root), "patches", "check", "--onto", "v2", "v1", "--json", "--markdown", str(summary)
     )
     assert code == 0
-    data = json.loads(out)
+    data = load_json(out)
     assert data["ok"] is True and [r["ref"] for r in data["refs"]] == ["v2", "v1"]
     text = summary.read_text()
     assert text.startswith("# earlier step\n") and "all variants carry" in text  # appended
@@ -81,7 +81,7 @@ def test_cli_exit_codes_json_and_markdown(tmp_path: Path, world: Upstream, capsy
     assert code == 2 and "--onto" in err
     # Without --onto: the old check of the pinned release, unchanged.
     code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--json")
-    assert code == 0 and json.loads(out)["upstream"]["tag"] == "v1"
+    assert code == 0 and load_json(out)["upstream"]["tag"] == "v1"
 
 
 def test_pinned_and_latest_words(tmp_path: Path, world: Upstream) -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import imgbuild
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +33,8 @@ def test_not_a_project_is_a_config_error(tmp_path: Path) -> None:
 
 def test_json_error_on_stdout(tmp_path: Path) -> None:
     out = imgbuild(None, "-C", str(tmp_path), "patches", "list", "--json")
-    import json
 
-    assert json.loads(out.stdout)["error"]["exit_code"] == 3
+    assert load_json(out.stdout)["error"]["exit_code"] == 3
 
 
 IMPORTED = (

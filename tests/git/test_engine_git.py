@@ -10,6 +10,7 @@ from imgbuild.errors import ApplyError, PatchError, UpstreamError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.project import Project, merge3
 from imgbuild.workflows.checkstack import check_series
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.support.synth import Upstream, build_on, git, make_project, numbered
 
@@ -230,9 +231,8 @@ def test_cli_check_and_apply_into(tmp_path: Path, two_releases: Upstream) -> Non
     root = make_project(tmp_path / "p", two_releases, "v2", [("0001-a.patch", "sm12x", diff)])
     check = imgbuild(root, "patches", "check", "--json")
     assert check.returncode == 0, check.stderr
-    import json
 
-    data = json.loads(check.stdout)
+    data = load_json(check.stdout)
     assert data["ok"] and data["patches"][0]["method"] == "offset"
     assert data["patches"][0]["files"][0]["hunks"][0] == {
         "hunk": 1, "header": "@@ -17,7 +17,7 @@", "method": "offset", "offset": 5, "line": 22,

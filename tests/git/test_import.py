@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from imgbuild.workflows import importer, rebase
 from imgbuild.workflows.importer import AlreadyUpstream
 from imgbuild.workflows.matrix import check_onto
 from tests.support.backport_world import FIX_SUBJECT, World, build
+from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import snapshot
 from tests.support.runner import imgbuild_captured as cli
 from tests.support.synth import git, make_project
@@ -151,7 +151,7 @@ def test_pin_that_has_the_fix_reports_upstreamed(
     with pytest.raises(AlreadyUpstream, match="upstreamed: the pinned release v2"):
         importer.import_patch(root, str(world.up.path), rev=world.fix)
     code, out, _ = cli(capsys, "-C", str(root), "patches", "import", str(world.up.path), "--rev", world.fix, "--json")
-    assert code == 4 and json.loads(out)["error"]["outcome"] == "upstreamed"
+    assert code == 4 and load_json(out)["error"]["outcome"] == "upstreamed"
     assert snapshot(root) == before
 
 
@@ -285,7 +285,7 @@ def test_non_backport_conflict_still_stops_the_rebase(tmp_path: Path, world: Wor
 def test_cli_import_json(tmp_path: Path, world: World, capsys: pytest.CaptureFixture[str]) -> None:
     root = proj(tmp_path, world)
     code, out, _ = cli(capsys, "-C", str(root), "patches", "import", str(world.up.path), "--rev", world.fix, "--json")
-    data = json.loads(out)
+    data = load_json(out)
     assert code == 0 and data["outcome"] == "offset" and data["written"][0] == f"patches/{data['filename']}"
     code, out, _ = cli(capsys, "-C", str(root), "patches", "list", "--json")
-    assert json.loads(out)[0]["group"] == "backports"
+    assert load_json(out)["patches"][0]["group"] == "backports"

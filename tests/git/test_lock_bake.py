@@ -13,6 +13,7 @@ from imgbuild.errors import RegistryError
 from imgbuild.plan import bake as bakemod
 from imgbuild.project import Project
 from imgbuild.registry import lock as lockmod
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: these test the commands, not the process
 from tests.support.synth import Upstream
 from tests.support.synth_images import SITE, engram_project, release
@@ -90,7 +91,11 @@ def test_lock_check_cli_without_a_lock_fails(root: Path) -> None:
     # under --json the report is the one document on stdout (a failed check adds no error document)
     proc = imgbuild(root, "lock", "--check", "--offline", "--json")
     assert proc.returncode == 1 and "images.lock is missing" in proc.stderr
-    assert json.loads(proc.stdout) == {"ok": False, "problems": ["images.lock is missing; run `imgbuild lock`"]}
+    assert load_json(proc.stdout) == {
+        "schema": "imgbuild.lock-check/1",
+        "ok": False,
+        "problems": ["images.lock is missing; run `imgbuild lock`"],
+    }
 
 
 def test_bake_matrix_without_registry_is_a_usage_error(root: Path) -> None:

@@ -16,6 +16,7 @@ from imgbuild.workflows import rebase, rebase_replay
 from imgbuild.workflows import writeback as export
 from imgbuild.workflows.rebase import RebaseStopped
 from imgbuild.workflows.workspace import state_dir
+from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import D4, D41, PATCHES, build_upstream, project, snapshot
 from tests.support.synth import Upstream, git
 
@@ -323,12 +324,12 @@ def test_cli_rebase_round_trip(tmp_path: Path, world: Upstream, capsys: pytest.C
 
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
     code, out, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3", "--json")
-    assert code == 5 and json.loads(out)["error"]["stopped"]["filename"] == "0001-cuda-sm121.patch"
+    assert code == 5 and load_json(out)["error"]["stopped"]["filename"] == "0001-cuda-sm121.patch"
     assert "work tree:" in err and "hint:" in err
     code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase")
     assert code == 0 and "stopped at 0001-cuda-sm121.patch" in out
     code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase", "--skip", "--json")
-    assert code == 0 and json.loads(out)["patches"][0]["outcome"] == "skipped"
+    assert code == 0 and load_json(out)["patches"][0]["outcome"] == "skipped"
     code, _, err = cli(capsys, "-C", str(root), "patches", "rebase", "--continue")
     assert code == 10 and "no rebase is in progress" in err
 
@@ -404,7 +405,7 @@ def test_patches_status_shows_a_stopped_rebase(
     code, out, _ = cli(capsys, "-C", str(root), "patches", "status")
     assert code == 0 and "stopped at 0001-cuda-sm121.patch" in out and "--continue" in out and "--abort" in out
     code, out, _ = cli(capsys, "-C", str(root), "patches", "status", "--json")
-    info = json.loads(out)["rebase"]
+    info = load_json(out)["rebase"]
     assert code == 0 and info["status"] == "stopped" and info["stopped"]["filename"] == "0001-cuda-sm121.patch"
 
 
@@ -416,7 +417,7 @@ def test_rebase_json_has_moves_dropped_hunks_and_checks(
     root = project(tmp_path / "p", world, ["0003-config.patch", "0004-engram-disk.patch"])
     code, out, _ = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v2", "--json")
     assert code == 0
-    rows = {r["patch"]: r for r in json.loads(out)["patches"]}
+    rows = {r["patch"]: r for r in load_json(out)["patches"]}
     assert set(rows) == {"0003-config.patch", "0004-engram-disk.patch"}  # one spelling: the file name
     assert rows["0004-engram-disk.patch"]["moves"][0]["new"] == f"{D41}/engram.py"
     config = rows["0003-config.patch"]

@@ -17,7 +17,9 @@ import pytest
 
 from imgbuild.build.runner import BuildOptions, dry_plan
 from imgbuild.errors import ConfigError, ExitCode, UsageError
+from imgbuild.jsondoc import document
 from imgbuild.project import Project
+from tests.support.jsonschema_check import load_json
 from tests.support.runner import Cli
 from tests.support.synth import Upstream, make_project
 from tests.support.synth_images import patches, release, variants
@@ -133,4 +135,4 @@ def test_build_dry_run_json_through_the_cli(root: Path, upstream: Upstream, tmp_
     env = {**_git_env(upstream), "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
     out = cli(root, "build", "--dry-run", "--json", "--base", "base:1", env=env)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == golden("default-nodaemon")
+    assert load_json(out.stdout) == document("build-plan", golden("default-nodaemon"))

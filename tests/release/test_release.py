@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.project import Project
+from tests.support.jsonschema_check import load_json
 
 pytestmark = pytest.mark.release
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def test_every_shipped_patch_applies_exactly() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    report = json.loads(proc.stdout)
+    report = load_json(proc.stdout)
     assert report["ok"] and report["lint"] == []
     assert [p["method"] for p in report["patches"]] == ["exact"] * len(report["patches"])
     for p in report["patches"]:

@@ -29,13 +29,14 @@ def imgbuild(
 ) -> subprocess.CompletedProcess[str]:
     """`imgbuild [-C PROJECT] ARGS...` in a subprocess; wide COLUMNS so rich tables do not wrap."""
     where = ["-C", str(project)] if project is not None else []
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "imgbuild", *where, *args],
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, "COLUMNS": "200", **(env or {}), **more_env},
     )
+    return checked(done, args)
 
 
 def imgbuild_here(
@@ -70,7 +71,20 @@ def imgbuild_here(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+    return checked(subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue()), args)
+
+
+def checked(done: subprocess.CompletedProcess[str], args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """A `--json` run's stdout, when it printed anything, is one document valid against its schema
+    (tests/support/jsonschema_check.py), whatever the test goes on to read of it."""
+    if "--json" in args and done.stdout.strip():
+        from tests.support.jsonschema_check import load_json
+
+        try:
+            load_json(done.stdout)
+        except ValueError as exc:  # not JSON at all
+            raise AssertionError(f"imgbuild {' '.join(args)} --json printed no JSON document: {exc}") from exc
+    return done
 
 
 def imgbuild_captured(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

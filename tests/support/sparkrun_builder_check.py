@@ -1,6 +1,7 @@
 """Run under sparkrun's interpreter: load `builder: imgbuild` through sparkrun's own plugin discovery and call it.
 
-Usage: PYTHON tests/support/sparkrun_builder_check.py RECIPE.yaml OK_COMMAND FAIL_COMMAND  ->  JSON on stdout.
+Usage: PYTHON tests/support/sparkrun_builder_check.py RECIPE.yaml OK_COMMAND FAIL_COMMAND [OTHER_COMMAND...]
+->  JSON on stdout ("failed": what FAIL_COMMAND raised, "others": what each OTHER_COMMAND did).
 The installed-plugin loader (`sparkrun.plugins` entry points, enabled in the config) finds the builder; each
 command stands in for `imgbuild` (IMGBUILD_COMMAND), so the test sees what prepare() runs and returns.
 """
@@ -31,10 +32,17 @@ out: dict[str, object] = {
 }
 os.environ["IMGBUILD_COMMAND"] = sys.argv[2]
 out["built"] = builder.prepare(recipe.container, recipe, ["node1", "node2"])
-os.environ["IMGBUILD_COMMAND"] = sys.argv[3]
-try:
-    builder.prepare(recipe.container, recipe, ["node1"])
-    out["failed"] = None
-except RuntimeError as exc:
-    out["failed"] = {"type": type(exc).__name__, "message": str(exc), "exit_code": getattr(exc, "exit_code", None)}
+
+
+def failure(command: str) -> dict[str, object] | None:
+    os.environ["IMGBUILD_COMMAND"] = command
+    try:
+        builder.prepare(recipe.container, recipe, ["node1"])
+    except RuntimeError as exc:
+        return {"type": type(exc).__name__, "message": str(exc), "exit_code": getattr(exc, "exit_code", None)}
+    return None
+
+
+out["failed"] = failure(sys.argv[3])
+out["others"] = [failure(command) for command in sys.argv[4:]]
 print(json.dumps(out))

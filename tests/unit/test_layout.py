@@ -13,6 +13,7 @@ RANK = {
     "digests": 0,
     "atomic": 0,
     "proc": 0,
+    "jsondoc": 0,  # the --json contract: each document's schema id and version
     "platforms": 0.5,  # the Platform value: on errors only
     "config": 1,
     "upstream": 2,

@@ -71,7 +71,7 @@ def bake(
     if check:
         problems = bakemod.check(project.root, result)
         if as_json:
-            print_json({"ok": not problems, "problems": problems})
+            print_json("bake-check", {"ok": not problems, "problems": problems})
         if problems:
             raise BakeStale(
                 "\n  ".join(["the bake file is stale:", *problems]),
@@ -85,6 +85,7 @@ def bake(
     ctx = bakemod.write_context(project.root, result)
     if as_json:
         print_json(
+            "bake",
             {
                 "bake_file": bakemod.BAKE_FILE,
                 "changed": wrote,
@@ -98,7 +99,7 @@ def bake(
                     }
                     for t in result.targets
                 ],
-            }
+            },
         )
         return
     console.print(f"{bakemod.BAKE_FILE} {'written' if wrote else 'unchanged'}; {bakemod.CONTEXT_DIR}/ "

@@ -116,7 +116,7 @@ def build(
     if dry_run:
         dry = engine.dry_run(project, selection, opts)
         if as_json:
-            print_json(dry.to_json())
+            print_json("build-plan", dry.to_json())
         else:
             print_dry_run(dry)
         return
@@ -135,6 +135,6 @@ def build(
         if reports and not as_json:
             console.print(file_matrix([(r.title, r.files) for r in reports]))
     if as_json:
-        print_json(result.to_json())
+        print_json("build", result.to_json())
         return
     print_result(result)

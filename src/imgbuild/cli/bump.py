@@ -67,7 +67,7 @@ def bump_cmd(
     opts = None if no_build else options(base, None)
     done = bump.bump(root, onto, branch=branch, build=opts, report_dir=report_dir, log=_log)
     if as_json:
-        print_json(done.to_json())
+        print_json("patches-bump", done.to_json())
     else:
         console.print(done.message, markup=False, highlight=False)
         if done.report is not None:

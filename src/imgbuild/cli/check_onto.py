@@ -54,7 +54,7 @@ def run(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, 
             with open(os.fspath(markdown), "a", encoding="utf-8") as fh:
                 fh.write(text)
     if as_json:
-        print_json(matrix.to_json())
+        print_json("patches-check-onto", matrix.to_json())
     elif markdown is None or str(markdown) != "-":
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:

@@ -46,7 +46,7 @@ def history(
     repo, moving = _refs(project.variant(variant), repository)
     found = hist.read(Engine.connect(), cache_dir(), repo, variant, moving)
     if as_json:
-        print_json(found.to_json())
+        print_json("history", found.to_json())
         return
     for line in history_lines(found):
         console.print(line, markup=False, highlight=False)

@@ -51,7 +51,7 @@ def inspect(
     report = inspect_image(engine, pinned)
     chain = signing.check_published(image, pinned, pub_key, report.info.labels) if pub_key is not None else None
     if as_json:
-        print_json({**report.to_json(), **({"supply_chain": chain.to_json()} if chain else {})})
+        print_json("inspect", {**report.to_json(), **({"supply_chain": chain.to_json()} if chain else {})})
     else:
         info = report.info
         lab = info.labels

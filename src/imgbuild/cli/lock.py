@@ -51,7 +51,7 @@ def lock(
         resolve = None if offline else lockmod.resolve_base
         problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve)
         if as_json:
-            print_json({"ok": not problems, "problems": problems})
+            print_json("lock-check", {"ok": not problems, "problems": problems})
         if problems:
             raise LockStale(
                 f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
@@ -64,7 +64,7 @@ def lock(
     new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest)
     changed = lockmod.write_lock(project.root, new)
     if as_json:
-        print_json({"changed": changed, "lock": new.to_dict()})
+        print_json("lock", {"changed": changed, "lock": new.to_dict()})
         return
     for ref, base in sorted(new.bases.items()):
         console.print(f"{ref} -> {base.digest}", soft_wrap=True)

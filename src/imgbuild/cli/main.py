@@ -1,5 +1,5 @@
 """The `imgbuild` entry point. Every error, click's usage errors and Ctrl-C included, is printed here,
-in `run`, and under --json as the one JSON document on stdout.
+in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, jsondoc.py).
 
 Ctrl-C is answered in one place, `run`, from the first import on: this module imports nothing else at
 its top, and `run` installs its SIGINT handler, then imports the app, inside its try.
@@ -34,9 +34,10 @@ def run() -> None:
         import json
 
         from imgbuild.errors import INTERRUPTED, error_json
+        from imgbuild.jsondoc import document
 
         if "--json" in sys.argv:
-            print(json.dumps(error_json("Interrupted", INTERRUPTED, None, 130)), flush=True)
+            print(json.dumps(document("error", error_json("Interrupted", INTERRUPTED, None, 130))), flush=True)
         print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)
     finally:
@@ -52,10 +53,11 @@ def _run(as_json: bool) -> int:
 
     from imgbuild.cli.app import app
     from imgbuild.errors import ExitCode, ImgbuildError, error_json
+    from imgbuild.jsondoc import document
 
     def fail(kind: str, message: str, hint: str | None, code: int, details: dict[str, object], *, doc: bool) -> int:
         if doc:
-            print(json.dumps(error_json(kind, message, hint, code, details), indent=2), flush=True)
+            print(json.dumps(document("error", error_json(kind, message, hint, code, details)), indent=2), flush=True)
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"hint: {hint}", file=sys.stderr)
@@ -73,7 +75,7 @@ def _run(as_json: bool) -> int:
         exit_code = int(getattr(exc, "exit_code", 2))
         if as_json:
             message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-            print(json.dumps(error_json("UsageError", message, None, exit_code), indent=2))
+            print(json.dumps(document("error", error_json("UsageError", message, None, exit_code)), indent=2))
         from typer import rich_utils
 
         rich_utils.rich_format_error(exc)  # type: ignore[arg-type]

@@ -71,7 +71,7 @@ def import_cmd(
         find_root(), source, rev=rev, group=group, name=name, overrides=overrides, dry_run=dry_run
     )
     if as_json:
-        print_json(result.to_json())
+        print_json("patches-import", result.to_json())
         return
     if dry_run:
         print(result.text, end="")

@@ -40,10 +40,13 @@ def list_(as_json: JsonOpt = False) -> None:
     project = load_project()
     if as_json:
         print_json(
-            [
-                {"patch": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
-                for p in project.patches
-            ]
+            "patches-list",
+            {
+                "patches": [
+                    {"patch": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
+                    for p in project.patches
+                ]
+            },
         )
         return
     tables.console.print(patches_table(project.patches))
@@ -101,7 +104,7 @@ def check(
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
     if as_json:
-        print_json(result.to_json())
+        print_json("patches-check", result.to_json())
     else:
         tables.console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
         for n, v in result.variants.items():
@@ -151,7 +154,7 @@ def apply(
             tables.console.print(outcomes_table("apply", exc.outcomes))
         raise
     if as_json:
-        print_json(done.to_json())
+        print_json("patches-apply", done.to_json())
     else:
         tables.console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
         tables.console.print(f"wrote {done.files} files to {done.into}")
@@ -183,7 +186,7 @@ def status(as_json: JsonOpt = False) -> None:
     }
     if as_json:
         info["rebase"] = _rebase_state(project.root)
-        print_json(info)
+        print_json("patches-status", info)
         return
     tables.console.print(
         f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})"

@@ -63,7 +63,7 @@ def rebase_cmd(
         raise UsageError(f"{' and '.join(chosen)} cannot be used together")
     if abort:
         message = rebase.abort(root)
-        print_json({"ok": True, "message": message}) if as_json else console.print(message)
+        print_json("patches-rebase-abort", {"ok": True, "message": message}) if as_json else console.print(message)
         return
     if onto is not None:
         done = rebase.start(root, onto, report=report.resolve() if report else None, log=_log)
@@ -72,7 +72,9 @@ def rebase_cmd(
     else:
         info = rebase.status(root)
         if as_json:
-            print_json({"in_progress": info is not None, "rebase": info.to_json() if info else None})
+            print_json(
+                "patches-rebase-status", {"in_progress": info is not None, "rebase": info.to_json() if info else None}
+            )
         elif info is None:
             console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
         else:
@@ -80,7 +82,7 @@ def rebase_cmd(
             console.print("run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
         return
     if as_json:
-        print_json(done.to_json())
+        print_json("patches-rebase", done.to_json())
         return
     table = Table(title=f"rebase {done.old.tag} -> {done.onto.tag}")
     for col in ("patch", "outcome", "file", "notes"):
@@ -114,13 +116,13 @@ def edit_cmd(
     root = find_root()
     if discard:
         message = pq.discard(root, force=force)
-        print_json({"ok": True, "message": message}) if as_json else console.print(message)
+        print_json("patches-edit-discard", {"ok": True, "message": message}) if as_json else console.print(message)
         return
     if force:
         raise UsageError("--force only goes with --discard")
     opened = pq.open_queue(root)
     if as_json:
-        print_json(opened.to_json())
+        print_json("patches-edit", opened.to_json())
         return
     verb = "opened" if opened.created else "already open"
     console.print(f"{verb}: {opened.work_tree}")
@@ -146,7 +148,7 @@ def refresh_cmd(
     root = find_root()
     result = pq.refresh(root, close=close)
     if as_json:
-        print_json(result.to_json())
+        print_json("patches-refresh", result.to_json())
         return
     for label, names in (("rewritten", result.written), ("added", result.added), ("removed", result.removed)):
         for n in names:

@@ -26,12 +26,13 @@ def plan(
     layers = describe(plan_layers({p.variant.name: overlay_files(p) for p in plans}))
     if as_json:
         print_json(
+            "plan",
             {
                 "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
                 "series_digest": project.series_digest,
                 "variants": [p.to_json() for p in plans],
                 "layers": layers,
-            }
+            },
         )
         return
     console.print(plan_matrix(plans))

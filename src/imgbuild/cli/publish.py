@@ -83,6 +83,6 @@ def publish(
             project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign
         )
     if as_json:
-        print_json(result.to_json())
+        print_json("publish-plan" if dry_run else "publish", result.to_json())
     else:
         print_publish(result)

@@ -69,7 +69,7 @@ def recipe(
     target = out if out is not None else project.root / "deploy" / "out"
     written = write_recipe(project, variant, profile, out=target, image=image, registry=registry, builder=builder)
     if as_json:
-        print_json(written.to_json())
+        print_json("recipe", written.to_json())
         return
     console.print(f"image:   {written.launch.image.ref} ({written.launch.image.source})")
     console.print(f"recipe:  {written.recipe}")

@@ -61,7 +61,7 @@ def rollback(
     found = hist.read(engine, cache_dir(), repo, variant, moving)
     result = hist.rollback(engine, found, to, resolved.smoke, run_smoke=not no_smoke)
     if as_json:
-        print_json(result.to_json())
+        print_json("rollback", result.to_json())
         return
     for line in rollback_lines(result):
         console.print(line, markup=False, highlight=False)

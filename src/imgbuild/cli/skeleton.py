@@ -83,6 +83,7 @@ def skeleton(
     )
     if as_json:
         print_json(
+            "skeleton",
             {
                 "tag": spec.tag,
                 "image_id": info.id,
@@ -90,7 +91,7 @@ def skeleton(
                 "site_packages": spec.site_packages,
                 "upstream_commit": spec.upstream_commit,
                 "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
-            }
+            },
         )
         return
     print(spec.tag)
@@ -119,6 +120,7 @@ def _runtime(
     res = rb.ensure_runtime(Engine.connect(), spec, cache_dir(), force=force, verbose=verbose)
     if as_json:
         print_json(
+            "skeleton-runtime",
             {
                 "tag": spec.tag,
                 "image_id": res.info.id,
@@ -132,7 +134,7 @@ def _runtime(
                 "download_bytes": res.download_bytes,
                 "image_bytes": res.info.size,
                 "seconds": round(res.seconds, 1),
-            }
+            },
         )
         return
     print(spec.tag)

@@ -106,7 +106,7 @@ def smoke_cmd(
     if junit is not None:
         write_junit(junit, reports)
     if as_json:
-        print_json({"ok": all(r.ok for r in reports), "reports": [r.to_json() for r in reports]})
+        print_json("smoke", {"ok": all(r.ok for r in reports), "reports": [r.to_json() for r in reports]})
     else:
         for r in reports:
             console.print(checks_table(r))

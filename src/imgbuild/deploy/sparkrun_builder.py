@@ -12,7 +12,10 @@ dry run; unchanged inputs build nothing), and hands sparkrun the immutable
 `REPO:<version>-<inputs digest>` tag it printed. sparkrun then distributes that
 reference to the hosts. A failed build is a `ImgbuildBuildError` (a
 RuntimeError, as sparkrun's own builders raise) with imgbuild's message, hint
-and exit code from its `--json` error document.
+and exit code from its `--json` error document. It reads the documents of the
+imgbuild it comes from (`imgbuild.build/1`, `imgbuild.build-plan/1` on a dry
+run, `imgbuild.error/1`: jsondoc.VERSIONS) and refuses, with the id it read,
+one of another name or version (another imgbuild on PATH or in `command`).
 
 `builder_config` keys: `project` (an imgbuild project directory, or a git URL
 with `revision`, cloned into `~/.cache/imgbuild/sparkrun-projects/`),
@@ -32,7 +35,7 @@ from typing import Any
 
 from sparkrun.builders.base import BuilderPlugin
 
-from imgbuild import proc  # standard library only: the one process funnel
+from imgbuild import jsondoc, proc  # standard library only: the --json contract, the one process funnel
 
 SPARKRUN_PLUGIN_API_VERSION = 1
 KEYS = frozenset({"project", "revision", "variant", "platform", "command"})
@@ -117,6 +120,18 @@ def built_ref(doc: dict[str, Any], variant: str) -> str:
     return str(refs.pop())
 
 
+def check_schema(doc: dict[str, Any], name: str, argv: list[str], exit_code: int) -> None:
+    """Refuse a document of another name or version than the one this plugin reads (jsondoc.VERSIONS)."""
+    problem = jsondoc.mismatch(doc, name)
+    if problem is not None:
+        raise ImgbuildBuildError(
+            f"the --json document of `{shlex.join(argv)}` {problem}",
+            exit_code or 1,
+            "run the imgbuild this plugin comes from (builder_config.command or $IMGBUILD_COMMAND), "
+            "or install the plugin of that imgbuild",
+        )
+
+
 def run_build(argv: list[str], variant: str) -> str:
     done = _run(argv)
     try:
@@ -126,10 +141,12 @@ def run_build(argv: list[str], variant: str) -> str:
     if done.returncode != 0 or not isinstance(doc, dict):
         err = doc.get("error") if isinstance(doc, dict) else None
         if isinstance(err, dict):
+            check_schema(doc, "error", argv, done.returncode)
             code = int(err.get("exit_code") or done.returncode)
             raise ImgbuildBuildError(str(err.get("message")), code, str(err.get("hint") or ""))
         detail = done.stderr.strip().splitlines()[-1:] or [done.stdout.strip()[:200]]
         raise ImgbuildBuildError(f"{shlex.join(argv)}: {detail[0]}", done.returncode or 1)
+    check_schema(doc, "build-plan" if "--dry-run" in argv else "build", argv, 0)
     if doc.get("ok") is False:
         raise ImgbuildBuildError("the build's smoke test failed (see `imgbuild build` without --json)", 8)
     return built_ref(doc, variant)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from imgbuild.jsondoc import document
 
 if TYPE_CHECKING:  # rich is imported when something is printed: `--json` runs never load it
     from rich.console import Console
@@ -46,8 +48,9 @@ def __getattr__(name: str) -> Console:
     return _consoles[name]
 
 
-def print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+def print_json(name: str, body: Mapping[str, object]) -> None:
+    """Print document `name` (a key of `jsondoc.VERSIONS`): `{"schema": "imgbuild.<name>/<N>", **body}`."""
+    sys.stdout.write(json.dumps(document(name, body), indent=2, sort_keys=False) + "\n")
 
 
 def _m(method: str) -> str:

@@ -1,0 +1,86 @@
+"""The `--json` contract: every document a command prints under `--json` carries `"schema":
+"imgbuild.<name>/<N>"`, and this table is the one place that names each document and its version.
+
+A change to a document's shape (a key removed, renamed or retyped, a value moved) bumps its N, and
+`docs/schema/<name>.v<N>.json` (JSON Schema 2020-12) describes it; CHANGELOG.md records the change.
+Standard library only: `cli/main.py` prints the error document from here before anything else is
+imported, and the sparkrun builder plugin reads `build`'s id with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+PREFIX = "imgbuild."
+
+# Each document printed under --json -> its version. One name per shape: a command that prints two
+# shapes (e.g. `build` and `build --dry-run`) has two names.
+VERSIONS: dict[str, int] = {
+    "error": 1,  # the failure document cli/main.py prints: {"error": {...}}
+    "plan": 1,
+    "patches-list": 1,
+    "patches-status": 1,
+    "patches-check": 1,
+    "patches-check-onto": 1,
+    "patches-apply": 1,
+    "patches-rebase": 1,  # a rebase that finished
+    "patches-rebase-status": 1,  # `patches rebase` alone
+    "patches-rebase-abort": 1,
+    "patches-edit": 1,
+    "patches-edit-discard": 1,
+    "patches-refresh": 1,
+    "patches-import": 1,
+    "patches-bump": 1,
+    "build": 1,
+    "build-plan": 1,  # build --dry-run
+    "smoke": 1,
+    "inspect": 1,
+    "history": 1,
+    "rollback": 1,
+    "skeleton": 1,
+    "skeleton-runtime": 1,
+    "lock": 1,
+    "lock-check": 1,
+    "bake": 1,
+    "bake-check": 1,
+    "publish": 1,
+    "publish-plan": 1,  # publish --dry-run
+    "recipe": 1,
+}
+
+_ID = re.compile(r"^imgbuild\.([a-z][a-z0-9-]*)/([1-9][0-9]*)$")
+
+
+def schema_id(name: str) -> str:
+    """`imgbuild.<name>/<N>` of a document in the table (KeyError for a name not in it)."""
+    return f"{PREFIX}{name}/{VERSIONS[name]}"
+
+
+def document(name: str, body: Mapping[str, object]) -> dict[str, object]:
+    """The document as printed: `schema` first, then the body's keys."""
+    return {"schema": schema_id(name), **body}
+
+
+def parse_id(value: object) -> tuple[str, int] | None:
+    """(name, N) of a schema id, or None when `value` is not one."""
+    found = _ID.match(value) if isinstance(value, str) else None
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def schema_file(name: str, version: int | None = None) -> str:
+    """The schema's path in the repository: `docs/schema/<name>.v<N>.json`."""
+    return f"docs/schema/{name}.v{VERSIONS[name] if version is None else version}.json"
+
+
+def mismatch(doc: Mapping[str, object], name: str) -> str | None:
+    """A reader's check: why `doc` is not document `name` at this table's version (None when it is).
+    The name and N must both match: a different N is a different shape."""
+    want = schema_id(name)
+    seen = doc.get("schema")
+    parsed = parse_id(seen)
+    if parsed is None:
+        return f"carries no schema id {want!r} (an imgbuild from before the versioned --json output?)"
+    if parsed != (name, VERSIONS[name]):
+        return f"is {seen!r}, and this reader reads {want!r}"
+    return None

@@ -1,0 +1,83 @@
+"""The --json contract: the version table (jsondoc.VERSIONS), the committed schemas (docs/schema/), and
+the commands that print the documents agree."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from imgbuild import jsondoc
+from tests.support.jsonschema_check import SCHEMA_DIR, load_json, schema_path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "src" / "imgbuild" / "cli"
+
+
+def test_every_schema_file_is_a_valid_2020_12_schema_of_its_own_id() -> None:
+    files = sorted(SCHEMA_DIR.glob("*.json"))
+    assert files
+    for path in files:
+        schema = json.loads(path.read_text())
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema", path.name
+        Draft202012Validator.check_schema(schema)
+        name, _, version = path.name.removesuffix(".json").rpartition(".v")
+        sid = f"imgbuild.{name}/{version}"
+        assert schema["title"] == sid and schema["properties"]["schema"] == {"const": sid}, path.name
+        assert "schema" in schema["required"], path.name
+
+
+def test_every_document_of_the_table_has_a_schema_file_and_every_file_a_document() -> None:
+    files = {p.name for p in SCHEMA_DIR.glob("*.json")}
+    expected = {f"{name}.v{n}.json" for name, n in jsondoc.VERSIONS.items()}
+    assert expected - files == set(), "documents without a schema file"
+    for extra in files - expected:  # an older version of a document is kept; nothing else
+        name, _, version = extra.removesuffix(".json").rpartition(".v")
+        assert name in jsondoc.VERSIONS and int(version) < jsondoc.VERSIONS[name], f"no such document: {extra}"
+    for name in jsondoc.VERSIONS:
+        assert schema_path(jsondoc.schema_id(name)).is_file()
+        assert (ROOT / jsondoc.schema_file(name)).is_file()
+
+
+def test_every_print_json_in_the_cli_names_a_document_of_the_table() -> None:
+    named = []
+    for path in sorted(CLI.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print_json":
+                first = node.args[0]
+                choices = [first.body, first.orelse] if isinstance(first, ast.IfExp) else [first]
+                for choice in choices:
+                    assert isinstance(choice, ast.Constant), f"{path.name}:{node.lineno}: name the document"
+                    named.append(choice.value)
+    assert set(named) - set(jsondoc.VERSIONS) == set()
+    # every document but `error` (cli/main.py) is printed by a command
+    assert set(jsondoc.VERSIONS) - set(named) == {"error"}
+
+
+def test_document_puts_schema_first_and_readers_check_name_and_version() -> None:
+    doc = jsondoc.document("build", {"layers": [], "images": []})
+    assert list(doc) == ["schema", "layers", "images"] and doc["schema"] == "imgbuild.build/1"
+    assert jsondoc.parse_id("imgbuild.patches-check/12") == ("patches-check", 12)
+    assert jsondoc.parse_id("imgbuild.build/0") is None and jsondoc.parse_id(None) is None
+    assert jsondoc.mismatch(doc, "build") is None
+    assert "is 'imgbuild.build/1', and this reader reads 'imgbuild.build-plan/1'" in (
+        jsondoc.mismatch(doc, "build-plan") or ""
+    )
+    assert "is 'imgbuild.build/2'" in (jsondoc.mismatch({**doc, "schema": "imgbuild.build/2"}, "build") or "")
+    assert "carries no schema id" in (jsondoc.mismatch({"images": []}, "build") or "")
+
+
+def test_load_json_refuses_a_document_that_does_not_match_its_schema() -> None:
+    good = jsondoc.document("lock-check", {"ok": True, "problems": []})
+    assert load_json(json.dumps(good), expect="lock-check") == good
+    with pytest.raises(AssertionError, match="problems"):
+        load_json(json.dumps({**good, "problems": "none"}))
+    with pytest.raises(AssertionError, match="without a `schema` key"):
+        load_json(json.dumps({"ok": True, "problems": []}))
+    with pytest.raises(AssertionError, match="no schema file"):
+        load_json(json.dumps({**good, "schema": "imgbuild.lock-check/99"}))
+    with pytest.raises(AssertionError, match=r"expected an imgbuild\.bake-check document"):
+        load_json(json.dumps(good), expect="bake-check")
