@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from imgbuild.patches.variants import resolve_variants
 from tests.support.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.support.synth import Upstream, git, make_project, numbered
 
+REPO = Path(__file__).resolve().parents[2]
 NO_DAEMON = "unix:///nonexistent/docker.sock"  # for checks that must come before the daemon is asked anything
 
 BASE = numbered(30)
@@ -48,6 +50,14 @@ def small_project(tmp_path: Path, upstream: Upstream, *, tag: str = "v1") -> Pat
     diff = upstream.diff("v1", {"vllm/a.py": PATCHED})
     variants = {"latest": {"name": "latest"}, "engram-mem": {"name": "engram-mem", "from": "latest", "revert": ["x"]}}
     return make_project(tmp_path / "proj", upstream, tag, [("0001-a.patch", "x", diff)], variants)
+
+
+def real_project(tmp_path: Path) -> Path:
+    """A copy of this repository's project files (patches/, images/, deploy/), to break one of them."""
+    root = tmp_path / "real"
+    for part in ("patches", "images", "deploy"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("out"))
+    return root
 
 
 @contextlib.contextmanager
@@ -109,7 +119,50 @@ def test_a_short_hunk_names_patch_line_and_header(tmp_path: Path, upstream: Upst
     hunk_line = next(i for i, ln in enumerate(lines, start=1) if ln.startswith("@@"))
     out = imgbuild(root, "patches", "check")
     assert out.returncode == 4
-    assert f"0001-a.patch:{hunk_line}: hunk `@@ -7,7 +7,7 @@ line 6` is shorter than its header says" in out.stderr
+    assert (
+        f"0001-a.patch:{hunk_line}: vllm/a.py: hunk #1 `@@ -7,7 +7,7 @@ line 6` is shorter than its header says: "
+        "old lines (context and -): the header says 7, the body has 6; "
+        "new lines (context and +): the header says 7, the body has 6 before the end of the file"
+    ) in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("counts", "wrong"),
+    [
+        ("-7,6 +7,7", "old lines (context and -): the header says 6, the body has 7"),
+        ("-7,7 +7,6", "new lines (context and +): the header says 6, the body has 7"),
+    ],
+)
+def test_a_long_hunk_names_its_number_header_line_and_the_count(
+    tmp_path: Path, upstream: Upstream, counts: str, wrong: str
+) -> None:
+    """unidiff says only "malformed diff: Hunk is longer than expected"; the hunk and the count are named."""
+    root = small_project(tmp_path, upstream)
+    patch = root / "patches" / "0001-a.patch"
+    text = patch.read_text().replace("@@ -7,7 +7,7 @@", f"@@ {counts} @@")
+    patch.write_text(text)
+    hunk_line = next(i for i, ln in enumerate(text.splitlines(), start=1) if ln.startswith("@@"))
+    for args in (("patches", "check"), ("patches", "list")):
+        out = imgbuild(root, *args)
+        assert out.returncode == 4, out.stderr
+        assert f"0001-a.patch:{hunk_line}: vllm/a.py: hunk #1 `@@ {counts} @@ line 6` is longer than" in out.stderr
+        assert wrong in out.stderr and "malformed diff" not in out.stderr
+        assert f"fix the counts in the @@ line at line {hunk_line}" in out.stderr
+
+
+def test_a_wrong_count_in_a_later_hunk_of_the_real_series_names_that_hunk(tmp_path: Path) -> None:
+    root = real_project(tmp_path)
+    patch = next((root / "patches").glob("0003-*.patch"))
+    lines = patch.read_text().splitlines(keepends=True)
+    at = [i for i, ln in enumerate(lines) if ln.startswith("@@")][1]  # the file's second hunk
+    old = lines[at].split(" ")[1]  # "-165,6"
+    start, count = old[1:].split(",")
+    lines[at] = lines[at].replace(f" {old} ", f" -{start},{int(count) - 1} ", 1)
+    patch.write_text("".join(lines))
+    out = imgbuild(root, "patches", "list")
+    assert out.returncode == 4, out.stderr
+    assert f"{patch.name}:{at + 1}: " in out.stderr and "hunk #2 `@@ " in out.stderr
+    assert f"old lines (context and -): the header says {int(count) - 1}, the body has {count}" in out.stderr
 
 
 def test_crlf_line_endings_are_named(tmp_path: Path, upstream: Upstream) -> None:
@@ -192,7 +245,27 @@ def test_an_unclosed_quote_names_the_line_where_it_opens(tmp_path: Path, upstrea
     variant.write_text('name: latest\ndescription: "all patches\nimage:\n  tags: [latest]\n')
     out = imgbuild(root, "plan")
     assert out.returncode == 3
-    assert f"that opens at {variant}:2:14" in out.stderr and "line 2" in out.stderr
+    assert f"{variant}:2:14: invalid YAML: unclosed quote: the double-quoted string that opens here" in out.stderr
+
+
+@pytest.mark.parametrize(("file", "key"), [("images/latest.yaml", "description"), ("patches/upstream.yaml", "tag")])
+def test_an_unclosed_quote_that_a_later_quote_closes_is_named_where_it_opens(
+    tmp_path: Path, file: str, key: str
+) -> None:
+    """The project's own files with one quote left open: PyYAML stops lines further down, at the next `"`."""
+    root = real_project(tmp_path)
+    path = root / file
+    lines = path.read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(f"{key}: "))
+    lines[at] = lines[at].replace(f"{key}: ", f'{key}: "', 1)
+    path.write_text("".join(lines))
+    out = imgbuild(root, "plan")
+    assert out.returncode == 3, out.stderr
+    col = len(key) + 3
+    assert f"{path}:{at + 1}:{col}: invalid YAML: unclosed quote: the double-quoted string that opens here" in (
+        out.stderr
+    )
+    assert f'add the missing " at the end of the value on line {at + 1}' in out.stderr
 
 
 def test_an_unsupported_platform_is_refused_naming_the_known_ones(tmp_path: Path, upstream: Upstream) -> None:
