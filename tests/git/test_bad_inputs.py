@@ -446,6 +446,36 @@ def test_ctrl_c_while_the_cli_starts_gives_no_traceback(tmp_path: Path, delay_ms
         assert proc.returncode == 3  # it finished first: not a project
 
 
+IN_A_CALLBACK = (
+    "import signal, sys, time, weakref\n"
+    "sys.argv = ['imgbuild', '--json']\n"
+    "from imgbuild.cli import main\n"
+    "def command(as_json):\n"
+    "    class Held: pass\n"
+    "    held = Held()\n"
+    "    ref = weakref.ref(held, lambda _ref: signal.raise_signal(signal.SIGINT))\n"
+    "    del held\n"  # the callback runs here; what it raises Python prints as 'Exception ignored' and drops
+    "    for _ in range(3000):\n"
+    "        time.sleep(0.01)\n"
+    "    print('the command ran on', file=sys.stderr)\n"
+    "    return 0\n"
+    "main._run = command\n"
+    "main.run()\n"
+)
+
+
+def test_ctrl_c_in_a_weakref_callback_still_stops_the_command() -> None:
+    """What made the start-up test above fail about 1 run in 30: SIGINT handled inside the import machinery's
+    module-lock callback, where Python prints the exception ('Exception ignored in ... Traceback') and goes on.
+    Here the same happens on purpose, every time."""
+    proc = subprocess.run([sys.executable, "-c", IN_A_CALLBACK], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert "the command ran on" not in proc.stderr
+    assert "interrupted; nothing was changed" in proc.stderr
+    assert one_json(proc.stdout)["error"]["exit_code"] == 130  # type: ignore[index]
+
+
 # -- --junit ---------------------------------------------------------------------------------------
 def test_an_unwritable_junit_path_is_refused_before_building(tmp_path: Path, upstream: Upstream) -> None:
     root = small_project(tmp_path, upstream)
