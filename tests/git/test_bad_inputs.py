@@ -1,8 +1,8 @@
 """Bad input at the command line: one clear line, the documented exit code, nothing lost.
 
 Each test makes the real failure: a read-only or full tmpfs, a path under a
-file, a real second process, kill -9, SIGINT. Mounting needs root; without it
-those tests are skipped, saying so.
+file, a real second process, kill -9, SIGINT. Mounting needs root or passwordless
+sudo (.ci/run runs as root); without either those tests fail, saying so.
 """
 
 from __future__ import annotations
@@ -62,14 +62,27 @@ def real_project(tmp_path: Path) -> Path:
 
 @contextlib.contextmanager
 def tmpfs(path: Path, options: str) -> Iterator[Path]:
+    """A tmpfs at `path`. Mounting needs root: as root (.ci/run) it is `mount`; otherwise `sudo -n mount`
+    (the GitHub runner's passwordless sudo), owned by this user so the test can fill it."""
     path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    owner = "" if not sudo else f",uid={os.geteuid()},gid={os.getegid()}"
+    mount = [*sudo, "mount", "-t", "tmpfs", "-o", options + owner, "tmpfs", str(path)]
+    try:
+        proc = subprocess.run(mount, capture_output=True, text=True)
+        problem = proc.stderr.strip() if proc.returncode != 0 else ""
+    except FileNotFoundError as exc:  # no sudo
+        problem = str(exc)
+    if problem:
+        pytest.fail(
+            f"cannot mount a tmpfs here ({' '.join(mount)}: {problem}); these tests make a read-only and a full "
+            "file system, which needs root or passwordless sudo: run the tests as root, as .ci/run does",
+            pytrace=False,
+        )
     try:
         yield path
     finally:
-        subprocess.run(["umount", str(path)], check=True)
+        subprocess.run([*sudo, "umount", str(path)], check=True)
 
 
 # -- --json: exactly one document, errors included ----------------------------------------------
