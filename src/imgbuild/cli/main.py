@@ -22,6 +22,9 @@ class Interrupted(BaseException):
     into a silent exit 130."""
 
 
+_hooks: list[object] = []  # the unraisable hook `run` replaced, while it runs
+
+
 def _raise_interrupted(_signum: int, _frame: object) -> None:
     raise Interrupted()
 
@@ -29,11 +32,11 @@ def _raise_interrupted(_signum: int, _frame: object) -> None:
 def _redeliver(unraisable: object) -> None:
     """sys.unraisablehook while `run` runs: an `Interrupted` that Python could not raise (see the module's
     docstring) is taken silently and raised again at the next call or return in ordinary code, through a
-    profile function that removes itself; anything else goes to Python's own hook."""
+    profile function that removes itself; anything else goes to the hook it replaced."""
     if isinstance(getattr(unraisable, "exc_value", None), Interrupted):
         sys.setprofile(_raise_outside_the_hook)
         return
-    sys.__unraisablehook__(unraisable)  # type: ignore[arg-type]
+    (_hooks[-1] if _hooks else sys.__unraisablehook__)(unraisable)  # type: ignore[operator]
 
 
 def _raise_outside_the_hook(frame: object, _event: str, _arg: object) -> None:
@@ -45,7 +48,7 @@ def _raise_outside_the_hook(frame: object, _event: str, _arg: object) -> None:
 
 def run() -> None:
     """Entry point (the console script and `python -m imgbuild`)."""
-    previous = hook = None
+    previous = None
     try:  # first: a Ctrl-C from here on is answered below
         import signal
 
@@ -54,7 +57,8 @@ def run() -> None:
         except ValueError:  # not the main thread (a test calling run): leave signals alone
             previous = None
         if previous is not None:
-            hook, sys.unraisablehook = sys.unraisablehook, _redeliver
+            _hooks.append(sys.unraisablehook)
+            sys.unraisablehook = _redeliver
         code = _run("--json" in sys.argv)
         _ignore_sigint(previous)  # finished: a Ctrl-C from now on comes too late to stop anything
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: before the handler was in place
@@ -69,7 +73,7 @@ def run() -> None:
         sys.exit(130)
     finally:
         if previous is not None:
-            sys.unraisablehook = hook  # type: ignore[assignment]
+            sys.unraisablehook = _hooks.pop()  # type: ignore[assignment]
             signal.signal(signal.SIGINT, previous)
     sys.exit(code)
 
