@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a Debian bookworm host (run as root) for imgbuild's docker test tier:
 #   - Debian packages: qemu-user-static, binfmt-support, mmdebstrap (+ arch-test),
-#     docker-registry (distribution 2.8), apache2-utils, and the engine's
+#     docker-registry (distribution 2.8), apache2-utils, gcc + libc6-dev (a test's
+#     static binary), and the engine's
 #     dependencies from bookworm (containerd 1.6, runc 1.1, tini, iptables)
 #   - the engine: docker.io + docker-cli 26.1 from Debian's next suite (trixie),
 #     with the containerd image store (/etc/docker/daemon.json:
@@ -62,6 +63,8 @@ PACKAGES=(
     mmdebstrap arch-test gpg libdpkg-perl mount uidmap xz-utils
     docker-registry apache2-utils
     ca-certificates curl python3
+    # tests/docker/test_interrupts.py: a static sleep binary for its test image (gcc -static)
+    gcc libc6-dev
 )
 
 is_installed() {

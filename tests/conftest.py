@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,18 @@ HERE = Path(__file__).resolve().parent
 # tests/docker/ and tests/release/ hold only tests of their tier (checked below), so with the
 # tier off they are not even imported: that is 2.5 s of the fast tier's 5 s of collection.
 FOLDERS = {HERE / "docker": "docker", HERE / "release": "release"}
+
+
+# The one list of skips a run may report (CONTRIBUTING.md: tiers fail rather than skip). Everything a tier
+# needs is required (tests/support/needs.py fails naming it and the set-up step); what stays a skip is a
+# test documented as opt-in. `.ci/run` sets IMGBUILD_CHECK_SKIPS=1: the run then prints how many tests were
+# skipped and fails if one is not listed here. Keys are node ids without their [parameters].
+ALLOWED_SKIPS = {
+    "tests/docker/test_runtime_base.py::test_arm64_base_imports_vllm_under_qemu_with_an_aarch64_cpuinfo": (
+        "opt-in, slow (the arm64 runtime base under qemu): IMGBUILD_TEST_ARM64_RUNTIME=1"
+    ),
+}
+CHECK_SKIPS = "IMGBUILD_CHECK_SKIPS"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -99,3 +112,48 @@ def upstream(tmp_path: Path) -> Upstream:
 def cli() -> Cli:
     """`cli(PROJECT, *ARGS, env=...)`: the command in a subprocess (tests/support/runner.py), for every tier."""
     return imgbuild
+
+
+def skipped(session: pytest.Session) -> list[tuple[str, str]]:
+    """(node id, reason) of every skip this session reported, collection skips included."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    out = []
+    for report in reporter.stats.get("skipped", []) if reporter is not None else []:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        out.append((report.nodeid, reason.removeprefix("Skipped: ")))
+    return out
+
+
+def allowed_skip(nodeid: str) -> str | None:
+    """Why the test may be skipped (ALLOWED_SKIPS), or None."""
+    return ALLOWED_SKIPS.get(nodeid.split("[", 1)[0])
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under IMGBUILD_CHECK_SKIPS=1 (.ci/run): say how many tests were skipped; a skip not in ALLOWED_SKIPS
+    fails the run (exit 1), naming it."""
+    if os.environ.get(CHECK_SKIPS) != "1":
+        return
+    skips = skipped(session)
+    lines, refused = [], 0
+    for nodeid, reason in skips:
+        why = allowed_skip(nodeid)
+        lines.append(f"  allowed: {nodeid}: {why}" if why else f"  NOT ALLOWED: {nodeid}: {reason}")
+        refused += why is None
+    title = f"{CHECK_SKIPS}: {len(skips)} skipped, {refused} not allowed (tests/conftest.py ALLOWED_SKIPS)"
+    if refused:
+        lines.append(
+            "a tier that is asked for runs, or the run fails: make the test fail naming what it needs "
+            "(tests/support/needs.py), or, for a documented opt-in test, add it to ALLOWED_SKIPS"
+        )
+        if exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        print("\n".join([title, *lines]))
+        return
+    reporter.ensure_newline()
+    reporter.write_sep("=", title)
+    for line in lines:
+        reporter.write_line(line)

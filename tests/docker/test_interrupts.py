@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from imgbuild.engine import CONTAINER_LABEL, Engine
+from tests.support import needs
 
 pytestmark = pytest.mark.docker
 
@@ -28,8 +28,7 @@ SCRIPT = "import sys\nfrom imgbuild.engine import Engine\nEngine.connect().run(s
 
 @pytest.fixture(scope="module")
 def sleep_image(engine: Engine, tmp_path_factory: pytest.TempPathFactory, prefix: str) -> Iterator[str]:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is needed to make a static sleep binary for the test image")
+    needs.tool("gcc", "docker", "a static sleep binary for the test image, `gcc -static`")
     tmp = tmp_path_factory.mktemp("sleep")
     (tmp / "sleep.c").write_text(SLEEP_C)
     subprocess.run(["gcc", "-static", "-O1", "-o", str(tmp / "sleep"), str(tmp / "sleep.c")], check=True)

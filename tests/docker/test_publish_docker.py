@@ -23,6 +23,7 @@ import pytest
 
 from imgbuild.registry import tools
 from imgbuild.registry.lock import load_lock
+from tests.support import needs
 from tests.support.jsonschema_check import load_json
 from tests.support.registry_env import (
     RegistryProcess,
@@ -215,8 +216,7 @@ def _key_pair(directory: Path) -> tuple[Path, Path]:
 
 
 def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World, tmp_path: Path) -> None:
-    if shutil.which("cosign") is None:
-        pytest.skip("cosign is not installed (.ci/setup-host.sh installs trixie's cosign 2.5)")
+    needs.tool("cosign", "docker", "publish --sign and inspect --key run it")
     key, pub_key = _key_pair(tmp_path / "keys")
     host, env = world.registry.host, {"COSIGN_PASSWORD": ""}
     args = ("engram-mem", "-r", host, "--repository", "t6/vllm-dsv41", "--platform", "linux/amd64")

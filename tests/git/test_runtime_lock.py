@@ -109,7 +109,7 @@ def test_a_requirement_pip_did_not_resolve_is_named() -> None:
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("a: [\n", "not valid YAML"),
+        ("a: [\n", "invalid YAML: unclosed flow collection"),
         ("- a\n", "expected a mapping"),
         ("foo:\n  platforms: [linux/amd64]\n", "exactly the keys platforms and reason"),
         ("foo:\n  platforms: [linux/ppc]\n  reason: x\n", "platforms must be a list"),

@@ -24,9 +24,11 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
-np = pytest.importorskip("numpy")
+from tests.support import needs
+
+torch = needs.module("torch", "GPU", "the Engram modules run on it", how=needs.GPU_HOW)
+needs.module("triton", "GPU", "the release's Engram kernels are Triton kernels", how=needs.GPU_HOW)
+needs.module("numpy", "GPU", "the tables are written with it", how=needs.GPU_HOW)
 
 from torch import nn  # noqa: E402
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import needs
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START = REPO_ROOT / ".ci" / "start-registry.sh"
 DOCKER = os.environ.get("IMGBUILD_DOCKER", "docker")
@@ -46,6 +48,7 @@ class RegistryProcess:
 
     @classmethod
     def start(cls, directory: Path, htpasswd: Path | None = None) -> RegistryProcess:
+        needs.tool("docker-registry", "docker", "the loopback registry that publish and lock tests push to")
         for _ in range(5):
             port = free_port()
             args = ["bash", str(START), str(port), str(directory), *([str(htpasswd)] if htpasswd else [])]

@@ -34,7 +34,9 @@ def test_pin_short_commit_names_line_and_column(tmp_path: Path) -> None:
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
     p = tmp_path / "latest.yaml"
     p.write_text("name: latest\nrevert: [engram\n")
-    with pytest.raises(ConfigError, match=rf"{p}:3:1: invalid YAML"):
+    with pytest.raises(
+        ConfigError, match=rf"{p}:2:9: invalid YAML: unclosed flow collection: the \[ that opens here has no \]"
+    ):
         load_variant(p)
 
 

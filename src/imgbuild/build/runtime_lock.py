@@ -28,6 +28,7 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from imgbuild.config.yamlsrc import yaml_error
 from imgbuild.errors import ConfigError
 
 LOCK_DIR = Path("images/runtime-lock")
@@ -161,9 +162,7 @@ def parse_exclusions(text: str, path: Path) -> tuple[Exclusion, ...]:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
+        raise yaml_error(path, text, exc) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of package names", hint="see the comment at its top")
     lines = {name: no for no, raw in enumerate(text.splitlines(), 1) for name in [raw.split(":", 1)[0].strip()]}

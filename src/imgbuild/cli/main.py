@@ -3,6 +3,13 @@ in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1
 
 Ctrl-C is answered in one place, `run`, from the first import on: this module imports nothing else at
 its top, and `run` installs its SIGINT handler, then imports the app, inside its try.
+
+Python runs a signal handler between any two bytecodes, weakref callbacks and `__del__` included (the
+import machinery's module-lock callback is the usual one at start-up). An exception raised there cannot
+propagate: Python prints "Exception ignored in ... Traceback" and goes on, and the Ctrl-C would be lost.
+`run` also installs an unraisable hook that takes such an `Interrupted` silently and raises it again at
+the next function call or return outside the hook (a one-shot profile function), so the command stops as
+it should.
 """
 
 from __future__ import annotations
@@ -15,7 +22,27 @@ class Interrupted(BaseException):
     into a silent exit 130."""
 
 
+_hooks: list[object] = []  # the unraisable hook `run` replaced, while it runs
+
+
 def _raise_interrupted(_signum: int, _frame: object) -> None:
+    raise Interrupted()
+
+
+def _redeliver(unraisable: object) -> None:
+    """sys.unraisablehook while `run` runs: an `Interrupted` that Python could not raise (see the module's
+    docstring) is taken silently and raised again at the next call or return in ordinary code, through a
+    profile function that removes itself; anything else goes to the hook it replaced."""
+    if isinstance(getattr(unraisable, "exc_value", None), Interrupted):
+        sys.setprofile(_raise_outside_the_hook)
+        return
+    (_hooks[-1] if _hooks else sys.__unraisablehook__)(unraisable)  # type: ignore[operator]
+
+
+def _raise_outside_the_hook(frame: object, _event: str, _arg: object) -> None:
+    if getattr(frame, "f_code", None) is _redeliver.__code__:
+        return  # still in the hook: raised here, it would be lost again
+    sys.setprofile(None)
     raise Interrupted()
 
 
@@ -29,8 +56,13 @@ def run() -> None:
             previous = signal.signal(signal.SIGINT, _raise_interrupted)
         except ValueError:  # not the main thread (a test calling run): leave signals alone
             previous = None
+        if previous is not None:
+            _hooks.append(sys.unraisablehook)
+            sys.unraisablehook = _redeliver
         code = _run("--json" in sys.argv)
+        _ignore_sigint(previous)  # finished: a Ctrl-C from now on comes too late to stop anything
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: before the handler was in place
+        _ignore_sigint(previous)  # one answer to one Ctrl-C, even if a second one comes while it is printed
         import json
 
         from imgbuild.errors import INTERRUPTED, error_json
@@ -42,8 +74,16 @@ def run() -> None:
         sys.exit(130)
     finally:
         if previous is not None:
+            sys.unraisablehook = _hooks.pop()  # type: ignore[assignment]
             signal.signal(signal.SIGINT, previous)
     sys.exit(code)
+
+
+def _ignore_sigint(previous: object) -> None:
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(as_json: bool) -> int:

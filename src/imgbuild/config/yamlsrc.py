@@ -68,18 +68,87 @@ def load_yaml(path: Path) -> YamlDoc:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark, opened = exc.problem_mark, exc.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        context = f" ({exc.context})" if exc.context else ""
-        hint = "fix the YAML syntax at that line and column"
-        if opened is not None and (mark is None or opened.line < mark.line):
-            # PyYAML gives up where the scalar or block ends (often the end of the file); the cause is where it opened.
-            context = f" ({exc.context} that opens at {path}:{opened.line + 1}:{opened.column + 1})"
-            hint = f"close what opens at line {opened.line + 1} (a quote, bracket or brace)"
-        raise ConfigError(f"{where}: invalid YAML: {exc.problem}{context}", hint=hint) from exc
+    except yaml.YAMLError as exc:
+        raise yaml_error(path, text, exc) from exc
     _refuse_duplicate_keys(path, root)
     return YamlDoc(path, data, root)
+
+
+QUOTES = {'"': "double", "'": "single"}
+ESCAPED = {'"': '\\"', "'": "''"}
+CLOSERS = {"[": "]", "{": "}"}
+
+
+def yaml_error(path: Path | str, text: str, exc: yaml.YAMLError) -> ConfigError:
+    """A ConfigError at the place the mistake is: where an unclosed quote or bracket opens, else where PyYAML stopped.
+
+    PyYAML gives up where the damage shows: an unclosed `"` swallows the lines up to the next `"` in the file
+    and the parser stops there ("expected <block end>, but found '<scalar>'", ten lines down), naming the
+    block mapping around it as the context. The quote is where the fix goes, so that is the place reported."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return ConfigError(f"{path}: invalid YAML: {exc}", hint="fix the YAML syntax")
+    mark, problem = exc.problem_mark, exc.problem or "syntax error"
+    stopped = f"PyYAML stops at line {mark.line + 1}, column {mark.column + 1} ({problem})"
+    quoted, flow = _opened(text, mark)
+    if quoted is None and exc.context == "while scanning a quoted scalar" and exc.context_mark is not None:
+        opens = text[exc.context_mark.index : exc.context_mark.index + 1]
+        quoted = exc.context_mark, opens if opens in QUOTES else '"'
+    if quoted is not None:
+        at, char = quoted
+        return ConfigError(
+            f"{path}:{at.line + 1}:{at.column + 1}: invalid YAML: unclosed quote: the {QUOTES[char]}-quoted "
+            f"string that opens here is never closed on its line; {stopped}",
+            hint=f"close the quote: add the missing {char} at the end of the value on line {at.line + 1}"
+            f" (a {char} inside a {QUOTES[char]}-quoted value is written {ESCAPED[char]})",
+        )
+    if flow is not None:
+        at, char = flow
+        return ConfigError(
+            f"{path}:{at.line + 1}:{at.column + 1}: invalid YAML: unclosed flow collection: the {char} that opens "
+            f"here has no {CLOSERS[char]}; {stopped}",
+            hint=f"add the missing {CLOSERS[char]} for the {char} at line {at.line + 1}, column {at.column + 1}",
+        )
+    context = f" ({exc.context})" if exc.context else ""
+    return ConfigError(
+        f"{path}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}{context}",
+        hint="fix the YAML syntax at that line and column",
+    )
+
+
+Opened = tuple[yaml.Mark, str] | None
+
+
+def _opened(text: str, problem: yaml.Mark) -> tuple[Opened, Opened]:
+    """What is open where PyYAML stopped: (a quote, a bracket), each as (where it opens, its character).
+
+    The quote: the token just before the error is a quoted value that runs over a line end. In a config file
+    that is a quote left open, closed by the opening quote of a later value. The bracket: the innermost
+    `[` or `{` not closed before the error."""
+    last: yaml.Token | None = None
+    flows: list[yaml.Token] = []
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.index >= problem.index:
+                break
+            last = token
+            if isinstance(token, yaml.FlowSequenceStartToken | yaml.FlowMappingStartToken):
+                flows.append(token)
+            elif isinstance(token, yaml.FlowSequenceEndToken | yaml.FlowMappingEndToken) and flows:
+                flows.pop()
+    except yaml.YAMLError:
+        pass
+    quote: Opened = None
+    if (
+        isinstance(last, yaml.ScalarToken)
+        and last.style in QUOTES
+        and last.end_mark.line > last.start_mark.line
+        and last.end_mark.index <= problem.index
+    ):
+        quote = last.start_mark, str(last.style)
+    flow: Opened = None
+    if flows:
+        flow = flows[-1].start_mark, "[" if isinstance(flows[-1], yaml.FlowSequenceStartToken) else "{"
+    return quote, flow
 
 
 def _refuse_duplicate_keys(path: Path, node: yaml.Node | None) -> None:

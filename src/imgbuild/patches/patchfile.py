@@ -195,39 +195,69 @@ def _check_line_ends(name: str, diff: str, first: int) -> None:
 
 
 def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
-    """Each hunk must hold as many lines as its @@ header says (unidiff says only 'shorter than expected')."""
+    """Each hunk must hold as many lines as its @@ header says.
+
+    unidiff says only "Hunk is longer than expected" or "Unexpected hunk found", with no line and no hunk;
+    this names the hunk (its file, its number in that file, its header and its line in the patch file)
+    and which count, old or new, the body disagrees with."""
     lines = diff.split("\n")
-    i = 0
+    path, number, i = "", 0, 0
     while i < len(lines):
+        if lines[i].startswith("diff --git "):
+            path, number = _header_paths(lines[i])[-1], 0
         m = HUNK_RE.match(lines[i])
         if not m:
             i += 1
             continue
+        number += 1
         header_at, header = i, lines[i].rstrip("\r")
-        want_old = int(m.group(2)) if m.group(2) is not None else 1
-        want_new = int(m.group(4)) if m.group(4) is not None else 1
-        old = new = 0
-        i += 1
-        while i < len(lines) and (old < want_old or new < want_new):
-            kind = lines[i][:1]
-            if kind in (" ", ""):
-                if kind == "" and i == len(lines) - 1:
-                    break  # the end of the file, not an empty context line
-                old, new = old + 1, new + 1
-            elif kind == "-":
-                old += 1
-            elif kind == "+":
-                new += 1
-            elif kind != "\\":
-                break
-            i += 1
-        if old < want_old or new < want_new:
-            end = "the end of the file" if i >= len(lines) - 1 else f"line {first + i}"
-            raise PatchError(
-                f"{name}:{first + header_at}: hunk `{header}` is shorter than its header says: "
-                f"{want_old} old and {want_new} new lines expected, {old} and {new} found before {end}",
-                hint="the patch was edited by hand or cut short; regenerate it with `git diff --full-index`",
+        want = (int(m.group(2)) if m.group(2) is not None else 1, int(m.group(4)) if m.group(4) is not None else 1)
+        i, found, cut = _hunk_body(lines, i + 1, want)
+        if found == want:
+            continue
+        longer = found[0] >= want[0] and found[1] >= want[1]
+        shorter = found[0] <= want[0] and found[1] <= want[1]
+        size = "longer than" if longer else "shorter than" if shorter else "not the size"
+        counts = "; ".join(
+            f"{what} lines ({kind}): the header says {w}, the body has {f}"
+            for what, kind, w, f in (
+                ("old", "context and -", want[0], found[0]),
+                ("new", "context and +", want[1], found[1]),
             )
+            if w != f
+        )
+        end = "" if longer else " before the end of the file" if cut else f" before line {first + i}"
+        raise PatchError(
+            f"{name}:{first + header_at}: {path}: hunk #{number} `{header}` is {size} its header says: {counts}{end}",
+            hint=f"fix the counts in the @@ line at line {first + header_at} (or the body under it), "
+            "or regenerate the patch with `git diff --full-index`; a patch edited by hand keeps its old counts",
+        )
+
+
+def _hunk_body(lines: list[str], i: int, want: tuple[int, int]) -> tuple[int, tuple[int, int], bool]:
+    """Count the hunk body that starts at `lines[i]`: (the index after it, (old, new), whether the file ended).
+
+    Lines are counted up to the header's counts, then on while more body lines follow: a complete hunk is
+    followed by an @@ line, a `diff --git` line, the end of the file or a format-patch signature (`-- `)."""
+    old = new = 0
+    while i < len(lines):
+        line = lines[i]
+        complete = old >= want[0] and new >= want[1]
+        kind = line[:1]
+        if kind == "" and (complete or i == len(lines) - 1):
+            break  # the end of the file, not an empty context line
+        if complete and (line.rstrip("\r") == "--" or line.startswith("-- ")):
+            break
+        if kind in (" ", ""):
+            old, new = old + 1, new + 1
+        elif kind == "-":
+            old += 1
+        elif kind == "+":
+            new += 1
+        elif kind != "\\":
+            break
+        i += 1
+    return i, (old, new), i >= len(lines) - 1
 
 
 def parse_patch(path: Path, package_root: str = "vllm") -> Patch:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import needs
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PATCHES_DIR = REPO_ROOT / "patches"
 
@@ -39,10 +41,7 @@ def _materialize_patched_tree(dest: Path) -> None:
 @pytest.fixture(scope="session")
 def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the patched ``vllm/`` package sources."""
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"torch is not importable ({exc}); install torch==2.13.0")
+    needs.module("torch", "release", "the SM12x and Engram patch tests run the patched code on CPU torch")
     dest = tmp_path_factory.mktemp("vllm-patched")
     _materialize_patched_tree(dest)
     return dest

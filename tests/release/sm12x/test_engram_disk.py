@@ -30,7 +30,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the release tier needs torch")
+from tests.support import needs
+
+torch = needs.module("torch", "release", "the SM12x and Engram patch tests run the patched code on CPU torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 pytestmark = pytest.mark.release

@@ -19,7 +19,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the release tier needs torch")
+from tests.support import needs
+
+torch = needs.module("torch", "release", "the SM12x and Engram patch tests run the patched code on CPU torch")
 
 pytestmark = pytest.mark.release
 
