@@ -309,7 +309,8 @@ class Runner:
                 elif _image_id(self.engine, ref) != image_id:
                     self.engine.tag(image_id, ref)
             except DockerError as exc:
-                self.say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}")
+                fix = f"docker tag {image_id} {ref}" if image_id else f"docker image rm --no-prune {ref}"
+                self.say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}; to do it: {fix}")
 
 
 def sharing(images: Sequence[ImageResult]) -> dict[str, str]:

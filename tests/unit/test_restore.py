@@ -1,0 +1,36 @@
+"""A failed build puts back the tags it wrote; one it cannot put back is said, with the command that does it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from imgbuild.build.runner import BuildOptions, Runner
+from imgbuild.errors import DockerError
+from imgbuild.plan.builds import BuildPlan
+
+
+class Engine:
+    """The engine calls _restore makes; `tag` and `untag` fail as a vanished daemon would."""
+
+    def image(self, _ref: str) -> Any:
+        return None  # no image: `ref` names nothing now, so every noted tag needs putting back
+
+    def tag(self, image_id: str, ref: str) -> None:
+        raise DockerError(f"tag {ref} ({image_id[:12]}): connection refused")
+
+    def untag(self, ref: str) -> None:
+        raise DockerError(f"untag {ref}: connection refused")
+
+
+def test_a_tag_that_cannot_be_put_back_is_said_with_the_command_that_does_it() -> None:
+    said: list[str] = []
+    plan = BuildPlan(layers=(), images=(), layer_plans=())
+    runner = Runner(Engine(), plan, BuildOptions(), said.append, epoch=0)  # type: ignore[arg-type]
+    runner._previous = {"r/v:latest": "sha256:" + "a" * 64, "r/v:1.0-abc": None}
+    runner._restore()
+    assert said == [
+        f"could not put r/v:latest back to sha256:{'a' * 64}: tag r/v:latest (sha256:aaaaa): connection refused; "
+        f"to do it: docker tag sha256:{'a' * 64} r/v:latest",
+        "could not put r/v:1.0-abc back to nothing: untag r/v:1.0-abc: connection refused; "
+        "to do it: docker image rm --no-prune r/v:1.0-abc",
+    ]
