@@ -1,24 +1,29 @@
 """Interleaved build pairs (issue 13's targets): imgbuild against what a user would type by hand.
 
-    python3 benchmarks/bench_build_pairs.py [--rounds 5] [--pairs both mem noop]
+    python3 benchmarks/bench_build_pairs.py [--rounds 5] [--pairs both-nocache mem-warm noop]
 
 On the local daemon, the skeleton stand-in as the base, images under
 `imgbuild-bench/vllm-dsv41` (removed at the end). Each pair runs A and B in
 alternating order round after round (bench_pairs.interleave), so load from
-other processes falls on both alike; reported: median, min-max, ratio.
+other processes falls on both alike; reported: median, min-max, ratio. The
+pair's name says which caches each side has; both sides get the same ones.
 
-- both: `build latest engram-mem --force --no-smoke` against the hand pipeline
-  reusing one work tree: `git checkout -f` of the pin, 7x `git apply`, then two
+- both-nocache: no cache on either side. `build latest engram-mem --force
+  --no-smoke` (BuildKit without its cache) with imgbuild's drift-check records
+  removed before each run, against the hand pipeline reusing one work tree of
+  the pinned release: `git checkout -f` of the pin, 7x `git apply`, then two
   `buildx build --load --no-cache` of the seed's Dockerfiles (latest: FROM the
   base, COPY the seven files, ENTRYPOINT []; engram-mem: FROM latest, COPY the
-  three original Engram files, ENTRYPOINT []).
-- mem: `build engram-mem --no-smoke` with latest present (its immutable tag
-  removed before each run) against `buildx build --load --no-cache` of the
-  seed's engram-mem Dockerfile.
-- noop: `build latest engram-mem` with nothing changed against a cold
-  `build latest engram-mem --force --no-smoke` (the OCI layout and the
-  drift-check cache removed before it; the upstream mirror kept), side by
-  side in one table row pair with the ratio (target 0.05x).
+  three original Engram files, ENTRYPOINT []). Both sides start from a warm
+  copy of the release (imgbuild's mirror, git's work tree).
+- mem-warm: BuildKit's cache warm on both sides. `build engram-mem --no-smoke`
+  with latest present (engram-mem's immutable tag removed before each run; its
+  drift-check records kept: the hand side checks no drift) against `buildx
+  build --load` of the seed's engram-mem Dockerfile, cache on.
+- noop: `build latest engram-mem` with nothing changed against the same
+  command cold: `--force --no-smoke` (BuildKit without its cache) with the
+  drift-check records removed (the upstream mirror kept). imgbuild against
+  itself: the ratio says what the no-op saves (target 0.05x).
 
 Images go under IMGBUILD_BENCH_REPOSITORY (default imgbuild-bench/vllm-dsv41).
 """
@@ -42,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pairs import Pair, interleave, load, run, spread  # noqa: E402
 
-from imgbuild.build import runner as build_module  # noqa: E402
+from imgbuild.build.bases import DRIFT_DIR  # noqa: E402
 from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
 from imgbuild.upstream.mirror import cache_dir  # noqa: E402
@@ -62,8 +67,9 @@ def context(lines: list[str], files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def buildx(ctx: bytes, tag: str) -> None:
-    args = ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "--no-cache", "-t", tag, "-"]
+def buildx(ctx: bytes, tag: str, cache: bool = False) -> None:
+    args = ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", *([] if cache else ["--no-cache"])]
+    args += ["-t", tag, "-"]
     proc = subprocess.run(args, input=ctx, capture_output=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed: {proc.stderr.decode(errors='replace')[-400:]}")
@@ -72,7 +78,7 @@ def buildx(ctx: bytes, tag: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--pairs", nargs="+", default=["both", "mem", "noop"])
+    ap.add_argument("--pairs", nargs="+", default=["both-nocache", "mem-warm", "noop"])
     args = ap.parse_args()
     engine = Engine.connect()
     project = Project.load(ROOT)
@@ -120,26 +126,25 @@ def main() -> int:
                     if tag.startswith(f"{REPO}:0."):
                         engine.untag(tag)
 
-    def cold_prep() -> None:
-        # the drift-check records; an older imgbuild also kept an OCI layout of each base here
-        for name in ("oci-layout", getattr(build_module, "DRIFT_DIR", "drift-checked")):
-            shutil.rmtree(cache_dir() / name, ignore_errors=True)
+    def no_drift_records() -> None:
+        shutil.rmtree(cache_dir() / DRIFT_DIR, ignore_errors=True)
 
     pairs = {
-        "both": Pair(
-            "both",
-            "imgbuild build latest engram-mem --force --no-smoke",
+        "both-nocache": Pair(
+            "both-nocache",
+            "imgbuild build latest engram-mem --force --no-smoke, no drift records",
             lambda: run([*imgbuild, "build", "latest", "engram-mem", "--force", "--no-smoke", *opts], env=env),
             "hand: checkout -f, 7x git apply, 2x buildx --no-cache",
             hand_pipeline,
             1.0,
+            a_prep=no_drift_records,
         ),
-        "mem": Pair(
-            "mem",
-            "imgbuild build engram-mem --no-smoke (latest present)",
+        "mem-warm": Pair(
+            "mem-warm",
+            "imgbuild build engram-mem --no-smoke (latest present, drift records kept)",
             lambda: run([*imgbuild, "build", "engram-mem", "--no-smoke", *opts], env=env),
-            "buildx build --no-cache of the seed's engram-mem",
-            lambda: buildx(seed, f"{REPO}:seed-engram-mem"),
+            "buildx build --load of the seed's engram-mem, cache on",
+            lambda: buildx(seed, f"{REPO}:seed-engram-mem", cache=True),
             1.0,
             a_prep=drop_mem,
         ),
@@ -147,10 +152,10 @@ def main() -> int:
             "noop",
             "imgbuild build latest engram-mem (nothing changed)",
             lambda: run([*imgbuild, "build", "latest", "engram-mem", *opts], env=env),
-            "cold: --force --no-smoke, no layout or drift cache",
+            "the same, --force --no-smoke, no drift records",
             lambda: run([*imgbuild, "build", "latest", "engram-mem", "--force", "--no-smoke", *opts], env=env),
             0.05,
-            b_prep=cold_prep,
+            b_prep=no_drift_records,
         ),
     }
     rows = []
@@ -165,15 +170,15 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         cleanup(engine)
-    header = f"{'pair':<6} {'what':<56} {'median s':>9} {'min-max s':>13} {'ratio':>6} {'target':>7}"
+    header = f"{'pair':<12} {'what':<72} {'median s':>9} {'min-max s':>13} {'ratio':>6} {'target':>7}"
     print(f"\n{header}\n{'-' * len(header)}")
     failed = 0
     for pair, a, b in rows:
         ratio = statistics.median(a) / statistics.median(b)
         verdict = "ok" if ratio <= pair.target else "MISSES"
         failed += verdict != "ok"
-        print(f"{pair.name:<6} {pair.a_label:<56} {statistics.median(a):>9.3f} {spread(a):>13}")
-        print(f"{'':<6} {pair.b_label:<56} {statistics.median(b):>9.3f} {spread(b):>13}", end="")
+        print(f"{pair.name:<12} {pair.a_label:<72} {statistics.median(a):>9.3f} {spread(a):>13}")
+        print(f"{'':<12} {pair.b_label:<72} {statistics.median(b):>9.3f} {spread(b):>13}", end="")
         print(f" {ratio:>6.2f} {pair.target:>6.2f}x {verdict}")
     print(f"\nend: {load()}")
     return 1 if failed else 0

@@ -3,7 +3,8 @@
 Each pair is two whole commands, A (imgbuild) and B (the alternative), run in
 alternating order round after round, so that load from other processes on the
 machine falls on both alike. Reported: median and min-max of each, and the
-ratio of the medians against the target.
+ratio of the medians against the target. Each side's label says which caches
+it has; both sides of a pair get the same ones.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from many_patches import make_project
 
 from imgbuild.config.models import WheelSource
 from imgbuild.project import Project
-from imgbuild.upstream.mirror import Mirror
+from imgbuild.upstream.mirror import Mirror, _text_member
 
 
 @dataclass
@@ -41,7 +43,8 @@ class Pair:
 def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, check: bool = True) -> None:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, check=False)
     if check and proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-400:]}")
+        shown = " ".join(cmd[:12]) + (f" ... ({len(cmd)} args)" if len(cmd) > 12 else "")
+        raise SystemExit(f"{shown} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-400:]}")
 
 
 def seconds(fn: Callable[[], None]) -> float:
@@ -82,7 +85,7 @@ def run_pairs(root: Path, names: list[str], rounds: int, n_patches: int) -> int:
             rows.append((pair, a, b))
             print(f"  {pair.name}: done ({load()})", flush=True)
         print()
-        header = f"{'pair':<8} {'what':<52} {'median s':>9} {'min-max s':>13} {'ratio':>6} {'target':>7}"
+        header = f"{'pair':<8} {'what':<60} {'median s':>9} {'min-max s':>13} {'ratio':>6} {'target':>7}"
         print(header)
         print("-" * len(header))
         failed = 0
@@ -90,8 +93,8 @@ def run_pairs(root: Path, names: list[str], rounds: int, n_patches: int) -> int:
             ratio = statistics.median(a) / statistics.median(b)
             verdict = "ok" if ratio <= pair.target else "MISSES"
             failed += verdict != "ok"
-            print(f"{pair.name:<8} {pair.a_label:<52} {statistics.median(a):>9.3f} {spread(a):>13}")
-            print(f"{'':<8} {pair.b_label:<52} {statistics.median(b):>9.3f} {spread(b):>13}", end="")
+            print(f"{pair.name:<8} {pair.a_label:<60} {statistics.median(a):>9.3f} {spread(a):>13}")
+            print(f"{'':<8} {pair.b_label:<60} {statistics.median(b):>9.3f} {spread(b):>13}", end="")
             print(f" {ratio:>6.2f} {pair.target:>6.1f}x {verdict}")
         print(f"\nend: {load()}")
         return 1 if failed else 0
@@ -115,8 +118,8 @@ def build_pair(name: str, root: Path, work: Path, env: dict[str, str], imgbuild:
         )
     if name == "scaling":
         return scaling_pair(root, work, env, imgbuild, n)
-    if name == "cold":
-        return cold_pair(root, work, env, imgbuild)
+    if name in ("cold", "coldtext"):
+        return cold_pair(root, work, env, imgbuild, same_files=name == "coldtext")
     if name == "smoke":
         return smoke_pair(root, env, imgbuild)
     raise SystemExit(f"unknown pair {name}")
@@ -144,35 +147,81 @@ def smoke_pair(root: Path, env: dict[str, str], imgbuild: list[str]) -> Pair:
     )
 
 
+def stacks(project: Project) -> list[tuple[str, list[str]]]:
+    """What `patches check` checks: the full series and each variant's stack, as patch files, each distinct once."""
+    by_name = {p.name: str(project.patches_dir / p.filename) for p in project.patches}
+    out: list[tuple[str, list[str]]] = [("series", list(by_name.values()))]
+    for variant in project.variants.values():
+        files = [by_name[n] for n in variant.selected]
+        if all(files != seen for _, seen in out):
+            out.append((variant.name, files))
+    return out
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "[]*?" else c for c in name)
+
+
+def apply_stacks(stack_files: list[tuple[str, list[str]]], cwd: Path) -> Callable[[], None]:
+    """One `git apply --check` call per stack, all its patches in order (git applies them in sequence)."""
+
+    def go() -> None:
+        for _, files in stack_files:
+            run(["git", "apply", "--check", *files], cwd=cwd)
+
+    return go
+
+
+def stacks_label(stack_files: list[tuple[str, list[str]]]) -> str:
+    return " + ".join(f"{name} ({len(files)})" for name, files in stack_files)
+
+
 def scaling_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str], n: int) -> Pair:
+    """Warm on both sides: imgbuild's mirror of the release; git's work tree of it, checked out once, untimed."""
     project = make_project(root, work / "many", n)
-    files = [str(project.patches_dir / p.filename) for p in project.patches]
+    stack_files = stacks(project)
     up = project.upstream
     tree = work / "tree"
     run(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
     run(["git", "checkout", "-q", "-f", "--detach", up.commit], cwd=tree)
-
-    def git_loop() -> None:
-        for f in files:  # each patch on its own, against the checked-out release
-            run(["git", "apply", "--check", f], cwd=tree)
-
+    print(f"scaling: git's side, one call per stack: {stacks_label(stack_files)}")
     return Pair(
         "scaling",
-        f"imgbuild patches check --json ({len(files)} patches)",
+        f"imgbuild patches check --json ({len(project.patches)} patches), mirror warm",
         lambda: run([*imgbuild, "-C", str(project.root), "patches", "check", "--json"], env=env),
-        f"git apply --check x{len(files)} (checked-out tree)",
-        git_loop,
+        f"git apply --check, 1 call per stack ({len(stack_files)}), tree checked out",
+        apply_stacks(stack_files, tree),
         1.0,
     )
 
 
-def cold_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str]) -> Pair:
+def cold_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str], same_files: bool) -> Pair:
+    """The first check of a release, wheel downloaded, nothing else cached on either side.
+
+    imgbuild commits every text file of the wheel's package root into a new mirror (so that later
+    commands are warm), then checks. `cold`: the alternative a user would write for the same
+    question, unzip of only the files the patches touch, then one `git apply --check` per stack.
+    `coldtext`: the same, but unzipping the members imgbuild reads (its text files, the same test:
+    no NUL byte), so both sides inflate the same bytes.
+    """
     project = Project.load(root)
     source = project.pin.source
     if not isinstance(source, WheelSource):
         raise SystemExit("the cold pair needs a wheel pin")
     wheel = Mirror(source, project.pin.package_root).fetch_wheel(source.version)
-    files = [str(project.patches_dir / p.filename) for p in project.patches]
+    stack_files = stacks(project)
+    prefix = project.pin.package_root + "/"
+    if same_files:
+        with zipfile.ZipFile(wheel) as zf:
+            names = sorted(n for n in zf.namelist() if n.startswith(prefix) and not n.endswith("/"))
+            binaries = [n for n in names if _text_member(zf, n) is None]
+        # unzip takes names as patterns ([128,128] in some names), so: all of the root but the binaries
+        members = [f"{prefix}*", "-x", *(glob_escape(n) for n in binaries)]
+        what = f"unzip of the {len(names) - len(binaries)} text members imgbuild reads"
+    else:
+        members = [glob_escape(n) for n in sorted({path for p in project.patches for path in p.paths})]
+        what = f"unzip of the {len(members)} files the patches touch"
+    print(f"{'coldtext' if same_files else 'cold'}: {what}; git apply, one call per stack: {stacks_label(stack_files)}")
 
     cache = work / "cold-cache"
     dest = work / "unzipped"
@@ -185,16 +234,17 @@ def cold_pair(root: Path, work: Path, env: dict[str, str], imgbuild: list[str]) 
     def imgbuild_cold() -> None:
         run([*imgbuild, "-C", str(root), "patches", "check", "--json"], env={**env, "IMGBUILD_CACHE": str(cache)})
 
+    check = apply_stacks(stack_files, dest)
+
     def plain_cold() -> None:
-        run(["unzip", "-q", str(wheel), f"{project.pin.package_root}/*", "-d", str(dest)])
-        for f in files:
-            run(["git", "apply", "--check", f], cwd=dest)
+        run(["unzip", "-q", str(wheel), *members, "-d", str(dest)])
+        check()
 
     return Pair(
-        "cold",
-        "imgbuild patches check, empty cache (wheel present)",
+        "coldtext" if same_files else "cold",
+        "imgbuild patches check, empty cache: commits the text tree",
         imgbuild_cold,
-        f"unzip {project.pin.package_root}/ + git apply --check x{len(files)}",
+        f"{what.replace('unzip of the', 'unzip')} + git apply x{len(stack_files)}",
         plain_cold,
         1.0,
         a_prep=empty_cache,

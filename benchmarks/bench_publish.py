@@ -13,8 +13,12 @@ repository of one loopback `docker-registry`:
 
 Both push the same image into a new repository of the same registry, so the
 difference is imgbuild's own work: the no-op build and the look-ups around
-the push. Prints median and min-max of each and the ratio A/B. Needs the
-docker tier's set-up. No result is committed: run it to get numbers.
+the push. Caches, the same on both sides: the image built and in the local
+store, the registry empty of that repository; imgbuild's own cache (its
+mirror and drift-check records) is warm from the untimed build, and the hand
+side needs none. Round 0 is untimed (it warms both). Prints median and
+min-max of each and the ratio A/B, with the load. Needs the docker tier's
+set-up.
 """
 
 from __future__ import annotations
