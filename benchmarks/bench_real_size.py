@@ -371,9 +371,9 @@ class Bench:
         return Row("edit", [new, old, hand], hand, 1.2, notes)
 
     def pair_noop(self) -> Row:
-        """--no-smoke: NEW's smoke fails on the runtime base (no standalone kill), so its moving tags never move
-        and a build with smoke is never a no-op for it; both sides alike."""
-        notes = ["both with --no-smoke: NEW's smoke fails on the runtime base (see smoke), so only that is a no-op"]
+        """--no-smoke on both sides: the edit pair's builds were --no-smoke, so their moving tags never moved,
+        and only a --no-smoke build is a no-op after them."""
+        notes = ["both with --no-smoke, as the edit pair's builds before them (a build with smoke would move tags)"]
         for who in ("new", "old"):  # nothing changed since the edit pair's last build: a no-op already
             sh(self.build_cmd(who, "runtime", "--no-smoke"), env=self.env[who])
         counts: dict[str, list[tuple[int, int]]] = {"new": [], "old": []}
