@@ -8,7 +8,7 @@
 3. Refuse tag collisions with images imgbuild did not build, before touching
    any tag.
 4. Build each needed layer once (or reuse it when its inputs digest matches),
-   then each image (one BuildKit call each, docker.py): tag the immutable tag,
+   then each image (one BuildKit call each, engine.py): tag the immutable tag,
    smoke-test, and only then move the moving tags. An image whose inputs
    digest matches is reused without any docker build. A variant made for
    several platforms is then joined into one multi-platform image, which

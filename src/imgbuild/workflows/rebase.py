@@ -12,7 +12,7 @@ A conflict stops the run with the 3-way merge's markers in the work tree;
 `--continue` takes the work tree as the patch, `--skip` drops the patch, and
 `--abort` deletes the state. patches/ is not touched until the end, when
 every changed file (patches, series, pin) is written through one journal
-(stack.writeback.Journal); a crash there is finished by `--continue` or undone by
+(workflows.writeback.Journal); a crash there is finished by `--continue` or undone by
 `--abort`. Patches found upstreamed move to patches/upstreamed/ and leave a
 `# upstreamed in TAG: FILE` line in the series, so that a later release that
 reverts the change brings them back.
