@@ -11,13 +11,20 @@ from imgbuild.plan.dockerfile import context_tar, listing, quote, render_layer, 
 
 
 def test_layer_dockerfile_is_one_copy_and_no_run() -> None:
-    text = render_layer("base:1", "vllm", "/usr/local/lib/python3.12/dist-packages/", {"imgbuild.layer": "abc"})
+    text = render_layer("base:1", ["vllm"], "/usr/local/lib/python3.12/dist-packages/", {"imgbuild.layer": "abc"})
     lines = text.splitlines()
     assert "FROM base:1" in lines
     assert "COPY vllm/ /usr/local/lib/python3.12/dist-packages/vllm/" in lines
     assert sum(1 for ln in lines if ln.startswith(("COPY", "ADD"))) == 1
     assert not any(ln.startswith("RUN") for ln in lines)
     assert 'LABEL imgbuild.layer="abc"' in lines
+
+
+def test_layer_dockerfile_copies_each_upstreams_package_root() -> None:
+    text = render_layer("base:1", ["vllm", "flashinfer"], "/site/", {"imgbuild.layer": "abc"})
+    copies = [ln for ln in text.splitlines() if ln.startswith(("COPY", "ADD"))]
+    assert copies == ["COPY vllm/ /site/vllm/", "COPY flashinfer/ /site/flashinfer/"]
+    assert "RUN" not in text
 
 
 def test_variant_dockerfile_clears_entrypoint_and_cmd_and_adds_no_layer() -> None:

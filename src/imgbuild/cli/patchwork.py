@@ -24,7 +24,13 @@ def register(app: typer.Typer) -> None:
 
 def rebase_cmd(
     onto: Annotated[
-        str | None, typer.Option("--onto", metavar="REF", help="Tag, commit or release version to move the series to.")
+        list[str] | None,
+        typer.Option(
+            "--onto",
+            metavar="REF",
+            help="Tag, commit or release version to move the series to; NAME=REF moves the pin NAME "
+            "(patches/upstream.yaml's `also:`) and only its patches.",
+        ),
     ] = None,
     continue_: Annotated[bool, typer.Option("--continue", help="Take the resolved work tree and go on.")] = False,
     skip: Annotated[bool, typer.Option("--skip", help="Drop the patch the rebase stopped at, and go on.")] = False,
@@ -66,7 +72,12 @@ def rebase_cmd(
         print_json("patches-rebase-abort", {"ok": True, "message": message}) if as_json else console.print(message)
         return
     if onto is not None:
-        done = rebase.start(root, onto, report=report.resolve() if report else None, log=_log)
+        if len(onto) != 1:
+            raise UsageError(
+                f"--onto is given {len(onto)} times: a rebase moves one upstream",
+                hint="rebase one pin, then the next: `patches rebase --onto NAME=REF` once per upstream",
+            )
+        done = rebase.start(root, onto[0], report=report.resolve() if report else None, log=_log)
     elif continue_ or skip:
         done = rebase.resume(root, "skip" if skip else "continue", log=_log)
     else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -45,11 +45,12 @@ def copy_line(package_root: str, site_packages: str) -> str:
     return f"COPY {package_root}/ {site_packages.rstrip('/')}/{package_root}/"
 
 
-def render_layer(parent_ref: str, package_root: str, site_packages: str, labels: Mapping[str, str]) -> str:
+def render_layer(parent_ref: str, package_roots: Sequence[str], site_packages: str, labels: Mapping[str, str]) -> str:
+    """One COPY per package root the layer's files are under (vllm/, flashinfer/, ...), in the pins' order."""
     lines = [
         "# imgbuild layer: the files below, on top of the parent image",
         f"FROM {parent_ref}",
-        copy_line(package_root, site_packages),
+        *(copy_line(root, site_packages) for root in package_roots),
         *_label_lines(labels),
     ]
     return "\n".join(lines) + "\n"

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 from imgbuild.atomic import write_json
-from imgbuild.errors import ApplyError, StateError
+from imgbuild.errors import ApplyError, ImgbuildError, StateError
 from imgbuild.patches.carry import replay_series
+from imgbuild.patches.patchfile import upstream_of
 from imgbuild.patches.series import parse_series
 from imgbuild.project import Project
 from imgbuild.upstream.commits import commit_files
@@ -70,14 +71,17 @@ def start(
         refuse_if_busy(root)
         project = Project.load(root)
         _refuse_dirty_patches(root)
-        old = project.upstream
-        new = resolve_ref(project.pin, ref)
-        items = _items(root)
+        name, ref = project.target(ref)
+        pin = project.pin_named(name)
+        old = project.resolved(name)
+        new = resolve_ref(pin, ref)
+        items = _items(root, project, name)
         state = RebaseState(
             token=uuid.uuid4().hex,
             status="running",
             ref=ref,
-            old=Pin(project.pin.tag, old.commit),
+            upstream=name if project.multi else "",
+            old=Pin(pin.tag, old.commit),
             onto=Pin(new.tag, new.commit),
             today=date or today(),
             report=str(report) if report else None,
@@ -91,7 +95,8 @@ def start(
             write_json(staging / "state.json", state.to_json())
 
         work.create(old.repo.path / "objects", state.token, fill)
-        log(f"rebasing {len(items)} patches from {project.pin.tag} onto {new.tag} ({new.commit[:12]})")
+        what = f"{name} " if project.multi else ""
+        log(f"rebasing {len(items)} {what}patches from {pin.tag} onto {new.tag} ({new.commit[:12]})")
         return run(root, state, log)
 
 
@@ -182,15 +187,18 @@ def _refuse_dirty_patches(root: Path) -> None:
         )
 
 
-def _items(root: Path) -> list[Item]:
+def _items(root: Path, project: Project, upstream: str) -> list[Item]:
+    """The series' patches of the pin `upstream` (and its dormant ones in patches/upstreamed/), in order."""
     series_path = root / "patches" / "series"
+    mine = {p.filename for p in project.patches_of(upstream)}
     entries: list[tuple[int, str, bool, str | None]] = [
-        (e.line, e.filename, False, None) for e in parse_series(series_path)
+        (e.line, e.filename, False, None) for e in parse_series(series_path) if e.filename in mine
     ]
     text = series_path.read_text(encoding="utf-8")
-    listed = {e[1] for e in entries}
+    listed = {e.filename for e in parse_series(series_path)}
     for line, tag, filename in dormant_markers(text):
-        if filename not in listed and (root / "patches" / "upstreamed" / filename).is_file():
+        path = root / "patches" / "upstreamed" / filename
+        if filename not in listed and path.is_file() and _dormant_upstream(project, path) == upstream:
             entries.append((line, filename, True, tag))
     return [
         Item(
@@ -204,9 +212,20 @@ def _items(root: Path) -> list[Item]:
     ]
 
 
+def _dormant_upstream(project: Project, path: Path) -> str:
+    """The pin a patch kept in patches/upstreamed/ belongs to (its `Upstream:`; the first pin by default)."""
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    header = text[: text.find("diff --git ")] if "diff --git " in text else text
+    try:
+        return upstream_of(path.name, header, project.roots)[0]
+    except ImgbuildError:
+        return project.pin.name
+
+
 def _replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState) -> None:
-    """Commit the series on the pinned release; record each patch's original blobs."""
-    steps = {s.patch.filename: s for s in replay_series(project.patches, CommitTree(scratch, base))}
+    """Commit the moving pin's patches on its pinned release; record each patch's original blobs."""
+    mine = project.patches_of(state.upstream or project.pin.name)
+    steps = {s.patch.filename: s for s in replay_series(mine, CommitTree(scratch, base))}
     head = base
     for index, item in enumerate(state.items):
         step = steps.get(item.filename)
@@ -215,8 +234,7 @@ def _replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseStat
         if not step.outcome.ok or step.outcome.method in ("fuzz",):
             bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
             raise ApplyError(
-                f"{item.filename} does not apply to the pinned release {project.pin.tag} "
-                f"({bad or step.outcome.method})",
+                f"{item.filename} does not apply to the pinned release {state.old.tag} ({bad or step.outcome.method})",
                 hint="the series must apply where it is before it can move: run `imgbuild patches check`",
             )
         commit = commit_files(scratch, head, step.own, message(item.filename))

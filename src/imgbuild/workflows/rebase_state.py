@@ -266,6 +266,7 @@ class RebaseState:
     written: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
+    upstream: str = ""  # the pin that moves (its patches are the items); "" in a state from before: the first
 
     @property
     def current(self) -> Item:
@@ -298,6 +299,7 @@ class RebaseState:
             "head": self.head,
             "results": [r.to_json() for r in self.results],
             "stopped": self.stopped.to_json() if self.stopped else None,
+            "upstream": self.upstream,
         }
         if self.status == "committing":
             data |= {"written": self.written, "warnings": self.warnings, "rows": [r.to_json() for r in self.rows]}
@@ -327,6 +329,7 @@ class RebaseState:
             written=list(data.get("written") or ()),
             warnings=list(data.get("warnings") or ()),
             rows=rows,
+            upstream=str(data.get("upstream") or ""),
         )
 
 

@@ -1,0 +1,196 @@
+"""Several upstreams in one stack (issue 26): pins under `also:`, `Upstream:` in a patch's header, check,
+plan, labels, `check --onto NAME=REF` and `rebase --onto NAME=REF` on two synthetic upstreams."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imgbuild.config.models import load_pin, load_pins
+from imgbuild.errors import ConfigError, PatchError
+from imgbuild.plan import labels
+from imgbuild.plan.builds import BaseInfo, make_build_plan
+from imgbuild.plan.inputs import project_inputs
+from imgbuild.project import PinnedTrees, Project
+from imgbuild.workflows.matrix import check_onto
+from imgbuild.workflows.writeback import rewrite_pin_named
+from tests.support.jsonschema_check import load_json
+from tests.support.runner import imgbuild_here
+from tests.support.synth import Upstream, git, header, numbered
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return imgbuild_here(None, "-C", str(root), *args)
+
+
+FI_OLD = numbered(30, "fi")
+FI_NEW = "moved 1\nmoved 2\n" + FI_OLD  # 0.2: two lines on top, so the patch lands at an offset
+
+
+def _pin(up: Upstream, name: str, tag: str) -> dict[str, object]:
+    commit = git(up.path, "rev-parse", f"{tag}^{{commit}}").strip()
+    return {"name": name, "package_root": name, "tag": tag, "commit": commit, "source": {"kind": "git", "url": up.url}}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> tuple[Upstream, Upstream, Path]:
+    """vllm (v1) and flashinfer (0.1, then 0.2 with the patched lines moved), and a project on both."""
+    vllm = Upstream(tmp_path / "vllm-up")
+    vllm.release(
+        "v1", {"vllm/__init__.py": "", "vllm/a.py": numbered(20, "a"), "vllm/uses_a.py": "from vllm import a\n"}
+    )
+    fi = Upstream(tmp_path / "fi-up")
+    fi.release("0.1", {"flashinfer/__init__.py": "", "flashinfer/policy.py": FI_OLD})
+    fi.release("0.2", {"flashinfer/policy.py": FI_NEW})
+    root = tmp_path / "proj"
+    (root / "patches").mkdir(parents=True)
+    (root / "images").mkdir()
+    first = _pin(vllm, "vllm", "v1")
+    text = "# two upstreams\n" + yaml.safe_dump(first, sort_keys=False)
+    text += "also:\n" + "".join(
+        ("  - " if i == 0 else "    ") + line + "\n"
+        for i, line in enumerate(yaml.safe_dump(_pin(fi, "flashinfer", "0.1"), sort_keys=False).splitlines())
+    )
+    (root / "patches" / "upstream.yaml").write_text(text)
+    vdiff = vllm.diff("v1", {"vllm/a.py": numbered(20, "a").replace("a 10\n", "a 10 patched\n")})
+    fdiff = fi.diff("0.1", {"flashinfer/policy.py": FI_OLD.replace("fi 15\n", "fi 15 patched\n")})
+    (root / "patches" / "0001-vllm.patch").write_text(header("vllm change", "core") + vdiff)
+    fi_header = header("flashinfer change", "fi").replace("Group: fi\n", "Upstream: flashinfer\nGroup: fi\n")
+    (root / "patches" / "0002-flashinfer.patch").write_text(fi_header + fdiff)
+    (root / "patches" / "series").write_text("0001-vllm.patch\n0002-flashinfer.patch\n")
+    (root / "images" / "latest.yaml").write_text(yaml.safe_dump({"name": "latest", "image": {"repository": "t"}}))
+    (root / "images" / "no-fi.yaml").write_text(yaml.safe_dump({"name": "no-fi", "from": "latest", "revert": ["fi"]}))
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project")
+    return vllm, fi, root
+
+
+def test_pins_and_the_upstream_field(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    pins = load_pins(root / "patches" / "upstream.yaml")
+    assert [p.name for p in pins] == ["vllm", "flashinfer"] and load_pin(root / "patches" / "upstream.yaml") == pins[0]
+    project = Project.load(root)
+    assert project.pin == pins[0] and project.multi
+    assert [project.upstream_of(p).name for p in project.patches] == ["vllm", "flashinfer"]
+    assert isinstance(project.tree(), PinnedTrees)
+    assert project.tree().read("flashinfer/policy.py") == FI_OLD.encode()
+    assert project.tree().read("vllm/a.py") == numbered(20, "a").encode()
+
+
+def test_a_patch_is_held_to_its_upstream(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    path = root / "patches" / "0002-flashinfer.patch"
+    path.write_text(path.read_text().replace("Upstream: flashinfer\n", ""))  # now the first pin's: vllm/ only
+    with pytest.raises(PatchError, match="outside the package root vllm/"):
+        Project.load(root)
+    path.write_text(path.read_text().replace("Group: fi\n", "Upstream: flashinfr\nGroup: fi\n"))
+    with pytest.raises(PatchError, match=r"unknown upstream 'flashinfr'.*did you mean 'flashinfer'"):
+        Project.load(root)
+
+
+def test_duplicate_pins_are_refused(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    pins = root / "patches" / "upstream.yaml"
+    pins.write_text(pins.read_text().replace("name: flashinfer", "name: vllm"))
+    with pytest.raises(ConfigError, match="two upstreams have name 'vllm'"):
+        Project.load(root)
+
+
+def test_check_reports_each_upstream(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    out = cli(root, "patches", "check", "--json")
+    assert out.returncode == 0, out.stderr
+    report = load_json(out.stdout)
+    assert [u["name"] for u in report["upstreams"]] == ["vllm", "flashinfer"]
+    assert [(p["patch"], p["upstream"], p["method"]) for p in report["patches"]] == [
+        ("0001-vllm.patch", "vllm", "exact"),
+        ("0002-flashinfer.patch", "flashinfer", "exact"),
+    ]
+    assert report["variants"]["no-fi"]["patches"] == ["0001-vllm.patch"]
+    human = cli(root, "patches", "check")
+    assert "series on vllm v1" in human.stdout and "series on flashinfer 0.1" in human.stdout
+    listed = load_json(cli(root, "patches", "list", "--json").stdout)
+    assert [p["upstream"] for p in listed["patches"]] == ["vllm", "flashinfer"]
+    status = load_json(cli(root, "patches", "status", "--json").stdout)
+    assert [u["name"] for u in status["upstreams"]] == ["vllm", "flashinfer"]
+
+
+def test_layers_and_labels_hold_every_upstream(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    project = Project.load(root)
+    plans = project.plan()
+    site = "/usr/lib/python3/dist-packages"
+    bases = {(v, "linux/arm64"): BaseInfo("base:1", "sha256:b", None, "linux/arm64", site) for v in project.variants}
+    bp = make_build_plan(project_inputs(project), plans, bases, ["latest", "no-fi"])
+    # no-fi (vllm only) is the bottom layer, latest adds flashinfer's file on top: a revert adds no layer
+    assert [lb.files for lb in bp.layers] == [("vllm/a.py",), ("flashinfer/policy.py",)]
+    assert f"COPY flashinfer/ {site}/flashinfer/" in bp.layers[1].dockerfile
+    assert "COPY vllm/" not in bp.layers[1].dockerfile and f"COPY vllm/ {site}/vllm/" in bp.layers[0].dockerfile
+    images = {ib.variant: ib for ib in bp.images}
+    ups = labels.parse_upstreams(images["latest"].labels[labels.UPSTREAMS])
+    assert [(u["name"], u["tag"], u["patches"]) for u in ups] == [
+        ("vllm", "v1", ["0001-vllm"]),
+        ("flashinfer", "0.1", ["0002-flashinfer"]),
+    ]
+    no_fi = labels.parse_upstreams(images["no-fi"].labels[labels.UPSTREAMS])
+    assert [u["patches"] for u in no_fi] == [["0001-vllm"], []]
+    assert images["latest"].labels["imgbuild.upstream.tag"] == "v1"  # the first pin keeps the old keys
+
+
+def test_check_onto_moves_only_the_named_upstream(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    project = Project.load(root)
+    matrix = check_onto(project, ["flashinfer=0.2"])
+    cells = {(s, n): c.outcome for (s, _r, n), c in matrix.cells.items()}
+    assert cells == {("series", "0002-flashinfer"): "offset", ("latest", "0002-flashinfer"): "offset"}
+    assert matrix.ok and matrix.refs[0].upstream == "flashinfer" and matrix.refs[0].tag == "0.2"
+    out = cli(root, "patches", "check", "--onto", "flashinfer=0.2", "--onto", "vllm=v1", "--json")
+    assert out.returncode == 0, out.stderr
+    data = load_json(out.stdout)
+    assert [(r["ref"], r["upstream"]) for r in data["refs"]] == [("flashinfer=0.2", "flashinfer"), ("vllm=v1", "vllm")]
+    series = next(v for v in data["variants"] if v["variant"] == "series")
+    assert list(series["results"]["flashinfer=0.2"]["patches"]) == ["0002-flashinfer.patch"]
+    assert list(series["results"]["vllm=v1"]["patches"]) == ["0001-vllm.patch"]
+    bad = cli(root, "patches", "check", "--onto", "flashinfr=0.2", "--json")
+    assert bad.returncode == 3 and "did you mean 'flashinfer'" in bad.stdout
+
+
+def test_rebase_onto_a_named_upstream(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    before_vllm = (root / "patches" / "0001-vllm.patch").read_bytes()
+    pins_before = (root / "patches" / "upstream.yaml").read_text()
+    out = cli(root, "patches", "rebase", "--onto", "flashinfer=0.2", "--json")
+    assert out.returncode == 0, out.stderr + out.stdout
+    project = Project.load(root)
+    assert project.pin_named("flashinfer").tag == "0.2" and project.pin_named("vllm").tag == "v1"
+    assert (root / "patches" / "0001-vllm.patch").read_bytes() == before_vllm  # not moved, not touched
+    after = (root / "patches" / "upstream.yaml").read_text()
+    assert after.startswith(pins_before.split("also:")[0])  # the first pin's lines as they were
+    assert "@@ -14,7 +14,7 @@" in (root / "patches" / "0002-flashinfer.patch").read_text()  # re-exported at its offset
+    check = load_json(cli(root, "patches", "check", "--json").stdout)
+    assert check["ok"] and [p["method"] for p in check["patches"]] == ["exact", "exact"]
+    two = cli(root, "patches", "rebase", "--onto", "flashinfer=0.2", "--onto", "vllm=v1")
+    assert two.returncode == 2 and "a rebase moves one upstream" in two.stderr
+
+
+def test_rewrite_pin_named_edits_one_pin_in_place() -> None:
+    text = (
+        "# pins\nname: vllm\ntag: v1\ncommit: " + "a" * 40 + "\nsource:\n  kind: git\n  url: /x\n"
+        "also:\n  # flashinfer, from git\n  - name: flashinfer\n    package_root: flashinfer\n    tag: '0.1'\n"
+        "    commit: " + "b" * 40 + "\n    source:\n      kind: git\n      url: /y\n"
+    )
+    path_pins = yaml.safe_load(text)
+    from imgbuild.config.models import UpstreamPin
+
+    fi = UpstreamPin.model_validate(path_pins["also"][0])
+    out = rewrite_pin_named(text, fi, {"tag": "0.2", "commit": "c" * 40}, {})
+    assert out == text.replace("tag: '0.1'", "tag: '0.2'").replace("b" * 40, "c" * 40)
+    first = UpstreamPin.model_validate({k: v for k, v in path_pins.items() if k != "also"})
+    out = rewrite_pin_named(text, first, {"tag": "v2", "commit": "d" * 40}, {})
+    assert out == text.replace("tag: v1", "tag: v2").replace("a" * 40, "d" * 40)
+    assert json.dumps(yaml.safe_load(out)["also"]) == json.dumps(path_pins["also"])
