@@ -131,6 +131,12 @@ def test_layers_and_labels_hold_every_upstream(world: tuple[Upstream, Upstream, 
     assert [lb.files for lb in bp.layers] == [("vllm/a.py",), ("flashinfer/policy.py",)]
     assert f"COPY flashinfer/ {site}/flashinfer/" in bp.layers[1].dockerfile
     assert "COPY vllm/" not in bp.layers[1].dockerfile and f"COPY vllm/ {site}/vllm/" in bp.layers[0].dockerfile
+    latest = [p for p in plans if p.variant.name == "latest"]
+    alone = make_build_plan(
+        project_inputs(project), latest, {("latest", "linux/arm64"): bases[("latest", "linux/arm64")]}, ["latest"]
+    )
+    assert [lb.files for lb in alone.layers] == [("flashinfer/policy.py", "vllm/a.py")]
+    assert f"COPY packages/ {site}/" in alone.layers[0].dockerfile  # both roots in one layer: still one COPY
     images = {ib.variant: ib for ib in bp.images}
     ups = labels.parse_upstreams(images["latest"].labels[labels.UPSTREAMS])
     assert [(u["name"], u["tag"], u["patches"]) for u in ups] == [

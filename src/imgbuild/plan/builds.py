@@ -245,8 +245,11 @@ def make_build_plan(
             )
             repo = min(repository_of(by_name[v], repository) for v in node.variants)
             tag = f"{repo}:layer-{digest[:12]}"  # the digest covers the platform
-            contents = {f.path: _content(by_name, node.variants, f.path) for f in node.files}
             roots = project.roots_of([f.path for f in node.files])
+            contents = {
+                dockerfile.layer_context_path(f.path, roots): _content(by_name, node.variants, f.path)
+                for f in node.files
+            }
             text = dockerfile.render_layer(parent_ref, roots, site, {labels.LAYER: digest})
             layer_builds[digest] = LayerBuild(
                 digest=digest,
