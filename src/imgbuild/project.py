@@ -118,6 +118,10 @@ class PinnedTrees:
         tree = self._of(under)
         return tree.grep(words, under) if tree is not None else []
 
+    def paths(self, under: str) -> list[str]:
+        tree = self._of(under)
+        return tree.paths(under) if tree is not None else []
+
 
 @dataclass
 class Project:
