@@ -118,6 +118,11 @@ def test_check_reports_each_upstream(world: tuple[Upstream, Upstream, Path]) -> 
     assert [p["upstream"] for p in listed["patches"]] == ["vllm", "flashinfer"]
     status = load_json(cli(root, "patches", "status", "--json").stdout)
     assert [u["name"] for u in status["upstreams"]] == ["vllm", "flashinfer"]
+    plan = load_json(cli(root, "plan", "--json").stdout)
+    assert [(u["name"], u["package_root"]) for u in plan["upstreams"]] == [
+        ("vllm", "vllm"),
+        ("flashinfer", "flashinfer"),
+    ]
 
 
 def test_layers_and_labels_hold_every_upstream(world: tuple[Upstream, Upstream, Path]) -> None:
@@ -200,3 +205,22 @@ def test_rewrite_pin_named_edits_one_pin_in_place() -> None:
     out = rewrite_pin_named(text, first, {"tag": "v2", "commit": "d" * 40}, {})
     assert out == text.replace("tag: v1", "tag: v2").replace("a" * 40, "d" * 40)
     assert json.dumps(yaml.safe_load(out)["also"]) == json.dumps(path_pins["also"])
+
+
+def test_edit_and_refresh_keep_the_other_pins_patches(world: tuple[Upstream, Upstream, Path]) -> None:
+    from imgbuild.workflows import queue as pq
+
+    _, _, root = world
+    series = (root / "patches" / "series").read_text()
+    fi_patch = (root / "patches" / "0002-flashinfer.patch").read_bytes()
+    opened = pq.open_queue(root)
+    assert opened.commits == 1  # the first pin's patches: the work tree holds vllm's release only
+    tree = opened.work_tree
+    (tree / "vllm/a.py").write_text((tree / "vllm/a.py").read_text() + "extra = 1\n")
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "Add a knob\n\nWhy.\n\nGroup: core")
+    result = pq.refresh(root, date="2027-01-01", close=True)
+    assert result.added == ["0003-add-a-knob.patch"] and result.removed == []
+    assert (root / "patches" / "0002-flashinfer.patch").read_bytes() == fi_patch
+    assert (root / "patches" / "series").read_text() == series + "0003-add-a-knob.patch\n"
+    check = load_json(cli(root, "patches", "check", "--json").stdout)
+    assert check["ok"] and [p["upstream"] for p in check["patches"]] == ["vllm", "flashinfer", "vllm"]
