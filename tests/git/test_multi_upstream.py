@@ -224,3 +224,18 @@ def test_edit_and_refresh_keep_the_other_pins_patches(world: tuple[Upstream, Ups
     assert (root / "patches" / "series").read_text() == series + "0003-add-a-knob.patch\n"
     check = load_json(cli(root, "patches", "check", "--json").stdout)
     assert check["ok"] and [p["upstream"] for p in check["patches"]] == ["vllm", "flashinfer", "vllm"]
+
+
+def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
+    from imgbuild.build.bases import runtime_spec
+    from imgbuild.errors import UpstreamError
+
+    project = Project.load(Path(__file__).resolve().parents[2])  # the shipped project: vllm + flashinfer
+    assert runtime_spec(project, None, "linux/amd64").lock.pin("flashinfer-python") is not None
+    fi = project.pin_named("flashinfer")
+    moved = fi.model_copy(update={"source": fi.source.model_copy(update={"version": "0.7.4"})})
+    project.pins = (project.pin, moved)
+    with pytest.raises(
+        UpstreamError, match=r"locks flashinfer-python 0\.7\.2\.post1, but patches/upstream\.yaml pins 0\.7\.4"
+    ):
+        runtime_spec(project, None, "linux/amd64")
