@@ -43,6 +43,8 @@ def world(tmp_path: Path) -> tuple[Upstream, Upstream, Path]:
     vllm.release(
         "v1", {"vllm/__init__.py": "", "vllm/a.py": numbered(20, "a"), "vllm/uses_a.py": "from vllm import a\n"}
     )
+    vllm.release("v2", {"vllm/a.py": "new 1\n" + numbered(20, "a")})
+    vllm.release("v3", {"vllm/a.py": numbered(20, "a").replace("a 10\n", "a ten\n")})  # the patched line
     fi = Upstream(tmp_path / "fi-up")
     fi.release("0.1", {"flashinfer/__init__.py": "", "flashinfer/policy.py": FI_OLD})
     fi.release("0.2", {"flashinfer/policy.py": FI_NEW})
@@ -185,8 +187,21 @@ def test_rebase_onto_a_named_upstream(world: tuple[Upstream, Upstream, Path]) ->
     assert "@@ -14,7 +14,7 @@" in (root / "patches" / "0002-flashinfer.patch").read_text()  # re-exported at its offset
     check = load_json(cli(root, "patches", "check", "--json").stdout)
     assert check["ok"] and [p["method"] for p in check["patches"]] == ["exact", "exact"]
-    two = cli(root, "patches", "rebase", "--onto", "flashinfer=0.2", "--onto", "vllm=v1")
-    assert two.returncode == 2 and "a rebase moves one upstream" in two.stderr
+
+
+def test_rebase_onto_two_upstreams_one_after_the_other(world: tuple[Upstream, Upstream, Path]) -> None:
+    _, _, root = world
+    twice = cli(root, "patches", "rebase", "--onto", "flashinfer=0.2", "--onto", "flashinfer=0.2")
+    assert twice.returncode == 2 and "names the upstream flashinfer more than once" in twice.stderr
+    out = cli(root, "patches", "rebase", "--onto", "flashinfer=0.2", "--onto", "vllm=v2", "--json")
+    assert out.returncode == 0, out.stderr + out.stdout
+    done = load_json(out.stdout)
+    assert done["upstream"] == "vllm" and done["onto"]["tag"] == "v2"
+    assert [(d["upstream"], d["onto"]["tag"]) for d in done["earlier"]] == [("flashinfer", "0.2")]
+    project = Project.load(root)
+    assert [p.tag for p in project.pins] == ["v2", "0.2"]
+    check = load_json(cli(root, "patches", "check", "--json").stdout)
+    assert check["ok"] and [p["method"] for p in check["patches"]] == ["exact", "exact"]
 
 
 def test_rewrite_pin_named_edits_one_pin_in_place() -> None:
@@ -239,3 +254,36 @@ def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
         UpstreamError, match=r"locks flashinfer-python 0\.7\.2\.post1, but patches/upstream\.yaml pins 0\.7\.4"
     ):
         runtime_spec(project, None, "linux/amd64")
+
+
+def test_a_stop_in_the_second_upstream_then_continue(world: tuple[Upstream, Upstream, Path]) -> None:
+    from imgbuild.workflows import rebase
+    from imgbuild.workflows.rebase_session import RebaseStopped
+    from imgbuild.workflows.workspace import state_dir
+
+    _, _, root = world
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "flashinfer=0.2", more=["vllm=v3"], date="2027-01-01")
+    # flashinfer's rebase is written; vllm's stopped at its conflict
+    assert Project.load(root).pin_named("flashinfer").tag == "0.2"
+    assert "onto v3 is in progress, stopped at 0001-vllm.patch" in (rebase.in_progress_message(root) or "")
+    tree = state_dir(root, "rebase") / "tree"
+    marked = (tree / "vllm/a.py").read_text()
+    resolved = marked.split("<<<<<<<")[0] + "a ten patched\n" + marked.split(">>>>>>> 0001-vllm.patch\n")[1]
+    (tree / "vllm/a.py").write_text(resolved)
+    done = rebase.resume(root, "continue")
+    assert done.upstream == "vllm" and done.onto.tag == "v3" and done.earlier == []  # the earlier run's is done
+    assert [p.tag for p in Project.load(root).pins] == ["v3", "0.2"]
+    assert "+a ten patched" in (root / "patches" / "0001-vllm.patch").read_text()
+
+
+def test_abort_of_the_second_upstream_keeps_the_first(world: tuple[Upstream, Upstream, Path]) -> None:
+    from imgbuild.workflows import rebase
+    from imgbuild.workflows.rebase_session import RebaseStopped
+
+    _, _, root = world
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "flashinfer=0.2", more=["vllm=v3"], date="2027-01-01")
+    message = rebase.abort(root)
+    assert "the rebase of flashinfer earlier in this run is written to patches/ and stays" in message
+    assert [p.tag for p in Project.load(root).pins] == ["v1", "0.2"]

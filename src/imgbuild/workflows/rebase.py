@@ -24,12 +24,14 @@ loop and its conflict stop (workflows/rebase_replay.py), the end
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from imgbuild.atomic import write_json
-from imgbuild.errors import ApplyError, ImgbuildError, StateError
+from imgbuild.errors import ApplyError, ImgbuildError, StateError, UsageError
 from imgbuild.patches.carry import replay_series
 from imgbuild.patches.patchfile import upstream_of
 from imgbuild.patches.series import parse_series
@@ -64,13 +66,30 @@ def _quiet(_: str) -> None:
 
 # -- entry points ------------------------------------------------------------------
 def start(
-    root: Path, ref: str, *, date: str | None = None, report: Path | None = None, log: Log = _quiet
+    root: Path,
+    ref: str,
+    *,
+    more: Sequence[str] = (),
+    date: str | None = None,
+    report: Path | None = None,
+    log: Log = _quiet,
+    done_before: Sequence[str] = (),
 ) -> RebaseDone:
+    """Rebase onto `ref` (`REF`: the first pin; `NAME=REF`: the pin NAME), then onto each of `more`, one
+    pin after the other (each its own report; a stop in one leaves the next pending for --continue)."""
     work = session(root)
     with work.locked():
         refuse_if_busy(root)
         project = Project.load(root)
-        _refuse_dirty_patches(root)
+        names = [project.target(r)[0] for r in (ref, *more)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise UsageError(
+                f"--onto names the upstream {', '.join(twice)} more than once",
+                hint="give one --onto per upstream: `--onto NAME=REF --onto OTHER=REF`",
+            )
+        if not done_before:  # a later pin of the same run starts on what the earlier one wrote
+            _refuse_dirty_patches(root)
         name, ref = project.target(ref)
         pin = project.pin_named(name)
         old = project.resolved(name)
@@ -81,6 +100,8 @@ def start(
             status="running",
             ref=ref,
             upstream=name if project.multi else "",
+            pending=list(more),
+            done_before=list(done_before),
             old=Pin(pin.tag, old.commit),
             onto=Pin(new.tag, new.commit),
             today=date or today(),
@@ -97,32 +118,51 @@ def start(
         work.create(old.repo.path / "objects", state.token, fill)
         what = f"{name} " if project.multi else ""
         log(f"rebasing {len(items)} {what}patches from {pin.tag} onto {new.tag} ({new.commit[:12]})")
-        return run(root, state, log)
+        pending, before = list(state.pending), [*state.done_before, name]
+        done = run(root, state, log)
+    return _next(root, done, pending, before, date, log)
+
+
+def _next(
+    root: Path, done: RebaseDone, pending: list[str], before: list[str], date: str | None, log: Log
+) -> RebaseDone:
+    """After one pin's rebase is written, the next pending one (if any), with this one in its `earlier`."""
+    if not pending:
+        return done
+    later = start(root, pending[0], more=pending[1:], date=date, log=log, done_before=before)
+    return dataclasses.replace(later, earlier=[*done.earlier, done, *later.earlier])
 
 
 def resume(root: Path, action: Action, *, log: Log = _quiet) -> RebaseDone:
     """`--continue` or `--skip`."""
     with session(root).locked():
         state = load(root)
+        pending, before = list(state.pending), [*state.done_before, state.upstream]
         if state.status == "committing":
             log("finishing the interrupted write of patches/")
-            return commit(root, state)
-        # A patch or the series edited while the rebase was stopped: say so now, not after the last conflict.
-        check_unchanged(root, state.inputs, "the rebase")
-        if action == "skip":
-            if state.status != "stopped":
-                raise StateError("nothing to skip: the rebase is not stopped at a conflict", hint="use --continue")
-            item = state.current
-            state.record(PatchResult.of(item, "skipped", "skipped by the user"))
-            log(f"{item.filename}: skipped; it is kept in patches/{SKIPPED}/{item.filename}")
-        elif state.status == "stopped":
-            take_resolution(root, state, log)
+            done = commit(root, state)
         else:
-            log(f"resuming the interrupted rebase at patch {state.next + 1} of {len(state.items)}")
-        state.status = "running"
-        state.stopped = None
-        save(root, state)
-        return run(root, state, log)
+            done = _resume(root, state, action, log)
+    return _next(root, done, pending, before, state.today, log)
+
+
+def _resume(root: Path, state: RebaseState, action: Action, log: Log) -> RebaseDone:
+    # A patch or the series edited while the rebase was stopped: say so now, not after the last conflict.
+    check_unchanged(root, state.inputs, "the rebase")
+    if action == "skip":
+        if state.status != "stopped":
+            raise StateError("nothing to skip: the rebase is not stopped at a conflict", hint="use --continue")
+        item = state.current
+        state.record(PatchResult.of(item, "skipped", "skipped by the user"))
+        log(f"{item.filename}: skipped; it is kept in patches/{SKIPPED}/{item.filename}")
+    elif state.status == "stopped":
+        take_resolution(root, state, log)
+    else:
+        log(f"resuming the interrupted rebase at patch {state.next + 1} of {len(state.items)}")
+    state.status = "running"
+    state.stopped = None
+    save(root, state)
+    return run(root, state, log)
 
 
 def abort(root: Path) -> str:
@@ -134,7 +174,15 @@ def abort(root: Path) -> str:
             if journal is not None:
                 journal.rollback()
         work.remove()
-        return f"rebase onto {state.onto.tag} aborted; patches/ and the pin are as they were"
+        message = f"rebase onto {state.onto.tag} aborted; patches/ and the pin are as they were"
+        if state.done_before:
+            message += (
+                f" before it (the rebase of {', '.join(state.done_before)} earlier in this run is written to "
+                "patches/ and stays: `git diff patches/`)"
+            )
+        if state.pending:
+            message += f"; not started: {', '.join(state.pending)}"
+        return message
 
 
 def status(root: Path) -> RebaseStatus | None:

@@ -135,6 +135,7 @@ def commit(root: Path, state: RebaseState) -> RebaseDone:
         written=state.written,
         report=report_md,
         warnings=state.warnings,
+        upstream=state.upstream,
     )
 
 

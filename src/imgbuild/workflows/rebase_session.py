@@ -39,6 +39,8 @@ class RebaseDone:
     written: list[str] = field(default_factory=list)
     report: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    upstream: str = ""  # the pin that moved ("" : the first)
+    earlier: list[RebaseDone] = field(default_factory=list)  # the pins rebased before it in one run
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -49,6 +51,8 @@ class RebaseDone:
             "written": self.written,
             "report": str(self.report) if self.report else None,
             "warnings": self.warnings,
+            "upstream": self.upstream,
+            "earlier": [d.to_json() for d in self.earlier],
         }
 
 
