@@ -1,17 +1,17 @@
-"""A project on disk: the pin, the series, the patches and the variants."""
+"""A project on disk: the pins, the series, the patches and the variants."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pin, load_variant
+from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pins, load_variant
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.patches.apply import StackResult
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
@@ -80,17 +80,67 @@ class Selection:
         return out
 
 
+class PinnedTrees:
+    """The pinned releases of several upstreams as one tree: each path goes to the release whose package
+    root is its first component (`vllm/...`, `flashinfer/...`), so a patch's paths, the layers' and the
+    images' are the same site-packages-relative paths whatever upstream they belong to."""
+
+    def __init__(self, trees: Mapping[str, CommitTree]) -> None:
+        self.trees = dict(trees)  # package root -> its release
+
+    def _of(self, path: str) -> CommitTree | None:
+        return self.trees.get(path.split("/", 1)[0])
+
+    def read(self, path: str) -> bytes | None:
+        tree = self._of(path)
+        return tree.read(path) if tree is not None else None
+
+    def blob(self, sha: str) -> bytes | None:
+        for tree in self.trees.values():
+            data = tree.blob(sha)
+            if data is not None:
+                return data
+        return None
+
+    def symlink_prefix(self, path: str) -> str | None:
+        tree = self._of(path)
+        return tree.symlink_prefix(path) if tree is not None else None
+
+    def blob_sha(self, path: str) -> str | None:
+        tree = self._of(path)
+        return tree.blob_sha(path) if tree is not None else None
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            self.read(path)
+
+    def grep(self, words: Iterable[str], under: str) -> list[str]:
+        tree = self._of(under)
+        return tree.grep(words, under) if tree is not None else []
+
+    def paths(self, under: str) -> list[str]:
+        tree = self._of(under)
+        return tree.paths(under) if tree is not None else []
+
+
 @dataclass
 class Project:
     root: Path
-    pin: UpstreamPin
+    pin: UpstreamPin  # the first pin: the default upstream of a patch, the image's version
     series: list[SeriesEntry]
     patches: list[Patch]
     variant_configs: dict[str, VariantConfig]
+    pins: tuple[UpstreamPin, ...] = ()  # every pin, `pin` first
+
+    def __post_init__(self) -> None:
+        if not self.pins:
+            self.pins = (self.pin,)
 
     @classmethod
     def load(cls, root: Path) -> Project:
-        pin = load_pin(root / "patches" / "upstream.yaml")
+        pins = load_pins(root / "patches" / "upstream.yaml")
+        pin = pins[0]
+        roots = {p.name: p.package_root for p in pins}
         series_path = root / "patches" / "series"
         series = parse_series(series_path)
         patches = []
@@ -101,12 +151,47 @@ class Project:
                     f"{series_path}:{entry.line}: {entry.filename} is listed but does not exist",
                     hint="add the file or remove the line from patches/series",
                 )
-            patches.append(parse_patch(path, pin.package_root))
+            patches.append(parse_patch(path, roots))
         variants: dict[str, VariantConfig] = {}
         for path in sorted((root / "images").glob("*.yaml")):
             v = load_variant(path)
             variants[v.name] = v
-        return cls(root, pin, series, patches, variants)
+        return cls(root, pin, series, patches, variants, pins)
+
+    @property
+    def roots(self) -> dict[str, str]:
+        """Pin name -> its package root, the first pin first (what parse_patch takes)."""
+        return {p.name: p.package_root for p in self.pins}
+
+    @property
+    def multi(self) -> bool:
+        return len(self.pins) > 1
+
+    def pin_named(self, name: str) -> UpstreamPin:
+        for p in self.pins:
+            if p.name == name:
+                return p
+        raise ConfigError(
+            unknown_name("upstream", name, [p.name for p in self.pins]),
+            hint="the upstreams are the pins of patches/upstream.yaml (the top level and `also:`)",
+        )
+
+    def target(self, item: str) -> tuple[str, str]:
+        """An `--onto` value: `NAME=REF` (NAME a pin) -> (NAME, REF); a plain REF is the first pin's."""
+        name, eq, ref = item.partition("=")
+        if eq and name in self.roots:
+            return name, ref
+        if eq and self.multi:
+            self.pin_named(name)  # ConfigError naming the pins
+        return self.pin.name, item
+
+    def upstream_of(self, patch: Patch) -> UpstreamPin:
+        """The pin `patch` applies to."""
+        return self.pin_named(patch.upstream) if patch.upstream else self.pin
+
+    def patches_of(self, name: str) -> list[Patch]:
+        """The series' patches of the pin `name`, in series order."""
+        return [p for p in self.patches if self.upstream_of(p).name == name]
 
     @property
     def patches_dir(self) -> Path:
@@ -193,15 +278,41 @@ class Project:
 
     @cached_property
     def upstream(self) -> Resolved:
-        return open_pinned(self.pin)
+        """The first pin's release in the cache."""
+        return self.resolved(self.pin.name)
 
-    def tree(self) -> CommitTree:
-        """The pinned release (one view per project, so reads are shared)."""
+    def resolved(self, name: str) -> Resolved:
+        """A pin's release in the cache (resolved once per project)."""
+        if name not in self._resolved:
+            pin = self.pin_named(name)
+            self._resolved[name] = open_pinned(pin)
+        return self._resolved[name]
+
+    @cached_property
+    def _resolved(self) -> dict[str, Resolved]:
+        return {}
+
+    def pin_tree(self, name: str) -> CommitTree:
+        """One pin's release (one view per project and pin)."""
+        if name not in self._pin_trees:
+            up = self.resolved(name)
+            self._pin_trees[name] = CommitTree(up.repo, up.commit)
+        return self._pin_trees[name]
+
+    @cached_property
+    def _pin_trees(self) -> dict[str, CommitTree]:
+        return {}
+
+    def tree(self) -> CommitTree | PinnedTrees:
+        """The pinned release (one view per project, so reads are shared); with several pins, all of them
+        as one tree (PinnedTrees), each path read from the release of its package root."""
         return self._tree
 
     @cached_property
-    def _tree(self) -> CommitTree:
-        return CommitTree(self.upstream.repo, self.upstream.commit)
+    def _tree(self) -> CommitTree | PinnedTrees:
+        if not self.multi:
+            return self.pin_tree(self.pin.name)
+        return PinnedTrees({p.package_root: self.pin_tree(p.name) for p in self.pins})
 
     def plan(
         self, names: list[str] | None = None, max_fuzz: int = 0, full: StackResult | None = None

@@ -1,4 +1,4 @@
-"""The real project (seven patches on vLLM 0.33.0) built on the skeleton stand-in."""
+"""The real project (seven patches on vLLM 0.33.0, one on FlashInfer 0.7.2.post1) built on the skeleton stand-in."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_latest_and_engram_mem_match_the_deployment_report(engine: Engine, prefi
         report = load_json(run_cli(ROOT, "inspect", f"{repo}:{tag}", "--json").stdout)
         assert report["ok"], report["disagreements"]
         states[tag] = {f["path"].rsplit("/", 1)[-1]: f["actual"] for f in report["files"]}
-    assert len(states["latest"]) == 7 and set(states["latest"].values()) == {"patched"}
+    assert len(states["latest"]) == 8 and set(states["latest"].values()) == {"patched"}
     assert {n for n, s in states["engram-mem"].items() if s == "original"} == set(ENGRAM)
     assert {n for n, s in states["engram-mem"].items() if s == "patched"} == set(states["latest"]) - set(ENGRAM)
 

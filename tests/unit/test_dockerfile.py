@@ -7,17 +7,25 @@ import tarfile
 
 import pytest
 
-from imgbuild.plan.dockerfile import context_tar, listing, quote, render_layer, render_variant
+from imgbuild.plan.dockerfile import context_tar, layer_context_path, listing, quote, render_layer, render_variant
 
 
 def test_layer_dockerfile_is_one_copy_and_no_run() -> None:
-    text = render_layer("base:1", "vllm", "/usr/local/lib/python3.12/dist-packages/", {"imgbuild.layer": "abc"})
+    text = render_layer("base:1", ["vllm"], "/usr/local/lib/python3.12/dist-packages/", {"imgbuild.layer": "abc"})
     lines = text.splitlines()
     assert "FROM base:1" in lines
     assert "COPY vllm/ /usr/local/lib/python3.12/dist-packages/vllm/" in lines
     assert sum(1 for ln in lines if ln.startswith(("COPY", "ADD"))) == 1
     assert not any(ln.startswith("RUN") for ln in lines)
     assert 'LABEL imgbuild.layer="abc"' in lines
+
+
+def test_a_layer_of_several_upstreams_is_still_one_copy() -> None:
+    text = render_layer("base:1", ["vllm", "flashinfer"], "/site/", {"imgbuild.layer": "abc"})
+    copies = [ln for ln in text.splitlines() if ln.startswith(("COPY", "ADD"))]
+    assert copies == ["COPY packages/ /site/"]  # one COPY: one image layer, as integrity checks expect
+    assert layer_context_path("flashinfer/p.py", ["vllm", "flashinfer"]) == "packages/flashinfer/p.py"
+    assert layer_context_path("vllm/a.py", ["vllm"]) == "vllm/a.py"
 
 
 def test_variant_dockerfile_clears_entrypoint_and_cmd_and_adds_no_layer() -> None:

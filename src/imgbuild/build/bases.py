@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
 from imgbuild.build import skeleton
+from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
@@ -24,6 +25,7 @@ from imgbuild.plan import labels
 from imgbuild.plan.builds import BaseInfo
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
+from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
@@ -51,7 +53,13 @@ def skeleton_spec(project: Project, site_packages: str | None, platform: str) ->
         upstream_commit=project.pin.commit,
         package_root=project.pin.package_root,
         site_packages=site_packages or skeleton.SITE_PACKAGES,
+        more=tuple((p.commit, p.package_root) for p in project.pins[1:]),
     )
+
+
+def more_repos(project: Project) -> list[GitRepo]:
+    """The mirrors of the further pins, in `skeleton_spec(...).more`'s order."""
+    return [project.resolved(p.name).repo for p in project.pins[1:]]
 
 
 def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
@@ -66,6 +74,16 @@ def runtime_spec(project: Project, site_packages: str | None, platform: str) -> 
             f"{pin.version if pin else '(none)'}, but patches/upstream.yaml pins {project.pin.version}",
             hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
         )
+    for more in project.pins[1:]:  # each further pin's package must be locked at its pinned release
+        if not isinstance(more.source, WheelSource):
+            continue
+        locked = lock.pin(more.source.project)
+        if locked is None or locked.version != more.source.version:
+            raise UpstreamError(
+                f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks {more.source.project} "
+                f"{locked.version if locked else '(none)'}, but patches/upstream.yaml pins {more.source.version}",
+                hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
+            )
     return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
 
 
@@ -116,7 +134,7 @@ class Bases:
             if (ref, platform) not in self._info:
                 up = self.project.upstream
                 self._info[(ref, platform)] = skeleton.ensure_skeleton(
-                    self.engine, spec, up.repo, cache_dir(), verbose=self.verbose
+                    self.engine, spec, up.repo, cache_dir(), verbose=self.verbose, more_repos=more_repos(self.project)
                 )
         elif ref == RUNTIME:
             rspec = runtime_spec(self.project, site_cfg, platform)

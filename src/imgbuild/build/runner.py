@@ -356,12 +356,18 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
 
 
 def importer_finder(project: Project) -> ImporterFinder:
-    """The release's modules that import the given planned files, scanned once per set of files."""
+    """Each release's modules that import the given planned files of that upstream, scanned once per set
+    of files (every pinned upstream: its patched files, its importers in its own release)."""
     found: dict[tuple[str, ...], list[str]] = {}
 
     def find(files: tuple[str, ...]) -> list[str]:
         if files not in found:
-            found[files] = release_importers(project.tree(), files, project.pin.package_root)
+            out: list[str] = []
+            for pin in project.pins:
+                own = [f for f in files if f.split("/", 1)[0] == pin.package_root]
+                if own:
+                    out += release_importers(project.pin_tree(pin.name), own, pin.package_root)
+            found[files] = sorted(dict.fromkeys(out))
         return found[files]
 
     return find

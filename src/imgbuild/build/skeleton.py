@@ -31,7 +31,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -100,6 +100,7 @@ class SkeletonSpec:
     package_root: str = "vllm"
     site_packages: str = SITE_PACKAGES
     recipe: RootfsRecipe | None = None
+    more: tuple[tuple[str, str], ...] = ()  # the further pins' (commit, package root), in the pins' order
 
     @property
     def arch(self) -> str:
@@ -111,6 +112,7 @@ class SkeletonSpec:
 
     def key(self) -> str:
         parts = [FORMAT, self.platform, self.rootfs.key(), self.upstream_commit, self.package_root, self.site_packages]
+        parts += [f"{commit} {root}" for commit, root in self.more]  # none with one pin: the key is as it was
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     @property
@@ -158,17 +160,25 @@ def _dirs(path: str) -> list[str]:
 
 def vllm_layer(repo: GitRepo, commit: str, package_root: str, site_packages: str) -> bytes:
     """A layer tar: the .py files of `package_root/` at `commit` under site-packages, plus the .pth."""
-    archive = repo.archive(commit, package_root)
+    return packages_layer([(repo, commit, package_root)], site_packages)
+
+
+def packages_layer(trees: Sequence[tuple[GitRepo, str, str]], site_packages: str) -> bytes:
+    """A layer tar: the .py files of each pin's (repo, commit, package root) tree under site-packages,
+    plus the .pth."""
     site = site_packages.strip("/")
     files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as src:
-        for member in src.getmembers():
-            if member.isfile() and member.name.endswith(".py"):
-                fh = src.extractfile(member)
-                if fh is not None:
-                    files[f"{site}/{member.name}"] = fh.read()
-    if not files:
-        raise DockerError(f"the pinned commit {commit} has no .py files under {package_root}/")
+    for repo, commit, package_root in trees:
+        archive = repo.archive(commit, package_root)
+        before = len(files)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as src:
+            for member in src.getmembers():
+                if member.isfile() and member.name.endswith(".py"):
+                    fh = src.extractfile(member)
+                    if fh is not None:
+                        files[f"{site}/{member.name}"] = fh.read()
+        if len(files) == before:
+            raise DockerError(f"the pinned commit {commit} has no .py files under {package_root}/")
     files[PTH] = f"{site_packages}\n".encode()
     dirs = sorted({d for name in files for d in _dirs(name)})
     buf = io.BytesIO()
@@ -223,13 +233,17 @@ def ensure_skeleton(
     *,
     force: bool = False,
     verbose: bool = False,
+    more_repos: Sequence[GitRepo] = (),
 ) -> ImageInfo:
-    """The skeleton image for `spec`, built if the daemon lacks it."""
+    """The skeleton image for `spec`, built if the daemon lacks it; `more_repos` hold `spec.more`'s commits."""
     info = engine.image(spec.tag)
     if info is not None and info.labels.get(SKELETON) == spec.key() and not force:
         return info
     rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
-    _log(f"building {spec.tag} (rootfs + {spec.package_root}/ of {spec.upstream_commit[:12]})")
+    shown = ", ".join(
+        f"{root}/ of {commit[:12]}" for commit, root in [(spec.upstream_commit, spec.package_root), *spec.more]
+    )
+    _log(f"building {spec.tag} (rootfs + {shown})")
     labels = {
         SKELETON: spec.key(),
         "imgbuild.site-packages": spec.site_packages,
@@ -238,8 +252,9 @@ def ensure_skeleton(
     }
     with _staging(cache / "skeleton") as context:
         rootfs_into(context, rootfs)
-        (context / "vllm.tar").write_bytes(vllm_layer(repo, spec.upstream_commit, spec.package_root,
-                                                      spec.site_packages))  # fmt: skip
+        trees = [(repo, spec.upstream_commit, spec.package_root)]
+        trees += [(r, commit, root) for r, (commit, root) in zip(more_repos, spec.more, strict=True)]
+        (context / "vllm.tar").write_bytes(packages_layer(trees, spec.site_packages))
         (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
         platforms = [Platform.parse(spec.platform)]
         engine.build(context, tags=[spec.tag], platforms=platforms, epoch=base_epoch(), compress=False, verbose=verbose)

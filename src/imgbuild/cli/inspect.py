@@ -62,8 +62,8 @@ def inspect(
         for key in ("created", "base.name", "base.digest"):
             console.print(f"{key:16} {lab.get(OCI + key, '-')}", markup=False)
         console.print(f"{'layers':16} {len(info.layers)} ({', '.join(d[7:19] for d in info.layers[-3:])} on top)")
-        for name, state in report.patches().items():
-            console.print(f"  patch {name}: {state}", markup=False)
+        for line in _upstream_lines(report.upstreams(), report.patches()):
+            console.print(line, markup=False)
         if report.files:
             console.print(file_matrix([(image, report.files)], title="labels vs contents"))
         for d in report.disagreements:
@@ -82,3 +82,14 @@ def inspect(
         problems = [*report.disagreements, *(chain.problems if chain is not None else ())]
         first = problems[0] if problems else "the signature or the SBOM is not verified"
         raise CheckFailed(f"{image}: {first} ({max(len(problems), 1)} problem(s))", reported=True)
+
+
+def _upstream_lines(upstreams: list[dict[str, object]], patches: dict[str, str]) -> list[str]:
+    """One line per pinned upstream the image names, with the patches applied to it; then each patch's state."""
+    lines = []
+    for up in upstreams:
+        named = up.get("patches")
+        applied = ", ".join(str(n) for n in named) if isinstance(named, list) and named else "none"
+        name = up.get("name") or "(the pin)"
+        lines.append(f"upstream {name} {up.get('tag')} @ {up.get('commit')}: patches {applied}")
+    return lines + [f"  patch {name}: {state}" for name, state in patches.items()]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli import bump, patch_import, patchwork
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
+
+if TYPE_CHECKING:
+    from imgbuild.config.models import UpstreamPin
 
 app = typer.Typer(
     help=(
@@ -43,7 +46,13 @@ def list_(as_json: JsonOpt = False) -> None:
             "patches-list",
             {
                 "patches": [
-                    {"patch": p.filename, "group": p.group, "paths": list(p.paths), "fields": p.fields}
+                    {
+                        "patch": p.filename,
+                        "group": p.group,
+                        "upstream": project.upstream_of(p).name,
+                        "paths": list(p.paths),
+                        "fields": p.fields,
+                    }
                     for p in project.patches
                 ]
             },
@@ -106,7 +115,10 @@ def check(
     if as_json:
         print_json("patches-check", result.to_json())
     else:
-        tables.console.print(outcomes_table(f"series on {project.pin.name} {project.pin.tag}", result.full.outcomes))
+        for name, outcomes in result.by_upstream():
+            pin = project.pin_named(name)
+            if outcomes or pin is project.pin:
+                tables.console.print(outcomes_table(f"series on {pin.name} {pin.tag}", outcomes))
         for n, v in result.variants.items():
             tables.console.print(f"variant [bold]{n}[/]: ok ({len(v.selected)} patches)")
         for n, e in result.variant_errors.items():
@@ -160,6 +172,22 @@ def apply(
         tables.console.print(f"wrote {done.files} files to {done.into}")
 
 
+def _pin_status(pin: UpstreamPin) -> dict[str, object]:
+    from imgbuild.upstream.mirror import Mirror
+
+    mirror = Mirror(pin.source, pin.package_root)
+    cached = mirror.path.exists() and bool(mirror.open().resolve_commit(pin.commit))
+    return {
+        "name": pin.name,
+        "tag": pin.tag,
+        "commit": pin.commit,
+        "kind": pin.source.kind,
+        "package_root": pin.package_root,
+        "mirror": str(mirror.path),
+        "pinned_commit_cached": cached,
+    }
+
+
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
     """Show the pin, the cache state, and header problems in the series."""
@@ -172,13 +200,14 @@ def status(as_json: JsonOpt = False) -> None:
 
     mirror = Mirror(project.pin.source, project.pin.package_root)
     cached = mirror.path.exists() and bool(mirror.open().resolve_commit(project.pin.commit))
-    info = {
+    info: dict[str, object] = {
         "upstream": {
             "name": project.pin.name,
             "tag": project.pin.tag,
             "commit": project.pin.commit,
             "kind": project.pin.source.kind,
         },
+        "upstreams": [_pin_status(p) for p in project.pins],
         "cache": {"mirror": str(mirror.path), "pinned_commit_cached": cached},
         "series": {"patches": len(project.patches), "digest": project.series_digest},
         "variants": list(project.variants),
@@ -188,9 +217,8 @@ def status(as_json: JsonOpt = False) -> None:
         info["rebase"] = _rebase_state(project.root)
         print_json("patches-status", info)
         return
-    tables.console.print(
-        f"upstream: {project.pin.name} {project.pin.tag} @ {project.pin.commit} ({project.pin.source.kind})"
-    )
+    for p in project.pins:
+        tables.console.print(f"upstream: {p.name} {p.tag} @ {p.commit} ({p.source.kind}, {p.package_root}/)")
     state = "pinned commit cached" if cached else "not cached yet: the next command fetches it"
     tables.console.print(f"cache:    {mirror.path} ({state})")
     tables.console.print(f"series:   {len(project.patches)} patches, digest {project.series_digest[:16]}")

@@ -24,7 +24,13 @@ def register(app: typer.Typer) -> None:
 
 def rebase_cmd(
     onto: Annotated[
-        str | None, typer.Option("--onto", metavar="REF", help="Tag, commit or release version to move the series to.")
+        list[str] | None,
+        typer.Option(
+            "--onto",
+            metavar="REF",
+            help="Tag, commit or release version to move the series to; NAME=REF moves the pin NAME "
+            "(patches/upstream.yaml's `also:`) and only its patches; one --onto per upstream, rebased in turn.",
+        ),
     ] = None,
     continue_: Annotated[bool, typer.Option("--continue", help="Take the resolved work tree and go on.")] = False,
     skip: Annotated[bool, typer.Option("--skip", help="Drop the patch the rebase stopped at, and go on.")] = False,
@@ -46,6 +52,10 @@ def rebase_cmd(
     are followed. At the end only changed patches are re-exported (headers kept
     byte for byte, Last-Update bumped), the pin is updated in the same step, and a
     review report with range-diffs is written.
+
+    With several upstreams pinned, --onto NAME=REF moves the pin NAME and carries
+    only its patches (a plain REF is the first pin's); --onto A=x --onto B=y
+    rebases A, then B, each with its own report.
     """
     from rich.table import Table
 
@@ -66,7 +76,7 @@ def rebase_cmd(
         print_json("patches-rebase-abort", {"ok": True, "message": message}) if as_json else console.print(message)
         return
     if onto is not None:
-        done = rebase.start(root, onto, report=report.resolve() if report else None, log=_log)
+        done = rebase.start(root, onto[0], more=onto[1:], report=report.resolve() if report else None, log=_log)
     elif continue_ or skip:
         done = rebase.resume(root, "skip" if skip else "continue", log=_log)
     else:
@@ -84,16 +94,18 @@ def rebase_cmd(
     if as_json:
         print_json("patches-rebase", done.to_json())
         return
-    table = Table(title=f"rebase {done.old.tag} -> {done.onto.tag}")
-    for col in ("patch", "outcome", "file", "notes"):
-        table.add_column(col)
-    for row in done.results:
-        table.add_row(row.filename, row.shown, row.file, row.reason)
-    console.print(table)
-    for w in done.warnings:
-        console.print(f"[yellow]warning[/]: {w}")
-    console.print(f"pin: {done.onto.tag} @ {done.onto.commit}")
-    console.print(f"review report: {done.report}")
+    for one in [*done.earlier, done]:
+        what = f"{one.upstream} " if one.upstream else ""
+        table = Table(title=f"rebase {what}{one.old.tag} -> {one.onto.tag}")
+        for col in ("patch", "outcome", "file", "notes"):
+            table.add_column(col)
+        for row in one.results:
+            table.add_row(row.filename, row.shown, row.file, row.reason)
+        console.print(table)
+        for w in one.warnings:
+            console.print(f"[yellow]warning[/]: {w}")
+        console.print(f"pin: {what}{one.onto.tag} @ {one.onto.commit}")
+        console.print(f"review report: {one.report}")
 
 
 def edit_cmd(

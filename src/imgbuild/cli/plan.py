@@ -29,6 +29,10 @@ def plan(
             "plan",
             {
                 "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
+                "upstreams": [
+                    {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
+                    for u in project.pins
+                ],
                 "series_digest": project.series_digest,
                 "variants": [p.to_json() for p in plans],
                 "layers": layers,

@@ -79,7 +79,13 @@ def skeleton(
         return
     spec = engine.skeleton_spec(project, site_packages, platform)
     info = skel.ensure_skeleton(
-        Engine.connect(), spec, project.upstream.repo, cache_dir(), force=force, verbose=verbose
+        Engine.connect(),
+        spec,
+        project.upstream.repo,
+        cache_dir(),
+        force=force,
+        verbose=verbose,
+        more_repos=engine.more_repos(project),
     )
     if as_json:
         print_json(

@@ -1,6 +1,6 @@
 """Typed models of the project's config files.
 
-- `patches/upstream.yaml`: the one pin of the upstream release.
+- `patches/upstream.yaml`: the pin of the upstream release; more upstreams under `also:`.
 - `images/<variant>.yaml`: one image variant each.
 
 Models are frozen and reject unknown keys; loading goes through yamlsrc so
@@ -85,6 +85,13 @@ class UpstreamPin(Strict):
         return self.tag.removeprefix("v")
 
 
+class PinsFile(UpstreamPin):
+    """`patches/upstream.yaml`: the first (default) pin at the top level, as a single-upstream project has
+    it, and every further upstream as one more pin mapping under `also:`, in order."""
+
+    also: list[UpstreamPin] = Field(default_factory=list, description="further upstreams, same keys each")
+
+
 class ImageSpec(Strict):
     """What the image issue consumes. Every field may be inherited via `from:`."""
 
@@ -136,8 +143,30 @@ class VariantConfig(Strict):
     smoke: SmokeSpec = Field(default_factory=SmokeSpec)
 
 
+def load_pins(path: Path) -> tuple[UpstreamPin, ...]:
+    """Every pin of `path`, the first (top-level) one first; names and package roots must be unique."""
+    doc = load_yaml(path)
+    data = validate(doc, PinsFile)
+    first = UpstreamPin.model_validate(data.model_dump(by_alias=True, exclude={"also"}))
+    pins = (first, *data.also)
+    for key in ("name", "package_root"):
+        seen: set[str] = set()
+        for pin in pins:
+            value = getattr(pin, key)
+            if value in seen:
+                from imgbuild.errors import ConfigError
+
+                raise ConfigError(
+                    f"{path}: two upstreams have {key} {value!r}",
+                    hint=f"give each pin under also: its own {key}",
+                )
+            seen.add(value)
+    return pins
+
+
 def load_pin(path: Path) -> UpstreamPin:
-    return validate(load_yaml(path), UpstreamPin)
+    """The first (default) pin of `path`."""
+    return load_pins(path)[0]
 
 
 def load_variant(path: Path) -> VariantConfig:

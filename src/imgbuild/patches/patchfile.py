@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -19,7 +20,7 @@ from typing import Any
 from unidiff import PatchedFile, PatchSet  # type: ignore[attr-defined]
 from unidiff.errors import UnidiffParseError
 
-from imgbuild.errors import PatchError
+from imgbuild.errors import PatchError, unknown_name
 
 INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
 SYMLINK_MODE_RE = re.compile(r"^(new file mode|new mode|old mode|deleted file mode) 120000$")
@@ -68,6 +69,7 @@ class Patch:
     fields: dict[str, str]
     files: tuple[FileDiff, ...]
     sha256: str  # of the whole patch file
+    upstream: str = ""  # the pin it applies to (DEP-3 `Upstream:`, default the first pin); "" when not known
 
     @property
     def group(self) -> str:
@@ -260,11 +262,38 @@ def _hunk_body(lines: list[str], i: int, want: tuple[int, int]) -> tuple[int, tu
     return i, (old, new), i >= len(lines) - 1
 
 
-def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
-    """Read and check a patch file: header, then each line of the diff, then each file's hunks."""
+# Where a patch may write: one package root, or the project's pins (name -> package root, the first the
+# default), of which the patch's DEP-3 `Upstream:` field picks one.
+Roots = str | Mapping[str, str]
+
+
+def upstream_of(name: str, header: str, roots: Roots) -> tuple[str, str]:
+    """(the pin's name, its package root) a patch with `header` applies to; PatchError naming the line
+    of an `Upstream:` that names no pin."""
+    value = parse_header(header).get("Upstream", "").strip()
+    if isinstance(roots, str):
+        return value, roots
+    if not value:
+        first = next(iter(roots))
+        return first, roots[first]
+    if value not in roots:
+        line = next((i for i, ln in enumerate(header.splitlines(), start=1) if ln.startswith("Upstream:")), 1)
+        raise PatchError(
+            f"{name}:{line}: Upstream: " + unknown_name("upstream", value, roots),
+            hint="name a pin of patches/upstream.yaml (its `name:`, or one under `also:`), or drop the line "
+            "for the first pin",
+        )
+    return value, roots[value]
+
+
+def parse_patch(path: Path, package_root: Roots = "vllm") -> Patch:
+    """Read and check a patch file: header, then each line of the diff, then each file's hunks.
+
+    `package_root`: where the patch may write; with the project's pins, the one its `Upstream:` names."""
     name = path.name
     raw = _read(path)
     header, diff = _split(name, raw.decode("utf-8", errors="surrogateescape"))
+    upstream, package_root = upstream_of(name, header, package_root)
     first = header.count("\n") + 1  # the file's line number of the diff's first line
     _check_line_ends(name, diff, first)
     _check_hunk_lengths(name, diff, first)
@@ -277,6 +306,7 @@ def parse_patch(path: Path, package_root: str = "vllm") -> Patch:
         fields=parse_header(header),
         files=tuple(files),
         sha256=hashlib.sha256(raw).hexdigest(),
+        upstream=upstream,
     )
 
 

@@ -172,6 +172,8 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         layer_digests=chain,
         user=dict(v.image.labels),
         title=title_of(repository_of(plan, None), v.name, v.image.tags),
+        upstreams=inputs.upstreams,
+        patch_upstreams=dict(inputs.patch_upstreams),
         # No source/revision: the committed file cannot name the commit that holds it.
         # CI adds them at build time (images.yml); `imgbuild build` and `publish` write them.
     )

@@ -42,11 +42,22 @@ class BaseInfo:
 
 @dataclass(frozen=True)
 class ProjectInputs:
-    upstream: labels.Upstream
+    upstream: labels.Upstream  # the first pin: the images' version
     package_root: str
     series_digest: str
     created: str
     source: labels.Source = field(default_factory=labels.Source)
+    upstreams: tuple[labels.Upstream, ...] = ()  # every pin, the first first; empty: just `upstream`
+    patch_upstreams: tuple[tuple[str, str], ...] = ()  # patch name -> its pin's name (several pins only)
+
+    @property
+    def package_roots(self) -> tuple[str, ...]:
+        return tuple(u.package_root for u in self.upstreams) or (self.package_root,)
+
+    def roots_of(self, paths: Sequence[str]) -> tuple[str, ...]:
+        """The package roots `paths` are under, in the pins' order."""
+        tops = {p.split("/", 1)[0] for p in paths}
+        return tuple(r for r in self.package_roots if r in tops) or (self.package_root,)
 
 
 class Tagged:
@@ -234,8 +245,12 @@ def make_build_plan(
             )
             repo = min(repository_of(by_name[v], repository) for v in node.variants)
             tag = f"{repo}:layer-{digest[:12]}"  # the digest covers the platform
-            contents = {f.path: _content(by_name, node.variants, f.path) for f in node.files}
-            text = dockerfile.render_layer(parent_ref, project.package_root, site, {labels.LAYER: digest})
+            roots = project.roots_of([f.path for f in node.files])
+            contents = {
+                dockerfile.layer_context_path(f.path, roots): _content(by_name, node.variants, f.path)
+                for f in node.files
+            }
+            text = dockerfile.render_layer(parent_ref, roots, site, {labels.LAYER: digest})
             layer_builds[digest] = LayerBuild(
                 digest=digest,
                 tag=tag,
@@ -318,6 +333,8 @@ def _image(
         user=dict(v.image.labels),
         title=title_of(repo, v.name, v.image.tags),
         source=project.source,
+        upstreams=project.upstreams,
+        patch_upstreams=dict(project.patch_upstreams),
     )
     keep = v.image.entrypoint == "keep"
     pre = dockerfile.render_variant(from_ref, v.image.env, image_labels, keep_entrypoint=keep)

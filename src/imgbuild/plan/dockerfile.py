@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -45,11 +45,26 @@ def copy_line(package_root: str, site_packages: str) -> str:
     return f"COPY {package_root}/ {site_packages.rstrip('/')}/{package_root}/"
 
 
-def render_layer(parent_ref: str, package_root: str, site_packages: str, labels: Mapping[str, str]) -> str:
+PACKAGES = "packages"  # a layer's context directory when it holds the files of several package roots
+
+
+def layer_context_path(path: str, package_roots: Sequence[str]) -> str:
+    """Where a layer's file (`vllm/x.py`) sits in its build context: as it is under one package root,
+    under `packages/` when the layer holds several (so that one COPY makes one image layer)."""
+    return path if len(package_roots) == 1 else f"{PACKAGES}/{path}"
+
+
+def render_layer(parent_ref: str, package_roots: Sequence[str], site_packages: str, labels: Mapping[str, str]) -> str:
+    """One COPY, so one image layer per imgbuild layer: the package root's tree (`vllm/`), or with files of
+    several upstreams (`vllm/`, `flashinfer/`), the context's `packages/`, which holds each root's tree."""
+    if len(package_roots) == 1:
+        copy = copy_line(package_roots[0], site_packages)
+    else:
+        copy = f"COPY {PACKAGES}/ {site_packages.rstrip('/')}/"
     lines = [
         "# imgbuild layer: the files below, on top of the parent image",
         f"FROM {parent_ref}",
-        copy_line(package_root, site_packages),
+        copy,
         *_label_lines(labels),
     ]
     return "\n".join(lines) + "\n"

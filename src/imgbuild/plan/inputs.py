@@ -6,6 +6,7 @@ and with it the docker SDK.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from imgbuild.plan import labels
@@ -15,17 +16,19 @@ from imgbuild.upstream.git import GitError, GitRepo
 
 
 def project_inputs(project: Project) -> ProjectInputs:
-    up = project.upstream
-    try:
-        when = up.repo.commit_time(up.commit)
-    except (GitError, ValueError):  # a commit without a readable date counts as the epoch
-        when = 0
+    when = 0
+    for pin in project.pins:  # the newest pinned commit (a wheel's commit is dated 0)
+        up = project.resolved(pin.name)
+        with contextlib.suppress(GitError, ValueError):  # a commit without a readable date counts as the epoch
+            when = max(when, up.repo.commit_time(up.commit))
     return ProjectInputs(
         upstream=labels.Upstream.from_pin(project.pin),
         package_root=project.pin.package_root,
         series_digest=project.series_digest,
         created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
         source=project_source(project.root),
+        upstreams=tuple(labels.Upstream.from_pin(p) for p in project.pins) if project.multi else (),
+        patch_upstreams=tuple((p.name, project.upstream_of(p).name) for p in project.patches) if project.multi else (),
     )
 
 

@@ -55,6 +55,9 @@ CONFIG = f"{PREFIX}config"
 LAYER = f"{PREFIX}layer"
 ENTRYPOINT = f"{PREFIX}entrypoint"  # "keep" when the variant kept its base's passthrough ENTRYPOINT; else absent
 SKELETON = f"{PREFIX}skeleton"
+# Every pin when a project has several: [{name, url, tag, commit, package_root, patches}], the first pin
+# (also in imgbuild.upstream.*) first, `patches` the applied ones of that upstream. Absent with one pin.
+UPSTREAMS = f"{PREFIX}upstreams"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Upstream:
     tag: str
     version: str
     commit: str
+    name: str = ""
+    package_root: str = ""
 
     @classmethod
     def from_pin(cls, pin: UpstreamPin) -> Upstream:
@@ -72,7 +77,34 @@ class Upstream:
             url = pin.source.url
         else:  # a package URL: names the release without naming an index host
             url = pin.source.url or f"pkg:pypi/{pin.source.project}@{pin.source.version}"
-        return cls(url=url, tag=pin.tag, version=pin.version, commit=pin.commit)
+        return cls(
+            url=url, tag=pin.tag, version=pin.version, commit=pin.commit, name=pin.name, package_root=pin.package_root
+        )
+
+
+def upstreams_label(plan: VariantPlan, upstreams: Sequence[Upstream], patch_upstreams: Mapping[str, str]) -> str:
+    """`imgbuild.upstreams`: each pin and the patches of the variant applied to it."""
+    first = upstreams[0].name if upstreams else ""
+    return compact(
+        [
+            {
+                "name": u.name,
+                "url": u.url,
+                "tag": u.tag,
+                "commit": u.commit,
+                "package_root": u.package_root,
+                "patches": [n for n in plan.variant.selected if patch_upstreams.get(n, first) == u.name],
+            }
+            for u in upstreams
+        ]
+    )
+
+
+def parse_upstreams(value: str) -> list[dict[str, object]]:
+    data = json.loads(value)
+    if not isinstance(data, list) or not all(isinstance(u, dict) and "name" in u for u in data):
+        raise ValueError("imgbuild.upstreams is not a JSON list of {name, url, tag, commit, ...}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -185,6 +217,8 @@ def image_labels(
     user: Mapping[str, str],
     title: str,
     source: Source | None = None,
+    upstreams: Sequence[Upstream] = (),
+    patch_upstreams: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
     for key in user:
@@ -219,6 +253,8 @@ def image_labels(
         f"{PREFIX}layers": compact(list(layer_digests)),
         LAYER: layer_digests[-1] if layer_digests else "",
     }
+    if len(upstreams) > 1:  # absent with one pin, so a single-upstream project's images are as they were
+        labels[UPSTREAMS] = upstreams_label(plan, upstreams, patch_upstreams or {})
     if plan.variant.image.entrypoint == "keep":  # absent otherwise, so the other images' labels are unchanged
         labels[ENTRYPOINT] = "keep"
     labels[CONFIG] = config_label(labels, plan.variant.image.env)

@@ -31,8 +31,8 @@ def matrix_markdown(m: Matrix) -> str:
         for n in names:
             row = []
             for r in refs:
-                c = m.cells[(stack, r.ref, n)]
-                row.append(f"{MARK.get(c.outcome, '')} {m.label(c)}".strip())
+                c = m.cell(stack, r.ref, n)
+                row.append("(stays on its pin)" if c is None else f"{MARK.get(c.outcome, '')} {m.label(c)}".strip())
             lines.append(f"| {stack} | `{n}` | " + " | ".join(row) + " |")
     problems = []
     for (stack, ref, name), c in m.cells.items():
@@ -60,7 +60,10 @@ def matrix_table(m: Matrix) -> Table:
         for n in names:
             cells = []
             for r in m.refs:
-                c = m.cells[(stack, r.ref, n)]
+                c = m.cell(stack, r.ref, n)
+                if c is None:
+                    cells.append("[dim](stays on its pin)[/]")
+                    continue
                 s = style.get(c.outcome, "cyan")
                 cells.append(f"[{s}]{m.label(c)}[/]")
             table.add_row("", n, *cells)

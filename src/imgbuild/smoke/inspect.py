@@ -41,9 +41,32 @@ class InspectReport:
             return {}
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
+    def upstreams(self) -> list[dict[str, object]]:
+        """Every pinned upstream the image names, each with the patches applied to it: `imgbuild.upstreams`
+        when the project pins several, else the one `imgbuild.upstream.*` pin with every applied patch."""
+        raw = self.info.labels.get(lbl.UPSTREAMS)
+        if raw:
+            try:
+                return lbl.parse_upstreams(raw)
+            except ValueError:
+                return []
+        lab = self.info.labels
+        if f"{lbl.PREFIX}upstream.commit" not in lab:
+            return []
+        return [
+            {
+                "name": None,
+                "url": lab.get(f"{lbl.PREFIX}upstream.url"),
+                "tag": lab.get(f"{lbl.PREFIX}upstream.tag"),
+                "commit": lab.get(f"{lbl.PREFIX}upstream.commit"),
+                "patches": [n for n, state in self.patches().items() if state == "applied"],
+            }
+        ]
+
     def to_json(self) -> dict[str, object]:
         info = self.info
         return {
+            "upstreams": self.upstreams(),
             "image": self.ref,
             "image_id": info.id,
             "platform": str(info.platform),

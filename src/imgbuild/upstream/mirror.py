@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -262,7 +263,13 @@ class Mirror:
         wheels = self.root / "wheels"
         if version == src.version:
             return wheels / src.filename
-        found = sorted(wheels.glob(f"{src.project}-{version}-*{src.platform}*.whl"))
+        stem = re.sub(r"[-_.]+", "_", src.project)  # a wheel's file name spells flashinfer-python so
+        found = sorted(
+            w
+            for pattern in {f"{src.project}-{version}-*.whl", f"{stem}-{version}-*.whl"}
+            for w in wheels.glob(pattern)
+            if src.platform in w.name or w.name.endswith("-any.whl")
+        )
         return found[0] if found else wheels / f"{src.project}-{version}-MISSING.whl"
 
     def fetch_wheel(self, version: str) -> Path:

@@ -32,13 +32,23 @@ class SeriesCheck:
     def ok(self) -> bool:
         return self.full.ok and not self.variant_errors and all(o.method in CLEAN for o in self.full.outcomes)
 
+    def by_upstream(self) -> list[tuple[str, list[PatchOutcome]]]:
+        """The series' outcomes per pin (pin name, its outcomes in series order), pins in their order."""
+        of = {p.name: self.project.upstream_of(p).name for p in self.project.patches}
+        return [(pin.name, [o for o in self.full.outcomes if of.get(o.patch) == pin.name]) for pin in self.project.pins]
+
     def to_json(self) -> dict[str, object]:
         pin = self.project.pin
         files = {p.name: p.filename for p in self.project.patches}
+        of = {p.name: self.project.upstream_of(p).name for p in self.project.patches}
         return {
             "upstream": {"tag": pin.tag, "commit": pin.commit},
+            "upstreams": [
+                {"name": p.name, "tag": p.tag, "commit": p.commit, "package_root": p.package_root}
+                for p in self.project.pins
+            ],
             "ok": self.ok,
-            "patches": [o.to_json() for o in self.full.outcomes],
+            "patches": [{**o.to_json(), "upstream": of.get(o.patch, pin.name)} for o in self.full.outcomes],
             "variants": {
                 **{n: {"ok": True, "patches": [files[x] for x in v.selected]} for n, v in self.variants.items()},
                 **{n: {"ok": False, "error": e} for n, e in self.variant_errors.items()},
@@ -105,5 +115,8 @@ def apply_into(
                 result.outcomes,
             )
         changed, outcomes = result.changed, result.outcomes
-    count = write_tree(into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed)
+    more = [(project.resolved(p.name).repo, project.resolved(p.name).commit) for p in project.pins[1:]]
+    count = write_tree(
+        into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed, more=more
+    )
     return Applied(into.resolve(), count, outcomes)

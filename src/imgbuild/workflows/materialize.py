@@ -16,7 +16,7 @@ import io
 import os
 import shutil
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from imgbuild.errors import StateError, write_error
@@ -78,8 +78,10 @@ def write_tree(
     changed: Mapping[str, bytes | None],
     *,
     only_changed: bool = False,
+    more: Sequence[tuple[GitRepo, str]] = (),
 ) -> int:
-    """Write the pristine `commit` overlaid with `changed` to `dest`. Returns files written."""
+    """Write the pristine `commit` (and the `more` pins' (repo, commit)) overlaid with `changed` to `dest`.
+    Returns files written."""
     dest = Path(os.path.abspath(dest))
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise StateError(
@@ -93,22 +95,26 @@ def write_tree(
                     f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
                 )
             _remove_stale(dest)
-            return _write(dest, staging_path(dest), repo, commit, changed, only_changed)
+            return _write(dest, staging_path(dest), [(repo, commit), *more], changed, only_changed)
     except OSError as exc:
         raise write_error(dest, exc) from exc
 
 
 def _write(
-    dest: Path, staging: Path, repo: GitRepo, commit: str, changed: Mapping[str, bytes | None], only_changed: bool
+    dest: Path,
+    staging: Path,
+    pins: Sequence[tuple[GitRepo, str]],
+    changed: Mapping[str, bytes | None],
+    only_changed: bool,
 ) -> int:
     staging.mkdir()
     try:
         count = 0
-        if not only_changed:
+        for repo, commit in [] if only_changed else pins:
             archive = repo.archive(commit)
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(staging, filter="data")
-                count = sum(1 for m in tar.getmembers() if m.isfile())
+                count += sum(1 for m in tar.getmembers() if m.isfile())
         for path, data in sorted(changed.items()):
             target = staging / path
             if data is None:

@@ -11,6 +11,7 @@ change). Fuzz is never tried.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -28,9 +29,10 @@ STRICT_OK = frozenset({"exact", "offset"})
 
 @dataclass(frozen=True)
 class RefInfo:
-    ref: str
+    ref: str  # as asked: REF (the first pin) or NAME=REF
     tag: str
     commit: str
+    upstream: str = ""  # the pin that moves to it; only its patches are carried there
 
 
 @dataclass
@@ -46,13 +48,19 @@ class Matrix:
     def passes(self, carry: Carry) -> bool:
         return carry.outcome in STRICT_OK if self.strict else carry.ok
 
+    def cell(self, stack: str, ref: str, name: str) -> Carry | None:
+        """The patch carried onto `ref`; None when its upstream does not move there (it stays on its pin)."""
+        return self.cells.get((stack, ref, name))
+
+    def _carried(self, stack: str, ref: str) -> list[Carry]:
+        return [c for n in dict(self.stacks)[stack] if (c := self.cell(stack, ref, n)) is not None]
+
     def stack_ok(self, stack: str, ref: str) -> bool:
-        names = dict(self.stacks)[stack]
-        return all(self.passes(self.cells[(stack, ref, n)]) for n in names)
+        return all(self.passes(c) for c in self._carried(stack, ref))
 
     def carries(self, stack: str, ref: str) -> bool:
         """No patch of `stack` conflicts on `ref` (strict or not)."""
-        return all(self.cells[(stack, ref, n)].ok for n in dict(self.stacks)[stack])
+        return all(c.ok for c in self._carried(stack, ref))
 
     def verdict(self, stack: str, ref: str) -> str:
         """PASS; CHANGES (strict: it carries, but patch files would change); FAIL (a patch conflicts)."""
@@ -94,7 +102,13 @@ class Matrix:
             "strict": self.strict,
             "upstream": self.upstream,
             "refs": [
-                {"ref": r.ref, "tag": r.tag, "commit": r.commit, "seconds": round(self.seconds.get(r.ref, 0), 4)}
+                {
+                    "ref": r.ref,
+                    "tag": r.tag,
+                    "commit": r.commit,
+                    "upstream": r.upstream,
+                    "seconds": round(self.seconds.get(r.ref, 0), 4),
+                }
                 for r in self.refs
             ],
             "variants": [
@@ -105,7 +119,11 @@ class Matrix:
                         r.ref: {
                             "ok": self.stack_ok(stack, r.ref),
                             "verdict": self.verdict(stack, r.ref),
-                            "patches": {self._file(n): _cell_json(self.cells[(stack, r.ref, n)], r.tag) for n in names},
+                            "patches": {
+                                self._file(n): _cell_json(c, r.tag)
+                                for n in names
+                                if (c := self.cell(stack, r.ref, n)) is not None
+                            },
                         }
                         for r in self.refs
                     },
@@ -124,14 +142,16 @@ def _cell_json(carry: Carry, tag: str) -> dict[str, object]:
 
 
 def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Matrix:
-    pin = project.pin
-    resolved = [(ref, resolve_ref(pin, ref)) for ref in refs]
+    """Each ref (`REF` for the first pin, `NAME=REF` for the pin NAME) is one column; only the patches of
+    the upstream that moves there are carried onto it (the others stay on their pins)."""
+    targets = [(item, *project.target(item)) for item in refs]
+    resolved = [(item, name, resolve_ref(project.pin_named(name), ref)) for item, name, ref in targets]
     stacks: list[tuple[str, tuple[str, ...]]] = [(SERIES, tuple(p.name for p in project.patches))]
     stacks += [(v.name, v.selected) for v in project.variants.values()]
-    matrix = Matrix(
-        f"{pin.name} (pinned {pin.tag})", [RefInfo(r, x.tag, x.commit) for r, x in resolved], stacks, strict=strict
-    )
+    pins = ", ".join(f"{p.name} (pinned {p.tag})" for p in project.pins)
+    matrix = Matrix(pins, [RefInfo(r, x.tag, x.commit, name) for r, name, x in resolved], stacks, strict=strict)
     by_name = {p.name: p for p in project.patches}
+    upstream_of = {p.name: project.upstream_of(p).name for p in project.patches}
     matrix.filenames = {p.name: p.filename for p in project.patches}
     raws = {
         p.name: (project.patches_dir / p.filename).read_bytes().decode("utf-8", errors="surrogateescape")
@@ -139,18 +159,18 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
     }
     blobs = LazyBlobs(project.patches, project.tree)
 
-    def pinned_commit() -> str:
-        return project.upstream.commit
-
-    for ref, res in resolved:
+    for ref, upstream, res in resolved:
         started = time.perf_counter()
+        pinned = project.resolved(upstream).commit
         tree = MemoTree(CommitTree(res.repo, res.commit))
-        finder = RenameFinder(res.repo, pinned_commit, res.commit)
+        finder = RenameFinder(res.repo, functools.partial(str, pinned), res.commit)
         memo: dict[tuple[str, ...], tuple[Carry, dict[str, bytes | None]]] = {}
         for stack, names in stacks:
             changed: dict[str, bytes | None] = {}
             applied: tuple[str, ...] = ()
             for name in names:
+                if upstream_of[name] != upstream:
+                    continue  # its upstream does not move here
                 key = (*applied, "|", name)
                 if key not in memo:
                     carry = carry_patch(
@@ -162,7 +182,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
                         blobs=blobs.for_patch(name),
                         label=f"upstream {res.tag}",
                     )
-                    carry = recognise(carry, raws[name], res.repo, pinned_commit(), res.commit, res.tag)
+                    carry = recognise(carry, raws[name], res.repo, pinned, res.commit, res.tag)
                     memo[key] = (carry, dict(carry.changes))
                 carry, own = memo[key]
                 matrix.cells[(stack, ref, name)] = carry

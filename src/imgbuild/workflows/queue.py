@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,8 @@ def open_queue(root: Path) -> Opened:
 
         def fill(scratch: GitRepo, staging: Path) -> None:
             head = upstream.commit
-            for step in replay_series(project.patches, CommitTree(scratch, upstream.commit)):
+            mine = project.patches_of(project.pin.name)  # the first pin's; the others stay as they are
+            for step in replay_series(mine, CommitTree(scratch, upstream.commit)):
                 if not step.outcome.ok or step.outcome.method == "fuzz":
                     raise ApplyError(
                         f"{step.patch.filename} does not apply to the pinned release {project.pin.tag} "
@@ -310,7 +312,7 @@ def _export(
 ) -> tuple[Refreshed, list[Final], Journal]:
     root = work.root
     package_root = project.pin.package_root
-    originals = {p.filename: p for p in project.patches}
+    originals = {p.filename: p for p in project.patches_of(project.pin.name)}
     journal = Journal(root, work.txn)
     result = Refreshed()
     order: list[str] = []
@@ -359,7 +361,8 @@ def _export(
             name = original.filename
         else:
             subject = (header.strip().splitlines() or ["patch"])[0]
-            name = filename or new_filename(subject.removeprefix("Description:").strip(), set(originals) | set(order))
+            taken = set(originals) | set(order) | {p.filename for p in project.patches}
+            name = filename or new_filename(subject.removeprefix("Description:").strip(), taken)
             data = encode(bump_last_update(new_header(header, info.author, date), date) + diff)
             journal.write(f"patches/{name}", data)
             result.added.append(name)
@@ -373,7 +376,7 @@ def _export(
             result.removed.append(name)
     series_path = root / "patches" / "series"
     text = series_path.read_text(encoding="utf-8")
-    new_text = reorder_series(text, order)
+    new_text = reorder_series(text, _with_other_pins(project, originals, order))
     if new_text != text:
         journal.write("patches/series", new_text.encode("utf-8"))
         result.series_changed = True
@@ -382,6 +385,19 @@ def _export(
     if bad:
         raise StateError(f"internal check: {bad[0].patch} would not apply ({bad[0].method}); nothing was written")
     return result, commits, journal
+
+
+def _with_other_pins(project: Project, mine: Mapping[str, Patch], order: list[str]) -> list[str]:
+    """The series to write: the edited first pin's patches (`order`) in the slots its patches had,
+    the other pins' patches where they were (the work tree holds the first pin's release only)."""
+    out: list[str] = []
+    new = list(order)
+    for entry in project.series:
+        if entry.filename not in mine:
+            out.append(entry.filename)
+        elif new:
+            out.append(new.pop(0))
+    return out + new
 
 
 def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tuple[str, str]]:

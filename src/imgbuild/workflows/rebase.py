@@ -24,13 +24,16 @@ loop and its conflict stop (workflows/rebase_replay.py), the end
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from imgbuild.atomic import write_json
-from imgbuild.errors import ApplyError, StateError
+from imgbuild.errors import ApplyError, ImgbuildError, StateError, UsageError
 from imgbuild.patches.carry import replay_series
+from imgbuild.patches.patchfile import upstream_of
 from imgbuild.patches.series import parse_series
 from imgbuild.project import Project
 from imgbuild.upstream.commits import commit_files
@@ -63,21 +66,43 @@ def _quiet(_: str) -> None:
 
 # -- entry points ------------------------------------------------------------------
 def start(
-    root: Path, ref: str, *, date: str | None = None, report: Path | None = None, log: Log = _quiet
+    root: Path,
+    ref: str,
+    *,
+    more: Sequence[str] = (),
+    date: str | None = None,
+    report: Path | None = None,
+    log: Log = _quiet,
+    done_before: Sequence[str] = (),
 ) -> RebaseDone:
+    """Rebase onto `ref` (`REF`: the first pin; `NAME=REF`: the pin NAME), then onto each of `more`, one
+    pin after the other (each its own report; a stop in one leaves the next pending for --continue)."""
     work = session(root)
     with work.locked():
         refuse_if_busy(root)
         project = Project.load(root)
-        _refuse_dirty_patches(root)
-        old = project.upstream
-        new = resolve_ref(project.pin, ref)
-        items = _items(root)
+        names = [project.target(r)[0] for r in (ref, *more)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise UsageError(
+                f"--onto names the upstream {', '.join(twice)} more than once",
+                hint="give one --onto per upstream: `--onto NAME=REF --onto OTHER=REF`",
+            )
+        if not done_before:  # a later pin of the same run starts on what the earlier one wrote
+            _refuse_dirty_patches(root)
+        name, ref = project.target(ref)
+        pin = project.pin_named(name)
+        old = project.resolved(name)
+        new = resolve_ref(pin, ref)
+        items = _items(root, project, name)
         state = RebaseState(
             token=uuid.uuid4().hex,
             status="running",
             ref=ref,
-            old=Pin(project.pin.tag, old.commit),
+            upstream=name if project.multi else "",
+            pending=list(more),
+            done_before=list(done_before),
+            old=Pin(pin.tag, old.commit),
             onto=Pin(new.tag, new.commit),
             today=date or today(),
             report=str(report) if report else None,
@@ -91,33 +116,53 @@ def start(
             write_json(staging / "state.json", state.to_json())
 
         work.create(old.repo.path / "objects", state.token, fill)
-        log(f"rebasing {len(items)} patches from {project.pin.tag} onto {new.tag} ({new.commit[:12]})")
-        return run(root, state, log)
+        what = f"{name} " if project.multi else ""
+        log(f"rebasing {len(items)} {what}patches from {pin.tag} onto {new.tag} ({new.commit[:12]})")
+        pending, before = list(state.pending), [*state.done_before, name]
+        done = run(root, state, log)
+    return _next(root, done, pending, before, date, log)
+
+
+def _next(
+    root: Path, done: RebaseDone, pending: list[str], before: list[str], date: str | None, log: Log
+) -> RebaseDone:
+    """After one pin's rebase is written, the next pending one (if any), with this one in its `earlier`."""
+    if not pending:
+        return done
+    later = start(root, pending[0], more=pending[1:], date=date, log=log, done_before=before)
+    return dataclasses.replace(later, earlier=[*done.earlier, done, *later.earlier])
 
 
 def resume(root: Path, action: Action, *, log: Log = _quiet) -> RebaseDone:
     """`--continue` or `--skip`."""
     with session(root).locked():
         state = load(root)
+        pending, before = list(state.pending), [*state.done_before, state.upstream]
         if state.status == "committing":
             log("finishing the interrupted write of patches/")
-            return commit(root, state)
-        # A patch or the series edited while the rebase was stopped: say so now, not after the last conflict.
-        check_unchanged(root, state.inputs, "the rebase")
-        if action == "skip":
-            if state.status != "stopped":
-                raise StateError("nothing to skip: the rebase is not stopped at a conflict", hint="use --continue")
-            item = state.current
-            state.record(PatchResult.of(item, "skipped", "skipped by the user"))
-            log(f"{item.filename}: skipped; it is kept in patches/{SKIPPED}/{item.filename}")
-        elif state.status == "stopped":
-            take_resolution(root, state, log)
+            done = commit(root, state)
         else:
-            log(f"resuming the interrupted rebase at patch {state.next + 1} of {len(state.items)}")
-        state.status = "running"
-        state.stopped = None
-        save(root, state)
-        return run(root, state, log)
+            done = _resume(root, state, action, log)
+    return _next(root, done, pending, before, state.today, log)
+
+
+def _resume(root: Path, state: RebaseState, action: Action, log: Log) -> RebaseDone:
+    # A patch or the series edited while the rebase was stopped: say so now, not after the last conflict.
+    check_unchanged(root, state.inputs, "the rebase")
+    if action == "skip":
+        if state.status != "stopped":
+            raise StateError("nothing to skip: the rebase is not stopped at a conflict", hint="use --continue")
+        item = state.current
+        state.record(PatchResult.of(item, "skipped", "skipped by the user"))
+        log(f"{item.filename}: skipped; it is kept in patches/{SKIPPED}/{item.filename}")
+    elif state.status == "stopped":
+        take_resolution(root, state, log)
+    else:
+        log(f"resuming the interrupted rebase at patch {state.next + 1} of {len(state.items)}")
+    state.status = "running"
+    state.stopped = None
+    save(root, state)
+    return run(root, state, log)
 
 
 def abort(root: Path) -> str:
@@ -129,7 +174,15 @@ def abort(root: Path) -> str:
             if journal is not None:
                 journal.rollback()
         work.remove()
-        return f"rebase onto {state.onto.tag} aborted; patches/ and the pin are as they were"
+        message = f"rebase onto {state.onto.tag} aborted; patches/ and the pin are as they were"
+        if state.done_before:
+            message += (
+                f" before it (the rebase of {', '.join(state.done_before)} earlier in this run is written to "
+                "patches/ and stays: `git diff patches/`)"
+            )
+        if state.pending:
+            message += f"; not started: {', '.join(state.pending)}"
+        return message
 
 
 def status(root: Path) -> RebaseStatus | None:
@@ -182,15 +235,18 @@ def _refuse_dirty_patches(root: Path) -> None:
         )
 
 
-def _items(root: Path) -> list[Item]:
+def _items(root: Path, project: Project, upstream: str) -> list[Item]:
+    """The series' patches of the pin `upstream` (and its dormant ones in patches/upstreamed/), in order."""
     series_path = root / "patches" / "series"
+    mine = {p.filename for p in project.patches_of(upstream)}
     entries: list[tuple[int, str, bool, str | None]] = [
-        (e.line, e.filename, False, None) for e in parse_series(series_path)
+        (e.line, e.filename, False, None) for e in parse_series(series_path) if e.filename in mine
     ]
     text = series_path.read_text(encoding="utf-8")
-    listed = {e[1] for e in entries}
+    listed = {e.filename for e in parse_series(series_path)}
     for line, tag, filename in dormant_markers(text):
-        if filename not in listed and (root / "patches" / "upstreamed" / filename).is_file():
+        path = root / "patches" / "upstreamed" / filename
+        if filename not in listed and path.is_file() and _dormant_upstream(project, path) == upstream:
             entries.append((line, filename, True, tag))
     return [
         Item(
@@ -204,9 +260,20 @@ def _items(root: Path) -> list[Item]:
     ]
 
 
+def _dormant_upstream(project: Project, path: Path) -> str:
+    """The pin a patch kept in patches/upstreamed/ belongs to (its `Upstream:`; the first pin by default)."""
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    header = text[: text.find("diff --git ")] if "diff --git " in text else text
+    try:
+        return upstream_of(path.name, header, project.roots)[0]
+    except ImgbuildError:
+        return project.pin.name
+
+
 def _replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState) -> None:
-    """Commit the series on the pinned release; record each patch's original blobs."""
-    steps = {s.patch.filename: s for s in replay_series(project.patches, CommitTree(scratch, base))}
+    """Commit the moving pin's patches on its pinned release; record each patch's original blobs."""
+    mine = project.patches_of(state.upstream or project.pin.name)
+    steps = {s.patch.filename: s for s in replay_series(mine, CommitTree(scratch, base))}
     head = base
     for index, item in enumerate(state.items):
         step = steps.get(item.filename)
@@ -215,8 +282,7 @@ def _replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseStat
         if not step.outcome.ok or step.outcome.method in ("fuzz",):
             bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
             raise ApplyError(
-                f"{item.filename} does not apply to the pinned release {project.pin.tag} "
-                f"({bad or step.outcome.method})",
+                f"{item.filename} does not apply to the pinned release {state.old.tag} ({bad or step.outcome.method})",
                 hint="the series must apply where it is before it can move: run `imgbuild patches check`",
             )
         commit = commit_files(scratch, head, step.own, message(item.filename))

@@ -9,17 +9,18 @@ import shutil
 from pathlib import Path
 
 from imgbuild.atomic import write_json
-from imgbuild.config.models import load_pin, load_variant
+from imgbuild.config.models import UpstreamPin, load_pins, load_variant
 from imgbuild.errors import ImgbuildError, StateError
 from imgbuild.patches import backport
 from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.hunks import decode
 from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.patches.series import parse_series
 from imgbuild.patches.variants import resolve_variants
 from imgbuild.upstream.commits import range_diff
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import wheel_pin_fields
-from imgbuild.workflows.rebase_session import SKIPPED, Log, RebaseDone, save, session
+from imgbuild.workflows.rebase_session import SKIPPED, Log, RebaseDone, moving_pin, save, session
 from imgbuild.workflows.rebase_state import Final, Item, PatchResult, RebaseState, Row
 from imgbuild.workflows.review import render_report, report_paths
 from imgbuild.workflows.workspace import Session
@@ -29,7 +30,7 @@ from imgbuild.workflows.writeback import (
     dormant_line,
     export_best,
     parse_text,
-    rewrite_pin,
+    rewrite_pin_named,
     rewrite_series_lines,
 )
 
@@ -39,7 +40,7 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     check_unchanged(root, state.inputs, "the rebase")
     scratch = work.scratch()
     pin_path = root / "patches" / "upstream.yaml"
-    pin = load_pin(pin_path)
+    pin = moving_pin(root, state)
     onto, date = state.onto, state.today
     journal = Journal(root, work.txn)
     series_text = (root / "patches" / "series").read_text(encoding="utf-8")
@@ -97,9 +98,9 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
         fields = wheel_pin_fields(pin, onto.tag)
         journal.write(
             "patches/upstream.yaml",
-            rewrite_pin(pin_text, pin, {"tag": onto.tag, "commit": onto.commit}, fields).encode(),
+            rewrite_pin_named(pin_text, pin, {"tag": onto.tag, "commit": onto.commit}, fields).encode(),
         )
-    warnings = _verify(scratch, onto.commit, new_stack, root)
+    warnings = _verify(scratch, onto.commit, new_stack, root, _others(root, pin))
     md, js = render_report(state, rows, warnings)
     (work.directory / "report.md").write_text(md, encoding="utf-8")
     write_json(work.directory / "report.json", js)
@@ -134,6 +135,7 @@ def commit(root: Path, state: RebaseState) -> RebaseDone:
         written=state.written,
         report=report_md,
         warnings=state.warnings,
+        upstream=state.upstream,
     )
 
 
@@ -144,7 +146,21 @@ def _range_diff(scratch: GitRepo, item: Item, res: PatchResult) -> str:
         return f"(range-diff failed: {exc})"
 
 
-def _verify(scratch: GitRepo, commit: str, stack: list[Patch], root: Path) -> list[str]:
+def _others(root: Path, pin: UpstreamPin) -> list[Patch]:
+    """The series' patches of the pins that do not move (they stay as they are, on their pins)."""
+    pins = load_pins(root / "patches" / "upstream.yaml")
+    if len(pins) == 1:
+        return []
+    roots = {p.name: p.package_root for p in pins}
+    out = []
+    for entry in parse_series(root / "patches" / "series"):
+        patch = parse_patch(root / "patches" / entry.filename, roots)
+        if patch.upstream != pin.name:
+            out.append(patch)
+    return out
+
+
+def _verify(scratch: GitRepo, commit: str, stack: list[Patch], root: Path, others: list[Patch]) -> list[str]:
     """The new series must apply exactly; variants that no longer apply are warned about."""
     tree = CommitTree(scratch, commit)
     result = apply_stack(stack, tree)
@@ -156,15 +172,17 @@ def _verify(scratch: GitRepo, commit: str, stack: list[Patch], root: Path) -> li
             hint="nothing was written; please report this, then `imgbuild patches rebase --abort`",
         )
     try:
-        return _variant_warnings(tree, stack, root)
+        return _variant_warnings(tree, stack, root, others)
     except ImgbuildError as exc:  # a broken images/*.yaml or selection is reported; it does not stop the rebase
         return [f"variants were not checked: {exc.message}"]
 
 
-def _variant_warnings(tree: CommitTree, stack: list[Patch], root: Path) -> list[str]:
+def _variant_warnings(tree: CommitTree, stack: list[Patch], root: Path, others: list[Patch]) -> list[str]:
+    """Each variant's patches of the moving pin (`stack`), applied without the ones it leaves out; the
+    other pins' patches (`others`) only name groups and patches for the selection."""
     configs = {v.name: v for v in (load_variant(p) for p in sorted((root / "images").glob("*.yaml")))}
     warnings = []
-    for variant in resolve_variants(configs, stack).values():
+    for variant in resolve_variants(configs, [*stack, *others]).values():
         chosen = [p for p in stack if p.name in variant.selected]
         for o in apply_stack(chosen, tree).outcomes:
             if o.method not in ("exact", "offset"):

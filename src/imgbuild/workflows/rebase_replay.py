@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
-from imgbuild.config.models import load_pin
 from imgbuild.errors import StateError
 from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines
 from imgbuild.patches.hunks import decode
@@ -19,7 +18,7 @@ from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw,
 from imgbuild.upstream.git import CommitTree
 from imgbuild.workflows import backport_check
 from imgbuild.workflows.rebase_finish import finish
-from imgbuild.workflows.rebase_session import BRANCH, Log, RebaseDone, RebaseStopped, save, session
+from imgbuild.workflows.rebase_session import BRANCH, Log, RebaseDone, RebaseStopped, moving_pin, save, session
 from imgbuild.workflows.rebase_state import Item, PatchResult, RebaseState, Record, Stopped, Unresolved, outcome
 
 
@@ -43,7 +42,7 @@ def message(filename: str) -> str:
 
 def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     scratch = session(root).scratch()
-    package_root = load_pin(root / "patches" / "upstream.yaml").package_root
+    package_root = moving_pin(root, state).package_root
     old_commit, onto = state.old.commit, state.onto
     finder = RenameFinder(scratch, lambda: old_commit, onto.commit)
     while state.next < len(state.items):

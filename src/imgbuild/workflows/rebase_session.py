@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imgbuild.config.models import UpstreamPin, load_pins
 from imgbuild.errors import ApplyError, StateError
 from imgbuild.workflows.rebase_state import Pin, RebaseState, Row, Stopped
 from imgbuild.workflows.workspace import Session
@@ -38,6 +39,8 @@ class RebaseDone:
     written: list[str] = field(default_factory=list)
     report: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    upstream: str = ""  # the pin that moved ("" : the first)
+    earlier: list[RebaseDone] = field(default_factory=list)  # the pins rebased before it in one run
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -48,6 +51,8 @@ class RebaseDone:
             "written": self.written,
             "report": str(self.report) if self.report else None,
             "warnings": self.warnings,
+            "upstream": self.upstream,
+            "earlier": [d.to_json() for d in self.earlier],
         }
 
 
@@ -82,3 +87,9 @@ def load(root: Path) -> RebaseState:
 
 def save(root: Path, state: RebaseState) -> None:
     session(root).save(state.to_json())
+
+
+def moving_pin(root: Path, state: RebaseState) -> UpstreamPin:
+    """The pin the rebase moves: the one its state names, else the first."""
+    pins = load_pins(root / "patches" / "upstream.yaml")
+    return next((p for p in pins if p.name == state.upstream), pins[0])

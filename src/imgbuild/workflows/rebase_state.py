@@ -266,6 +266,9 @@ class RebaseState:
     written: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
+    upstream: str = ""  # the pin that moves (its patches are the items); "" in a state from before: the first
+    pending: list[str] = field(default_factory=list)  # further `--onto NAME=REF`, rebased one after the other
+    done_before: list[str] = field(default_factory=list)  # pins this run already rebased (written to patches/)
 
     @property
     def current(self) -> Item:
@@ -298,6 +301,9 @@ class RebaseState:
             "head": self.head,
             "results": [r.to_json() for r in self.results],
             "stopped": self.stopped.to_json() if self.stopped else None,
+            "upstream": self.upstream,
+            "pending": list(self.pending),
+            "done_before": list(self.done_before),
         }
         if self.status == "committing":
             data |= {"written": self.written, "warnings": self.warnings, "rows": [r.to_json() for r in self.rows]}
@@ -327,6 +333,9 @@ class RebaseState:
             written=list(data.get("written") or ()),
             warnings=list(data.get("warnings") or ()),
             rows=rows,
+            upstream=str(data.get("upstream") or ""),
+            pending=[str(r) for r in data.get("pending") or ()],
+            done_before=[str(n) for n in data.get("done_before") or ()],
         )
 
 

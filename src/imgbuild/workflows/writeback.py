@@ -251,6 +251,38 @@ def rewrite_pin(text: str, pin: UpstreamPin, values: Mapping[str, str | None], s
     return rewritten
 
 
+ALSO = re.compile(r"^also:[ \t]*(#[^\r\n]*)?\r?$", re.MULTILINE)
+ITEM = re.compile(r"^([ \t]*)- ")
+
+
+def rewrite_pin_named(
+    text: str, pin: UpstreamPin, values: Mapping[str, str | None], source: Mapping[str, str | None]
+) -> str:
+    """`rewrite_pin` for any pin of patches/upstream.yaml: the top-level (first) one, or the one named
+    `pin.name` under `also:`, edited in place there; the other pins' lines are left as they are."""
+    cut = ALSO.search(text)
+    head, tail = (text[: cut.start()], text[cut.start() :]) if cut else (text, "")
+    first = yaml.safe_load(head) or {}
+    if not cut or first.get("name", "vllm") == pin.name:
+        return rewrite_pin(head, pin, values, source) + tail
+    lines = tail.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if ITEM.match(line)]
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        block = lines[start:end]
+        lead = len(ITEM.match(block[0]).group(1)) + 2  # type: ignore[union-attr]
+        body = [" " * lead + block[0][lead:], *block[1:]]
+        dedented = "".join(line[min(lead, len(line) - len(line.lstrip(" "))) :] for line in body)
+        if (yaml.safe_load(dedented) or {}).get("name") != pin.name:
+            continue
+        new = rewrite_pin(dedented, pin, values, source).splitlines(keepends=True)
+        at = next((i for i, line in enumerate(new) if line.strip() and not line.startswith("#")), 0)
+        out = [(" " * lead + line) if line.strip() else line for line in new]
+        out[at] = " " * (lead - 2) + "- " + new[at]
+        return head + "".join([*lines[:start], *out, *lines[end:]])
+    raise ConfigError(f"patches/upstream.yaml: no pin named {pin.name!r} under also:")
+
+
 def _get(pin: UpstreamPin, dotted: str) -> Any:
     obj: Any = pin
     for part in dotted.split("."):
