@@ -1,1 +1,1 @@
-"""Command-line interface. Each module forwards to the engine; no logic here."""
+"""Command-line interface: each module parses, calls one function and renders; no logic here."""

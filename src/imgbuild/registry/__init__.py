@@ -1,1 +1,1 @@
-"""Image references, credentials, the OCI distribution client and images.lock."""
+"""Image references, the registry through docker's own tools (`docker push`, `buildx imagetools`), and images.lock."""

@@ -1,1 +1,2 @@
-"""The pinned vLLM release: the cache mirror, the only git funnel, and what --onto accepts."""
+"""The pinned upstream releases (vLLM, and any pin under `also:`): the cache mirror, the git and pip funnels, and
+what --onto accepts."""
