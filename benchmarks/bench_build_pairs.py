@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pairs import Pair, interleave, load, run, spread  # noqa: E402
 
-from imgbuild.build.bases import DRIFT_DIR  # noqa: E402
+from imgbuild.builder.bases import DRIFT_DIR  # noqa: E402
 from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
 from imgbuild.upstream.mirror import cache_dir  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build import skeleton
+from imgbuild.builder import skeleton
 from imgbuild.engine import Engine
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir

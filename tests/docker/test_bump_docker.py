@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build import skeleton
+from imgbuild.builder import skeleton
 from imgbuild.engine import Engine
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build.bases import DRIFT_DIR, Bases, check_drift
+from imgbuild.builder.bases import DRIFT_DIR, Bases, check_drift
 from imgbuild.engine import Engine
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build import runtime_base
+from imgbuild.builder import runtime_base
 from imgbuild.engine import Engine
 from imgbuild.plan.labels import SKELETON
 from imgbuild.platforms import Platform

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build.runner import project_inputs
+from imgbuild.builder.runner import project_inputs
 from imgbuild.engine import check_binfmt
 from imgbuild.errors import ConfigError, DockerError
 from imgbuild.plan import labels
@@ -173,7 +173,7 @@ def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Pat
 
 
 def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project: Project) -> None:
-    from imgbuild.build.runner import expected_for
+    from imgbuild.builder.runner import expected_for
 
     for ib in build_plan(project, ["latest", "engram-mem"]).images:
         files = expected_for(ib).files

@@ -65,7 +65,7 @@ def test_help_imports_only_the_commands() -> None:
             "engine",
             "plan",
             "smoke",
-            "build",
+            "builder",
             "publish",
             "registry",
             "deploy",
@@ -80,7 +80,7 @@ def test_help_imports_only_the_commands() -> None:
 
 
 def test_skeleton_help_names_the_skeletons_site_packages() -> None:
-    from imgbuild.build.skeleton import SITE_PACKAGES
+    from imgbuild.builder.skeleton import SITE_PACKAGES
     from imgbuild.cli import skeleton
 
     assert skeleton.SITE_PACKAGES == SITE_PACKAGES
@@ -90,7 +90,7 @@ def test_publish_and_patches_import_no_docker_sdk() -> None:
     for args in (("publish", "--help"), ("bake", "--help"), ("patches", "check", "--help")):
         modules = imported_by(*args)
         assert "imgbuild.cli." + args[0] in modules  # the command really loaded
-        assert not {"docker", "imgbuild.build.runner", "imgbuild.engine"} & modules, args
+        assert not {"docker", "imgbuild.builder.runner", "imgbuild.engine"} & modules, args
 
 
 # Heavy modules `patches check` (no --onto) does not run: rich only prints tables, the rebase,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild.build.runner import project_inputs
+from imgbuild.builder.runner import project_inputs
 from imgbuild.errors import RegistryError
 from imgbuild.plan import bake as bakemod
 from imgbuild.project import Project

@@ -242,7 +242,7 @@ def test_edit_and_refresh_keep_the_other_pins_patches(world: tuple[Upstream, Ups
 
 
 def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
-    from imgbuild.build.bases import runtime_spec
+    from imgbuild.builder.bases import runtime_spec
     from imgbuild.errors import UpstreamError
 
     project = Project.load(Path(__file__).resolve().parents[2])  # the shipped project: vllm + flashinfer

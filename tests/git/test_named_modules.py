@@ -1,6 +1,6 @@
 """No docstring, doc or test names a module that does not exist (issue 21: the layout moved twice).
 
-Two spellings are checked: dotted (`imgbuild.build.runner`, `imgbuild.smoke.checks.smoke`) in every .py and .md
+Two spellings are checked: dotted (`imgbuild.builder.runner`, `imgbuild.smoke.checks.smoke`) in every .py and .md
 file of the repository, and a path inside the package (`smoke/checks.py`, `src/imgbuild/engine.py`) in the docs
 and in src/. A dotted name passes when its longest importable prefix is a module and the rest is an attribute
 of it; a path passes when the file is there. It imports what it checks (gitpython starts git): hence tests/git/."""
@@ -16,7 +16,19 @@ PACKAGE = ROOT / "src" / "imgbuild"
 ROOMS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
 MODULES = {*ROOMS, *(p.stem for p in PACKAGE.glob("*.py"))} - {"__init__"}
 # Rooms and modules that were (issue 21 names them): a name under one of them is stale, not another namespace.
-GONE = {"images", "stack", "docker_engine", "buildplan", "planner", "ocilayer", "replay", "export", "pq", "lazy"}
+GONE = {
+    "images",
+    "stack",
+    "build",
+    "docker_engine",
+    "buildplan",
+    "planner",
+    "ocilayer",
+    "replay",
+    "export",
+    "pq",
+    "lazy",
+}
 # `imgbuild.<module or former module>...`, not followed by `/N` (a schema id) or `-` (a label such as
 # `imgbuild.site-packages`); other `imgbuild.` names are git config keys and labels.
 NAMES = "|".join(sorted(MODULES | GONE))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build import runtime_base as rb
-from imgbuild.build import runtime_lock as rl
+from imgbuild.builder import runtime_base as rb
+from imgbuild.builder import runtime_lock as rl
 from imgbuild.errors import ConfigError
 from imgbuild.platforms import Platform
 from imgbuild.smoke import runtime_run

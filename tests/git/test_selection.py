@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build.runner import BuildOptions, dry_plan
+from imgbuild.builder.runner import BuildOptions, dry_plan
 from imgbuild.errors import ConfigError, ExitCode, UsageError
 from imgbuild.jsondoc import document
 from imgbuild.project import Project

@@ -111,8 +111,8 @@ def docker(*args: str, check: bool = True, env: dict[str, str] | None = None) ->
 
 def push_skeleton_bases(project_root: Path, registry: str, name: str, tag: str, cache: Path) -> str:
     """Skeleton bases for amd64 and arm64 in `registry/name`, joined under `tag`; returns the ref."""
-    from imgbuild.build.bases import skeleton_spec
-    from imgbuild.build.skeleton import ensure_skeleton
+    from imgbuild.builder.bases import skeleton_spec
+    from imgbuild.builder.skeleton import ensure_skeleton
     from imgbuild.engine import Engine
     from imgbuild.project import Project
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.build import history as hist
+from imgbuild.builder import history as hist
 from imgbuild.engine import ImageInfo
 from imgbuild.errors import UsageError
 from imgbuild.report.history import history_lines, rollback_lines

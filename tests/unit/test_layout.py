@@ -23,7 +23,7 @@ RANK = {
     "engine": 4,  # the Docker engine: the docker SDK and the one `buildx build`
     "plan": 5,  # pure: what the images will be
     "smoke": 6,  # checks on a built image
-    "build": 7,  # make the images (and smoke them)
+    "builder": 7,  # make the images (and smoke them)
     "publish": 8,
     "workflows": 8,  # the patch author's workflows
     "deploy": 9,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from imgbuild.build.runner import BuildOptions, Runner
+from imgbuild.builder.runner import BuildOptions, Runner
 from imgbuild.errors import DockerError
 from imgbuild.plan.builds import BuildPlan
 

@@ -11,7 +11,7 @@ import typer
 from imgbuild.cli.options import JsonOpt
 
 if TYPE_CHECKING:
-    from imgbuild.build.runner import BuildOptions
+    from imgbuild.builder.runner import BuildOptions
     from imgbuild.smoke.checks import SmokeReport
 
 
@@ -52,7 +52,7 @@ BuilderOpt = Annotated[
 
 def options(base: str | None, repository: str | None, builder: str | None = None, **kw: bool) -> BuildOptions:
     """The build's options (--platform is part of the selection: `Project.select`)."""
-    from imgbuild.build.runner import BuildOptions
+    from imgbuild.builder.runner import BuildOptions
 
     return BuildOptions(
         base=base or os.environ.get("IMGBUILD_BASE") or None,
@@ -100,7 +100,7 @@ def build(
 
       imgbuild build --platform all --builder spark-farm
     """
-    from imgbuild.build import runner as engine
+    from imgbuild.builder import runner as engine
     from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.build import print_dry_run, print_result

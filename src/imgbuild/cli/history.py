@@ -35,7 +35,7 @@ def history(
 
       imgbuild history engram-mem --json
     """
-    from imgbuild.build import history as hist
+    from imgbuild.builder import history as hist
     from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.history import history_lines

@@ -43,7 +43,7 @@ def rollback(
 
       imgbuild rollback engram-mem --to 0.33.0-2a6da4c5ddd6 --json
     """
-    from imgbuild.build import history as hist
+    from imgbuild.builder import history as hist
     from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.history import rollback_lines

@@ -59,8 +59,8 @@ def skeleton(
       imgbuild skeleton --runtime --platform linux/amd64 --json
       imgbuild skeleton --runtime --relock --platform linux/arm64
     """
-    from imgbuild.build import bases as engine
-    from imgbuild.build import skeleton as skel
+    from imgbuild.builder import bases as engine
+    from imgbuild.builder import skeleton as skel
     from imgbuild.config.models import check_platform
     from imgbuild.engine import Engine
     from imgbuild.project import load_project
@@ -113,9 +113,9 @@ def _runtime(
     verbose: bool,
     as_json: bool,
 ) -> None:
-    from imgbuild.build import bases as engine
-    from imgbuild.build import runtime_base as rb
-    from imgbuild.build import runtime_lock as rl
+    from imgbuild.builder import bases as engine
+    from imgbuild.builder import runtime_base as rb
+    from imgbuild.builder import runtime_lock as rl
     from imgbuild.engine import Engine
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir

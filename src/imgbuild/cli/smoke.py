@@ -49,7 +49,7 @@ def smoke_cmd(
 
       imgbuild smoke vllm-dsv41:latest --json
     """
-    from imgbuild.build import runner as engine
+    from imgbuild.builder import runner as engine
     from imgbuild.engine import Engine
     from imgbuild.plan.labels import PREFIX
     from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit

@@ -38,7 +38,7 @@ from imgbuild.publish import signing
 from imgbuild.registry import reference, tools
 
 if TYPE_CHECKING:
-    from imgbuild.build.runner import BuildOptions, BuildResult
+    from imgbuild.builder.runner import BuildOptions, BuildResult
     from imgbuild.plan.builds import BuildPlan
 
 STORE_HINT = (
@@ -241,7 +241,7 @@ class PublishResult:
 
 
 def _options(project: Project, selection: Selection, repository: str | None, base: str | None) -> BuildOptions:
-    from imgbuild.build.runner import BuildOptions
+    from imgbuild.builder.runner import BuildOptions
 
     # Built under the configured repository: --repository changes where an image goes, not what it is.
     configured = all(project.variants[n].image.repository for n in selection.names)
@@ -252,7 +252,7 @@ def dry_run(
     project: Project, selection: Selection, registry: str, *, repository: str | None = None, base: str | None = None
 ) -> PublishResult:
     """Where each image would go, from the build plan; builds and pushes nothing."""
-    from imgbuild.build import runner as build
+    from imgbuild.builder import runner as build
 
     t0 = time.perf_counter()
     planned = build.dry_run(project, selection, _options(project, selection, repository, base))
@@ -272,7 +272,7 @@ def publish(
     say: Say = _stderr,
 ) -> PublishResult:
     """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
-    from imgbuild.build import runner as build
+    from imgbuild.builder import runner as build
     from imgbuild.engine import Engine
 
     t0 = time.perf_counter()

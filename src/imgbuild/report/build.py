@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from imgbuild.build.runner import BuildResult, DryRun, sharing
+from imgbuild.builder.runner import BuildResult, DryRun, sharing
 from imgbuild.plan import dockerfile, layers
 from imgbuild.report.tables import console, plan_matrix
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from imgbuild.build.history import Entry, History, Rollback
+from imgbuild.builder.history import Entry, History, Rollback
 
 
 def _patches(entry: Entry) -> str:

@@ -10,7 +10,7 @@
    rebase on its branch and goes on from step 4), and the report gets every conflicting hunk
    (review.conflict_hunks).
 4. The rebased patches/ is committed on the branch; then, unless told not to, both variants are built and
-   smoke-tested by build/runner.py as `imgbuild build` does, and the report gets the images' ids.
+   smoke-tested by builder/runner.py as `imgbuild build` does, and the report gets the images' ids.
 
 The report is the rebase's review report, extended (review.render_bump): `<report dir>/bump-<tag>.md` and
 `.json` beside it (default report dir: `.imgbuild-work/reports/`).
@@ -38,7 +38,7 @@ from imgbuild.workflows.rebase_state import Pin
 from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
-    from imgbuild.build.runner import BuildOptions
+    from imgbuild.builder.runner import BuildOptions
 
 Status = Literal["current", "carried", "conflict", "build-failed"]
 PREFIX = "imgbuild/bump-"
@@ -269,8 +269,8 @@ def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
 
 
 def _build(root: Path, options: BuildOptions, log: Log) -> list[dict[str, Any]]:
-    """Every variant built and smoke-tested, as `imgbuild build` does (build/runner.py)."""
-    from imgbuild.build import runner
+    """Every variant built and smoke-tested, as `imgbuild build` does (builder/runner.py)."""
+    from imgbuild.builder import runner
     from imgbuild.engine import Engine
 
     project = Project.load(root)

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from imgbuild.build import history
-from imgbuild.build.bases import Bases, check_drift, dry_bases
+from imgbuild.builder import history
+from imgbuild.builder.bases import Bases, check_drift, dry_bases
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
 from imgbuild.patches.variants import VariantPlan

@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imgbuild.build import runtime_lock as rl
-from imgbuild.build.skeleton import (
+from imgbuild.builder import runtime_lock as rl
+from imgbuild.builder.skeleton import (
     PTH,
     SITE_PACKAGES,
     RootfsRecipe,

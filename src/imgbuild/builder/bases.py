@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
-from imgbuild.build import skeleton
+from imgbuild.builder import skeleton
 from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, UpstreamError
@@ -29,7 +29,7 @@ from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
-    from imgbuild.build import runtime_base
+    from imgbuild.builder import runtime_base
 
 SKELETON = "skeleton"
 RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
@@ -64,7 +64,7 @@ def more_repos(project: Project) -> list[GitRepo]:
 
 def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
     """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
-    from imgbuild.build import runtime_base, runtime_lock
+    from imgbuild.builder import runtime_base, runtime_lock
 
     lock = runtime_lock.load_lock(project.root, platform)
     pin = lock.pin(runtime_lock.ROOT)
@@ -140,7 +140,7 @@ class Bases:
             rspec = runtime_spec(self.project, site_cfg, platform)
             ref = rspec.tag
             if (ref, platform) not in self._info:
-                from imgbuild.build import runtime_base
+                from imgbuild.builder import runtime_base
 
                 built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.verbose)
                 self._info[(ref, platform)] = built.info
