@@ -236,7 +236,7 @@ class Engine:
         return info
 
     def labelled(self, key: str, value: str) -> list[ImageInfo]:
-        """Every local image whose label `key` is `value` (e.g. a layer image by its digest)."""
+        """Every local image whose label `key` is `value` (e.g. every image of a variant)."""
         echo(["docker", "images", "--filter", f"label={key}={value}"])
         rows = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
         found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone by now

@@ -32,8 +32,8 @@ VERSIONS: dict[str, int] = {
     "patches-refresh": 1,
     "patches-import": 1,
     "patches-bump": 1,
-    "build": 1,
-    "build-plan": 1,  # build --dry-run
+    "build": 2,
+    "build-plan": 2,  # build --dry-run
     "smoke": 1,
     "inspect": 1,
     "history": 1,

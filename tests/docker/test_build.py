@@ -62,7 +62,7 @@ def test_unchanged_inputs_are_reused_without_any_build(built: Built, engine: Eng
     proc = built.cli("build", "--base", "skeleton", env={"IMGBUILD_ECHO": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "buildx build" not in proc.stderr, proc.stderr
-    assert proc.stderr.count("reused (no docker build)") == 4, proc.stderr  # two layers, two images
+    assert proc.stderr.count("reused (no docker build)") == 2, proc.stderr  # the two images
     assert tags_of(engine, built.repo) == before, (before, proc.stderr)
 
 
@@ -79,17 +79,16 @@ def test_smoke_variant_passes_and_writes_junit(built: Built, tmp_path: Path) -> 
     assert sum(1 for _ in suites.iter("skipped")) == 4
 
 
-def test_build_one_variant_builds_its_layer_first_then_latest_reuses_it(
+def test_build_one_variant_first_then_latest_shares_its_layer(
     make_project: MakeProject, cli: Cli, engine: Engine, prefix: str
 ) -> None:
     project = make_project("order")
     repo = f"{prefix}-order"
     first = cli(project, "build", "engram-mem", "--base", "skeleton")
     assert first.returncode == 0, first.stderr
-    assert len([t for t in tags_of(engine, repo) if ":layer-" in t]) == 1
+    assert not [t for t in tags_of(engine, repo) if ":layer-" in t]  # no layer images: BuildKit's cache holds them
     second = cli(project, "build", "latest", "--base", "skeleton")
     assert second.returncode == 0, second.stderr
-    assert "(2 files): unchanged, reused" in second.stderr and "(2 files): building" in second.stderr
     mem, latest = engine.require(f"{repo}:engram-mem"), engine.require(f"{repo}:latest")
     assert latest.layers[: len(mem.layers)] == mem.layers
 

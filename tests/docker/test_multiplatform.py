@@ -71,9 +71,9 @@ def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
     repo = f"{prefix}-multi"
     proc = cli(project, "build", "--base", "skeleton", "--platform", "all", "--json", env={"IMGBUILD_ECHO": "1"})
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    # two layers and two images, one call per platform; then one join per variant, FROM lines only
+    # one call per image and platform; then one join per variant, FROM lines only
     both = "linux/arm64,linux/amd64"
-    assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 4, both, both]), proc.stderr
+    assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 2, both, both]), proc.stderr
     assert platforms_of(proc.stderr)[-2:] == [both, both]  # the joins come after every platform passed
 
     images = load_json(proc.stdout)["images"]
@@ -129,8 +129,7 @@ def test_two_clean_builds_in_different_directories_give_equal_digests(
     proc = cli(first, "build", "--base", "skeleton", "--platform", "all", "--no-smoke")
     assert proc.returncode == 0, proc.stderr
     before = digests(engine, repo)
-    assert len(before) == 2 * 2 + 2 * 2 + 2  # two layers and two images per platform, a join per variant (no smoke:
-    # no moving tag)
+    assert len(before) == 2 * 2 + 2  # two images per platform, a join per variant (no smoke: no moving tag)
     cleanup(engine, repo, synth_upstream.url)
     assert digests(engine, repo) == {}
 
@@ -140,7 +139,7 @@ def test_two_clean_builds_in_different_directories_give_equal_digests(
     # --force: no BuildKit cache either, every layer made again
     proc = cli(second, "build", "--base", "skeleton", "--platform", "all", "--no-smoke", "--force")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("building") == 8 and proc.stderr.count("joining") == 2 and "reused" not in proc.stderr
+    assert proc.stderr.count("building") == 4 and proc.stderr.count("joining") == 2 and "reused" not in proc.stderr
     assert digests(engine, repo) == before
 
 
@@ -171,10 +170,10 @@ def test_builder_is_passed_through_and_makes_the_same_image(
     assert proc.returncode == 0, proc.stderr
     calls = buildx_calls(proc.stderr)
     assert all(c.startswith(f"+ docker --context {name} buildx build") for c in calls), calls
-    # two layers and two variant images, one call per platform (one call building both can crash dockerd 26),
+    # two variant images, one call per platform (one call building both can crash dockerd 26),
     # then the two joins, which build nothing
     both = "linux/arm64,linux/amd64"
-    assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 4, both, both]), calls
+    assert sorted(platforms_of(proc.stderr)) == sorted([*PLATFORMS * 2, both, both]), calls
     # built on the other builder, loaded here: the same files and config
     assert contents(engine, repo) == before
     built = digests(engine, repo)

@@ -14,6 +14,7 @@ from imgbuild.engine import check_binfmt
 from imgbuild.errors import ConfigError, DockerError
 from imgbuild.plan import labels
 from imgbuild.plan.builds import BaseInfo, BuildPlan, make_build_plan
+from imgbuild.plan.dockerfile import listing
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from tests.support.synth import Upstream, make_project
@@ -38,17 +39,20 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
 
 def test_layers_are_shared_and_latest_extends_engram_mem(project: Project) -> None:
     plan = build_plan(project, ["latest", "engram-mem"])
-    assert [lb.files for lb in plan.layers] == [SM121, ENGRAM]
+    ((_, lp),) = plan.layer_plans
+    assert [tuple(f.path for f in node.files) for node in lp.nodes] == [SM121, ENGRAM]
     latest, mem = (next(i for i in plan.images if i.variant == v) for v in ("latest", "engram-mem"))
-    assert latest.layers[: len(mem.layers)] == mem.layers and len(latest.layers) == len(mem.layers) + 1
-    assert mem.from_ref == plan.layers[0].tag and latest.from_ref == plan.layers[1].tag
-    assert plan.layers[1].parent_ref == plan.layers[0].tag
+    assert latest.layers == (lp.nodes[0].name, lp.nodes[1].name) and mem.layers == (lp.nodes[0].name,)
+    copies = [[ln for ln in i.dockerfile.splitlines() if ln.startswith("COPY")] for i in (latest, mem)]
+    assert copies[0][:1] == copies[1] and len(copies[0]) == 2  # the same first COPY: one BuildKit snapshot
+    shared = [e for e in listing(mem.context) if e.kind == "file" and e.name.startswith("layers/")]
+    assert shared and set(shared) < set(listing(latest.context))  # the shared layer's files, byte for byte
 
 
 def test_building_one_variant_plans_the_same_layer(project: Project) -> None:
     alone = build_plan(project, ["engram-mem"])
     both = build_plan(project, ["latest", "engram-mem"])
-    assert [lb.digest for lb in alone.layers] == [both.layers[0].digest]
+    assert alone.images[0].layers == next(i for i in both.images if i.variant == "engram-mem").layers
     assert alone.images[0].inputs_digest == next(i for i in both.images if i.variant == "engram-mem").inputs_digest
 
 
@@ -83,10 +87,9 @@ def test_engram_mem_labels_say_reverted_and_original(project: Project) -> None:
 def test_equal_inputs_equal_plans_and_base_change_changes_digests(project: Project) -> None:
     one, two = build_plan(project, ["latest"]), build_plan(project, ["latest"])
     assert one.images[0].dockerfile == two.images[0].dockerfile
-    assert [lb.context for lb in one.layers] == [lb.context for lb in two.layers]
+    assert one.images[0].context == two.images[0].context
     other = build_plan(project, ["latest"], image_id="sha256:" + "c" * 64)
     assert other.images[0].inputs_digest != one.images[0].inputs_digest
-    assert other.layers[0].digest != one.layers[0].digest
 
 
 def test_changing_only_engram_keeps_the_shared_layer(tmp_path: Path, upstream: Upstream) -> None:
@@ -96,8 +99,8 @@ def test_changing_only_engram_keeps_the_shared_layer(tmp_path: Path, upstream: U
         make_project(tmp_path / "b", upstream, "v1.0.0", patches(upstream, engram_marker="nvme"), variants("r"))
     )
     pa, pb = build_plan(a, ["latest"]), build_plan(b, ["latest"])
-    assert pa.layers[0].digest == pb.layers[0].digest
-    assert pa.layers[1].digest != pb.layers[1].digest
+    assert pa.images[0].layers[0] == pb.images[0].layers[0]
+    assert pa.images[0].layers[1] != pb.images[0].layers[1]
 
 
 def test_missing_repository_is_a_config_error(tmp_path: Path, upstream: Upstream) -> None:
@@ -149,7 +152,7 @@ def test_dry_run_prints_plan_layers_dockerfiles_and_context(project: Project, tm
     out = proc.stdout
     assert "layer 0 (on base; in engram-mem, latest)" in out
     assert "latest = base + layer 0 + layer 1" in out
-    assert "COPY vllm/ /usr/local/lib/python3.12/dist-packages/vllm/" in out
+    assert "COPY layers/" in out and " /usr/local/lib/python3.12/dist-packages/\n" in out
     assert "ENTRYPOINT []" in out and "CMD []" in out
     assert "vllm/attention.py" in out and "-0644 0:0" in out
     assert "unresolved" in out  # no daemon: says the digests are provisional

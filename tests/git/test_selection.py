@@ -5,7 +5,8 @@ the JSON moved from the CLI into `to_json()` of the plan types (commit a249940):
 its pin naming the fixed URL GOLDEN_URL (git's `insteadOf` maps it to this test's upstream, so the labels
 and digests do not depend on tmp_path). `*-nodaemon`: no Docker daemon answered (base:1 unresolved). Since
 BuildKit builds every image (issue 21) the plan carries `joins`, one per variant made for several platforms,
-and a platform's tags have no `-<arch>` suffix.
+and a platform's tags have no `-<arch>` suffix; since each image is one BuildKit call (its base, one COPY
+per layer, its metadata) the plan has no layer images, and an image lists its context.
 """
 
 from __future__ import annotations

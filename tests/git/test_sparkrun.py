@@ -112,8 +112,8 @@ def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[st
     ok = stub(tmp_path / "ok", f'echo "$@" > {args}\n' + "echo '" + json.dumps(build_json()) + "'\n")
     error = {"type": "DockerError", "message": "docker is not running", "hint": "start dockerd", "exit_code": 7}
     fail = stub(tmp_path / "fail", "echo '" + json.dumps(document("error", {"error": error})) + "'\nexit 7\n")
-    # another imgbuild's documents: a build/2, and a build document without a schema id (before versioning)
-    later = stub(tmp_path / "later", "echo '" + json.dumps({**build_json(), "schema": "imgbuild.build/2"}) + "'\n")
+    # another imgbuild's documents: a build/3, and a build document without a schema id (before versioning)
+    later = stub(tmp_path / "later", "echo '" + json.dumps({**build_json(), "schema": "imgbuild.build/3"}) + "'\n")
     unversioned = {k: v for k, v in build_json().items() if k != "schema"}
     older = stub(tmp_path / "older", "echo '" + json.dumps(unversioned) + "'\n")
     check = ROOT / "tests" / "support" / "sparkrun_builder_check.py"
@@ -146,15 +146,15 @@ def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[st
     later_error, older_error = seen["others"]
     assert (
         later_error["exit_code"] == 1
-        and "is 'imgbuild.build/2', and this reader reads 'imgbuild.build/1'" in (later_error["message"])
+        and "is 'imgbuild.build/3', and this reader reads 'imgbuild.build/2'" in (later_error["message"])
     )
-    assert "carries no schema id 'imgbuild.build/1'" in older_error["message"]
+    assert "carries no schema id 'imgbuild.build/2'" in older_error["message"]
     assert set(seen["managed_env"]) == launch.SPARKRUN_MANAGED_ENV  # our copy of sparkrun's list
 
 
 def build_json() -> dict[str, Any]:
     image = {"variant": "latest", "platform": "linux/arm64", "image_id": "sha256:" + "cd" * 32, "immutable": BUILT}
-    return document("build", {"layers": [], "images": [{**image, "moving": ["vllm-dsv41:latest"], "index_ref": None}]})
+    return document("build", {"images": [{**image, "moving": ["vllm-dsv41:latest"], "index_ref": None}]})
 
 
 def stub(path: Path, body: str) -> str:

@@ -7,35 +7,37 @@ import tarfile
 
 import pytest
 
-from imgbuild.plan.dockerfile import context_tar, layer_context_path, listing, quote, render_layer, render_variant
+from imgbuild.plan.dockerfile import context_tar, layer_context, listing, quote, render_image
 
 
-def test_layer_dockerfile_is_one_copy_and_no_run() -> None:
-    text = render_layer("base:1", ["vllm"], "/usr/local/lib/python3.12/dist-packages/", {"imgbuild.layer": "abc"})
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+def test_image_dockerfile_is_one_copy_per_layer_then_metadata_and_no_run() -> None:
+    text = render_image("base:1", SITE + "/", ["aaaa", "bbbb"], [("DSV41_ENGRAM_DISK", "1")], {"b": "2", "a": "1"})
     lines = text.splitlines()
-    assert "FROM base:1" in lines
-    assert "COPY vllm/ /usr/local/lib/python3.12/dist-packages/vllm/" in lines
-    assert sum(1 for ln in lines if ln.startswith(("COPY", "ADD"))) == 1
-    assert not any(ln.startswith("RUN") for ln in lines)
-    assert 'LABEL imgbuild.layer="abc"' in lines
-
-
-def test_a_layer_of_several_upstreams_is_still_one_copy() -> None:
-    text = render_layer("base:1", ["vllm", "flashinfer"], "/site/", {"imgbuild.layer": "abc"})
-    copies = [ln for ln in text.splitlines() if ln.startswith(("COPY", "ADD"))]
-    assert copies == ["COPY packages/ /site/"]  # one COPY: one image layer, as integrity checks expect
-    assert layer_context_path("flashinfer/p.py", ["vllm", "flashinfer"]) == "packages/flashinfer/p.py"
-    assert layer_context_path("vllm/a.py", ["vllm"]) == "vllm/a.py"
-
-
-def test_variant_dockerfile_clears_entrypoint_and_cmd_and_adds_no_layer() -> None:
-    text = render_variant("repo:layer-1", [("DSV41_ENGRAM_DISK", "1")], {"b": "2", "a": "1"})
-    lines = text.splitlines()
-    assert lines[1] == "FROM repo:layer-1"
+    assert lines[1] == "FROM base:1"
+    assert lines[2:4] == [f"COPY layers/aaaa/ {SITE}/", f"COPY layers/bbbb/ {SITE}/"]  # bottom first, one layer each
     assert lines[-2:] == ["ENTRYPOINT []", "CMD []"]
     assert 'ENV DSV41_ENGRAM_DISK="1"' in lines
-    assert not any(ln.startswith(("RUN", "COPY", "ADD")) for ln in lines)
+    assert not any(ln.startswith(("RUN", "ADD")) for ln in lines)
     assert text.index('a="1"') < text.index('b="2"')  # sorted labels
+
+
+def test_an_image_without_layers_is_its_base_and_metadata() -> None:
+    lines = render_image("base:1", SITE, [], [], {"a": "1"}).splitlines()
+    assert lines[1] == "FROM base:1" and not any(ln.startswith("COPY") for ln in lines)
+
+
+def test_the_bake_form_names_the_base_through_an_arg() -> None:
+    lines = render_image("base@sha256:ab", SITE, ["aaaa"], [], {}, base_arg=True).splitlines()
+    assert lines[1:4] == ["ARG BASE=base@sha256:ab", "FROM ${BASE}", f"COPY layers/aaaa/ {SITE}/"]
+    assert not any(ln.startswith("LABEL") for ln in lines)  # bake sets them on the target
+
+
+def test_a_layer_of_several_upstreams_is_one_directory_so_one_copy() -> None:
+    files = layer_context({"aaaa": {"vllm/a.py": b"1", "flashinfer/p.py": b"2"}})
+    assert files == {"layers/aaaa/vllm/a.py": b"1", "layers/aaaa/flashinfer/p.py": b"2"}
 
 
 def test_quote_escapes_json_and_variables() -> None:

@@ -10,7 +10,7 @@ import pytest
 from imgbuild.config.models import load_variant
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import resolve_variants
-from imgbuild.plan.dockerfile import render_variant
+from imgbuild.plan.dockerfile import render_image
 from imgbuild.smoke import launchcheck
 
 WRAPPER = ["/opt/nvidia/nvidia_entrypoint.sh"]
@@ -41,8 +41,8 @@ def test_entrypoint_is_inherited_through_from(tmp_path: Path) -> None:
 
 
 def test_keep_leaves_out_only_the_entrypoint_line() -> None:
-    cleared = render_variant("repo:layer-1", [], {"a": "1"})
-    kept = render_variant("repo:layer-1", [], {"a": "1"}, keep_entrypoint=True)
+    cleared = render_image("base:1", "/site", ["aaaa"], [], {"a": "1"})
+    kept = render_image("base:1", "/site", ["aaaa"], [], {"a": "1"}, keep_entrypoint=True)
     assert cleared.splitlines()[-2:] == ["ENTRYPOINT []", "CMD []"]
     assert kept.splitlines() == [ln for ln in cleared.splitlines() if ln != "ENTRYPOINT []"]
 

@@ -58,15 +58,15 @@ def test_every_print_json_in_the_cli_names_a_document_of_the_table() -> None:
 
 
 def test_document_puts_schema_first_and_readers_check_name_and_version() -> None:
-    doc = jsondoc.document("build", {"layers": [], "images": []})
-    assert list(doc) == ["schema", "layers", "images"] and doc["schema"] == "imgbuild.build/1"
+    doc = jsondoc.document("build", {"images": []})
+    assert list(doc) == ["schema", "images"] and doc["schema"] == "imgbuild.build/2"
     assert jsondoc.parse_id("imgbuild.patches-check/12") == ("patches-check", 12)
     assert jsondoc.parse_id("imgbuild.build/0") is None and jsondoc.parse_id(None) is None
     assert jsondoc.mismatch(doc, "build") is None
-    assert "is 'imgbuild.build/1', and this reader reads 'imgbuild.build-plan/1'" in (
+    assert "is 'imgbuild.build/2', and this reader reads 'imgbuild.build-plan/2'" in (
         jsondoc.mismatch(doc, "build-plan") or ""
     )
-    assert "is 'imgbuild.build/2'" in (jsondoc.mismatch({**doc, "schema": "imgbuild.build/2"}, "build") or "")
+    assert "is 'imgbuild.build/3'" in (jsondoc.mismatch({**doc, "schema": "imgbuild.build/3"}, "build") or "")
     assert "carries no schema id" in (jsondoc.mismatch({"images": []}, "build") or "")
 
 

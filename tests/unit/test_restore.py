@@ -24,7 +24,7 @@ class Engine:
 
 def test_a_tag_that_cannot_be_put_back_is_said_with_the_command_that_does_it() -> None:
     said: list[str] = []
-    plan = BuildPlan(layers=(), images=(), layer_plans=())
+    plan = BuildPlan(images=(), layer_plans=())
     runner = Runner(Engine(), plan, BuildOptions(), said.append, epoch=0)  # type: ignore[arg-type]
     runner._previous = {"r/v:latest": "sha256:" + "a" * 64, "r/v:1.0-abc": None}
     runner._restore()

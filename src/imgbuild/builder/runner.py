@@ -1,16 +1,17 @@
 """Build variant images on a real Docker engine: plan, check, then act.
 
 1. Plan every variant (files, layers, Dockerfiles, tags) with the pure
-   functions of layers.py and plan.py; `--dry-run` stops here.
+   functions of plan/; `--dry-run` stops here.
 2. Resolve each base (a local image, a pull, or the skeleton stand-in), its
    site-packages directory, and refuse base drift: every planned file must be
    the pinned release's pristine file in the base.
 3. Refuse tag collisions with images imgbuild did not build, before touching
    any tag.
-4. Build each needed layer once (or reuse it when its inputs digest matches),
-   then each image (one BuildKit call each, engine.py): tag the immutable tag,
-   smoke-test, and only then move the moving tags. An image whose inputs
-   digest matches is reused without any docker build. A variant made for
+4. Build each image (one BuildKit call each, engine.py: the base, one COPY
+   per layer, the metadata; a layer two images share is one BuildKit
+   snapshot): tag the immutable tag, smoke-test, and only then move the
+   moving tags. An image whose inputs digest matches is reused without any
+   docker build. A variant made for
    several platforms is then joined into one multi-platform image, which
    takes its moving tags. A failure or an interrupt puts the tags back as
    they were.
@@ -18,11 +19,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from imgbuild.builder import history
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
@@ -38,9 +37,6 @@ from imgbuild.smoke import launchcheck
 from imgbuild.smoke.checks import Expected, SmokeReport, smoke
 from imgbuild.smoke.importcheck import release_importers
 from imgbuild.upstream.mirror import cache_dir
-
-if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
-    pass
 
 Say = Callable[[str], None]
 ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
@@ -58,18 +54,6 @@ class BuildOptions:
     smoke: bool = True
     verbose: bool = False
     builder: str | None = None  # a buildx builder (remote or multi-node BuildKit); default: buildx's own choice
-
-
-@dataclass
-class LayerResult:
-    digest: str
-    tag: str
-    image_id: str
-    files: tuple[str, ...]
-    built: bool
-
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -123,23 +107,20 @@ class DryRun:
 @dataclass
 class BuildResult:
     plan: BuildPlan
-    layers: list[LayerResult] = field(default_factory=list)
     images: list[ImageResult] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        return {"layers": [lr.to_json() for lr in self.layers], "images": [i.to_json() for i in self.images]}
+        return {"images": [i.to_json() for i in self.images]}
 
 
 def check_collisions(engine: Engine, plan: BuildPlan) -> None:
     """Refuse before any build when a tag we would write names an image imgbuild did not build."""
     clashes = []
-    wanted: list[tuple[str, str]] = [(lb.tag, labels.LAYER) for lb in plan.layers]
     for t in (*plan.images, *plan.joins):
-        wanted += [(t.immutable_ref, labels.INPUTS), *((r, labels.INPUTS) for r in t.moving_refs)]
-    for ref, key in wanted:
-        info = engine.image(ref)
-        if info is not None and key not in info.labels:
-            clashes.append(f"{ref} (image {info.id[7:19]}, no {key} label)")
+        for ref in (t.immutable_ref, *t.moving_refs):
+            info = engine.image(ref)
+            if info is not None and labels.INPUTS not in info.labels:
+                clashes.append(f"{ref} (image {info.id[7:19]}, no {labels.INPUTS} label)")
     if clashes:
         raise DockerError(
             "tag collision: these tags name images that imgbuild did not build, and imgbuild will not move them:\n  "
@@ -154,7 +135,7 @@ OnSmoke = Callable[[SmokeReport], None]
 
 
 class Runner:
-    """Layers, then each image in plan order: built (or reused), smoke-tested, then its moving tags moved;
+    """Each image in plan order: built (or reused), smoke-tested, then its moving tags moved;
     then each multi-platform variant's join. Every tag an image writes is noted first, and a failure or an
     interrupt puts back those of every image not done yet, saying any it could not (an image done before
     the failure keeps its tags)."""
@@ -176,9 +157,8 @@ class Runner:
         self._previous: dict[str, str | None] = {}  # tag -> what it named before this run wrote it
         self._passed: set[str] = set()  # immutable refs whose smoke passed (or was not asked for)
 
-    def _build(self, context: bytes, tag: str, platforms: Sequence[str], *, note: bool = True) -> str:
-        if note:
-            self._note(tag)
+    def _build(self, context: bytes, tag: str, platforms: Sequence[str]) -> str:
+        self._note(tag)
         return self.engine.build(
             context,
             tags=[tag],
@@ -206,18 +186,6 @@ class Runner:
         if info is None or info.labels.get(key) != digest or self.options.force:
             return None
         return info.id
-
-    def layers(self) -> None:
-        for lb in self.plan.layers:
-            what = f"layer {lb.tag} ({len(lb.files)} file{'s' if len(lb.files) != 1 else ''})"
-            image_id = self._current(lb.tag, labels.LAYER, lb.digest)
-            built = image_id is None
-            if image_id is None:
-                self.say(f"{what}: building for {lb.platform}")
-                image_id = self._build(lb.context, lb.tag, [lb.platform], note=False)  # content-addressed: kept
-            else:
-                self.say(f"{what}: unchanged, reused (no docker build)")
-            self.result.layers.append(LayerResult(lb.digest, lb.tag, image_id, lb.files, built))
 
     def image(self, ib: ImageBuild, join: JoinBuild | None) -> ImageResult:
         eng = self.engine
@@ -288,7 +256,6 @@ class Runner:
 
     def run(self) -> BuildResult:
         try:
-            self.layers()
             joins = {j.variant: j for j in self.plan.joins}
             done: dict[str, list[ImageResult]] = {}
             for ib in self.plan.images:
@@ -348,10 +315,9 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
         variant=ib.variant,
         base_ref=ib.base.ref,
         base_id=ib.base.image_id,
-        layer_digests=ib.layers,
+        layers=ib.layers,
         env=ib.plan.variant.image.env,
         importers=None if importers is None else (lambda: importers(paths)),
-        layer_ref=ib.from_ref if ib.layers else None,
     )
 
 

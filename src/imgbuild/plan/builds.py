@@ -1,16 +1,14 @@
 """From file plans and resolved bases to exact builds (pure).
 
-`make_build_plan` turns the variants' file plans into layer builds and image
-builds: Dockerfiles, contexts, labels, tags and inputs digests. Nothing here
-talks to docker; `build.py` resolves the bases first and executes the result,
-and `--dry-run` just prints it.
+`make_build_plan` turns the variants' file plans into image builds (one
+BuildKit call each): Dockerfiles, contexts, labels, tags and inputs digests.
+Nothing here talks to docker; `builder/runner.py` resolves the bases first
+and executes the result, and `--dry-run` just prints it.
 
-Digests:
-- a layer's digest hashes its platform, its parent (the base's image id or
-  the parent layer's digest), where it is copied, and its files' sha256;
-- an image's inputs digest hashes its platform and its Dockerfile, which names
-  the top layer by digest and holds every label and ENV; it is the
-  `imgbuild.inputs` label and the tail of the immutable tag.
+An image's inputs digest hashes its platform, its base's image id and its
+Dockerfile, which names each layer by a digest of its files and holds every
+label and ENV; it is the `imgbuild.inputs` label and the tail of the
+immutable tag.
 """
 
 from __future__ import annotations
@@ -22,9 +20,8 @@ from dataclasses import dataclass, field
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
-from imgbuild.plan.layers import LayerPlan, describe, overlay_files, plan_layers
+from imgbuild.plan.layers import LayerNode, LayerPlan, describe, overlay_files, plan_layers
 
-LAYER_FORMAT = "imgbuild-layer/1"
 IMAGE_FORMAT = "imgbuild-image/1"
 
 
@@ -77,40 +74,11 @@ class Tagged:
 
 
 @dataclass(frozen=True)
-class LayerBuild:
-    digest: str
-    tag: str
-    parent_ref: str
-    platform: str
-    files: tuple[str, ...]  # paths relative to site-packages
-    dockerfile: str
-    context: bytes = field(repr=False)
-    variants: tuple[str, ...]
-    index: int
-    site_packages: str
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {labels.LAYER: self.digest}
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "tag": self.tag,
-            "digest": self.digest,
-            "platform": self.platform,
-            "files": list(self.files),
-            "dockerfile": self.dockerfile,
-            "context": [str(e) for e in dockerfile.listing(self.context)],
-        }
-
-
-@dataclass(frozen=True)
 class ImageBuild(Tagged):
     variant: str
     platform: str
     base: BaseInfo
-    layers: tuple[str, ...]  # layer digests, bottom first
-    from_ref: str
+    layers: tuple[str, ...]  # layer names (LayerNode.name), bottom first
     dockerfile: str
     context: bytes = field(repr=False)
     labels: Mapping[str, str] = field(repr=False)
@@ -130,6 +98,7 @@ class ImageBuild(Tagged):
             "inputs_digest": self.inputs_digest,
             "layers": list(self.layers),
             "dockerfile": self.dockerfile,
+            "context": [str(e) for e in dockerfile.listing(self.context)],
             "labels": dict(self.labels),
         }
 
@@ -165,7 +134,6 @@ class JoinBuild(Tagged):
 
 @dataclass(frozen=True)
 class BuildPlan:
-    layers: tuple[LayerBuild, ...]  # parents before children
     images: tuple[ImageBuild, ...]
     layer_plans: tuple[tuple[str, LayerPlan], ...]  # group title -> layer plan
     joins: tuple[JoinBuild, ...] = ()
@@ -173,7 +141,6 @@ class BuildPlan:
     def to_json(self) -> dict[str, object]:
         """What `build --dry-run --json` prints of the per-platform plan."""
         return {
-            "layers": [lb.to_json() for lb in self.layers],
             "images": [ib.to_json() for ib in self.images],
             "joins": [j.to_json() for j in self.joins],
             "layer_plans": {title: describe(lp) for title, lp in self.layer_plans},
@@ -211,82 +178,39 @@ def make_build_plan(
     *,
     repository: str | None = None,
 ) -> BuildPlan:
-    """Layers and images for the `wanted` variants; layers are planned over all `plans`.
+    """The images of the `wanted` variants; layers are planned over all `plans`.
 
     `bases` maps (variant, platform) to its resolved base for every plan. All
     variants on the same base, platform and site-packages are planned
-    together, so `build engram-mem` alone makes the same layer that `build
-    latest` then reuses.
+    together, so `build engram-mem` alone makes the same COPY (the same
+    BuildKit snapshot, the same layer) that `build latest` then reuses.
     """
     by_name = {p.variant.name: p for p in plans}
     groups: dict[tuple[str, str, str], list[str]] = {}
     for (variant, platform), base in sorted(bases.items()):
         groups.setdefault((platform, base.image_id, base.site_packages), []).append(variant)
 
-    layer_builds: dict[str, LayerBuild] = {}
-    chains: dict[tuple[str, str], tuple[str, ...]] = {}
+    chains: dict[tuple[str, str], tuple[LayerNode, ...]] = {}
     layer_plans: list[tuple[str, LayerPlan]] = []
-    for (platform, _, site), variants in groups.items():
+    for (platform, _, _), variants in groups.items():
         lp = plan_layers({v: overlay_files(by_name[v]) for v in variants})
-        base = bases[(variants[0], platform)]
-        layer_plans.append((f"{platform} on {base.ref}", lp))
-        digests: list[str] = []
-        refs: list[str] = []
-        for node in lp.nodes:
-            parent_id = base.image_id if node.parent is None else digests[node.parent]
-            parent_ref = base.ref if node.parent is None else refs[node.parent]
-            digest = _sha(
-                LAYER_FORMAT,
-                platform,
-                parent_id,
-                site,
-                project.package_root,
-                *(f"{f.path}\0{f.sha256}" for f in node.files),
-            )
-            repo = min(repository_of(by_name[v], repository) for v in node.variants)
-            tag = f"{repo}:layer-{digest[:12]}"  # the digest covers the platform
-            roots = project.roots_of([f.path for f in node.files])
-            contents = {
-                dockerfile.layer_context_path(f.path, roots): _content(by_name, node.variants, f.path)
-                for f in node.files
-            }
-            text = dockerfile.render_layer(parent_ref, roots, site, {labels.LAYER: digest})
-            layer_builds[digest] = LayerBuild(
-                digest=digest,
-                tag=tag,
-                parent_ref=parent_ref,
-                platform=platform,
-                files=tuple(f.path for f in node.files),
-                dockerfile=text,
-                context=dockerfile.context_tar(text, contents),
-                variants=node.variants,
-                index=node.index,
-                site_packages=site,
-            )
-            digests.append(digest)
-            refs.append(tag)
+        layer_plans.append((f"{platform} on {bases[(variants[0], platform)].ref}", lp))
         for v in variants:
-            chains[(v, platform)] = tuple(digests[i] for i in lp.chain(v))
+            chains[(v, platform)] = tuple(lp.nodes[i] for i in lp.chain(v))
 
     images: list[ImageBuild] = []
     joins: list[JoinBuild] = []
-    needed: list[str] = []
     for name in wanted:
         plan = by_name[name]
         platforms = plan.variant.image.platforms
-        parts = []
-        for platform in platforms:
-            base = bases[(name, platform)]
-            chain = chains[(name, platform)]
-            parts.append(_image(project, plan, platform, base, chain, layer_builds, repository, len(platforms) == 1))
-            for d in chain:
-                if d not in needed:
-                    needed.append(d)
+        parts = tuple(
+            _image(project, plan, pf, bases[(name, pf)], chains[(name, pf)], repository, len(platforms) == 1)
+            for pf in platforms
+        )
         images += parts
         if len(parts) > 1:
-            joins.append(_join(project, plan, tuple(parts)))
-    order = [lb for lb in layer_builds.values() if lb.digest in needed]
-    return BuildPlan(tuple(order), tuple(images), tuple(layer_plans), tuple(joins))
+            joins.append(_join(project, plan, parts))
+    return BuildPlan(tuple(images), tuple(layer_plans), tuple(joins))
 
 
 def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
@@ -303,24 +227,19 @@ def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ..
     )
 
 
-def _content(by_name: Mapping[str, VariantPlan], variants: Sequence[str], path: str) -> bytes:
-    return by_name[variants[0]].contents[path]
-
-
 def _image(
     project: ProjectInputs,
     plan: VariantPlan,
     platform: str,
     base: BaseInfo,
-    chain: tuple[str, ...],
-    layer_builds: Mapping[str, LayerBuild],
+    chain: tuple[LayerNode, ...],
     repository: str | None,
     moving: bool,
 ) -> ImageBuild:
     """One platform's image; it carries the variant's moving tags when it is the variant's only platform."""
     v = plan.variant
     repo = repository_of(plan, repository)
-    from_ref = layer_builds[chain[-1]].tag if chain else base.ref
+    names = tuple(node.name for node in chain)
     image_labels = labels.image_labels(
         plan=plan,
         upstream=project.upstream,
@@ -329,7 +248,7 @@ def _image(
         base_ref=base.ref,
         base_digest=base.digest,
         site_packages=base.site_packages,
-        layer_digests=chain,
+        layers=names,
         user=dict(v.image.labels),
         title=title_of(repo, v.name, v.image.tags),
         source=project.source,
@@ -337,18 +256,20 @@ def _image(
         patch_upstreams=dict(project.patch_upstreams),
     )
     keep = v.image.entrypoint == "keep"
-    pre = dockerfile.render_variant(from_ref, v.image.env, image_labels, keep_entrypoint=keep)
+    site = base.site_packages
+    pre = dockerfile.render_image(base.ref, site, names, v.image.env, image_labels, keep_entrypoint=keep)
     inputs = _sha(IMAGE_FORMAT, platform, base.image_id, pre)
     final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
-    text = dockerfile.render_variant(from_ref, v.image.env, final_labels, keep_entrypoint=keep)
+    text = dockerfile.render_image(base.ref, site, names, v.image.env, final_labels, keep_entrypoint=keep)
+    # the layers' files are the plan's (the pre-Dockerfile names them by their digest: the inputs cover them)
+    files = {node.name: {f.path: plan.contents[f.path] for f in node.files} for node in chain}
     return ImageBuild(
         variant=v.name,
         platform=platform,
         base=base,
-        layers=chain,
-        from_ref=from_ref,
+        layers=names,
         dockerfile=text,
-        context=dockerfile.context_tar(text, {}),
+        context=dockerfile.context_tar(text, dockerfile.layer_context(files)),
         labels=final_labels,
         inputs_digest=inputs,
         repository=repo,

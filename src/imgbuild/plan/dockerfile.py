@@ -1,17 +1,16 @@
 """Dockerfiles and build contexts, rendered by pure functions.
 
-Three kinds of build, none with a RUN (so no emulation is needed):
+Two kinds of build, neither with a RUN (so no emulation is needed):
 
-- a layer: `FROM parent`, one `COPY` of the layer's files, and a label naming
-  the layer's inputs digest;
-- a variant image: `FROM` its top layer (or the base), then ENV, LABEL and
-  the cleared `ENTRYPOINT []` / `CMD []` (the ENTRYPOINT is kept where the
-  variant says `image.entrypoint: keep`). It adds no filesystem layer, so
-  images that share a layer image share its layers byte for byte;
+- a variant image: `FROM` its base, one `COPY` per imgbuild layer, then ENV,
+  LABEL and the cleared `ENTRYPOINT []` / `CMD []` (the ENTRYPOINT is kept
+  where the variant says `image.entrypoint: keep`). Images that share a layer
+  share its COPY on the same base: one BuildKit snapshot, so one layer, byte
+  for byte (`imgbuild build` and the bake file alike);
 - a join: one `FROM` per platform's image, picked by TARGETARCH, so that
   BuildKit makes the multi-platform index over those images as they are.
 
-The context is a tar made here: only the files of the layer plus the
+The context is a tar made here: only the files of the image's layers plus the
 Dockerfile, sorted, uid/gid 0, fixed modes and mtime 0, so equal inputs give
 an equal context (and `buildx build -` reads it from stdin).
 """
@@ -26,6 +25,7 @@ from pathlib import PurePosixPath
 
 DOCKERFILE = "Dockerfile"
 MTIME = 0
+LAYERS = "layers"  # the context directory of the layers: one subdirectory per layer
 
 
 def quote(value: str) -> str:
@@ -40,36 +40,6 @@ def _key(key: str) -> str:
     return key
 
 
-def copy_line(package_root: str, site_packages: str) -> str:
-    """A layer's one COPY: the package tree of the context over the image's site-packages."""
-    return f"COPY {package_root}/ {site_packages.rstrip('/')}/{package_root}/"
-
-
-PACKAGES = "packages"  # a layer's context directory when it holds the files of several package roots
-
-
-def layer_context_path(path: str, package_roots: Sequence[str]) -> str:
-    """Where a layer's file (`vllm/x.py`) sits in its build context: as it is under one package root,
-    under `packages/` when the layer holds several (so that one COPY makes one image layer)."""
-    return path if len(package_roots) == 1 else f"{PACKAGES}/{path}"
-
-
-def render_layer(parent_ref: str, package_roots: Sequence[str], site_packages: str, labels: Mapping[str, str]) -> str:
-    """One COPY, so one image layer per imgbuild layer: the package root's tree (`vllm/`), or with files of
-    several upstreams (`vllm/`, `flashinfer/`), the context's `packages/`, which holds each root's tree."""
-    if len(package_roots) == 1:
-        copy = copy_line(package_roots[0], site_packages)
-    else:
-        copy = f"COPY {PACKAGES}/ {site_packages.rstrip('/')}/"
-    lines = [
-        "# imgbuild layer: the files below, on top of the parent image",
-        f"FROM {parent_ref}",
-        copy,
-        *_label_lines(labels),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def render_join(images: Mapping[str, str]) -> str:
     """A multi-platform image over single-platform ones: arch -> image ref, through stage aliases
     (BuildKit refuses `FROM x:${TARGETARCH}`). Nothing is built: no context, no layer, no config change."""
@@ -79,17 +49,35 @@ def render_join(images: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_variant(
-    from_ref: str, env: Iterable[tuple[str, str]], labels: Mapping[str, str], *, keep_entrypoint: bool = False
+def render_image(
+    base: str,
+    site_packages: str,
+    layers: Sequence[str],
+    env: Iterable[tuple[str, str]],
+    labels: Mapping[str, str],
+    *,
+    keep_entrypoint: bool = False,
+    base_arg: bool = False,
 ) -> str:
-    """`keep_entrypoint` (image.entrypoint: keep) leaves the base's passthrough ENTRYPOINT; CMD is cleared always."""
-    lines = ["# imgbuild image: metadata only, on top of its layers", f"FROM {from_ref}"]
+    """A variant image: its base, one COPY per imgbuild layer (the context's `layers/<name>/`, which holds
+    the layer's files under their site-packages paths), then ENV, LABEL and the cleared ENTRYPOINT and CMD.
+
+    `keep_entrypoint` (image.entrypoint: keep) leaves the base's passthrough ENTRYPOINT; CMD is cleared
+    always. `base_arg` names the base through `ARG BASE` (the bake file, whose CI overrides it)."""
+    lines = ["# imgbuild image: its base, one COPY per imgbuild layer, then its metadata"]
+    lines += [f"ARG BASE={base}", "FROM ${BASE}"] if base_arg else [f"FROM {base}"]
+    lines += [f"COPY {LAYERS}/{name}/ {site_packages.rstrip('/')}/" for name in layers]
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
     lines.extend(_label_lines(labels))
     lines += ["CMD []"] if keep_entrypoint else ["ENTRYPOINT []", "CMD []"]
     return "\n".join(lines) + "\n"
+
+
+def layer_context(layers: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
+    """The context files of `layers` (name -> site-packages path -> bytes): `layers/<name>/<path>`."""
+    return {f"{LAYERS}/{name}/{path}": data for name, files in layers.items() for path, data in files.items()}
 
 
 def _label_lines(labels: Mapping[str, str]) -> list[str]:

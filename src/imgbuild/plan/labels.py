@@ -52,7 +52,6 @@ REQUIRED = (
 LICENSES = "Apache-2.0"
 INPUTS = f"{PREFIX}inputs"
 CONFIG = f"{PREFIX}config"
-LAYER = f"{PREFIX}layer"
 ENTRYPOINT = f"{PREFIX}entrypoint"  # "keep" when the variant kept its base's passthrough ENTRYPOINT; else absent
 SKELETON = f"{PREFIX}skeleton"
 # Every pin when a project has several: [{name, url, tag, commit, package_root, patches}], the first pin
@@ -213,7 +212,7 @@ def image_labels(
     base_ref: str,
     base_digest: str | None,
     site_packages: str,
-    layer_digests: Sequence[str],
+    layers: Sequence[str],
     user: Mapping[str, str],
     title: str,
     source: Source | None = None,
@@ -250,8 +249,7 @@ def image_labels(
         f"{PREFIX}patches": patches_label(plan),
         f"{PREFIX}files": files_label(plan),
         f"{PREFIX}site-packages": site_packages,
-        f"{PREFIX}layers": compact(list(layer_digests)),
-        LAYER: layer_digests[-1] if layer_digests else "",
+        f"{PREFIX}layers": compact(list(layers)),
     }
     if len(upstreams) > 1:  # absent with one pin, so a single-upstream project's images are as they were
         labels[UPSTREAMS] = upstreams_label(plan, upstreams, patch_upstreams or {})

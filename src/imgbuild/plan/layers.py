@@ -18,6 +18,7 @@ plan says so in `notes`.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,12 +32,24 @@ class LayerFile:
     sha256: str
 
 
+NAME_FORMAT = "imgbuild-bake-layer/1"  # the name's format (its first user was the bake file)
+
+
 @dataclass(frozen=True)
 class LayerNode:
     index: int
     parent: int | None  # None: directly on the base
     files: tuple[LayerFile, ...]  # sorted by path
     variants: tuple[str, ...]  # variants whose image contains this layer
+
+    @property
+    def name(self) -> str:
+        """The layer's context directory (`layers/<name>/`) and its entry in `imgbuild.layers`: a digest of
+        its files, so equal files give an equal COPY (and BuildKit one snapshot) whichever image holds it."""
+        h = hashlib.sha256()
+        for line in (NAME_FORMAT, *(f"{f.path}\0{f.sha256}" for f in self.files)):
+            h.update(line.encode() + b"\n")
+        return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,12 @@ def print_dry_run(dry: DryRun) -> None:
         console.print(
             "[yellow]the Docker daemon did not answer: base image ids are 'unresolved', so digests are provisional[/]"
         )
-    for lb in plan.layers:
-        console.rule(f"layer {lb.tag} ({lb.platform})")
-        console.print(lb.dockerfile, markup=False, highlight=False, soft_wrap=True)
-        console.print("context:", markup=False)
-        for entry in dockerfile.listing(lb.context):
-            console.print(f"  {entry}", markup=False, highlight=False)
     for ib in plan.images:
         console.rule(f"image {ib.variant} ({ib.platform}): {ib.immutable_ref} -> {', '.join(ib.moving_refs)}")
         console.print(ib.dockerfile, markup=False, highlight=False, soft_wrap=True)
-        console.print(f"context: {', '.join(str(e) for e in dockerfile.listing(ib.context))}", markup=False)
+        console.print("context:", markup=False)
+        for entry in dockerfile.listing(ib.context):
+            console.print(f"  {entry}", markup=False, highlight=False)
     for join in plan.joins:
         refs = f"{join.immutable_ref} -> {', '.join(join.moving_refs)}"
         console.rule(f"image {join.variant} ({', '.join(p.platform for p in join.parts)}): {refs}")
@@ -35,10 +31,6 @@ def print_dry_run(dry: DryRun) -> None:
 
 
 def print_result(result: BuildResult) -> None:
-    for lr in result.layers:
-        console.print(
-            f"layer {lr.tag}: {'built' if lr.built else 'reused'} ({lr.image_id[7:19]}; {', '.join(lr.files)})"
-        )
     shared = sharing(result.images)
     for ir in result.images:
         status = "built" if ir.built else "reused, unchanged inputs (no docker build)"

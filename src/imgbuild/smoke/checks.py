@@ -51,10 +51,9 @@ class Expected:
     variant: str | None = None
     base_ref: str = ""  # what it was built on (the plan's base, or the base.name label)
     base_id: str | None = None  # the base's image id, when a plan resolved it
-    layer_digests: tuple[str, ...] = ()  # imgbuild's layers, bottom first
+    layers: tuple[str, ...] = ()  # imgbuild's layers (their names in imgbuild.layers), bottom first
     env: tuple[tuple[str, str], ...] | None = None  # the variant's ENV; None: read from the imgbuild.config label
     importers: Callable[[], Sequence[str]] | None = None  # the release's modules importing the planned files
-    layer_ref: str | None = None  # the top layer image's name, when a plan knows it
 
 
 @dataclass(frozen=True)
@@ -209,9 +208,7 @@ def _cut(value: str | None, n: int = 80) -> str:
 
 def integrity_checks(engine: Engine, info: ImageInfo, expected: Expected) -> list[Check]:
     """Layers: the base's then imgbuild's, by diff id; ENV and labels: the plan's (or the imgbuild.config label's)."""
-    ref = integrity.reference(
-        engine, expected.base_ref, expected.base_id, expected.layer_digests, info.platform, expected.layer_ref
-    )
+    ref = integrity.reference(engine, expected.base_ref, expected.base_id, len(expected.layers), info.platform)
     return [_check(c) for c in integrity_results(info, expected, ref)]
 
 
@@ -229,7 +226,7 @@ def integrity_results(info: ImageInfo, expected: Expected, ref: integrity.Refere
         out.append(("layers", "skip", f"{where}; layers not compared"))
     else:
         problems = integrity.layer_problems(info.layers, base.layers, ref.own)
-        text = integrity.describe(ref, len(expected.layer_digests))
+        text = integrity.describe(ref)
         out.append(("layers", "fail" if problems else "pass", "; ".join(problems) or text))
     config: lbl.ConfigLabel | None = None
     if expected.env is None or expected.labels is None:
@@ -445,7 +442,7 @@ def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -
         smoke=smoke_spec,
         variant=info.labels.get(f"{lbl.PREFIX}variant"),
         base_ref=info.labels.get(f"{lbl.OCI}base.name", ""),
-        layer_digests=layers,
+        layers=layers,
     )
 
 
