@@ -2,7 +2,7 @@
 
 Reads the labels back, re-hashes every file the labels list (reading them
 from a created, never started, container), checks the layers against the
-base's and imgbuild's layer images and the ENV and labels against the
+base's (then as many as `imgbuild.layers` names) and the ENV and labels against the
 `imgbuild.config` label, and reports each place where they disagree.
 """
 
