@@ -10,17 +10,17 @@ order: forward on even rounds, reversed on odd ones; with three contenders the s
 - NEW: this branch's code (`--new-src`, default ROOT/src) on a throwaway clone of this repository at HEAD;
 - OLD: the tree before issue 21 (`--old-src`, default /work/old/src: `git worktree add /work/old ad15516`)
   on a clone at ad15516 (its patches/ and images/ are this branch's);
-- HAND: what a user would write: a work tree of the pinned release (a clone of imgbuild's upstream
-  mirror at the pinned commit), the seven patches applied with `git apply`, then two
-  `docker buildx build --load` of the seed's Dockerfiles (latest: FROM the base, COPY the seven
-  patched files, ENTRYPOINT [] CMD []; engram-mem: FROM latest, COPY the three original Engram
-  files, ENTRYPOINT [] CMD []).
+- HAND: what a user would write: a work tree of each pinned release (a clone of imgbuild's mirror
+  at the pinned commit: vLLM, and FlashInfer since issue 26), each patch applied with `git apply`
+  in its pin's tree, then two `docker buildx build --load` of the seed's Dockerfiles (latest: FROM
+  the base, COPY each patched file, FlashInfer's from a named build context, ENTRYPOINT [] CMD [];
+  engram-mem: FROM latest, COPY the three original Engram files, ENTRYPOINT [] CMD []).
 
 Pairs:
 
 - edit: one added comment line of 0001's patch gets a new suffix before every run (a different
   text per contender and run, so each run is a real change and no contender hits another's
-  BuildKit cache), then both variants rebuilt `--no-smoke` (HAND: checkout -f, 7x git apply, 2x
+  BuildKit cache), then both variants rebuilt `--no-smoke` (HAND: checkout -f, 8x git apply, 2x
   buildx). BuildKit cache warm on every side. Target NEW <= 1.2x HAND.
 - noop: `build latest engram-mem --base runtime` with nothing changed (after one untimed full
   build with smoke), under IMGBUILD_ECHO=1: the `buildx build` lines must be 0. NEW against OLD.
@@ -101,9 +101,13 @@ def edited(patch_text: str, index: int, mark: str) -> str:
     return "\n".join(lines)
 
 
-def dockerfile(base: str, files: list[str], site: str) -> str:
-    """The seed's Dockerfile: FROM, one COPY per file from the work tree, ENTRYPOINT [] CMD []."""
-    return "\n".join([f"FROM {base}", *(f"COPY {p} {site}/{p}" for p in files), "ENTRYPOINT []", "CMD []", ""])
+def dockerfile(base: str, files: list[str], site: str, first_root: str = "vllm") -> str:
+    """The seed's Dockerfile: FROM, one COPY per file from the work tree (a further pin's file from its
+    own tree, a named build context), ENTRYPOINT [] CMD []."""
+    copies = [
+        f"COPY {'' if p.split('/')[0] == first_root else f'--from={p.split(chr(47))[0]} '}{p} {site}/{p}" for p in files
+    ]
+    return "\n".join([f"FROM {base}", *copies, "ENTRYPOINT []", "CMD []", ""])
 
 
 def echo_counts(stderr: str) -> tuple[int, int]:
@@ -206,6 +210,7 @@ class Bench:
         self.facts: list[str] = []
         self.notes: list[str] = []
         self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand")}
+        self.imgbuilds = ["new"] if args.no_old else ["new", "old"]  # the imgbuild contenders of edit and noop
         self.base_repo = f"{PREFIX}-base/runtime"
         self.py = sys.executable
 
@@ -233,6 +238,7 @@ class Bench:
 
         project = Project.load(w / "new")
         self.series = [p.filename for p in project.patches]
+        self.pin_of = {p.filename: project.upstream_of(p).name for p in project.patches}
         latest = project.plan(["latest"])[0]
         mem = project.plan(["engram-mem"])[0]
         self.site = latest.variant.image.site_packages or "/usr/local/lib/python3.12/dist-packages"
@@ -240,14 +246,27 @@ class Bench:
         self.originals = [f.path for f in mem.files if f.state == "original"]
         headers = [p for name in self.series for p in patched_paths((w / "new/patches" / name).read_text())]
         self.modules = sorted({module_name(p) for p in headers})
-        up = project.upstream
-        self.commit = up.commit
-        # HAND: the pinned release's work tree and its own copy of the patches
+        # HAND: each pin's release as a work tree (hand/tree-<pin>; the first pin's is the build context, a
+        # further pin's a named context) and its own copy of the patches
         hand = w / "hand"
         hand.mkdir()
         shutil.copytree(w / "new/patches", hand / "patches")
-        sh(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(hand / "tree")])
-        sh(["git", "-C", str(hand / "tree"), "checkout", "-q", "-f", "--detach", self.commit])
+        self.pins = {pin.name: (project.resolved(pin.name).commit, pin.package_root) for pin in project.pins}
+        self.first_pin = project.pin.name
+        for pin in project.pins:
+            tree = hand / f"tree-{pin.name}"
+            sh(
+                [
+                    "git",
+                    "clone",
+                    "-q",
+                    "--shared",
+                    "--no-checkout",
+                    str(project.resolved(pin.name).repo.path),
+                    str(tree),
+                ]
+            )
+            sh(["git", "-C", str(tree), "checkout", "-q", "-f", "--detach", self.pins[pin.name][0]])
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
         self.edits = {"new": 0, "old": 0, "hand": 0}
@@ -325,24 +344,31 @@ class Bench:
                 str(dockerfile_path),
                 "-t",
                 tag,
-                str(self.work / "hand/tree"),
+                *(
+                    f"--build-context={root}={self.work / 'hand' / f'tree-{name}'}"
+                    for name, (_, root) in self.pins.items()
+                    if name != self.first_pin
+                ),
+                str(self.work / "hand" / f"tree-{self.first_pin}"),
             ]
         )
 
     def write_hand_dockerfiles(self, base: str) -> None:
         hand = self.work / "hand"
-        (hand / "latest.Dockerfile").write_text(dockerfile(base, self.latest_files, self.site))
+        first_root = self.pins[self.first_pin][1]
+        (hand / "latest.Dockerfile").write_text(dockerfile(base, self.latest_files, self.site, first_root))
         mem_base = f"{self.repo['hand']}:latest"
-        (hand / "engram-mem.Dockerfile").write_text(dockerfile(mem_base, self.originals, self.site))
+        (hand / "engram-mem.Dockerfile").write_text(dockerfile(mem_base, self.originals, self.site, first_root))
 
     def hand(self) -> None:
         hand = self.work / "hand"
-        tree = str(hand / "tree")
-        sh(["git", "-C", tree, "checkout", "-q", "-f", "--detach", self.commit])
+        for name, (commit, _) in self.pins.items():
+            sh(["git", "-C", str(hand / f"tree-{name}"), "checkout", "-q", "-f", "--detach", commit])
         for name in self.series:
-            sh(["git", "-C", tree, "apply", str(hand / "patches" / name)])
+            sh(["git", "-C", str(hand / f"tree-{self.pin_of[name]}"), "apply", str(hand / "patches" / name)])
         self.buildx(hand / "latest.Dockerfile", f"{self.repo['hand']}:latest")
-        sh(["git", "-C", tree, "checkout", "-q", self.commit, "--", *self.originals])
+        first, (commit, _) = self.first_pin, self.pins[self.first_pin]
+        sh(["git", "-C", str(hand / f"tree-{first}"), "checkout", "-q", commit, "--", *self.originals])
         self.buildx(hand / "engram-mem.Dockerfile", f"{self.repo['hand']}:engram-mem")
 
     # pairs --------------------------------------------------------------------------------------
@@ -356,25 +382,29 @@ class Bench:
                 prep=lambda: self.set_edit(who),
             )
 
-        new, old = imgbuild_side("new"), imgbuild_side("old")
+        sides = [imgbuild_side(who) for who in self.imgbuilds]
         hand = Contender(
-            "HAND: checkout -f, 7x git apply, 2x buildx --load", self.hand, prep=lambda: self.set_edit("hand")
+            f"HAND: checkout -f, {len(self.series)}x git apply, 2x buildx --load",
+            self.hand,
+            prep=lambda: self.set_edit("hand"),
         )
         t0 = time.monotonic()
-        interleave_all([new, old, hand], self.args.rounds, warm=True)
+        interleave_all([*sides, hand], self.args.rounds, warm=True)
         notes = [f"pair wall time {time.monotonic() - t0:.0f} s (warm runs included)"]
         notes += [
             f"untimed warm run (the first build on the runtime base): {c.label}: {c.warm:.1f} s"
-            for c in (new, old, hand)
+            for c in (*sides, hand)
+            if c.warm is not None  # two contenders go through bench_pairs.interleave, which keeps no warm time
         ]
-        notes.append(f"OLD's oci-layout after the edit pair: {gb(du(self.work / 'cache-old' / 'oci-layout'))}")
-        return Row("edit", [new, old, hand], hand, 1.2, notes)
+        if "old" in self.imgbuilds:
+            notes.append(f"OLD's oci-layout after the edit pair: {gb(du(self.work / 'cache-old' / 'oci-layout'))}")
+        return Row("edit", [*sides, hand], hand, 1.2, notes)
 
     def pair_noop(self) -> Row:
         """--no-smoke on both sides: the edit pair's builds were --no-smoke, so their moving tags never moved,
         and only a --no-smoke build is a no-op after them."""
         notes = ["both with --no-smoke, as the edit pair's builds before them (a build with smoke would move tags)"]
-        for who in ("new", "old"):  # nothing changed since the edit pair's last build: a no-op already
+        for who in self.imgbuilds:  # nothing changed since the edit pair's last build: a no-op already
             sh(self.build_cmd(who, "runtime", "--no-smoke"), env=self.env[who])
         counts: dict[str, list[tuple[int, int]]] = {"new": [], "old": []}
 
@@ -385,16 +415,16 @@ class Bench:
 
             return Contender(f"{who.upper()}: build latest engram-mem --no-smoke (no change)", fn)
 
-        new, old = side("new"), side("old")
-        interleave_all([new, old], self.args.rounds, warm=True)
-        for who in ("new", "old"):
+        sides = [side(who) for who in self.imgbuilds]
+        interleave_all(sides, self.args.rounds, warm=True)
+        for who in self.imgbuilds:
             ops = sorted({c[0] for c in counts[who]})
             bx = sorted({c[1] for c in counts[who]})
             verdict = "ok" if bx == [0] else "MISSES"
             notes.append(
                 f"{who.upper()} IMGBUILD_ECHO=1: docker operations per run {ops}, buildx build calls {bx} {verdict}"
             )
-        return Row("noop", [new, old], old, None, notes)
+        return Row("noop", sides, sides[-1], None, notes)  # the reference: OLD, or NEW itself without OLD
 
     def pair_smoke(self) -> Row:
         out = sh(
@@ -557,7 +587,9 @@ def check() -> int:
     paths = [p for name in series for p in patched_paths((patches / name).read_text())]
     modules = sorted({module_name(p) for p in paths})
     print("modules:", modules)
-    assert len(modules) == 7 and all(m.startswith("vllm.") and "/" not in m for m in modules), modules
+    assert len(modules) == 8 and all(m.startswith(("vllm.", "flashinfer.")) and "/" not in m for m in modules), modules
+    df = dockerfile("b", ["vllm/a.py", "flashinfer/p.py"], "/s")
+    assert "COPY vllm/a.py /s/vllm/a.py" in df and "COPY --from=flashinfer flashinfer/p.py /s/flashinfer/p.py" in df
     text = (patches / EDIT_PATCH).read_text()
     i = edit_line_index(text)
     a, b = edited(text, i, "new 1"), edited(text, i, "new 2")
@@ -565,14 +597,18 @@ def check() -> int:
     print("edit line:", a.split("\n")[i])
     from imgbuild.project import Project
 
-    up = Project.load(ROOT).upstream  # the mirror of the pinned release in the user's cache
+    project = Project.load(ROOT)  # each pin's mirror of its release in the user's cache
+    pin_of = {p.filename: project.upstream_of(p).name for p in project.patches}
     with tempfile.TemporaryDirectory() as tmp:  # the edited patch still applies, with the others, by git apply
-        tree = Path(tmp) / "tree"
-        sh(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
-        sh(["git", "-C", str(tree), "checkout", "-q", "-f", "--detach", up.commit])
+        for pin in project.pins:
+            up = project.resolved(pin.name)
+            tree = Path(tmp) / f"tree-{pin.name}"
+            sh(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
+            sh(["git", "-C", str(tree), "checkout", "-q", "-f", "--detach", up.commit])
         (Path(tmp) / EDIT_PATCH).write_text(a)
         for name in series:
-            sh(["git", "-C", str(tree), "apply", str(Path(tmp) / name if name == EDIT_PATCH else patches / name)])
+            patch = str(Path(tmp) / name if name == EDIT_PATCH else patches / name)
+            sh(["git", "-C", str(Path(tmp) / f"tree-{pin_of[name]}"), "apply", patch])
         print(f"git apply: the {len(series)} patches apply, {EDIT_PATCH} edited")
     print(dockerfile("imgbuild-runtime:amd64-x", paths[:2], "/usr/local/lib/python3.12/dist-packages"))
     err = "+ docker image inspect a\nimgbuild: x\n+ docker buildx build --load -\n+ git status\n"
@@ -598,6 +634,7 @@ def main() -> int:
     ap.add_argument("--old-first-rounds", type=int, default=1, help="OLD's first builds (~3 min, 9 GB each); 0: none")
     ap.add_argument("--new-src", type=Path, default=ROOT / "src")
     ap.add_argument("--old-src", type=Path, default=Path("/work/old/src"))
+    ap.add_argument("--no-old", action="store_true", help="leave OLD out of edit and noop (its OCI layout needs ~9 GB)")
     ap.add_argument("--work-parent", default=None, help="where the work directory goes (default: $TMPDIR)")
     ap.add_argument("--out", type=Path, default=None, help="also write the report here")
     ap.add_argument("--check", action="store_true", help="test the pure parts; no docker")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -11,12 +10,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pins, load_variant
+from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pins, load_variant, parse_platforms
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.patches.apply import StackResult
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
 from imgbuild.patches.series import SeriesEntry, parse_series
 from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
+from imgbuild.platforms import Platform
 from imgbuild.upstream.git import CommitTree, merge_file
 from imgbuild.upstream.mirror import Resolved, open_pinned
 
@@ -66,18 +66,10 @@ class Selection:
     not only the named ones: layers are planned over all of them."""
 
     names: tuple[str, ...]
-    platforms: tuple[tuple[str, tuple[str, ...]], ...]  # (variant, its platforms), in the project's order
+    platforms: tuple[tuple[str, tuple[Platform, ...]], ...]  # (variant, its platforms), in the project's order
 
-    def platforms_of(self, variant: str) -> tuple[str, ...]:
+    def platforms_of(self, variant: str) -> tuple[Platform, ...]:
         return dict(self.platforms)[variant]
-
-    def narrow(self, plans: Sequence[VariantPlan]) -> list[VariantPlan]:
-        """`plans` with each variant's image.platforms replaced by the selected ones."""
-        out = []
-        for p in plans:
-            image = dataclasses.replace(p.variant.image, platforms=self.platforms_of(p.variant.name))
-            out.append(dataclasses.replace(p, variant=dataclasses.replace(p.variant, image=image)))
-        return out
 
 
 class PinnedTrees:
@@ -233,11 +225,11 @@ class Project:
         chosen = tuple(names) if names else self.chain_order()
         for name in chosen:
             self.variant(name)
-        wanted = () if platform in (None, ALL_PLATFORMS) else tuple(p.strip() for p in platform.split(",") if p.strip())
+        wanted = () if platform in (None, ALL_PLATFORMS) else parse_platforms(platform, allow_all=True)
         every = platform == ALL_PLATFORMS or default == "declared"
         per = []
         for name, v in self.variants.items():
-            declared = tuple(v.image.platforms)
+            declared = tuple(Platform.parse(p) for p in v.image.platforms)
             per.append((name, wanted or (declared if every else declared[:1])))
         return Selection(chosen, tuple(per))
 
@@ -322,10 +314,6 @@ class Project:
         chosen = [self.variant(n) for n in names] if names else list(self.variants.values())
         tree = self.tree()
         return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz, full=full) for v in chosen]
-
-    def selected_plans(self, selection: Selection) -> list[VariantPlan]:
-        """Every variant's plan (layers are shared), each made for the platforms `selection` picked."""
-        return selection.narrow(self.plan())
 
 
 def load_project() -> Project:

@@ -20,15 +20,17 @@ from imgbuild.project import Project
 from tests.support.synth import Upstream, make_project
 from tests.support.synth_images import ENGRAM, SITE, SM121, engram_project, patches, release, variants
 
+ARM = Platform.parse("linux/arm64")
+
 BASE_ID = "sha256:" + "b" * 64
 
 
-def bases(project: Project, image_id: str = BASE_ID) -> dict[tuple[str, str], BaseInfo]:
-    return {(v, "linux/arm64"): BaseInfo("base:1", image_id, image_id, "linux/arm64", SITE) for v in project.variants}
+def bases(project: Project, image_id: str = BASE_ID) -> dict[tuple[str, Platform], BaseInfo]:
+    return {(v, ARM): BaseInfo("base:1", image_id, image_id, ARM, SITE) for v in project.variants}
 
 
 def build_plan(project: Project, wanted: list[str], image_id: str = BASE_ID) -> BuildPlan:
-    return make_build_plan(project_inputs(project), project.plan(), bases(project, image_id), wanted)
+    return make_build_plan(project_inputs(project), project.plan(), bases(project, image_id), project.select(wanted))
 
 
 @pytest.fixture
@@ -168,7 +170,7 @@ def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Pat
     project = Project.load(make_project(tmp_path / "p", up, "v1", [], variants=variants))
 
     def platforms(platform: str | None) -> list[tuple[str, ...]]:
-        return [p.variant.image.platforms for p in project.selected_plans(project.select(platform=platform))]
+        return [tuple(map(str, pfs)) for _, pfs in project.select(platform=platform).platforms]
 
     assert platforms(None) == [("linux/arm64",)]
     assert platforms("linux/amd64") == [("linux/amd64",)]

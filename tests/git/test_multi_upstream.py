@@ -16,12 +16,15 @@ from imgbuild.plan import labels
 from imgbuild.plan.builds import BaseInfo, make_build_plan
 from imgbuild.plan.dockerfile import listing
 from imgbuild.plan.inputs import project_inputs
+from imgbuild.platforms import Platform
 from imgbuild.project import PinnedTrees, Project
 from imgbuild.workflows.matrix import check_onto
 from imgbuild.workflows.writeback import rewrite_pin_named
 from tests.support.jsonschema_check import load_json
 from tests.support.runner import imgbuild_here
 from tests.support.synth import Upstream, git, header, numbered
+
+ARM = Platform.parse("linux/arm64")
 
 
 def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -137,8 +140,8 @@ def test_layers_and_labels_hold_every_upstream(world: tuple[Upstream, Upstream, 
     project = Project.load(root)
     plans = project.plan()
     site = "/usr/lib/python3/dist-packages"
-    bases = {(v, "linux/arm64"): BaseInfo("base:1", "sha256:b", None, "linux/arm64", site) for v in project.variants}
-    bp = make_build_plan(project_inputs(project), plans, bases, ["latest", "no-fi"])
+    bases = {(v, ARM): BaseInfo("base:1", "sha256:b", None, ARM, site) for v in project.variants}
+    bp = make_build_plan(project_inputs(project), plans, bases, project.select(["latest", "no-fi"]))
     # no-fi (vllm only) is the bottom layer, latest adds flashinfer's file on top: a revert adds no layer
     images = {ib.variant: ib for ib in bp.images}
     bottom, top = images["latest"].layers
@@ -146,7 +149,7 @@ def test_layers_and_labels_hold_every_upstream(world: tuple[Upstream, Upstream, 
     assert _files(images["latest"].context) == {f"layers/{bottom}/vllm/a.py", f"layers/{top}/flashinfer/policy.py"}
     latest = [p for p in plans if p.variant.name == "latest"]
     alone = make_build_plan(
-        project_inputs(project), latest, {("latest", "linux/arm64"): bases[("latest", "linux/arm64")]}, ["latest"]
+        project_inputs(project), latest, {("latest", ARM): bases[("latest", ARM)]}, project.select(["latest"])
     )
     (one,) = alone.images[0].layers  # both roots in one layer: one directory, so still one COPY
     assert _files(alone.images[0].context) == {f"layers/{one}/flashinfer/policy.py", f"layers/{one}/vllm/a.py"}

@@ -11,9 +11,12 @@ import pytest
 from imgbuild.plan import labels
 from imgbuild.plan.builds import BaseInfo, make_build_plan
 from imgbuild.plan.inputs import project_inputs, project_source
+from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from tests.support.synth import Upstream
 from tests.support.synth_images import SITE, engram_project, release
+
+ARM = Platform.parse("linux/arm64")
 
 OCI = labels.OCI
 
@@ -58,11 +61,8 @@ def test_labels_name_this_project_and_leave_unknowns_out(project: Project) -> No
     ).stdout.strip()
     inputs = project_inputs(project)
     assert inputs.source == labels.Source("https://github.com/acme/dsv41", head)
-    bases = {
-        (v, "linux/arm64"): BaseInfo("base:1", "sha256:" + "b" * 64, None, "linux/arm64", SITE)
-        for v in project.variants
-    }
-    plan = make_build_plan(inputs, project.plan(), bases, ["latest"])
+    bases = {(v, ARM): BaseInfo("base:1", "sha256:" + "b" * 64, None, ARM, SITE) for v in project.variants}
+    plan = make_build_plan(inputs, project.plan(), bases, project.select(["latest"]))
     lab = plan.images[0].labels
     assert lab[f"{OCI}source"] == "https://github.com/acme/dsv41" and lab[f"{OCI}revision"] == head
     assert lab[f"{OCI}base.name"] == "docker.io/library/base:1"
@@ -77,9 +77,9 @@ def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Projec
     from imgbuild.publish import sbom
 
     inputs = project_inputs(project)
-    bases = {(v, "linux/arm64"): BaseInfo("vllm/vllm-openai:v1", "sha256:" + "1" * 64, "sha256:" + "a" * 64,
-                                          "linux/arm64", SITE) for v in project.variants}  # fmt: skip
-    ib = make_build_plan(inputs, project.plan(), bases, ["engram-mem"]).images[0]
+    bases = {(v, ARM): BaseInfo("vllm/vllm-openai:v1", "sha256:" + "1" * 64, "sha256:" + "a" * 64,
+                                          ARM, SITE) for v in project.variants}  # fmt: skip
+    ib = make_build_plan(inputs, project.plan(), bases, project.select(["engram-mem"])).images[0]
     facts = sbom.ImageFacts(
         "127.0.0.1:5000/t/vllm", "vllm-test:engram-mem", "linux/arm64", "sha256:" + "e" * 64, ib.labels,
         "docker.io/vllm/vllm-openai:v1", "sha256:" + "a" * 64, SITE,

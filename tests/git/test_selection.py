@@ -19,6 +19,7 @@ import pytest
 from imgbuild.builder.runner import BuildOptions, dry_plan
 from imgbuild.errors import ConfigError, ExitCode, UsageError
 from imgbuild.jsondoc import document
+from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from tests.support.jsonschema_check import load_json
 from tests.support.runner import Cli
@@ -28,6 +29,7 @@ from tests.support.synth_images import patches, release, variants
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_URL = "file:///imgbuild-golden/upstream"
 BOTH = ["linux/arm64", "linux/amd64"]
+ARM, AMD = (Platform.parse(p) for p in BOTH)
 
 
 @pytest.fixture
@@ -65,24 +67,24 @@ def golden(name: str) -> object:
 def test_default_is_every_variant_in_chain_order_on_its_first_platform(project: Project) -> None:
     sel = project.select()
     assert sel.names == ("latest", "engram-mem")  # parents first, although engram-mem sorts first by name
-    assert sel.platforms_of("latest") == ("linux/arm64",) and sel.platforms_of("engram-mem") == ("linux/arm64",)
+    assert sel.platforms_of("latest") == (ARM,) and sel.platforms_of("engram-mem") == (ARM,)
     assert project.select(["engram-mem", "latest"]).names == ("engram-mem", "latest")  # as asked
 
 
 def test_all_and_a_comma_list(project: Project) -> None:
-    assert project.select(platform="all").platforms == (("engram-mem", tuple(BOTH)), ("latest", tuple(BOTH)))
+    assert project.select(platform="all").platforms == (("engram-mem", (ARM, AMD)), ("latest", (ARM, AMD)))
     sel = project.select(["engram-mem"], "linux/amd64, linux/arm64")
     assert sel.names == ("engram-mem",)
-    assert sel.platforms_of("engram-mem") == ("linux/amd64", "linux/arm64") == sel.platforms_of("latest")
-    assert project.select(default="declared").platforms_of("latest") == tuple(BOTH)  # publish's default
+    assert sel.platforms_of("engram-mem") == (AMD, ARM) == sel.platforms_of("latest")
+    assert project.select(default="declared").platforms_of("latest") == (ARM, AMD)  # publish's default
 
 
-def test_every_plan_is_narrowed_to_the_selection(project: Project) -> None:
-    plans = project.selected_plans(project.select(["engram-mem"], "linux/amd64"))
-    assert {p.variant.name: p.variant.image.platforms for p in plans} == {
-        "engram-mem": ("linux/amd64",),
-        "latest": ("linux/amd64",),  # layers are shared: every variant is planned
-    }
+def test_the_selection_travels_beside_the_plans_and_the_config_keeps_what_it_declares(project: Project) -> None:
+    sel = project.select(["engram-mem"], "linux/amd64")
+    assert sel.platforms_of("engram-mem") == sel.platforms_of("latest") == (AMD,)  # layers are planned over both
+    plan = dry_plan(project, sel, BuildOptions(base="base:1"), None).plan
+    assert [(ib.variant, ib.platform) for ib in plan.images] == [("engram-mem", AMD)]
+    assert all(tuple(p.variant.image.platforms) == tuple(BOTH) for p in project.plan())  # never narrowed
 
 
 def test_an_unknown_variant_is_refused_with_did_you_mean(project: Project) -> None:
@@ -125,11 +127,11 @@ def test_a_variant_made_for_several_platforms_is_joined_and_the_join_takes_its_m
     assert [j.variant for j in plan.joins] == [ib.variant for ib in plan.images[::2]]
     for join in plan.joins:
         parts = [ib for ib in plan.images if ib.variant == join.variant]
-        assert join.parts == tuple(parts) and [p.platform for p in parts] == BOTH
+        assert join.parts == tuple(parts) and [p.platform for p in parts] == [ARM, AMD]
         assert all(p.moving_refs == () for p in parts) and join.moving_refs
         assert len({p.immutable_ref for p in parts}) == 2  # each platform's image has its own immutable tag
         for p in parts:
-            assert f"FROM {p.immutable_ref} AS image-{p.platform.split('/')[1]}" in join.dockerfile
+            assert f"FROM {p.immutable_ref} AS image-{p.platform.arch}" in join.dockerfile
 
 
 def test_build_dry_run_json_through_the_cli(root: Path, upstream: Upstream, tmp_path: Path, cli: Cli) -> None:

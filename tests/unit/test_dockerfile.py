@@ -9,7 +9,6 @@ import pytest
 
 from imgbuild.plan.dockerfile import context_tar, layer_context, listing, quote, render_image
 
-
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 

@@ -22,9 +22,9 @@ from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import labels
-from imgbuild.plan.builds import BaseInfo
+from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
-from imgbuild.project import Project
+from imgbuild.project import Project, Selection
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
 
@@ -88,16 +88,16 @@ def runtime_spec(project: Project, site_packages: str | None, platform: str) -> 
 
 
 def dry_bases(
-    project: Project, plans: Sequence[VariantPlan], base: str | None, engine: Engine | None
-) -> dict[tuple[str, str], BaseInfo]:
+    project: Project, plans: Sequence[VariantPlan], selection: Selection, base: str | None, engine: Engine | None
+) -> dict[tuple[str, Platform], BaseInfo]:
     """Bases as far as a dry run can know them (the daemon is asked if it answers)."""
     out = {}
     for plan in plans:
-        for platform in plan.variant.image.platforms:
+        for platform in selection.platforms_of(plan.variant.name):
             ref = base_ref(plan, base)
             site = plan.variant.image.site_packages
             if ref in (SKELETON, RUNTIME):
-                spec = (skeleton_spec if ref == SKELETON else runtime_spec)(project, site, platform)
+                spec = (skeleton_spec if ref == SKELETON else runtime_spec)(project, site, str(platform))
                 ref, site = spec.tag, spec.site_packages
             info = engine.image(ref) if engine else None
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
@@ -121,15 +121,15 @@ class Bases:
 
     def __init__(self, engine: Engine, project: Project, base: str | None, verbose: bool, say: Say) -> None:
         self.engine, self.project, self.base, self.verbose, self.say = engine, project, base, verbose, say
-        self._info: dict[tuple[str, str], ImageInfo] = {}
-        self._site: dict[tuple[str, str], str] = {}
+        self._info: dict[tuple[str, Platform], ImageInfo] = {}
+        self._site: dict[tuple[str, Platform], str] = {}
 
-    def resolve(self, plan: VariantPlan, platform: str) -> BaseInfo:
+    def resolve(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
         ref = base_ref(plan, self.base)
         skel = ref == SKELETON
         site_cfg = plan.variant.image.site_packages
         if skel:
-            spec = skeleton_spec(self.project, site_cfg, platform)
+            spec = skeleton_spec(self.project, site_cfg, str(platform))
             ref = spec.tag
             if (ref, platform) not in self._info:
                 up = self.project.upstream
@@ -137,7 +137,7 @@ class Bases:
                     self.engine, spec, up.repo, cache_dir(), verbose=self.verbose, more_repos=more_repos(self.project)
                 )
         elif ref == RUNTIME:
-            rspec = runtime_spec(self.project, site_cfg, platform)
+            rspec = runtime_spec(self.project, site_cfg, str(platform))
             ref = rspec.tag
             if (ref, platform) not in self._info:
                 from imgbuild.builder import runtime_base
@@ -148,13 +148,13 @@ class Bases:
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
         return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
 
-    def _image(self, ref: str, platform: str) -> ImageInfo:
+    def _image(self, ref: str, platform: Platform) -> ImageInfo:
         if (ref, platform) not in self._info:
             info = self.engine.image(ref)
             if info is None:
                 self.say(f"base {ref} is not in the local image store; pulling it for {platform}")
-                info = self.engine.pull(ref, Platform.parse(platform))
-            if info.platform != Platform.parse(platform):
+                info = self.engine.pull(ref, platform)
+            if info.platform != platform:
                 raise DockerError(
                     f"base {ref} in the local image store is {info.platform}, but the build is for {platform}",
                     hint="a local store holds one platform per tag: load the base for this platform, or use "
@@ -163,7 +163,7 @@ class Bases:
             self._info[(ref, platform)] = info
         return self._info[(ref, platform)]
 
-    def _site_packages(self, info: ImageInfo, ref: str, platform: str) -> str:
+    def _site_packages(self, info: ImageInfo, ref: str, platform: Platform) -> str:
         if (info.id, platform) not in self._site:
             check_binfmt(info.platform, self.engine.arch)
             root = self.project.pin.package_root
@@ -185,9 +185,9 @@ class Bases:
 DRIFT_DIR = "drift-checked"  # one file per (base id, platform, site-packages, pinned hashes) that passed
 
 
-def drift_key(image_id: str, platform: str, site_packages: str, wanted: dict[str, str | None]) -> str:
+def drift_key(image_id: str, platform: Platform, site_packages: str, wanted: dict[str, str | None]) -> str:
     """What a passed drift check depends on: the base's id, where vllm/ lives, and each planned file's pinned hash."""
-    lines = ["imgbuild-drift/1", image_id, platform, site_packages]
+    lines = ["imgbuild-drift/1", image_id, str(platform), site_packages]
     lines += [f"{path}\0{wanted[path] or '-'}" for path in sorted(wanted)]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
@@ -195,7 +195,7 @@ def drift_key(image_id: str, platform: str, site_packages: str, wanted: dict[str
 def check_drift(
     engine: Engine,
     plans: Sequence[VariantPlan],
-    bases: dict[tuple[str, str], BaseInfo],
+    bases: BaseMap,
     cache: Path | None = None,
 ) -> None:
     """Refuse when a planned file in a base is not the pinned release's pristine file.
@@ -206,20 +206,19 @@ def check_drift(
     is a digest of the image, so its files cannot change under it.
     """
     problems: list[str] = []
-    by_base: dict[tuple[str, str, str], dict[str, str | None]] = {}
-    for plan in plans:
-        for platform in plan.variant.image.platforms:
-            base = bases[(plan.variant.name, platform)]
-            wanted = by_base.setdefault((base.image_id, platform, base.site_packages), {})
-            for f in plan.files:
-                wanted[f.path] = f.pristine_sha256
+    by_name = {p.variant.name: p for p in plans}
+    by_base: dict[tuple[str, Platform, str], dict[str, str | None]] = {}
+    for (name, platform), base in bases.items():
+        wanted = by_base.setdefault((base.image_id, platform, base.site_packages), {})
+        for f in by_name[name].files:
+            wanted[f.path] = f.pristine_sha256
     refs = {(b.image_id, b.platform, b.site_packages): b.ref for b in bases.values()}
     for (image_id, platform, site), wanted in by_base.items():
         marker = cache / DRIFT_DIR / drift_key(image_id, platform, site, wanted) if cache else None
         if marker is not None and marker.is_file():
             continue
         paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
-        found = engine.read_files(image_id, list(paths), Platform.parse(platform))
+        found = engine.read_files(image_id, list(paths), platform)
         before = len(problems)
         for full, rel in paths.items():
             data = found[full]
@@ -232,7 +231,9 @@ def check_drift(
                 )
         if marker is not None and len(problems) == before:
             with contextlib.suppress(OSError):  # a cache that cannot keep it checks again next time
-                write_json(marker, {"base": image_id, "platform": platform, "site_packages": site, "files": wanted})
+                write_json(
+                    marker, {"base": image_id, "platform": str(platform), "site_packages": site, "files": wanted}
+                )
     if problems:
         raise UpstreamError(
             "base drift: the base does not carry the pinned release's files, so overlaying patched files on it "

@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.builder import history
@@ -29,7 +29,7 @@ from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import labels
-from imgbuild.plan.builds import BaseInfo, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
+from imgbuild.plan.builds import BaseMap, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
 from imgbuild.plan.inputs import project_inputs
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
@@ -59,7 +59,7 @@ class BuildOptions:
 @dataclass
 class ImageResult:
     variant: str
-    platform: str
+    platform: Platform
     image_id: str
     immutable: str
     moving: tuple[str, ...]
@@ -76,7 +76,7 @@ class ImageResult:
     def to_json(self) -> dict[str, object]:
         return {
             "variant": self.variant,
-            "platform": self.platform,
+            "platform": str(self.platform),
             "image_id": self.image_id,
             "immutable": self.immutable,
             "moving": list(self.moving),
@@ -157,12 +157,12 @@ class Runner:
         self._previous: dict[str, str | None] = {}  # tag -> what it named before this run wrote it
         self._passed: set[str] = set()  # immutable refs whose smoke passed (or was not asked for)
 
-    def _build(self, context: bytes, tag: str, platforms: Sequence[str]) -> str:
+    def _build(self, context: bytes, tag: str, platforms: Sequence[Platform]) -> str:
         self._note(tag)
         return self.engine.build(
             context,
             tags=[tag],
-            platforms=[Platform.parse(p) for p in platforms],
+            platforms=list(platforms),
             epoch=self.epoch,
             no_cache=self.options.force,
             verbose=self.options.verbose,
@@ -244,7 +244,7 @@ class Runner:
         platforms = [p.platform for p in join.parts]
         index_id = None if self.options.force else _image_id(self.engine, join.immutable_ref)
         if index_id is None:
-            self.say(f"{join.variant}: joining {', '.join(platforms)} as {join.immutable_ref}")
+            self.say(f"{join.variant}: joining {', '.join(map(str, platforms))} as {join.immutable_ref}")
             index_id = self._build(join.context, join.immutable_ref, platforms)
             history.record(cache_dir(), join.immutable_ref, index_id)
         smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
@@ -307,7 +307,7 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
     files = tuple(labels.file_labels(ib.plan))  # from the plan; its label says the same
     paths = tuple(f.path for f in files)
     return Expected(
-        platform=Platform.parse(ib.platform),
+        platform=ib.platform,
         files=files,
         site_packages=ib.base.site_packages,
         labels=ib.labels,
@@ -357,32 +357,31 @@ def prepare(
     equal inputs (the inputs name the base's image id, and it was checked then).
     """
     inputs = project_inputs(project) if inputs is None else inputs
-    plans = project.selected_plans(selection)
+    plans = project.plan()
     resolver = Bases(engine, project, options.base, options.verbose, say)
-    bases = {(p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in p.variant.image.platforms}
-    plan = make_build_plan(inputs, plans, bases, list(selection.names), repository=options.repository)
+    bases = {
+        (p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)
+    }
+    plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_entrypoints(engine, plans, bases)
         check_drift(engine, plans, bases, cache_dir())
     return plan
 
 
-def check_entrypoints(engine: Engine, plans: Sequence[VariantPlan], bases: Mapping[tuple[str, str], BaseInfo]) -> None:
+def check_entrypoints(engine: Engine, plans: Sequence[VariantPlan], bases: BaseMap) -> None:
     """Before any build: each base's ENTRYPOINT against its variant's image.entrypoint (launchcheck): a
     passthrough wrapper nobody decided about, or `keep` of a consuming one, is refused (one probe per base)."""
     kinds: dict[str, str] = {}
-    for plan in plans:
-        decision = plan.variant.image.entrypoint
+    by_name = {p.variant.name: p for p in plans}
+    for (name, platform), base in bases.items():
+        decision = by_name[name].variant.image.entrypoint
         if decision == "clear":
             continue
-        for platform in plan.variant.image.platforms:
-            base = bases.get((plan.variant.name, platform))
-            if base is None:
-                continue
-            info = engine.require(base.image_id)
-            if base.image_id not in kinds:
-                kinds[base.image_id] = launchcheck.probe_base(engine, info, Platform.parse(platform))
-            launchcheck.check_decision(plan.variant.name, base.ref, info.entrypoint, kinds[base.image_id], decision)
+        info = engine.require(base.image_id)
+        if base.image_id not in kinds:
+            kinds[base.image_id] = launchcheck.probe_base(engine, info, platform)
+        launchcheck.check_decision(name, base.ref, info.entrypoint, kinds[base.image_id], decision)
 
 
 def _current(engine: Engine, ref: str, inputs: str) -> bool:
@@ -416,8 +415,7 @@ def dry_run(project: Project, selection: Selection, options: BuildOptions) -> Dr
 
 def dry_plan(project: Project, selection: Selection, options: BuildOptions, engine: Engine | None) -> DryRun:
     """`dry_run` with the engine given (None: no daemon, so bases are unresolved)."""
-    plans = project.selected_plans(selection)
-    bases = dry_bases(project, plans, options.base, engine)
-    names = list(selection.names)
-    plan = make_build_plan(project_inputs(project), plans, bases, names, repository=options.repository)
+    plans = project.plan()
+    bases = dry_bases(project, plans, selection, options.base, engine)
+    plan = make_build_plan(project_inputs(project), plans, bases, selection, repository=options.repository)
     return DryRun(plan, engine is not None)

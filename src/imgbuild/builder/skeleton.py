@@ -158,11 +158,6 @@ def _dirs(path: str) -> list[str]:
     return [str(p) for p in reversed(pure.parents) if str(p) != "."]
 
 
-def vllm_layer(repo: GitRepo, commit: str, package_root: str, site_packages: str) -> bytes:
-    """A layer tar: the .py files of `package_root/` at `commit` under site-packages, plus the .pth."""
-    return packages_layer([(repo, commit, package_root)], site_packages)
-
-
 def packages_layer(trees: Sequence[tuple[GitRepo, str, str]], site_packages: str) -> bytes:
     """A layer tar: the .py files of each pin's (repo, commit, package root) tree under site-packages,
     plus the .pth."""

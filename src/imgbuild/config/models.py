@@ -16,30 +16,38 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from imgbuild.config.yamlsrc import load_yaml, validate
+from imgbuild.errors import UsageError
+from imgbuild.platforms import KNOWN, Platform
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 NAME = r"^[a-z0-9][a-z0-9._-]*$"
 
 
-# What the stand-in skeleton and the vLLM release images serve.
-KNOWN_PLATFORMS = ("linux/arm64", "linux/amd64")
-PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)(/v8)?$")
+def parse_platforms(value: str, *, allow_all: bool = False) -> tuple[Platform, ...]:
+    """A --platform value: one known platform, or where a command takes several (`allow_all`) a
+    comma-separated list of them (`all` is the caller's: it means every declared platform)."""
+    items = [item.strip() for item in value.split(",")] if allow_all else [value]
+    bad = [item for item in items if not _known(item)]
+    if bad:
+        known = ", ".join((*KNOWN, *(("all",) if allow_all else ())))
+        raise UsageError(f"--platform {', '.join(bad)}: unsupported platform; known: {known}")
+    return tuple(Platform.parse(item) for item in items if item)
 
 
 def check_platform(value: str | None, *, allow_all: bool = False) -> str | None:
-    """A --platform value: a known platform, or where a command takes several
-    (`allow_all`), `all` or a comma-separated list of known platforms."""
-    if value is None or (allow_all and value == "all"):
-        return value
-    items = value.split(",") if allow_all else [value]
-    bad = [item for item in items if not PLATFORM_RE.match(item.strip())]
-    if not bad:
-        return value
-    from imgbuild.errors import UsageError
+    """`value` when it is None, `all` (where allowed) or parses (`parse_platforms`); else a UsageError."""
+    if value is not None and not (allow_all and value == "all"):
+        parse_platforms(value, allow_all=allow_all)
+    return value
 
-    known = ", ".join((*KNOWN_PLATFORMS, *(("all",) if allow_all else ())))
-    raise UsageError(f"--platform {', '.join(bad)}: unsupported platform; known: {known}")
+
+def _known(text: str) -> bool:
+    try:
+        Platform.parse(text)
+    except UsageError:
+        return False
+    return True
 
 
 class Strict(BaseModel):
@@ -116,8 +124,8 @@ class ImageSpec(Strict):
     @classmethod
     def _platforms(cls, value: list[str] | None) -> list[str] | None:
         for p in value or []:
-            if not PLATFORM_RE.match(p):
-                raise ValueError(f"unsupported platform {p!r}; known: {', '.join(KNOWN_PLATFORMS)}")
+            if not _known(p):
+                raise ValueError(f"unsupported platform {p!r}; known: {', '.join(KNOWN)}")
         return value
 
 

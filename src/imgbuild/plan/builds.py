@@ -16,11 +16,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.layers import LayerNode, LayerPlan, describe, overlay_files, plan_layers
+from imgbuild.platforms import Platform
+
+if TYPE_CHECKING:
+    from imgbuild.project import Selection
 
 IMAGE_FORMAT = "imgbuild-image/1"
 
@@ -32,9 +37,12 @@ class BaseInfo:
     ref: str
     image_id: str  # sha256:..., or "unresolved" in a dry run without the image
     digest: str | None  # its manifest digest in a registry (a repo digest, or the lock's); None if unknown
-    platform: str
+    platform: Platform
     site_packages: str
     skeleton: bool = False
+
+
+BaseMap = Mapping[tuple[str, Platform], BaseInfo]  # (variant, platform) -> its resolved base
 
 
 @dataclass(frozen=True)
@@ -46,15 +54,6 @@ class ProjectInputs:
     source: labels.Source = field(default_factory=labels.Source)
     upstreams: tuple[labels.Upstream, ...] = ()  # every pin, the first first; empty: just `upstream`
     patch_upstreams: tuple[tuple[str, str], ...] = ()  # patch name -> its pin's name (several pins only)
-
-    @property
-    def package_roots(self) -> tuple[str, ...]:
-        return tuple(u.package_root for u in self.upstreams) or (self.package_root,)
-
-    def roots_of(self, paths: Sequence[str]) -> tuple[str, ...]:
-        """The package roots `paths` are under, in the pins' order."""
-        tops = {p.split("/", 1)[0] for p in paths}
-        return tuple(r for r in self.package_roots if r in tops) or (self.package_root,)
 
 
 class Tagged:
@@ -76,7 +75,7 @@ class Tagged:
 @dataclass(frozen=True)
 class ImageBuild(Tagged):
     variant: str
-    platform: str
+    platform: Platform
     base: BaseInfo
     layers: tuple[str, ...]  # layer names (LayerNode.name), bottom first
     dockerfile: str
@@ -91,7 +90,7 @@ class ImageBuild(Tagged):
     def to_json(self) -> dict[str, object]:
         return {
             "variant": self.variant,
-            "platform": self.platform,
+            "platform": str(self.platform),
             "base": self.base.ref,
             "immutable": self.immutable_ref,
             "moving": list(self.moving_refs),
@@ -123,7 +122,7 @@ class JoinBuild(Tagged):
     def to_json(self) -> dict[str, object]:
         return {
             "variant": self.variant,
-            "platforms": [p.platform for p in self.parts],
+            "platforms": [str(p.platform) for p in self.parts],
             "immutable": self.immutable_ref,
             "moving": list(self.moving_refs),
             "inputs_digest": self.inputs_digest,
@@ -173,24 +172,25 @@ def title_of(repository: str, variant: str, tags: Sequence[str] | None) -> str:
 def make_build_plan(
     project: ProjectInputs,
     plans: Sequence[VariantPlan],
-    bases: Mapping[tuple[str, str], BaseInfo],
-    wanted: Sequence[str],
+    bases: BaseMap,
+    selection: Selection,
     *,
     repository: str | None = None,
 ) -> BuildPlan:
-    """The images of the `wanted` variants; layers are planned over all `plans`.
+    """The images of the selected variants, each on its selected platforms; layers are planned over all
+    `plans`.
 
-    `bases` maps (variant, platform) to its resolved base for every plan. All
+    `bases` maps (variant, platform) to its resolved base for every plan and selected platform. All
     variants on the same base, platform and site-packages are planned
     together, so `build engram-mem` alone makes the same COPY (the same
     BuildKit snapshot, the same layer) that `build latest` then reuses.
     """
     by_name = {p.variant.name: p for p in plans}
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    groups: dict[tuple[Platform, str, str], list[str]] = {}
     for (variant, platform), base in sorted(bases.items()):
         groups.setdefault((platform, base.image_id, base.site_packages), []).append(variant)
 
-    chains: dict[tuple[str, str], tuple[LayerNode, ...]] = {}
+    chains: dict[tuple[str, Platform], tuple[LayerNode, ...]] = {}
     layer_plans: list[tuple[str, LayerPlan]] = []
     for (platform, _, _), variants in groups.items():
         lp = plan_layers({v: overlay_files(by_name[v]) for v in variants})
@@ -200,9 +200,9 @@ def make_build_plan(
 
     images: list[ImageBuild] = []
     joins: list[JoinBuild] = []
-    for name in wanted:
+    for name in selection.names:
         plan = by_name[name]
-        platforms = plan.variant.image.platforms
+        platforms = selection.platforms_of(name)
         parts = tuple(
             _image(project, plan, pf, bases[(name, pf)], chains[(name, pf)], repository, len(platforms) == 1)
             for pf in platforms
@@ -214,7 +214,7 @@ def make_build_plan(
 
 
 def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
-    text = dockerfile.render_join({p.platform.split("/")[1]: p.immutable_ref for p in parts})
+    text = dockerfile.render_join({p.platform.arch: p.immutable_ref for p in parts})
     inputs = _sha(IMAGE_FORMAT, "join", text)
     return JoinBuild(
         variant=plan.variant.name,
@@ -230,7 +230,7 @@ def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ..
 def _image(
     project: ProjectInputs,
     plan: VariantPlan,
-    platform: str,
+    platform: Platform,
     base: BaseInfo,
     chain: tuple[LayerNode, ...],
     repository: str | None,
@@ -258,7 +258,7 @@ def _image(
     keep = v.image.entrypoint == "keep"
     site = base.site_packages
     pre = dockerfile.render_image(base.ref, site, names, v.image.env, image_labels, keep_entrypoint=keep)
-    inputs = _sha(IMAGE_FORMAT, platform, base.image_id, pre)
+    inputs = _sha(IMAGE_FORMAT, str(platform), base.image_id, pre)
     final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
     text = dockerfile.render_image(base.ref, site, names, v.image.env, final_labels, keep_entrypoint=keep)
     # the layers' files are the plan's (the pre-Dockerfile names them by their digest: the inputs cover them)

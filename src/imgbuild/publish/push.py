@@ -111,7 +111,7 @@ def plan_built(result: BuildResult, registry: str, repository: str | None, found
     moving: dict[str, tuple[str, ...]] = {}
     for img in result.images:
         name = reference.join(registry, repository or split_ref(img.immutable)[0]).name
-        push = Push(img.immutable, img.image_id, _target(name, img.immutable), img.platform, img.inputs_digest,
+        push = Push(img.immutable, img.image_id, _target(name, img.immutable), str(img.platform), img.inputs_digest,
                     found.get(img.image_id, {}))  # fmt: skip
         by_variant.setdefault(img.variant, []).append(push)
         moving[img.variant] = tuple(split_ref(r)[1] for r in img.moving)
@@ -134,12 +134,12 @@ def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[Var
         parts = [ib for ib in plan.images if ib.variant == variant]
         name = reference.join(registry, repository or parts[0].repository).name
         pushes = tuple(
-            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), ib.platform, ib.inputs_digest)
+            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), str(ib.platform), ib.inputs_digest)
             for ib in parts
         )
         join = joins.get(variant)
         top = pushes[0] if join is None else Push(
-            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), ",".join(ib.platform for ib in parts)
+            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), ",".join(str(ib.platform) for ib in parts)
         )  # fmt: skip
         moving = join.moving_tags if join else parts[0].moving_tags
         out.append(VariantPublish(variant, name, pushes, top, tuple(moving)))

@@ -26,7 +26,7 @@ def print_dry_run(dry: DryRun) -> None:
             console.print(f"  {entry}", markup=False, highlight=False)
     for join in plan.joins:
         refs = f"{join.immutable_ref} -> {', '.join(join.moving_refs)}"
-        console.rule(f"image {join.variant} ({', '.join(p.platform for p in join.parts)}): {refs}")
+        console.rule(f"image {join.variant} ({', '.join(str(p.platform) for p in join.parts)}): {refs}")
         console.print(join.dockerfile, markup=False, highlight=False, soft_wrap=True)
 
 
