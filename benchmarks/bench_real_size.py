@@ -221,7 +221,7 @@ class Bench:
         rev = sh(["git", "-C", str(w / "new"), "log", "-1", "--format=%h %s"]).stdout.strip()
         self.facts.append(f"NEW's project: a clone of {ROOT} at {rev[:90]}")
         sh(["git", "clone", "-q", "--no-checkout", str(ROOT), str(w / "old")])
-        sh(["git", "-C", str(w / "old"), "checkout", "-q", OLD_REV])
+        sh(["git", "-C", str(w / "old"), "checkout", "-q", self.args.old_rev])
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "IMGBUILD_ECHO")}
         env["PYTHONPYCACHEPREFIX"] = str(w / "pycache")  # warm bytecode, as an installed package has
         self.env: dict[str, dict[str, str]] = {}
@@ -559,7 +559,7 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
-def machine_facts() -> list[str]:
+def machine_facts(args: argparse.Namespace) -> list[str]:
     ver = subprocess.run(
         ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, check=False
     ).stdout.strip()
@@ -576,7 +576,7 @@ def machine_facts() -> list[str]:
     return [
         f"machine: {platform.node()} {platform.machine()}, nproc {os.cpu_count()}, kernel {platform.release()}",
         f"docker {ver} (storage driver {driver}), {bx}",
-        f"NEW: {ROOT} at {head}, src {'with uncommitted changes' if dirty else 'clean'}; OLD: {OLD_REV}",
+        f"NEW: {ROOT} at {head}, src {'with uncommitted changes' if dirty else 'clean'}; OLD: {args.old_rev}",
     ]
 
 
@@ -634,6 +634,7 @@ def main() -> int:
     ap.add_argument("--old-first-rounds", type=int, default=1, help="OLD's first builds (~3 min, 9 GB each); 0: none")
     ap.add_argument("--new-src", type=Path, default=ROOT / "src")
     ap.add_argument("--old-src", type=Path, default=Path("/work/old/src"))
+    ap.add_argument("--old-rev", default=OLD_REV, help="the commit OLD's project is cloned at (its src: --old-src)")
     ap.add_argument("--no-old", action="store_true", help="leave OLD out of edit and noop (its OCI layout needs ~9 GB)")
     ap.add_argument("--work-parent", default=None, help="where the work directory goes (default: $TMPDIR)")
     ap.add_argument("--out", type=Path, default=None, help="also write the report here")
@@ -645,7 +646,7 @@ def main() -> int:
     start_load = load()
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     print(f"start: {start_load}", flush=True)
-    facts = machine_facts()  # at the start: the branch may move during the run
+    facts = machine_facts(args)  # at the start: the branch may move during the run
     bench = Bench(args)
     rows: list[Row] = []
     failed: list[str] = []

@@ -191,8 +191,9 @@ class Runner:
 
     def make(self) -> dict[str, tuple[str, bool]]:
         """Every image of the plan, built or reused: immutable ref -> (image id, built). The builds run
-        BUILDS_AT_ONCE at a time (each is one buildx process: on the runtime base two at once took
-        0.5 s less than one after the other for latest and engram-mem, benchmarks/results/issue21-real-size.txt)."""
+        BUILDS_AT_ONCE at a time (each is one buildx process; after a one-line edit, latest and
+        engram-mem on the runtime base took 1.35 s two at once against 1.58 s one after the other, medians of
+        9 interleaved runs: benchmarks/results/issue21-real-size.txt, run 9)."""
         made: dict[str, tuple[str, bool]] = {}
         todo = []
         for ib in self.plan.images:
