@@ -7,14 +7,14 @@
    the pinned release's pristine file in the base.
 3. Refuse tag collisions with images imgbuild did not build, before touching
    any tag.
-4. Build each image (one BuildKit call each, engine.py: the base, one COPY
-   per layer, the metadata; a layer two images share is one BuildKit
-   snapshot): tag the immutable tag, smoke-test, and only then move the
-   moving tags. An image whose inputs digest matches is reused without any
-   docker build. A variant made for
-   several platforms is then joined into one multi-platform image, which
-   takes its moving tags. A failure or an interrupt puts the tags back as
-   they were.
+4. Build every image that needs it under its immutable tag, two at a time
+   (one BuildKit call each, engine.py: the base, one COPY per layer, the
+   metadata; a layer two images share is one BuildKit snapshot); an image
+   whose inputs digest matches is reused without any docker build. Then, in
+   plan order, smoke-test each and only then move its moving tags. A variant
+   made for several platforms is then joined into one multi-platform image,
+   which takes its moving tags. A failure or an interrupt puts the tags back
+   as they were.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ OnSmoke = Callable[[SmokeReport], None]
 
 
 class Runner:
-    """Each image in plan order: built (or reused), smoke-tested, then its moving tags moved;
+    """Every image built (or reused), then each in plan order smoke-tested and its moving tags moved;
     then each multi-platform variant's join. Every tag an image writes is noted first, and a failure or an
     interrupt puts back those of every image not done yet, saying any it could not (an image done before
     the failure keeps its tags)."""
