@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.plan import labels
+from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
 from imgbuild.publish import signing
@@ -68,9 +69,14 @@ class Push:
     local: str
     digest: str  # the local id: on the containerd store, the manifest (or index) digest the registry gets
     target: str
-    platform: str  # one platform, or several comma-separated for a join
+    platforms: tuple[Platform, ...]  # one, or several for a join
     inputs_digest: str = ""
     labels: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def platform(self) -> str:
+        """As people and the JSON name it: `linux/arm64`, or `linux/arm64,linux/amd64` for a join."""
+        return ",".join(map(str, self.platforms))
 
     def to_json(self) -> dict[str, object]:
         return {"local": self.local, "manifest": self.digest, "inputs": self.inputs_digest, "ref": self.target}
@@ -111,12 +117,12 @@ def plan_built(result: BuildResult, registry: str, repository: str | None, found
     moving: dict[str, tuple[str, ...]] = {}
     for img in result.images:
         name = reference.join(registry, repository or split_ref(img.immutable)[0]).name
-        push = Push(img.immutable, img.image_id, _target(name, img.immutable), str(img.platform), img.inputs_digest,
+        push = Push(img.immutable, img.image_id, _target(name, img.immutable), (img.platform,), img.inputs_digest,
                     found.get(img.image_id, {}))  # fmt: skip
         by_variant.setdefault(img.variant, []).append(push)
         moving[img.variant] = tuple(split_ref(r)[1] for r in img.moving)
         if img.index_ref:
-            platforms = ",".join(p.platform for p in by_variant[img.variant])
+            platforms = tuple(pf for p in by_variant[img.variant] for pf in p.platforms)
             tops[img.variant] = Push(img.index_ref, img.index, _target(name, img.index_ref), platforms)
         else:
             tops[img.variant] = push
@@ -134,12 +140,12 @@ def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[Var
         parts = [ib for ib in plan.images if ib.variant == variant]
         name = reference.join(registry, repository or parts[0].repository).name
         pushes = tuple(
-            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), str(ib.platform), ib.inputs_digest)
+            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), (ib.platform,), ib.inputs_digest)
             for ib in parts
         )
         join = joins.get(variant)
         top = pushes[0] if join is None else Push(
-            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), ",".join(str(ib.platform) for ib in parts)
+            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), tuple(ib.platform for ib in parts)
         )  # fmt: skip
         moving = join.moving_tags if join else parts[0].moving_tags
         out.append(VariantPublish(variant, name, pushes, top, tuple(moving)))
@@ -165,7 +171,7 @@ def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
     if have is not None and have.digest == push.digest:
         return False
     say(f"pushing {push.local} ({push.platform}) as {target}")
-    if name and "," in push.platform:
+    if name and len(push.platforms) > 1:
         tools.copy_tag(f"{name}@{push.digest}", target)
         pushed = tools.inspect_required(target).digest
     else:
