@@ -56,8 +56,9 @@ def echoing() -> bool:
 
 def echo(argv: Iterable[str]) -> None:
     """Print `+ argv` on stderr when echoing (also for what is not a process: SDK calls)."""
-    if echoing():
-        print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+    if echoing():  # one write per line: two builds echo from two threads
+        sys.stderr.write("+ " + shlex.join(argv) + "\n")
+        sys.stderr.flush()
 
 
 def run(

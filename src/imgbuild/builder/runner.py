@@ -190,10 +190,12 @@ class Runner:
         return info.id
 
     def make(self) -> dict[str, tuple[str, bool]]:
-        """Every image of the plan, built or reused: immutable ref -> (image id, built). The builds run
-        BUILDS_AT_ONCE at a time (each is one buildx process; after a one-line edit, latest and
-        engram-mem on the runtime base took 1.35 s two at once against 1.58 s one after the other, medians of
-        9 interleaved runs: benchmarks/results/issue21-real-size.txt, run 9)."""
+        """Every image of the plan, built or reused: immutable ref -> (image id, built).
+
+        The builds run BUILDS_AT_ONCE at a time, each one buildx process (one at a time with --verbose, whose
+        build logs would interleave). After a one-line edit, latest and engram-mem on the runtime base took
+        1.35 s two at once against 1.58 s one after the other, medians of 9 interleaved runs
+        (benchmarks/results/issue21-real-size.txt, run 9)."""
         made: dict[str, tuple[str, bool]] = {}
         todo = []
         for ib in self.plan.images:
@@ -206,7 +208,7 @@ class Runner:
                 self.say(f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused "
                          "(no docker build)")  # fmt: skip
                 made[ib.immutable_ref] = (image_id, False)
-        with ThreadPoolExecutor(BUILDS_AT_ONCE) as pool:
+        with ThreadPoolExecutor(1 if self.options.verbose else BUILDS_AT_ONCE) as pool:  # --verbose: one log at a time
             ids = list(pool.map(lambda ib: self._build(ib.context, ib.immutable_ref, [ib.platform]), todo))
         for ib, image_id in zip(todo, ids, strict=True):
             history.record(cache_dir(), ib.immutable_ref, image_id)  # the order `imgbuild history` shows
