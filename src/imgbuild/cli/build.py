@@ -68,7 +68,7 @@ def build(
     repository: RepoOpt = None,
     platform: PlatformOpt = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Rebuild layers and images even when their inputs are unchanged.")
+        bool, typer.Option("--force", help="Rebuild every image, without BuildKit's cache, even when unchanged.")
     ] = False,
     dry_run: Annotated[
         bool,
