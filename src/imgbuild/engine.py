@@ -1,17 +1,8 @@
 """Every docker call goes through this module: the docker SDK for the engine, the buildx CLI for builds.
 
-One engine is supported: Docker 26 or later with the containerd image store
-(`.ci/setup-host.sh` installs it). There BuildKit uses a base in the local
-store as it is (no export of the base anywhere), a loaded image's id is its
-manifest digest, and a push keeps that digest. `Engine.connect` refuses any
-other engine with one error that names what it found and the fix.
-
-`Engine.build` is the one place that runs `docker buildx build`: one call
-per image (one platform, or the FROM-only join of several platforms' images),
-`--provenance=false` and SOURCE_DATE_EPOCH, so equal inputs give equal
-digests. Everything else (inspect, tag, untag, pull, run, read files) is the
-docker SDK. With IMGBUILD_ECHO=1 each operation is echoed as the docker
-command it amounts to. Failures become DockerError with a hint.
+One engine is supported: Docker 26+ with the containerd image store, where a loaded image's id is its
+manifest digest and a push keeps it. `Engine.build` is the one place that runs `docker buildx build`.
+With IMGBUILD_ECHO=1 each operation is echoed as the docker command it amounts to.
 """
 
 from __future__ import annotations
@@ -73,7 +64,6 @@ class ImageInfo:
     labels: dict[str, str]
     layers: tuple[str, ...]
     size: int
-    last_tagged: str = ""  # the engine's Metadata.LastTagTime (the latest tag written to this image, any name)
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> ImageInfo:
@@ -92,17 +82,11 @@ class ImageInfo:
             labels=dict(cfg.get("Labels") or {}),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             size=int(attrs.get("Size") or 0),
-            last_tagged=str((attrs.get("Metadata") or {}).get("LastTagTime") or ""),
         )
 
     @property
     def platform(self) -> Platform:
         return Platform.of(self.os, self.arch, self.variant)
-
-    @property
-    def digest(self) -> str:
-        """The repo digest when the image came from a registry, else the image id."""
-        return self.registry_digest or self.id
 
     @property
     def registry_digest(self) -> str | None:
@@ -235,13 +219,6 @@ class Engine:
             raise DockerError(f"no image {ref!r} in the local image store", hint="build it first, or check the name")
         return info
 
-    def labelled(self, key: str, value: str) -> list[ImageInfo]:
-        """Every local image whose label `key` is `value` (e.g. every image of a variant)."""
-        echo(["docker", "images", "--filter", f"label={key}={value}"])
-        rows = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
-        found = (self.image(str(row["Id"])) for row in rows)  # a listed id may be gone by now
-        return [info for info in found if info is not None]
-
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         if not repo or "/" in tag:
@@ -281,15 +258,9 @@ class Engine:
         builder: str | None = None,
         compress: bool = True,
     ) -> str:
-        """Build `context` (a tar for stdin, or a directory) into the local store under `tags`; its image id.
-
-        Several platforms only for a join (a Dockerfile of FROM lines), whose image is the index over the
-        platforms' images as they are. `builder` names a buildx builder or a docker context to build on.
-        `compress=False` stores the layers uncompressed: for the stand-in bases, whose GBs of layers are never
-        pushed, gzip is most of the build's time (a 200 MB layer here: 37 s compressed, 9 s not).
-        """
-        if not tags:
-            raise ValueError("build needs a tag")
+        """Build `context` (a tar for stdin, or a directory) under `tags`, `--provenance=false` and
+        SOURCE_DATE_EPOCH so equal inputs give equal digests; its image id. Several platforms only for a join.
+        `compress=False`: the stand-in bases' layers, never pushed, where gzip is most of the build's time."""
         args = [self.cli, *self._builder_args(builder), "build", "--progress", "plain", "--provenance=false"]
         args += ["--platform", ",".join(str(p) for p in platforms)]
         args += ["--load"] if compress else ["--output", "type=docker,compression=uncompressed,force-compression=true"]
@@ -358,28 +329,26 @@ class Engine:
         )
 
     # -- containers -------------------------------------------------------
-    def read_files(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, bytes | None]:
-        """The bytes of each absolute path in the image (None: missing or not a regular file).
-
-        The container is created, never started, so no emulation is needed.
-        """
-        echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
+    @contextlib.contextmanager
+    def _container(self, ref: str, **kwargs: Any) -> Iterator[str]:
+        """A container of `ref` labelled with this process (remove_leftovers' mark), removed after."""
         api = self.client.api
         cid = None
         try:
             with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
-                cid = self._call(
-                    api.create_container,
-                    ref,
-                    command=["imgbuild-read-only"],
-                    platform=str(platform) if platform else None,
-                    labels=_owner(),
-                )["Id"]
-            return {path: self._read_one(cid, path) for path in paths}
+                cid = self._call(api.create_container, ref, labels=_owner(), **kwargs)["Id"]
+            yield cid
         finally:
-            if cid is not None:
-                with held_interrupts():
-                    self._call(api.remove_container, cid, force=True)
+            with held_interrupts(), contextlib.suppress(*SdkErrors):
+                if cid is not None:
+                    api.remove_container(cid, force=True)
+
+    def read_files(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, bytes | None]:
+        """The bytes of each absolute path in the image (None: missing or not a regular file); the container
+        is never started, so no emulation is needed."""
+        echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
+        with self._container(ref, command=["imgbuild-read-only"], platform=str(platform) if platform else None) as cid:
+            return {path: self._read_one(cid, path) for path in paths}
 
     def _read_one(self, cid: str, path: str) -> bytes | None:
         try:
@@ -404,29 +373,21 @@ class Engine:
         binds: Sequence[str] = (),
         environment: Mapping[str, str] | None = None,
     ) -> RunResult:
-        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given.
-
-        `binds` ("host:container[:ro]") and `environment` are what runtime_run.runtime_run_options gives.
-        """
+        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given."""
         opts = ["--platform", str(platform)] if platform else []
         opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
         opts += [a for b in binds for a in ("-v", b)]
         opts += [a for k, v in sorted((environment or {}).items()) for a in ("-e", f"{k}={v}")]
         echo(["docker", "run", "--rm", *opts, ref, *argv])
         api = self.client.api
-        cid = None
-        try:
-            with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
-                cid = self._call(
-                    api.create_container,
-                    ref,
-                    command=list(argv),
-                    platform=str(platform) if platform else None,
-                    entrypoint=list(entrypoint) if entrypoint is not None else None,
-                    labels=_owner(),
-                    environment=dict(environment) if environment else None,
-                    host_config=api.create_host_config(binds=list(binds)) if binds else None,
-                )["Id"]
+        with self._container(
+            ref,
+            command=list(argv),
+            platform=str(platform) if platform else None,
+            entrypoint=list(entrypoint) if entrypoint is not None else None,
+            environment=dict(environment) if environment else None,
+            host_config=api.create_host_config(binds=list(binds)) if binds else None,
+        ) as cid:
             try:
                 api.start(cid)
             except docker.errors.APIError as exc:  # e.g. the entrypoint does not exist in the image
@@ -441,10 +402,6 @@ class Engine:
                 code, timed_out = -1, True
             stdout = self._call(api.logs, cid, stdout=True, stderr=False).decode(errors="replace")
             stderr = self._call(api.logs, cid, stdout=False, stderr=True).decode(errors="replace")
-        finally:
-            with held_interrupts(), contextlib.suppress(*SdkErrors):
-                if cid is not None:
-                    api.remove_container(cid, force=True)
         return RunResult(code, stdout, stderr, timed_out)
 
 

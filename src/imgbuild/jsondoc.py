@@ -36,8 +36,6 @@ VERSIONS: dict[str, int] = {
     "build-plan": 2,  # build --dry-run
     "smoke": 1,
     "inspect": 1,
-    "history": 1,
-    "rollback": 1,
     "skeleton": 1,
     "skeleton-runtime": 1,
     "lock": 1,

@@ -1,11 +1,5 @@
-"""Bases for a build: which image each variant and platform builds on, and whether it carries the pin.
-
-`Bases.resolve` finds a base in the local store (pulling it if it is not
-there), builds a stand-in (`skeleton`, `runtime`) when asked, and asks the
-base where `vllm/` lives unless the variant says. `check_drift` refuses a
-base whose planned files are not the pinned release's pristine files, and
-keeps a passed check in the cache so an unchanged base is not read again.
-"""
+"""Bases for a build: each variant and platform's base (local, pulled, or a stand-in built), where its
+`vllm/` lives, and the drift check that it carries the pinned release's pristine files."""
 
 from __future__ import annotations
 
@@ -67,21 +61,14 @@ def runtime_spec(project: Project, site_packages: str | None, platform: str) -> 
     from imgbuild.builder import runtime_base, runtime_lock
 
     lock = runtime_lock.load_lock(project.root, platform)
-    pin = lock.pin(runtime_lock.ROOT)
-    if pin is None or pin.version != project.pin.version:
-        raise UpstreamError(
-            f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks vllm "
-            f"{pin.version if pin else '(none)'}, but patches/upstream.yaml pins {project.pin.version}",
-            hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
-        )
-    for more in project.pins[1:]:  # each further pin's package must be locked at its pinned release
-        if not isinstance(more.source, WheelSource):
-            continue
-        locked = lock.pin(more.source.project)
-        if locked is None or locked.version != more.source.version:
+    wanted = [(runtime_lock.ROOT, project.pin.version)]  # and each further pin's wheel, at its pinned release
+    wanted += [(p.source.project, p.source.version) for p in project.pins[1:] if isinstance(p.source, WheelSource)]
+    for name, version in wanted:
+        locked = lock.pin(name)
+        if locked is None or locked.version != version:
             raise UpstreamError(
-                f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks {more.source.project} "
-                f"{locked.version if locked else '(none)'}, but patches/upstream.yaml pins {more.source.version}",
+                f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks {name} "
+                f"{locked.version if locked else '(none)'}, but patches/upstream.yaml pins {version}",
                 hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
             )
     return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
@@ -117,8 +104,6 @@ SITE_PROBE = (
 
 
 class Bases:
-    """Resolves and caches bases for one run."""
-
     def __init__(self, engine: Engine, project: Project, base: str | None, verbose: bool, say: Say) -> None:
         self.engine, self.project, self.base, self.verbose, self.say = engine, project, base, verbose, say
         self._info: dict[tuple[str, Platform], ImageInfo] = {}
@@ -198,13 +183,8 @@ def check_drift(
     bases: BaseMap,
     cache: Path | None = None,
 ) -> None:
-    """Refuse when a planned file in a base is not the pinned release's pristine file.
-
-    A base that passed with the same planned files is not read again: `cache`
-    (the imgbuild cache's drift-checked/) keeps one file per `drift_key`, so a
-    different base id, site-packages or pinned hash checks again. An image id
-    is a digest of the image, so its files cannot change under it.
-    """
+    """Refuse when a planned file in a base is not the pinned release's pristine file. A pass is kept in
+    `cache`/drift-checked/ under its `drift_key` (an image id is a digest: its files cannot change)."""
     problems: list[str] = []
     by_name = {p.variant.name: p for p in plans}
     by_base: dict[tuple[str, Platform, str], dict[str, str | None]] = {}

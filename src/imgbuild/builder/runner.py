@@ -1,21 +1,6 @@
-"""Build variant images on a real Docker engine: plan, check, then act.
-
-1. Plan every variant (files, layers, Dockerfiles, tags) with the pure
-   functions of plan/; `--dry-run` stops here.
-2. Resolve each base (a local image, a pull, or the skeleton stand-in), its
-   site-packages directory, and refuse base drift: every planned file must be
-   the pinned release's pristine file in the base.
-3. Refuse tag collisions with images imgbuild did not build, before touching
-   any tag.
-4. Build every image that needs it under its immutable tag, two at a time
-   (one BuildKit call each, engine.py: the base, one COPY per layer, the
-   metadata; a layer two images share is one BuildKit snapshot); an image
-   whose inputs digest matches is reused without any docker build. Then, in
-   plan order, smoke-test each and only then move its moving tags. A variant
-   made for several platforms is then joined into one multi-platform image,
-   which takes its moving tags. A failure or an interrupt puts the tags back
-   as they were.
-"""
+"""Build variant images: plan, resolve bases and check drift, refuse tag collisions, build (two at a
+time; an image whose inputs digest matches is reused with no docker call), then in plan order smoke-test
+each and move its moving tags, then join each multi-platform variant. A failure puts the tags back."""
 
 from __future__ import annotations
 
@@ -24,7 +9,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from imgbuild.builder import history
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
@@ -96,11 +80,8 @@ class ImageResult:
 
 @dataclass(frozen=True)
 class DryRun:
-    """What `build --dry-run` shows: the plan, and whether the daemon answered (else the bases are
-    unresolved and the digests provisional)."""
-
     plan: BuildPlan
-    asked: bool
+    asked: bool  # the daemon answered; else the bases are unresolved and the digests provisional
 
     def to_json(self) -> dict[str, object]:
         return self.plan.to_json()
@@ -137,10 +118,8 @@ OnSmoke = Callable[[SmokeReport], None]
 
 
 class Runner:
-    """Every image built (or reused), then each in plan order smoke-tested and its moving tags moved;
-    then each multi-platform variant's join. Every tag an image writes is noted first, and a failure or an
-    interrupt puts back those of every image not done yet, saying any it could not (an image done before
-    the failure keeps its tags)."""
+    """Builds, smoke tests, tags and joins a plan. Every tag is noted before it is written; a failure or an
+    interrupt puts back those of every image not done yet (an image done before the failure keeps its tags)."""
 
     def __init__(
         self,
@@ -182,24 +161,12 @@ class Runner:
             self.engine.tag(image_id, ref)
         return bool(pending)
 
-    def _current(self, ref: str, key: str, digest: str) -> str | None:
-        """The id under `ref` when its label `key` is `digest` (so it needs no build), unless --force."""
-        info = self.engine.image(ref)
-        if info is None or info.labels.get(key) != digest or self.options.force:
-            return None
-        return info.id
-
     def make(self) -> dict[str, tuple[str, bool]]:
-        """Every image of the plan, built or reused: immutable ref -> (image id, built).
-
-        The builds run BUILDS_AT_ONCE at a time, each one buildx process (one at a time with --verbose, whose
-        build logs would interleave). After a one-line edit, latest and engram-mem on the runtime base took
-        1.35 s two at once against 1.58 s one after the other, medians of 9 interleaved runs
-        (benchmarks/results/issue21-real-size.txt, run 9)."""
+        """Every image of the plan, built (BUILDS_AT_ONCE at a time) or reused: immutable ref -> (id, built)."""
         made: dict[str, tuple[str, bool]] = {}
         todo = []
         for ib in self.plan.images:
-            image_id = self._current(ib.immutable_ref, labels.INPUTS, ib.inputs_digest)
+            image_id = None if self.options.force else _current(self.engine, ib.immutable_ref, ib.inputs_digest)
             if image_id is None:
                 self.say(f"{ib.variant}: building {ib.immutable_ref} for {ib.platform}")
                 self._note(ib.immutable_ref)
@@ -210,9 +177,7 @@ class Runner:
                 made[ib.immutable_ref] = (image_id, False)
         with ThreadPoolExecutor(1 if self.options.verbose else BUILDS_AT_ONCE) as pool:  # --verbose: one log at a time
             ids = list(pool.map(lambda ib: self._build(ib.context, ib.immutable_ref, [ib.platform]), todo))
-        for ib, image_id in zip(todo, ids, strict=True):
-            history.record(cache_dir(), ib.immutable_ref, image_id)  # the order `imgbuild history` shows
-            made[ib.immutable_ref] = (image_id, True)
+        made.update({ib.immutable_ref: (image_id, True) for ib, image_id in zip(todo, ids, strict=True)})
         return made
 
     def image(self, ib: ImageBuild, join: JoinBuild | None, image_id: str, built: bool) -> ImageResult:
@@ -265,7 +230,6 @@ class Runner:
         if index_id is None:
             self.say(f"{join.variant}: joining {', '.join(map(str, platforms))} as {join.immutable_ref}")
             index_id = self._build(join.context, join.immutable_ref, platforms)
-            history.record(cache_dir(), join.immutable_ref, index_id)
         smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
         moved = self._move(index_id, join.moving_refs) if smoked else False
         for r in results:
@@ -367,15 +331,8 @@ def prepare(
     say: Say = _stderr,
     inputs: ProjectInputs | None = None,
 ) -> BuildPlan:
-    """Plan, resolve bases, check drift: everything before the first tag or build.
-
-    By default a build makes each variant's first platform under the plain tags
-    (`vllm-dsv41:latest`); `--platform all` or `a,b` (Project.select) several:
-    one image per platform, joined into one multi-platform image per tag.
-
-    The drift check is skipped only when every wanted image already exists with
-    equal inputs (the inputs name the base's image id, and it was checked then).
-    """
+    """Plan, resolve bases, check entrypoints and drift: everything before the first tag or build. The checks
+    are skipped when every image exists with equal inputs (which name the base's id, checked then)."""
     inputs = project_inputs(project) if inputs is None else inputs
     plans = project.plan()
     resolver = Bases(engine, project, options.base, options.verbose, say)
@@ -404,9 +361,10 @@ def check_entrypoints(engine: Engine, plans: Sequence[VariantPlan], bases: BaseM
         launchcheck.check_decision(name, base.ref, info.entrypoint, kinds[base.image_id], decision)
 
 
-def _current(engine: Engine, ref: str, inputs: str) -> bool:
+def _current(engine: Engine, ref: str, inputs: str) -> str | None:
+    """The id under `ref` when its `imgbuild.inputs` label is `inputs` (so it needs no build)."""
     info = engine.image(ref)
-    return info is not None and info.labels.get(labels.INPUTS) == inputs
+    return info.id if info is not None and info.labels.get(labels.INPUTS) == inputs else None
 
 
 def build(
@@ -434,7 +392,6 @@ def dry_run(project: Project, selection: Selection, options: BuildOptions) -> Dr
 
 
 def dry_plan(project: Project, selection: Selection, options: BuildOptions, engine: Engine | None) -> DryRun:
-    """`dry_run` with the engine given (None: no daemon, so bases are unresolved)."""
     plans = project.plan()
     bases = dry_bases(project, plans, selection, options.base, engine)
     plan = make_build_plan(project_inputs(project), plans, bases, selection, repository=options.repository)

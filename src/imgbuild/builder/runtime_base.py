@@ -1,26 +1,9 @@
-"""The runtime base: a stand-in base that can `import vllm` (the skeleton plus the locked wheels).
-
-Per platform, the image is
-
-- a Debian bookworm rootfs with the full python3 (3.11: asyncio, ctypes... are not in
-  python3-minimal) and libstdc++6 (torch's C++ runtime), made by mmdebstrap and cached;
-- one layer with every wheel of `images/runtime-lock/<platform>.txt` (vllm itself included)
-  installed on the host by pip (`--target --platform --no-deps --require-hashes`, from
-  wheels cached by sha256), so nothing runs under qemu at build time. It goes to the
-  site-packages the stock image uses, which a .pth makes a site directory of bookworm's
-  python (`site.addsitedir`, so the .pth files wheels ship there, e.g. cutlass's, work);
-  console scripts go to /usr/local/bin with their shebang set to the image's python3.
-  No byte code is compiled: measured, it saves nothing on `import vllm` here (the time
-  goes to loading torch's libraries), and costs minutes and 10% of the size.
-
-BuildKit makes the image from the installed tree (`FROM scratch`, `ADD` of the
-rootfs tar, `COPY` of the tree, skeleton.base_dockerfile), every file's mtime set to 0
-first so that equal locks give equal layers.
-
-The image is tagged by a digest of the lock, the rootfs recipe and this format: a warm
-build finds it and does nothing. Wheels download into a staging directory and move into
-`<cache>/runtime/wheels/<sha256>/` only after their hash is checked, under a lock, so an
-interrupted run leaves the cache sound.
+"""The runtime base: a stand-in base that can `import vllm`. Per platform: a bookworm rootfs with python3
+and libstdc++6 (mmdebstrap, cached), then one layer of every wheel of `images/runtime-lock/<platform>.txt`,
+pip-installed on the host (`--target --platform --no-deps --require-hashes`, so nothing runs under qemu)
+into the stock image's site-packages, made a site directory by a .pth. No byte code is compiled: it saves
+nothing on `import vllm` and costs minutes. Tagged by a digest of the lock, the rootfs recipe and FORMAT;
+wheels are cached by sha256, moved in only once checked, under a lock.
 """
 
 from __future__ import annotations
@@ -40,11 +23,11 @@ from pathlib import Path
 
 from imgbuild.builder import runtime_lock as rl
 from imgbuild.builder.skeleton import (
+    BASE_EPOCH,
     PTH,
     SITE_PACKAGES,
     RootfsRecipe,
     base_dockerfile,
-    base_epoch,
     ensure_rootfs,
     rootfs_into,
 )
@@ -167,9 +150,6 @@ def fetch_wheels(lock: rl.Lock, cache: Path) -> int:
             final.mkdir(parents=True, exist_ok=True)
             os.replace(path, final / path.name)
             del by_hash[digest]
-        if by_hash:
-            names = ", ".join(f"{p.name}=={p.version}" for p in by_hash.values())
-            raise UpstreamError(f"pip did not download {names}")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return len(missing)
@@ -263,7 +243,7 @@ def ensure_runtime(
             context = build_context(target, rootfs, spec.site_packages, labels_of(spec))
             platforms = [Platform.parse(spec.platform)]
             engine.build(
-                context, tags=[spec.tag], platforms=platforms, epoch=base_epoch(), compress=False, verbose=verbose
+                context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose
             )
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -1,17 +1,7 @@
-"""The runtime base's lock: the pinned vLLM wheel's resolved requirements, per platform (pure).
-
-One file per platform under `images/runtime-lock/` (`linux-amd64.txt`, `linux-arm64.txt`) in
-pip's `--require-hashes` format, one requirement per line:
-
-    torch==2.14.0 --hash=sha256:<64 hex>
-
-`exclude.yaml` beside them names packages left out of the base, per platform, each with
-its reason (no wheel for the platform, or GPU-only and not needed to import).
-
-The lock is made from `pip install --dry-run --report` (see runtime_base.relock). pip
-evaluates environment markers for the host it runs on, not for `--platform`
-(pypa/pip#11664), so `lock_from_report` walks the requirements again from vllm with the
-target's marker environment and keeps only what the target needs.
+"""The runtime base's lock (pure): per platform, `images/runtime-lock/<platform>.txt` pins the vllm wheel's
+requirements in pip's `--require-hashes` format, and `exclude.yaml` names packages left out, with reasons.
+pip evaluates markers for the host, not `--platform` (pypa/pip#11664), so `lock_from_report` walks the
+requirements again from vllm under the target's markers.
 """
 
 from __future__ import annotations

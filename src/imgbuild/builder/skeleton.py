@@ -1,28 +1,10 @@
-"""An offline stand-in for the stock vLLM base image.
-
-The skeleton is small but faithful where imgbuild looks:
-
-- a Debian rootfs for the target arch with python3 (mmdebstrap, variant
-  essential, python3-minimal; about a minute, once);
-- the pinned release's `vllm/` Python tree (the .py files of the pinned
-  commit) at /usr/local/lib/python3.12/dist-packages/vllm, where the stock
-  image has it. Debian's python is 3.11, so a .pth file in
-  /usr/lib/python3/dist-packages (a site directory for every Debian python3)
-  puts that directory on sys.path;
-- ENTRYPOINT ["vllm", "serve"] like the stock image, so clearing it is tested.
-
-It has no torch, so `import vllm` fails on it: smoke commands that need the
-real runtime are replaced by `smoke.skeleton_commands` (see smoke.py).
-
-BuildKit makes it (`FROM scratch`, `ADD` of the rootfs tar and of the
-`vllm/` tree's tar, `--platform` setting the architecture; `base_dockerfile`).
-The tag is keyed by a digest of every input, and the rootfs tar is cached
-under the user cache directory, so it is rebuilt only when missing.
-"""
+"""An offline stand-in for the stock vLLM base: a Debian rootfs with python3 (mmdebstrap, cached) plus the
+pinned release's `.py` tree where the stock image has it, and its ENTRYPOINT ["vllm", "serve"]. It has no
+torch, so smoke commands that need the real runtime are replaced (smoke.skeleton_commands). The tag is keyed
+by a digest of every input."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -31,14 +13,14 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from imgbuild import proc
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import DockerError
-from imgbuild.plan.dockerfile import quote
+from imgbuild.plan.dockerfile import quote, tar_files
 from imgbuild.plan.labels import SKELETON
 from imgbuild.platforms import Platform
 from imgbuild.upstream.git import GitRepo
@@ -153,11 +135,6 @@ def ensure_rootfs(recipe: RootfsRecipe, cache: Path, *, verbose: bool = False) -
     return out
 
 
-def _dirs(path: str) -> list[str]:
-    pure = PurePosixPath(path)
-    return [str(p) for p in reversed(pure.parents) if str(p) != "."]
-
-
 def packages_layer(trees: Sequence[tuple[GitRepo, str, str]], site_packages: str) -> bytes:
     """A layer tar: the .py files of each pin's (repo, commit, package root) tree under site-packages,
     plus the .pth."""
@@ -175,19 +152,7 @@ def packages_layer(trees: Sequence[tuple[GitRepo, str, str]], site_packages: str
         if len(files) == before:
             raise DockerError(f"the pinned commit {commit} has no .py files under {package_root}/")
     files[PTH] = f"{site_packages}\n".encode()
-    dirs = sorted({d for name in files for d in _dirs(name)})
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted([*dirs, *files]):
-            info = tarfile.TarInfo(name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
-            if name in files:
-                info.mode, info.size = 0o644, len(files[name])
-                tar.addfile(info, io.BytesIO(files[name]))
-            else:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-    return buf.getvalue()
+    return tar_files(files, 0)
 
 
 def base_dockerfile(labels: dict[str, str], steps: list[str]) -> str:
@@ -205,19 +170,7 @@ def rootfs_into(context: Path, rootfs: Path) -> None:
         shutil.copyfile(rootfs, context / "rootfs.tar")
 
 
-@contextlib.contextmanager
-def _staging(directory: Path) -> Iterator[Path]:
-    """A build context directory beside the cached rootfs (so it can be hard-linked), removed after."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=".context-", dir=directory))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def base_epoch() -> int:
-    return 0  # the stand-ins' config dates: fixed, as the stock image's do not matter here
+BASE_EPOCH = 0  # the stand-ins' config dates: fixed, as the stock image's do not matter here
 
 
 def ensure_skeleton(
@@ -245,14 +198,15 @@ def ensure_skeleton(
         "imgbuild.upstream.commit": spec.upstream_commit,
         "org.opencontainers.image.description": "imgbuild skeleton: offline stand-in for the stock vLLM image",
     }
-    with _staging(cache / "skeleton") as context:
+    with tempfile.TemporaryDirectory(prefix=".context-", dir=rootfs.parent) as tmp:  # beside it: a hard link
+        context = Path(tmp)
         rootfs_into(context, rootfs)
         trees = [(repo, spec.upstream_commit, spec.package_root)]
         trees += [(r, commit, root) for r, (commit, root) in zip(more_repos, spec.more, strict=True)]
         (context / "vllm.tar").write_bytes(packages_layer(trees, spec.site_packages))
         (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
         platforms = [Platform.parse(spec.platform)]
-        engine.build(context, tags=[spec.tag], platforms=platforms, epoch=base_epoch(), compress=False, verbose=verbose)
+        engine.build(context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose)
     info = engine.require(spec.tag)
     if info.arch != spec.arch:
         raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")

@@ -13,7 +13,6 @@ from imgbuild import __version__
 from imgbuild.cli import (
     bake,
     build,
-    history,
     inspect,
     lock,
     patches,
@@ -21,7 +20,6 @@ from imgbuild.cli import (
     publish,
     quickstart,
     recipe,
-    rollback,
     skeleton,
     smoke,
 )
@@ -57,8 +55,6 @@ app.add_typer(patches.app, name="patches")
 app.command("build")(build.build)
 app.command("smoke")(smoke.smoke_cmd)
 app.command("inspect")(inspect.inspect)
-app.command("history")(history.history)
-app.command("rollback")(rollback.rollback)
 app.command("skeleton")(skeleton.skeleton)
 app.command("lock")(lock.lock)
 app.command("bake")(bake.bake)

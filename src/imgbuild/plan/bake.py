@@ -1,28 +1,9 @@
 """`buildkit/docker-bake.json`: one buildx bake target per variant (pure rendering).
 
-Each target has the variant's platforms, tags, labels, cache settings, an
-inline Dockerfile and the shared context `buildkit/context/` (paths are
-relative to the repository root, where `docker buildx bake` runs):
-
-    ARG BASE=<base from images.lock, by index digest>
-    FROM ${BASE}
-    COPY layers/<layer name>/ <site-packages>/     one per layer (a digest of its files)
-    ENV ...
-    ENTRYPOINT []
-    CMD []
-
-The layers and the Dockerfile are `imgbuild build`'s (layers.plan_layers, dockerfile.render_image), so
-engram-mem is base + the shared layer, and latest is the same shared layer
-(same instruction on the same base: one BuildKit snapshot, one blob) + the
-Engram layer. The context directories are named by a digest of their files,
-so the committed bake file names exactly the content it expects, and a
-missing or stale context fails the build instead of building something
-else. The context is generated (`imgbuild bake`), not committed; the JSON is
-committed, and `imgbuild bake --check` fails when it is out of date.
-
-Labels come from the inputs only (labels.image_labels), never from the run.
-A bake target covers every platform, so its `imgbuild.inputs` digest hashes
-the platforms, the locked base and the Dockerfile, not a per-platform base.
+Each target: the variant's platforms, tags, labels (from the inputs only), GitHub Actions cache, and
+`imgbuild build`'s Dockerfile with `ARG BASE=<base locked in images.lock>`, on the shared context
+`buildkit/context/` (generated, not committed) whose layer directories are named by a digest of their files,
+so a stale context fails the build. A target's `imgbuild.inputs` hashes its platforms, base and Dockerfile.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""From file plans and resolved bases to exact builds (pure).
-
-`make_build_plan` turns the variants' file plans into image builds (one
-BuildKit call each): Dockerfiles, contexts, labels, tags and inputs digests.
-Nothing here talks to docker; `builder/runner.py` resolves the bases first
-and executes the result, and `--dry-run` just prints it.
-
-An image's inputs digest hashes its platform, its base's image id and its
-Dockerfile, which names each layer by a digest of its files and holds every
-label and ENV; it is the `imgbuild.inputs` label and the tail of the
-immutable tag.
+"""From file plans and resolved bases to exact builds (pure): Dockerfiles, contexts, labels, tags. An image's
+inputs digest hashes its platform, its base's id and its Dockerfile (which names each layer by a digest of
+its files); it is the `imgbuild.inputs` label and the tail of the immutable tag.
 """
 
 from __future__ import annotations

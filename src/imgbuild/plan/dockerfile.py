@@ -1,18 +1,6 @@
-"""Dockerfiles and build contexts, rendered by pure functions.
-
-Two kinds of build, neither with a RUN (so no emulation is needed):
-
-- a variant image: `FROM` its base, one `COPY` per imgbuild layer, then ENV,
-  LABEL and the cleared `ENTRYPOINT []` / `CMD []` (the ENTRYPOINT is kept
-  where the variant says `image.entrypoint: keep`). Images that share a layer
-  share its COPY on the same base: one BuildKit snapshot, so one layer, byte
-  for byte (`imgbuild build` and the bake file alike);
-- a join: one `FROM` per platform's image, picked by TARGETARCH, so that
-  BuildKit makes the multi-platform index over those images as they are.
-
-The context is a tar made here: only the files of the image's layers plus the
-Dockerfile, sorted, uid/gid 0, fixed modes and mtime 0, so equal inputs give
-an equal context (and `buildx build -` reads it from stdin).
+"""Dockerfiles and build contexts (pure). A variant image: FROM its base, one COPY per layer (images sharing
+a layer share one BuildKit snapshot), ENV, LABEL, the cleared ENTRYPOINT/CMD. A join: one FROM per platform's
+image, picked by TARGETARCH. No RUN, so no emulation. Contexts are deterministic tars.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""What the pinned release and the series contribute to every image's labels and digests.
-
-Its own module so that `publish` and `bake` get it without importing build.py,
-and with it the docker SDK.
-"""
+"""What the pinned release and the series contribute to every image's labels and digests (without docker)."""
 
 from __future__ import annotations
 

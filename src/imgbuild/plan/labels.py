@@ -1,15 +1,6 @@
-"""Image labels: what an image says about its inputs (pure).
-
-Standard OCI keys (org.opencontainers.image.*) plus an `imgbuild.` namespace
-with the upstream pin, the series digest, each patch's state and each file's
-state and sha256. As the OCI spec defines them, `source` and `revision` name
-this project's repository and commit (the source that built the image; the
-vLLM release is in `imgbuild.upstream.*`), `base.name` is a fully qualified
-reference, and `source`, `revision` and `base.digest` are absent when unknown
-rather than a placeholder. Everything is derived from the inputs, `created` included
-(the newest patch Last-Update or the upstream commit date, never the wall
-clock), so equal inputs give byte-equal image configs. Values are compact
-JSON where structured; the whole set stays around 1-2 KB.
+"""Image labels (pure): OCI keys plus `imgbuild.*` (the pin, the series, each patch's and file's state).
+OCI `source`/`revision` name this project's repository and commit, absent when unknown. Everything, `created`
+included, derives from the inputs, so equal inputs give byte-equal image configs.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Choose the image layers for a set of variants (pure).
 
-Each variant's image is the base plus the files it carries patched. Files it
-carries original are the base's own files (checked for drift before a build),
-so no image ever carries a layer that reverts a file.
-
-`plan_layers` arranges the variants' patched files into a forest of layers so
-that every variant's image is a prefix-extension of the images it shares files
-with: the files common to a group of variants go into one layer below all of
-them, and the rest is split the same way, most-shared file first. For the
-project's two images this gives: layer 0 = the non-Engram patched files
-(engram-mem's whole overlay), layer 1 = the Engram files on top (latest).
-
-When variants share files pairwise but no layering serves them all (A={a,b},
-B={b,c}, C={a,c}), some file has to be copied into more than one layer; the
-plan says so in `notes`.
+Each image is its base plus the files it carries patched (the original ones are the base's, checked for
+drift), so no layer reverts a file. `plan_layers` puts the files common to a group of variants into one layer
+below them all, then splits the rest the same way, most-shared file first. When no layering serves every
+variant (A={a,b}, B={b,c}, C={a,c}), a file is copied into several layers and `notes` says so.
 """
 
 from __future__ import annotations
