@@ -14,8 +14,9 @@ from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import labels
-from imgbuild.plan.builds import BaseMap, BuildPlan, ImageBuild, JoinBuild, ProjectInputs, make_build_plan
+from imgbuild.plan.builds import BaseMap, BuildPlan, ImageBuild, JoinBuild, make_build_plan
 from imgbuild.plan.inputs import project_inputs
+from imgbuild.plan.labels import ProjectInputs
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.smoke import launchcheck

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
-
-if TYPE_CHECKING:
-    from imgbuild.project import Project
 
 # images.skeleton.SITE_PACKAGES, spelled here so --help loads no image code (tests/git/test_cli.py checks it)
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
@@ -45,21 +42,19 @@ def skeleton(
 ) -> None:
     """Build the skeleton base: a Debian rootfs with python3 plus the pinned release's vllm/ tree.
 
-    Offline after the first run: the rootfs (mmdebstrap, about a minute) is cached under
-    the user cache directory and the image is tagged by a digest of its inputs. Build
-    variants on it with `imgbuild build --base skeleton`. It has no torch: smoke
-    commands marked for real bases are skipped on it.
-
-    With --runtime it builds the runtime base (`imgbuild build --base runtime`): pip
-    installs the locked wheels on the host (nothing runs under qemu), the image is tagged
-    by the lock's digest, and a warm run downloads and builds nothing.
+    Offline after the first run (the rootfs is cached; the image is tagged by a digest of its inputs). Build
+    variants on it with `imgbuild build --base skeleton`. It has no torch: smoke commands marked for real bases
+    are skipped on it. With --runtime it builds the runtime base (`imgbuild build --base runtime`): the locked
+    wheels pip-installed on the host, tagged by the lock's digest; a warm run downloads and builds nothing.
 
     Examples:
       imgbuild skeleton --platform linux/arm64
       imgbuild skeleton --runtime --platform linux/amd64 --json
       imgbuild skeleton --runtime --relock --platform linux/arm64
     """
-    from imgbuild.builder import bases as engine
+    from imgbuild.builder import bases
+    from imgbuild.builder import runtime_base as rb
+    from imgbuild.builder import runtime_lock as rl
     from imgbuild.builder import skeleton as skel
     from imgbuild.config.models import check_platform
     from imgbuild.engine import Engine
@@ -75,9 +70,32 @@ def skeleton(
     if relock and not runtime:
         raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
     if runtime:
-        _runtime(project, platform, site_packages, force=force, relock=relock, verbose=verbose, as_json=as_json)
+        if relock:
+            rb.relock(project.root, platform, project.pin.version, verbose=verbose)
+        rspec = bases.runtime_spec(project, site_packages, platform)
+        res = rb.ensure_runtime(Engine.connect(), rspec, cache_dir(), force=force, verbose=verbose)
+        if as_json:
+            print_json(
+                "skeleton-runtime",
+                {
+                    "tag": rspec.tag,
+                    "image_id": res.info.id,
+                    "platform": str(res.info.platform),
+                    "site_packages": rspec.site_packages,
+                    "lock": str(rl.LOCK_DIR / rl.lock_name(platform)),
+                    "lock_digest": rspec.lock.digest(),
+                    "wheels": len(rspec.lock.pins),
+                    "built": res.built,
+                    "downloaded": res.downloaded,
+                    "download_bytes": res.download_bytes,
+                    "image_bytes": res.info.size,
+                    "seconds": round(res.seconds, 1),
+                },
+            )
+        else:
+            print(rspec.tag)
         return
-    spec = engine.skeleton_spec(project, site_packages, platform)
+    spec = bases.skeleton_spec(project, site_packages, platform)
     info = skel.ensure_skeleton(
         Engine.connect(),
         spec,
@@ -85,7 +103,7 @@ def skeleton(
         cache_dir(),
         force=force,
         verbose=verbose,
-        more_repos=engine.more_repos(project),
+        more_repos=bases.more_repos(project),
     )
     if as_json:
         print_json(
@@ -99,48 +117,5 @@ def skeleton(
                 "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
             },
         )
-        return
-    print(spec.tag)
-
-
-def _runtime(
-    project: Project,
-    platform: str,
-    site_packages: str | None,
-    *,
-    force: bool,
-    relock: bool,
-    verbose: bool,
-    as_json: bool,
-) -> None:
-    from imgbuild.builder import bases as engine
-    from imgbuild.builder import runtime_base as rb
-    from imgbuild.builder import runtime_lock as rl
-    from imgbuild.engine import Engine
-    from imgbuild.report.tables import print_json
-    from imgbuild.upstream.mirror import cache_dir
-
-    if relock:
-        rb.relock(project.root, platform, project.pin.version, verbose=verbose)
-    spec = engine.runtime_spec(project, site_packages, platform)
-    res = rb.ensure_runtime(Engine.connect(), spec, cache_dir(), force=force, verbose=verbose)
-    if as_json:
-        print_json(
-            "skeleton-runtime",
-            {
-                "tag": spec.tag,
-                "image_id": res.info.id,
-                "platform": str(res.info.platform),
-                "site_packages": spec.site_packages,
-                "lock": str(rl.LOCK_DIR / rl.lock_name(platform)),
-                "lock_digest": spec.lock.digest(),
-                "wheels": len(spec.lock.pins),
-                "built": res.built,
-                "downloaded": res.downloaded,
-                "download_bytes": res.download_bytes,
-                "image_bytes": res.info.size,
-                "seconds": round(res.seconds, 1),
-            },
-        )
-        return
-    print(spec.tag)
+    else:
+        print(spec.tag)

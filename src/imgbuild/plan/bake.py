@@ -9,9 +9,11 @@ so a stale context fails the build. A target's `imgbuild.inputs` hashes its plat
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,14 +22,14 @@ from pathlib import Path
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
-from imgbuild.plan.builds import ProjectInputs, repository_of, title_of
+from imgbuild.plan.builds import repository_of, title_of
+from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import overlay_files, plan_layers
 from imgbuild.registry.lock import Lock
 
 BAKE_FILE = "buildkit/docker-bake.json"
 CONTEXT_DIR = "buildkit/context"
 BAKE_FORMAT = "imgbuild-bake/1"
-STAMP = ".imgbuild-context"
 # A loopback registry: pushable when one runs (.ci/start-registry.sh), never a namespace of
 # somebody else; CI and users set REGISTRY (e.g. ghcr.io/OWNER).
 DEFAULT_REGISTRY = "localhost:5000"
@@ -58,10 +60,6 @@ class Bake:
     targets: tuple[BakeTarget, ...]
     context: Mapping[str, bytes] = field(repr=False)  # path under buildkit/context -> bytes
     text: str  # the JSON file
-
-    @property
-    def context_digest(self) -> str:
-        return _digest(f"{p}\0{hashlib.sha256(d).hexdigest()}" for p, d in sorted(self.context.items()))
 
 
 def _digest(lines: Iterable[str]) -> str:
@@ -120,20 +118,14 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
     keep = v.image.entrypoint == "keep"
     text = dockerfile.render_image(base, site, chain, v.image.env, {}, keep_entrypoint=keep, base_arg=True)
     image_labels = labels.image_labels(
-        plan=plan,
-        upstream=inputs.upstream,
-        series_digest=inputs.series_digest,
-        created=inputs.created,
+        plan,
+        inputs,
         base_ref=v.image.base or "",
         base_digest=base_digest,
         site_packages=site,
         layers=chain,
-        user=dict(v.image.labels),
         title=title_of(repository_of(plan, None), v.name, v.image.tags),
-        upstreams=inputs.upstreams,
-        patch_upstreams=dict(inputs.patch_upstreams),
-        # No source/revision: the committed file cannot name the commit that holds it.
-        # CI adds them at build time (images.yml); `imgbuild build` and `publish` write them.
+        source=None,  # the committed file cannot name the commit that holds it: CI adds source/revision
     )
     digest = _digest([BAKE_FORMAT, *v.image.platforms, base, text, json.dumps(image_labels, sort_keys=True)])
     final = dict(sorted({**image_labels, labels.INPUTS: digest}.items()))
@@ -186,16 +178,9 @@ def write_context(root: Path, bake: Bake) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".context-", dir=target.parent))
     try:
-        for rel, data in sorted(bake.context.items()):
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            path.chmod(0o644)
-        (staging / STAMP).write_text(bake.context_digest + "\n")
-        for dirpath, dirnames, filenames in os.walk(staging, topdown=False):
-            for name in [*filenames, *dirnames]:
-                os.utime(Path(dirpath) / name, (0, 0), follow_symlinks=False)
-            Path(dirpath).chmod(0o755)
+        with tarfile.open(fileobj=io.BytesIO(dockerfile.tar_files(bake.context, 0))) as tar:
+            tar.extractall(staging, filter="data")  # 0644 files, 0755 dirs, mtime 0
+        staging.chmod(0o755)
         os.utime(staging, (0, 0))
         old = None
         if target.exists():
@@ -226,9 +211,7 @@ def context_problems(root: Path, bake: Bake) -> list[str] | None:
     target = root / CONTEXT_DIR
     if not target.is_dir():
         return None
-    have = {
-        str(p.relative_to(target)): p.read_bytes() for p in sorted(target.rglob("*")) if p.is_file() and p.name != STAMP
-    }
+    have = {str(p.relative_to(target)): p.read_bytes() for p in sorted(target.rglob("*")) if p.is_file()}
     problems = [f"{CONTEXT_DIR}/{p}: missing" for p in sorted(set(bake.context) - set(have))]
     problems += [f"{CONTEXT_DIR}/{p}: not in the plan" for p in sorted(set(have) - set(bake.context))]
     problems += [

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
+from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import LayerNode, LayerPlan, describe, overlay_files, plan_layers
 from imgbuild.platforms import Platform
 
@@ -35,17 +36,6 @@ class BaseInfo:
 
 
 BaseMap = Mapping[tuple[str, Platform], BaseInfo]  # (variant, platform) -> its resolved base
-
-
-@dataclass(frozen=True)
-class ProjectInputs:
-    upstream: labels.Upstream  # the first pin: the images' version
-    package_root: str
-    series_digest: str
-    created: str
-    source: labels.Source = field(default_factory=labels.Source)
-    upstreams: tuple[labels.Upstream, ...] = ()  # every pin, the first first; empty: just `upstream`
-    patch_upstreams: tuple[tuple[str, str], ...] = ()  # patch name -> its pin's name (several pins only)
 
 
 class Tagged:
@@ -233,19 +223,14 @@ def _image(
     repo = repository_of(plan, repository)
     names = tuple(node.name for node in chain)
     image_labels = labels.image_labels(
-        plan=plan,
-        upstream=project.upstream,
-        series_digest=project.series_digest,
-        created=project.created,
+        plan,
+        project,
         base_ref=base.ref,
         base_digest=base.digest,
         site_packages=base.site_packages,
         layers=names,
-        user=dict(v.image.labels),
         title=title_of(repo, v.name, v.image.tags),
         source=project.source,
-        upstreams=project.upstreams,
-        patch_upstreams=dict(project.patch_upstreams),
     )
     keep = v.image.entrypoint == "keep"
     site = base.site_packages

@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 
 from imgbuild.plan import labels
-from imgbuild.plan.builds import ProjectInputs
+from imgbuild.plan.labels import ProjectInputs
 from imgbuild.project import Project
 from imgbuild.upstream.git import GitError, GitRepo
 

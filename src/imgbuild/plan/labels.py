@@ -11,7 +11,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from imgbuild.config.models import GitSource, UpstreamPin
 from imgbuild.errors import ConfigError
@@ -194,23 +194,30 @@ def parse_files(value: str) -> list[FileLabel]:
     return out
 
 
+@dataclass(frozen=True)
+class ProjectInputs:
+    upstream: Upstream  # the first pin: the images' version
+    package_root: str
+    series_digest: str
+    created: str
+    source: Source = field(default_factory=Source)
+    upstreams: tuple[Upstream, ...] = ()  # every pin, the first first; empty: just `upstream`
+    patch_upstreams: tuple[tuple[str, str], ...] = ()  # patch name -> its pin's name (several pins only)
+
+
 def image_labels(
-    *,
     plan: VariantPlan,
-    upstream: Upstream,
-    series_digest: str,
-    created: str,
+    inputs: ProjectInputs,
+    *,
     base_ref: str,
     base_digest: str | None,
     site_packages: str,
     layers: Sequence[str],
-    user: Mapping[str, str],
     title: str,
-    source: Source | None = None,
-    upstreams: Sequence[Upstream] = (),
-    patch_upstreams: Mapping[str, str] | None = None,
+    source: Source | None,
 ) -> dict[str, str]:
     """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
+    user, upstream, upstreams = dict(plan.variant.image.labels), inputs.upstream, inputs.upstreams
     for key in user:
         if key.startswith(PREFIX):
             raise ConfigError(
@@ -225,7 +232,7 @@ def image_labels(
     }
     labels = {
         f"{OCI}version": upstream.version,
-        f"{OCI}created": created,
+        f"{OCI}created": inputs.created,
         f"{OCI}title": title,
         f"{OCI}licenses": LICENSES,
         f"{OCI}base.name": qualified(base_ref) if base_ref else "",
@@ -236,14 +243,14 @@ def image_labels(
         f"{PREFIX}upstream.url": upstream.url,
         f"{PREFIX}upstream.tag": upstream.tag,
         f"{PREFIX}upstream.commit": upstream.commit,
-        f"{PREFIX}series": series_digest,
+        f"{PREFIX}series": inputs.series_digest,
         f"{PREFIX}patches": patches_label(plan),
         f"{PREFIX}files": files_label(plan),
         f"{PREFIX}site-packages": site_packages,
         f"{PREFIX}layers": compact(list(layers)),
     }
     if len(upstreams) > 1:  # absent with one pin, so a single-upstream project's images are as they were
-        labels[UPSTREAMS] = upstreams_label(plan, upstreams, patch_upstreams or {})
+        labels[UPSTREAMS] = upstreams_label(plan, upstreams, dict(inputs.patch_upstreams))
     if plan.variant.image.entrypoint == "keep":  # absent otherwise, so the other images' labels are unchanged
         labels[ENTRYPOINT] = "keep"
     labels[CONFIG] = config_label(labels, plan.variant.image.env)
