@@ -119,7 +119,7 @@ def test_dry_run_json_is_what_the_cli_printed_before(
     project: Project, names: list[str], platform: str | None, name: str
 ) -> None:
     dry = dry_plan(project, project.select(names, platform), BuildOptions(base="base:1"), None)
-    assert json.loads(json.dumps(dry.to_json())) == golden(name)
+    assert json.loads(json.dumps(dry.plan.to_json())) == golden(name)
 
 
 def test_a_variant_made_for_several_platforms_is_joined_and_the_join_takes_its_moving_tags(project: Project) -> None:

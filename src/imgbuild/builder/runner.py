@@ -4,6 +4,7 @@ each and move its moving tags, then join each multi-platform variant. A failure 
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -83,9 +84,6 @@ class ImageResult:
 class DryRun:
     plan: BuildPlan
     asked: bool  # the daemon answered; else the bases are unresolved and the digests provisional
-
-    def to_json(self) -> dict[str, object]:
-        return self.plan.to_json()
 
 
 @dataclass
@@ -309,17 +307,15 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
 def importer_finder(project: Project) -> ImporterFinder:
     """Each release's modules that import the given planned files of that upstream, scanned once per set
     of files (every pinned upstream: its patched files, its importers in its own release)."""
-    found: dict[tuple[str, ...], list[str]] = {}
 
+    @functools.cache
     def find(files: tuple[str, ...]) -> list[str]:
-        if files not in found:
-            out: list[str] = []
-            for pin in project.pins:
-                own = [f for f in files if f.split("/", 1)[0] == pin.package_root]
-                if own:
-                    out += release_importers(project.pin_tree(pin.name), own, pin.package_root)
-            found[files] = sorted(dict.fromkeys(out))
-        return found[files]
+        out: list[str] = []
+        for pin in project.pins:
+            own = [f for f in files if f.split("/", 1)[0] == pin.package_root]
+            if own:
+                out += release_importers(project.pin_tree(pin.name), own, pin.package_root)
+        return sorted(dict.fromkeys(out))
 
     return find
 

@@ -116,7 +116,7 @@ def build(
     if dry_run:
         dry = engine.dry_run(project, selection, opts)
         if as_json:
-            print_json("build-plan", dry.to_json())
+            print_json("build-plan", dry.plan.to_json())
         else:
             print_dry_run(dry)
         return

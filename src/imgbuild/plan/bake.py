@@ -8,14 +8,13 @@ so a stale context fails the build. A target's `imgbuild.inputs` hashes its plat
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.builds import repository_of, title_of
 from imgbuild.plan.labels import ProjectInputs
-from imgbuild.plan.layers import overlay_files, plan_layers
+from imgbuild.plan.layers import digest_lines, overlay_files, plan_layers
 from imgbuild.registry.lock import Lock
 
 BAKE_FILE = "buildkit/docker-bake.json"
@@ -60,13 +59,6 @@ class Bake:
     targets: tuple[BakeTarget, ...]
     context: Mapping[str, bytes] = field(repr=False)  # path under buildkit/context -> bytes
     text: str  # the JSON file
-
-
-def _digest(lines: Iterable[str]) -> str:
-    h = hashlib.sha256()
-    for line in lines:
-        h.update(line.encode() + b"\n")
-    return h.hexdigest()
 
 
 def escape(value: str) -> str:
@@ -127,7 +119,7 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         title=title_of(repository_of(plan, None), v.name, v.image.tags),
         source=None,  # the committed file cannot name the commit that holds it: CI adds source/revision
     )
-    digest = _digest([BAKE_FORMAT, *v.image.platforms, base, text, json.dumps(image_labels, sort_keys=True)])
+    digest = digest_lines([BAKE_FORMAT, *v.image.platforms, base, text, json.dumps(image_labels, sort_keys=True)])
     final = dict(sorted({**image_labels, labels.INPUTS: digest}.items()))
     return BakeTarget(
         variant=v.name,

@@ -5,7 +5,6 @@ its files); it is the `imgbuild.inputs` label and the tail of the immutable tag.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -14,7 +13,7 @@ from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.labels import ProjectInputs
-from imgbuild.plan.layers import LayerNode, LayerPlan, describe, overlay_files, plan_layers
+from imgbuild.plan.layers import LayerNode, LayerPlan, describe, digest_lines, overlay_files, plan_layers
 from imgbuild.platforms import Platform
 
 if TYPE_CHECKING:
@@ -128,14 +127,6 @@ class BuildPlan:
         }
 
 
-def _sha(*parts: str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode())
-        h.update(b"\n")
-    return h.hexdigest()
-
-
 def repository_of(plan: VariantPlan, override: str | None) -> str:
     repo = override or plan.variant.image.repository
     if not repo:
@@ -197,7 +188,7 @@ def make_build_plan(
 
 def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
     text = dockerfile.render_join({p.platform.arch: p.immutable_ref for p in parts})
-    inputs = _sha(IMAGE_FORMAT, "join", text)
+    inputs = digest_lines([IMAGE_FORMAT, "join", text])
     return JoinBuild(
         variant=plan.variant.name,
         parts=parts,
@@ -235,7 +226,7 @@ def _image(
     keep = v.image.entrypoint == "keep"
     site = base.site_packages
     pre = dockerfile.render_image(base.ref, site, names, v.image.env, image_labels, keep_entrypoint=keep)
-    inputs = _sha(IMAGE_FORMAT, str(platform), base.image_id, pre)
+    inputs = digest_lines([IMAGE_FORMAT, str(platform), base.image_id, pre])
     final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
     text = dockerfile.render_image(base.ref, site, names, v.image.env, final_labels, keep_entrypoint=keep)
     # the layers' files are the plan's (the pre-Dockerfile names them by their digest: the inputs cover them)

@@ -5,6 +5,7 @@ included, derives from the inputs, so equal inputs give byte-equal image configs
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -125,19 +126,13 @@ def source_url(remote: str) -> str | None:
     return f"https://{host}{path}"
 
 
-def parse_last_update(value: str) -> dt.datetime | None:
-    """A DEP-3 Last-Update (YYYY-MM-DD), as midnight UTC; None if unparseable."""
-    try:
-        day = dt.date.fromisoformat(value.strip()[:10])
-    except ValueError:
-        return None
-    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-
-
 def source_date(last_updates: Sequence[str], upstream_commit_time: int) -> str:
-    """`created` for every image of a project: the newest of its inputs' dates."""
-    dates = [d for d in (parse_last_update(v) for v in last_updates) if d is not None]
-    dates.append(dt.datetime.fromtimestamp(upstream_commit_time, tz=dt.UTC))
+    """`created` for every image of a project: the newest of its inputs' dates (a DEP-3 Last-Update,
+    YYYY-MM-DD, counts as midnight UTC; an unparseable one is skipped)."""
+    dates = [dt.datetime.fromtimestamp(upstream_commit_time, tz=dt.UTC)]
+    for value in last_updates:
+        with contextlib.suppress(ValueError):
+            dates.append(dt.datetime.combine(dt.date.fromisoformat(value.strip()[:10]), dt.time(), dt.UTC))
     return max(dates).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -162,10 +157,9 @@ def files_label(plan: VariantPlan) -> str:
 
 
 def patches_label(plan: VariantPlan) -> str:
-    states = {n: "applied" for n in plan.variant.selected}
-    states.update({n: "reverted" for n in plan.variant.reverted})
-    order = [*plan.variant.selected, *plan.variant.reverted]
-    return compact({n: states[n] for n in order})
+    return compact(
+        {**dict.fromkeys(plan.variant.selected, "applied"), **dict.fromkeys(plan.variant.reverted, "reverted")}
+    )
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from imgbuild.patches.variants import VariantPlan
+
+
+def digest_lines(lines: Iterable[str]) -> str:
+    """The sha256 of `lines`, each ended by a newline."""
+    return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
 
 
 @dataclass(frozen=True, order=True)
@@ -36,10 +41,7 @@ class LayerNode:
     def name(self) -> str:
         """The layer's context directory (`layers/<name>/`) and its entry in `imgbuild.layers`: a digest of
         its files, so equal files give an equal COPY (and BuildKit one snapshot) whichever image holds it."""
-        h = hashlib.sha256()
-        for line in (NAME_FORMAT, *(f"{f.path}\0{f.sha256}" for f in self.files)):
-            h.update(line.encode() + b"\n")
-        return h.hexdigest()[:16]
+        return digest_lines([NAME_FORMAT, *(f"{f.path}\0{f.sha256}" for f in self.files)])[:16]
 
 
 @dataclass(frozen=True)
