@@ -102,18 +102,13 @@ class RunResult:
     timed_out: bool = False
 
 
-def parse_version(text: str) -> tuple[int, int, int]:
-    """(major, minor, patch) of a docker version such as '26.1.5+dfsg1'; (0, 0, 0) if unreadable."""
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else (0, 0, 0)
-
-
 def engine_problem(version: str, driver_status: Sequence[Any]) -> str | None:
     """Why this engine cannot build imgbuild's images (None: it can)."""
     store = any(isinstance(row, list | tuple) and len(row) == 2 and row[1] == CONTAINERD_SNAPSHOTTER
                 for row in driver_status)  # fmt: skip
     problems = []
-    if parse_version(version)[:2] < MIN_VERSION:
+    m = re.match(r"v?(\d+)\.(\d+)", version.strip())  # e.g. 26.1.5+dfsg1
+    if not m or (int(m[1]), int(m[2])) < MIN_VERSION:
         problems.append(f"docker {version or '(unknown version)'}")
     if not store:
         problems.append("the classic image store")

@@ -74,6 +74,12 @@ def runtime_spec(project: Project, site_packages: str | None, platform: str) -> 
     return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
 
 
+STAND_INS: dict[str, Callable[[Project, str | None, str], skeleton.SkeletonSpec | runtime_base.RuntimeSpec]] = {
+    SKELETON: skeleton_spec,
+    RUNTIME: runtime_spec,
+}
+
+
 def dry_bases(
     project: Project, plans: Sequence[VariantPlan], selection: Selection, base: str | None, engine: Engine | None
 ) -> dict[tuple[str, Platform], BaseInfo]:
@@ -83,8 +89,8 @@ def dry_bases(
         for platform in selection.platforms_of(plan.variant.name):
             ref = base_ref(plan, base)
             site = plan.variant.image.site_packages
-            if ref in (SKELETON, RUNTIME):
-                spec = (skeleton_spec if ref == SKELETON else runtime_spec)(project, site, str(platform))
+            if ref in STAND_INS:
+                spec = STAND_INS[ref](project, site, str(platform))
                 ref, site = spec.tag, spec.site_packages
             info = engine.image(ref) if engine else None
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
@@ -111,27 +117,25 @@ class Bases:
 
     def resolve(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
         ref = base_ref(plan, self.base)
-        skel = ref == SKELETON
         site_cfg = plan.variant.image.site_packages
-        if skel:
-            spec = skeleton_spec(self.project, site_cfg, str(platform))
+        if ref in STAND_INS:  # built here when missing
+            spec = STAND_INS[ref](self.project, site_cfg, str(platform))
+            if (spec.tag, platform) not in self._info:
+                self._info[(spec.tag, platform)] = self._stand_in(spec)
             ref = spec.tag
-            if (ref, platform) not in self._info:
-                up = self.project.upstream
-                self._info[(ref, platform)] = skeleton.ensure_skeleton(
-                    self.engine, spec, up.repo, cache_dir(), verbose=self.verbose, more_repos=more_repos(self.project)
-                )
-        elif ref == RUNTIME:
-            rspec = runtime_spec(self.project, site_cfg, str(platform))
-            ref = rspec.tag
-            if (ref, platform) not in self._info:
-                from imgbuild.builder import runtime_base
-
-                built = runtime_base.ensure_runtime(self.engine, rspec, cache_dir(), verbose=self.verbose)
-                self._info[(ref, platform)] = built.info
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
         return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
+
+    def _stand_in(self, spec: skeleton.SkeletonSpec | runtime_base.RuntimeSpec) -> ImageInfo:
+        if isinstance(spec, skeleton.SkeletonSpec):
+            repos = more_repos(self.project)
+            return skeleton.ensure_skeleton(
+                self.engine, spec, self.project.upstream.repo, cache_dir(), verbose=self.verbose, more_repos=repos
+            )
+        from imgbuild.builder import runtime_base
+
+        return runtime_base.ensure_runtime(self.engine, spec, cache_dir(), verbose=self.verbose).info
 
     def _image(self, ref: str, platform: Platform) -> ImageInfo:
         if (ref, platform) not in self._info:

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from imgbuild.builder.skeleton import (
     RootfsRecipe,
     base_dockerfile,
     ensure_rootfs,
+    log,
     rootfs_into,
 )
 from imgbuild.digests import sha256_file
@@ -44,10 +44,6 @@ INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, wh
 IMAGE_PYTHON = "/usr/bin/python3"
 BIN = "usr/local/bin"
 PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-
-
-def _log(msg: str) -> None:
-    print(f"imgbuild: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -112,8 +108,9 @@ def cache_lock(cache: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _staging(cache: Path, what: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f".staging-{what}-", dir=cache / "runtime"))
+def _staging(cache: Path, what: str) -> tempfile.TemporaryDirectory[str]:
+    """A staging directory in the runtime cache (so its files move in by rename), removed after."""
+    return tempfile.TemporaryDirectory(prefix=f".staging-{what}-", dir=cache / "runtime", ignore_cleanup_errors=True)
 
 
 def _pip(args: list[str], *, verbose: bool, what: str) -> None:
@@ -133,25 +130,17 @@ def fetch_wheels(lock: rl.Lock, cache: Path) -> int:
     missing = [p for p in lock.pins if cached_wheel(cache, p) is None]
     if not missing:
         return 0
-    _log(f"downloading {len(missing)} of {len(lock.pins)} locked wheels for {lock.platform} (once; cached by sha256)")
-    staging = _staging(cache, "download")
-    try:
-        req = staging / "requirements.txt"
+    log(f"downloading {len(missing)} of {len(lock.pins)} locked wheels for {lock.platform} (once; cached by sha256)")
+    with _staging(cache, "download") as tmp:
+        req = Path(tmp) / "requirements.txt"
         req.write_text("".join(p.line() + "\n" for p in missing))
-        out = staging / "wheels"
+        out = Path(tmp) / "wheels"
         args = ["download", "--no-deps", "--require-hashes", "-d", str(out), "-r", str(req)]
         _pip([*args, *_target_args(lock.platform)], verbose=True, what=f"download for {lock.platform}")
-        by_hash = {p.sha256: p for p in missing}
-        for path in sorted(out.iterdir()):
-            digest = sha256_file(path)
-            if digest not in by_hash:
-                raise UpstreamError(f"pip downloaded {path.name}, which the lock does not name (sha256 {digest})")
-            final = wheel_dir(cache) / digest
+        for path in sorted(out.iterdir()):  # pip checked each against the lock's hashes
+            final = wheel_dir(cache) / sha256_file(path)
             final.mkdir(parents=True, exist_ok=True)
             os.replace(path, final / path.name)
-            del by_hash[digest]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return len(missing)
 
 
@@ -180,7 +169,7 @@ def install_tree(lock: rl.Lock, cache: Path, target: Path, *, verbose: bool = Fa
             raise UpstreamError(f"{pin.name}=={pin.version} is not in the wheel cache")
         lines.append(f"{wheel} --hash=sha256:{pin.sha256}\n")
     req.write_text("".join(lines))
-    _log(f"installing {len(lock.pins)} wheels for {lock.platform} on the host (pip --target; a few minutes)")
+    log(f"installing {len(lock.pins)} wheels for {lock.platform} on the host (pip --target; a few minutes)")
     args = ["install", "--no-index", "--no-deps", "--require-hashes", "--no-compile", "--no-warn-script-location"]
     args += ["--target", str(target), "-r", str(req)]
     _pip([*args, *_target_args(lock.platform)], verbose=verbose, what=f"install for {lock.platform}")
@@ -235,18 +224,15 @@ def ensure_runtime(
         fetched = fetch_wheels(spec.lock, cache)
         size = sum(w.stat().st_size for p in spec.lock.pins if (w := cached_wheel(cache, p)))
         rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
-        staging = _staging(cache, "build")
-        try:
-            target = staging / "tree"
+        with _staging(cache, "build") as tmp:
+            target = Path(tmp) / "tree"
             install_tree(spec.lock, cache, target, verbose=verbose)
-            _log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
+            log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
             context = build_context(target, rootfs, spec.site_packages, labels_of(spec))
             platforms = [Platform.parse(spec.platform)]
             engine.build(
                 context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose
             )
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     info = engine.require(spec.tag)
     if info.arch != spec.arch:
         raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
@@ -261,7 +247,7 @@ def relock(root: Path, platform: str, vllm_version: str, *, verbose: bool = Fals
         report = Path(tmp) / "report.json"
         args = ["install", "--dry-run", "--ignore-installed", "--use-feature=fast-deps", "--report", str(report)]
         args += ["--target", str(Path(tmp) / "t"), f"{rl.ROOT}=={vllm_version}"]
-        _log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with pip (a few minutes)")
+        log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with pip (a few minutes)")
         _pip([*args, *_target_args(platform)], verbose=verbose, what=f"resolve for {platform}")
         lock = rl.lock_from_report(json.loads(report.read_text()), platform, exclusions)
     path = root / rl.LOCK_DIR / rl.lock_name(platform)

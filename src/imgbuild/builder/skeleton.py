@@ -102,8 +102,8 @@ class SkeletonSpec:
         return f"{REPOSITORY}:{self.arch}-{self.key()[:12]}"
 
 
-def _log(msg: str) -> None:
-    print(f"imgbuild: {msg}", file=sys.stderr)
+def log(msg: str) -> None:
+    print(f"imgbuild: {msg}", file=sys.stderr, flush=True)
 
 
 def rootfs_path(recipe: RootfsRecipe, cache: Path) -> Path:
@@ -123,7 +123,7 @@ def ensure_rootfs(recipe: RootfsRecipe, cache: Path, *, verbose: bool = False) -
     os.close(fd)
     staging = Path(tmp)
     cmd = recipe.command(staging)
-    _log(f"making the {recipe.suite} {recipe.arch} rootfs with mmdebstrap (about a minute, once; cached as {out})")
+    log(f"making the {recipe.suite} {recipe.arch} rootfs with mmdebstrap (about a minute, once; cached as {out})")
     try:
         done = proc.run(cmd, capture=not verbose, text=True)
         if done.returncode != 0:
@@ -191,7 +191,7 @@ def ensure_skeleton(
     shown = ", ".join(
         f"{root}/ of {commit[:12]}" for commit, root in [(spec.upstream_commit, spec.package_root), *spec.more]
     )
-    _log(f"building {spec.tag} (rootfs + {shown})")
+    log(f"building {spec.tag} (rootfs + {shown})")
     labels = {
         SKELETON: spec.key(),
         "imgbuild.site-packages": spec.site_packages,
