@@ -266,13 +266,10 @@ class Engine:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins
         what = f"docker buildx build for {', '.join(map(str, platforms))} ({', '.join(tags)})"
         if isinstance(context, Path):
-            self._buildx([*args, str(context)], None, env, verbose, what)
+            self._buildx([*args, str(context)], b"", env, verbose, what)
         else:
             self._buildx([*args, "-"], context, env, verbose, what)
-        info = self.image(tags[0])  # on the containerd store: the manifest (or index) digest
-        if info is None:
-            raise DockerError(f"buildx finished but left no image under {tags[0]}")
-        return info.id
+        return self.require(tags[0]).id  # on the containerd store: the manifest (or index) digest
 
     def _builder_args(self, builder: str | None) -> list[str]:
         """`buildx --builder NAME`, or `--context NAME buildx` when NAME is a docker context (buildx refuses a
@@ -285,26 +282,16 @@ class Engine:
             raise _not_found(self.cli) from exc
         return ["--context", builder, "buildx"] if done.returncode == 0 else ["buildx", "--builder", builder]
 
-    def _buildx(self, args: list[str], stdin: bytes | None, env: dict[str, str], verbose: bool, what: str) -> None:
+    def _buildx(self, args: list[str], stdin: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
+        """Run buildx to the end (killed on an interrupt: subprocess.run does that); a DockerError says why it
+        failed."""
         try:
-            child = proc.popen(
-                args,
-                stdin=proc.PIPE if stdin is not None else proc.DEVNULL,
-                stdout=None if verbose else proc.PIPE,
-                stderr=None if verbose else proc.STDOUT,
-                env=env,
-            )
+            done = proc.run(args, input=stdin, env=env, capture=not verbose)  # --verbose: its log on the terminal
         except proc.ToolNotFound as exc:
             raise _not_found(self.cli) from exc
-        try:
-            out, _ = child.communicate(stdin)
-        except BaseException:
-            child.kill()
-            child.wait()
-            raise
-        if child.returncode == 0:
+        if done.returncode == 0:
             return
-        text = (out or b"").decode(errors="replace")
+        text = ((done.stdout or b"") + (done.stderr or b"")).decode(errors="replace")
         if "is not a docker command" in text or "unknown command" in text:
             raise DockerError(
                 f"`{self.cli} buildx` is not available: {_tail(text, 3)}",

@@ -15,7 +15,6 @@ from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import ConfigError, DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
-from imgbuild.plan import labels
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
@@ -125,7 +124,7 @@ class Bases:
             ref = spec.tag
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
-        return BaseInfo(ref, info.id, info.registry_digest, platform, site, skeleton=labels.SKELETON in info.labels)
+        return BaseInfo(ref, info.id, info.registry_digest, platform, site)
 
     def _stand_in(self, spec: skeleton.SkeletonSpec | runtime_base.RuntimeSpec) -> ImageInfo:
         if isinstance(spec, skeleton.SkeletonSpec):

@@ -33,7 +33,7 @@ from imgbuild.builder.skeleton import (
 )
 from imgbuild.digests import sha256_file
 from imgbuild.engine import Engine, ImageInfo
-from imgbuild.errors import DockerError, StateError, UpstreamError
+from imgbuild.errors import StateError, UpstreamError
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
@@ -233,10 +233,7 @@ def ensure_runtime(
             engine.build(
                 context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose
             )
-    info = engine.require(spec.tag)
-    if info.arch != spec.arch:
-        raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
-    return RuntimeResult(info, True, fetched, size, time.monotonic() - start)
+    return RuntimeResult(engine.require(spec.tag), True, fetched, size, time.monotonic() - start)
 
 
 # -- relocking ----------------------------------------------------------------

@@ -81,7 +81,6 @@ class SkeletonSpec:
     upstream_commit: str
     package_root: str = "vllm"
     site_packages: str = SITE_PACKAGES
-    recipe: RootfsRecipe | None = None
     more: tuple[tuple[str, str], ...] = ()  # the further pins' (commit, package root), in the pins' order
 
     @property
@@ -90,7 +89,7 @@ class SkeletonSpec:
 
     @property
     def rootfs(self) -> RootfsRecipe:
-        return self.recipe or RootfsRecipe(self.arch)
+        return RootfsRecipe(self.arch)
 
     def key(self) -> str:
         parts = [FORMAT, self.platform, self.rootfs.key(), self.upstream_commit, self.package_root, self.site_packages]
@@ -207,7 +206,4 @@ def ensure_skeleton(
         (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
         platforms = [Platform.parse(spec.platform)]
         engine.build(context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose)
-    info = engine.require(spec.tag)
-    if info.arch != spec.arch:
-        raise DockerError(f"{spec.tag} was built as {info.platform}, expected {spec.platform}")
-    return info
+    return engine.require(spec.tag)

@@ -31,7 +31,6 @@ class BaseInfo:
     digest: str | None  # its manifest digest in a registry (a repo digest, or the lock's); None if unknown
     platform: Platform
     site_packages: str
-    skeleton: bool = False
 
 
 BaseMap = Mapping[tuple[str, Platform], BaseInfo]  # (variant, platform) -> its resolved base
@@ -150,14 +149,8 @@ def make_build_plan(
     *,
     repository: str | None = None,
 ) -> BuildPlan:
-    """The images of the selected variants, each on its selected platforms; layers are planned over all
-    `plans`.
-
-    `bases` maps (variant, platform) to its resolved base for every plan and selected platform. All
-    variants on the same base, platform and site-packages are planned
-    together, so `build engram-mem` alone makes the same COPY (the same
-    BuildKit snapshot, the same layer) that `build latest` then reuses.
-    """
+    """The images of the selected variants on their platforms. Layers are planned over all `plans` on the
+    same base, platform and site-packages, so `build engram-mem` alone makes the COPY `build latest` reuses."""
     by_name = {p.variant.name: p for p in plans}
     groups: dict[tuple[Platform, str, str], list[str]] = {}
     for (variant, platform), base in sorted(bases.items()):
