@@ -1,1 +1,1 @@
-"""Make the images on the engine: the bases (pulled or stand-in), the build, its history."""
+"""Make the images on the engine: the bases (pulled or stand-in) and the build."""

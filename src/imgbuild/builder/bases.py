@@ -180,39 +180,31 @@ def drift_key(image_id: str, platform: Platform, site_packages: str, wanted: dic
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def check_drift(
-    engine: Engine,
-    plans: Sequence[VariantPlan],
-    bases: BaseMap,
-    cache: Path | None = None,
-) -> None:
+def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: BaseMap, cache: Path) -> None:
     """Refuse when a planned file in a base is not the pinned release's pristine file. A pass is kept in
     `cache`/drift-checked/ under its `drift_key` (an image id is a digest: its files cannot change)."""
-    problems: list[str] = []
     by_name = {p.variant.name: p for p in plans}
     by_base: dict[tuple[str, Platform, str], dict[str, str | None]] = {}
     for (name, platform), base in bases.items():
         wanted = by_base.setdefault((base.image_id, platform, base.site_packages), {})
-        for f in by_name[name].files:
-            wanted[f.path] = f.pristine_sha256
+        wanted.update({f.path: f.pristine_sha256 for f in by_name[name].files})
     refs = {(b.image_id, b.platform, b.site_packages): b.ref for b in bases.values()}
+    problems: list[str] = []
     for (image_id, platform, site), wanted in by_base.items():
-        marker = cache / DRIFT_DIR / drift_key(image_id, platform, site, wanted) if cache else None
-        if marker is not None and marker.is_file():
+        marker = cache / DRIFT_DIR / drift_key(image_id, platform, site, wanted)
+        if marker.is_file():
             continue
         paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
         found = engine.read_files(image_id, list(paths), platform)
-        before = len(problems)
-        for full, rel in paths.items():
-            data = found[full]
-            have = hashlib.sha256(data).hexdigest() if data is not None else None
-            want = wanted[rel]
-            if have != want:
-                problems.append(
-                    f"{refs[(image_id, platform, site)]}: {full}: base has {have or 'no such file'}, "
-                    f"the pinned release has {want or 'no such file'}"
-                )
-        if marker is not None and len(problems) == before:
+        have = {full: None if data is None else hashlib.sha256(data).hexdigest() for full, data in found.items()}
+        bad = [
+            f"{refs[(image_id, platform, site)]}: {full}: base has {have[full] or 'no such file'}, "
+            f"the pinned release has {wanted[rel] or 'no such file'}"
+            for full, rel in paths.items()
+            if have[full] != wanted[rel]
+        ]
+        problems += bad
+        if not bad:
             with contextlib.suppress(OSError):  # a cache that cannot keep it checks again next time
                 write_json(
                     marker, {"base": image_id, "platform": str(platform), "site_packages": site, "files": wanted}
