@@ -283,8 +283,7 @@ class Engine:
         return ["--context", builder, "buildx"] if done.returncode == 0 else ["buildx", "--builder", builder]
 
     def _buildx(self, args: list[str], stdin: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
-        """Run buildx to the end (killed on an interrupt: subprocess.run does that); a DockerError says why it
-        failed."""
+        """Run buildx to the end (proc.run kills it on an interrupt); a DockerError says why it failed."""
         try:
             done = proc.run(args, input=stdin, env=env, capture=not verbose)  # --verbose: its log on the terminal
         except proc.ToolNotFound as exc:
