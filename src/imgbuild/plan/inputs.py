@@ -19,7 +19,6 @@ def project_inputs(project: Project) -> ProjectInputs:
             when = max(when, up.repo.commit_time(up.commit))
     return ProjectInputs(
         upstream=labels.Upstream.from_pin(project.pin),
-        package_root=project.pin.package_root,
         series_digest=project.series_digest,
         created=labels.source_date([p.fields.get("Last-Update", "") for p in project.patches], when),
         source=project_source(project.root),

@@ -191,7 +191,6 @@ def parse_files(value: str) -> list[FileLabel]:
 @dataclass(frozen=True)
 class ProjectInputs:
     upstream: Upstream  # the first pin: the images' version
-    package_root: str
     series_digest: str
     created: str
     source: Source = field(default_factory=Source)
