@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from imgbuild.cli import bump, patch_import, patchwork
+from imgbuild.cli import bump, patchwork
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
 
@@ -246,5 +246,4 @@ def _rebase_state(root: Path) -> dict[str, object] | None:
 
 
 patchwork.register(app)  # patches rebase / edit / refresh
-patch_import.register(app)  # patches import
 bump.register(app)  # patches bump
