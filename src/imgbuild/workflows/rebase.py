@@ -55,7 +55,6 @@ from imgbuild.workflows.rebase_state import (
     Row,
     Stopped,
     Unresolved,
-    outcome,
 )
 from imgbuild.workflows.review import render_report, report_paths
 from imgbuild.workflows.workspace import Session, state_dir
@@ -388,7 +387,7 @@ def _result(item: Item, carry: Carry) -> PatchResult:
     files = cast("list[Record]", carry.to_json()["files"])  # the per-hunk report, as `patches check` has it
     return PatchResult.of(
         item,
-        outcome(carry.outcome),
+        carry.outcome,
         carry.reason,
         moves=tuple(m.to_json() for m in carry.moves),
         dropped_hunks=tuple(d.to_json() for d in carry.dropped),
