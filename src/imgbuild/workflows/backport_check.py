@@ -1,11 +1,6 @@
-"""Has a release taken a backport? Shared by `patches rebase` and `check --onto`.
-
-Per hunk, replay.carry_patch already says `upstreamed` when the release has
-every hunk. A fix that upstream changed again before the release no longer
-matches hunk by hunk; then the backport is looked up by patch-id among the
-commits between the two releases, restricted to the backport's own files (an
-upstream commit that also touched tests still matches).
-"""
+"""Has a release taken a backport? (`patches rebase` and `check --onto`.) A fix changed again upstream
+no longer matches hunk by hunk; it is found by patch-id among the commits between the two releases,
+limited to the backport's files."""
 
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """`imgbuild patches bump`: a new vLLM release becomes one reviewed change on its own branch.
 
-1. The target (`latest`, the newest release tag, or a REF) is resolved; when the pin already is it,
-   nothing happens ("already at the newest release X").
-2. A branch of the project (`imgbuild/bump-<tag>`) is created from HEAD and checked out; the series is
-   carried onto the release by the rebase (workflows/rebase.py, `start`), which writes patches/ and the
-   pin and its review report (workflows/review.py).
-3. A conflict stops the rebase as `patches rebase` would: the rebase stays in progress (resume it with
-   `imgbuild patches rebase --continue`, then run `imgbuild patches bump` again, which finds the finished
-   rebase on its branch and goes on from step 4), and the report gets every conflicting hunk
-   (review.conflict_hunks).
-4. The rebased patches/ is committed on the branch; then, unless told not to, both variants are built and
-   smoke-tested by builder/runner.py as `imgbuild build` does, and the report gets the images' ids.
-
-The report is the rebase's review report, extended (review.render_bump): `<report dir>/bump-<tag>.md` and
-`.json` beside it (default report dir: `.imgbuild-work/reports/`).
+The series is rebased (rebase.start) on a new branch `imgbuild/bump-<tag>`, committed there, built and
+smoke-tested (builder/runner.py), and the rebase's review report is extended (review.render_bump) into
+`bump-<tag>.md`/`.json`. A conflict leaves the rebase in progress with a per-hunk report; after
+`patches rebase --continue`, `patches bump` again commits and builds the finished rebase.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Write a patched tree to a directory, all or nothing.
-
-Everything is written into a staging directory beside the destination, with a
-known name, and renamed into place at the end, so an interrupted run leaves the
-destination untouched. A lock file beside it (flock; the OS drops it when a
-process dies) lets one run at a time write a destination: a second one is
-refused, and a run that holds the lock removes the staging directory that a
-killed run left behind.
-"""
+"""Write a patched tree to a new directory, all or nothing: staged beside it and renamed into place,
+one writer at a time (a lock beside it; a killed run's staging is removed by the next)."""
 
 from __future__ import annotations
 

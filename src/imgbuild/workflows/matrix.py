@@ -1,13 +1,6 @@
-"""`imgbuild patches check --onto REF...`: will the stack carry to other releases?
-
-For each ref, each stack (the full series, then each variant's selection,
-i.e. the series minus what it reverts) is carried patch by patch onto the
-ref's tree, in memory (replay.carry_patch over a CommitTree: no work tree, no
-index). The result is a matrix of variant x ref x patch outcomes. A variant
-fails on a ref when one of its patches conflicts (would stop a rebase); with
-`strict`, anything but exact or offset fails (the patch files would need to
-change). Fuzz is never tried.
-"""
+"""`imgbuild patches check --onto REF...`: the series and each variant carried onto each ref in memory
+(carry_patch over a CommitTree, never fuzz): a variant x ref x patch matrix. A variant fails on a ref
+when a patch conflicts; with `strict`, on anything but exact or offset."""
 
 from __future__ import annotations
 

@@ -1,27 +1,17 @@
 """`imgbuild patches edit` / `patches refresh`: the series as a git branch (like gbp pq).
 
-`edit` makes `.imgbuild-work/pq/tree`, a git work tree of the pinned release
-with one commit per patch on branch `patches`. Each commit's message is the
-patch's DEP-3 header, byte for byte, followed by a `Patch-Name:` trailer that
-ties it to its file. The author edits, amends, reorders, drops or adds
-commits with plain git.
-
-`refresh` exports the branch back: a patch whose diff is the same keeps its
-bytes; a changed diff is re-exported under its original header (Last-Update
-bumped); a header the author edited is taken from the commit message; a new
-commit becomes a new patch file with a DEP-3 header made from its message. A
-header whose text only differs by what git's message cleanup does (trailing
-spaces, blank lines, comment lines) counts as unchanged, so it comes back
-byte for byte. patches/ and the series are written as one step.
+`edit` makes `.imgbuild-work/pq/tree`, the pinned release with one commit per patch on branch `patches`,
+each message the patch's DEP-3 header plus a `Patch-Name:` trailer. `refresh` writes the branch back:
+unchanged patches keep their bytes, a changed diff keeps its header (Last-Update bumped), an edited
+header comes from the message, a new commit becomes a new patch; patches/ is written as one step.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +41,7 @@ from imgbuild.workflows.writeback import (
     bump_last_update,
     check_unchanged,
     context_of,
-    export_best,
+    export_patch,
     parse_text,
     reorder_series,
     today,
@@ -73,13 +63,7 @@ class Opened:
     created: bool
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "work_tree": str(self.work_tree),
-            "base": self.base,
-            "tag": self.tag,
-            "commits": self.commits,
-            "created": self.created,
-        }
+        return {**asdict(self), "work_tree": str(self.work_tree)}
 
 
 @dataclass
@@ -93,15 +77,7 @@ class Refreshed:
     closed: bool = False
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "written": self.written,
-            "unchanged": self.unchanged,
-            "added": self.added,
-            "removed": self.removed,
-            "series_changed": self.series_changed,
-            "warnings": self.warnings,
-            "closed": self.closed,
-        }
+        return asdict(self)
 
 
 # -- commit messages -------------------------------------------------------------------
@@ -342,22 +318,23 @@ def _export(
         if original is not None:
             orig_bytes = (project.patches_dir / original.filename).read_bytes()
             unchanged_header = same_header(header, original.header)
-            exported, diff = export_best(
-                functools.partial(Session.diff, scratch, info.parents[0], sha),
+            exported = export_patch(
+                scratch,
+                info.parents[0],
+                sha,
                 orig_bytes,
                 original,
                 original.header if unchanged_header else _ensure_nl(header),
-                filename=original.filename,
                 package_root=package_root,
                 date=date,
                 header_changed=not unchanged_header,
             )
-            if exported.data is not None:
-                journal.write(f"patches/{original.filename}", exported.data)
+            if exported is not None:
+                journal.write(f"patches/{original.filename}", exported)
                 result.written.append(original.filename)
             else:
                 result.unchanged.append(original.filename)
-            data = exported.data or orig_bytes
+            data = exported or orig_bytes
             name = original.filename
         else:
             subject = (header.strip().splitlines() or ["patch"])[0]

@@ -12,7 +12,6 @@ one journal (writeback.Journal). Upstreamed patches move to patches/upstreamed/ 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
@@ -63,7 +62,7 @@ from imgbuild.workflows.writeback import (
     check_unchanged,
     dormant_line,
     dormant_markers,
-    export_best,
+    export_patch,
     parse_text,
     rewrite_pin_named,
     rewrite_series_lines,
@@ -579,16 +578,9 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
         final: Final = res.outcome
         file, range_text = "unchanged", ""
         if res.commit and res.parent:
-            exported, _ = export_best(
-                functools.partial(Session.diff, scratch, res.parent, res.commit),
-                orig_bytes,
-                orig,
-                orig.header,
-                filename=filename,
-                package_root=pin.package_root,
-                date=date,
+            data = export_patch(
+                scratch, res.parent, res.commit, orig_bytes, orig, orig.header, package_root=pin.package_root, date=date
             )
-            data = exported.data
             if dormant:
                 data = backport.applied_upstream_bytes(data or orig_bytes, orig.fields, "")
                 journal.delete(item.path)

@@ -1,12 +1,6 @@
-"""The review report of a rebase: per patch, the outcome and why, files that
-moved, hunks dropped as upstreamed (with the checks that proved it), and a
-range-diff of the patch before and after. Markdown for people, JSON for tools.
-
-`patches bump` (workflows/bump.py) extends it: each patch's one word (`kind`), and when the rebase
-stops at a conflict, the per-hunk report (`conflict_hunks`, `render_conflict`: the file, the hunk,
-the lines on each side, the release's code around it, the commands to resume); when the images were
-built, their ids (`render_bump`).
-"""
+"""The review report of a rebase (Markdown and JSON): per patch the outcome and why, moved files,
+hunks dropped as upstreamed, range-diffs; and the bump's additions: each patch's one word, the
+per-hunk report of a conflict, the images built."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The project's work area, `.imgbuild-work/`: state dirs, the lock, atomic JSON.
-
-`patches rebase` keeps its state in `.imgbuild-work/rebase/` and `patches edit`
-in `.imgbuild-work/pq/`; each holds a `state.json` and a git work tree `tree/`
-whose config carries the state's token, so a directory imgbuild did not make
-is never mistaken for (or deleted as) one of its own. One lock file serializes
-every command that changes that state; the OS drops the lock when a process
-dies, which is how an interrupted command is told from a running one.
-"""
+"""The project's work area `.imgbuild-work/`: the state dirs of `patches rebase` and `patches edit`
+(a `state.json` and a scratch work tree whose git config holds the state's token, so a foreign
+directory is never taken for one), and the lock every command that changes them holds."""
 
 from __future__ import annotations
 
@@ -24,7 +18,7 @@ from typing import Any
 from imgbuild import digests
 from imgbuild.atomic import write_json
 from imgbuild.errors import StateError
-from imgbuild.upstream.commits import diff_commits, init_scratch, scratch_marker
+from imgbuild.upstream.commits import init_scratch, scratch_marker
 from imgbuild.upstream.git import GitRepo
 
 WORK = ".imgbuild-work"
@@ -153,8 +147,3 @@ class Session:
     def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
         """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
         return {p: digests.sha256_file_or_none(self.root / p) for p in (*INPUTS, *patch_paths)}
-
-    @staticmethod
-    def diff(repo: GitRepo, old: str, new: str, context: int) -> str:
-        """The diff a patch is exported from (export.export_best calls it with the context it wants)."""
-        return diff_commits(repo, old, new, context=context)

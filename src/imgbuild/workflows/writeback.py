@@ -1,16 +1,8 @@
 """Turn commits back into patch files, and rewrite patches/ all or nothing.
 
-- A patch is re-exported only when its content changed: the regenerated diff
-  is compared with the old one hunk by hunk (paths, index lines, positions and
-  lines; not the free text git puts after `@@`). An unchanged patch keeps its
-  bytes.
-- The DEP-3 header is kept byte for byte; only the value of `Last-Update:`
-  is bumped, and only when the diff changed.
-- `series` and `upstream.yaml` are edited line by line, so comments, order
-  and formatting survive.
-- `Journal` writes a set of files as one step: new contents are staged and
-  the old ones backed up first; a crash half-way is finished (`apply`) or
-  undone (`rollback`) by the next command.
+A patch is re-exported only when its hunks changed (not the free text after `@@`); its header is kept
+byte for byte but for Last-Update. `series` and `upstream.yaml` are edited line by line (comments and
+order survive). `Journal` writes many files as one step that the next command finishes or undoes.
 """
 
 from __future__ import annotations
@@ -21,8 +13,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +26,8 @@ from imgbuild.digests import sha256_file_or_none
 from imgbuild.errors import ConfigError, StateError
 from imgbuild.patches.hunks import encode
 from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.upstream.commits import diff_commits
+from imgbuild.upstream.git import GitRepo
 
 LAST_UPDATE_RE = re.compile(r"^(Last-Update:[ \t]*)([^\r\n]*)", re.MULTILINE)
 DORMANT_RE = re.compile(r"^#\s*upstreamed in (\S+):\s+(\S+)\s*$")
@@ -89,59 +82,30 @@ def parse_text(filename: str, text: str, package_root: str) -> Patch:
         return parse_patch(path, package_root)
 
 
-@dataclass(frozen=True)
-class Exported:
-    data: bytes | None  # new file bytes; None when the patch is unchanged
-    diff_changed: bool
-    header_changed: bool
-
-
 def export_patch(
-    original: bytes | None,
-    old: Patch | None,
-    header: str,
-    diff: str,
-    *,
-    filename: str,
-    package_root: str,
-    date: str,
-    header_changed: bool = False,
-) -> Exported:
-    """New bytes for a patch whose diff is now `diff` (None when nothing changed)."""
-    new = parse_text(filename, header + diff, package_root)
-    diff_changed = old is None or signature(new) != signature(old)
-    if original is not None and not diff_changed and not header_changed:
-        return Exported(None, False, False)
-    text = (bump_last_update(header, date) if diff_changed else header) + diff
-    data = encode(text)
-    return Exported(None if data == original else data, diff_changed, header_changed)
-
-
-def export_best(
-    make_diff: Callable[[int], str],
+    repo: GitRepo,
+    parent: str,
+    commit: str,
     original: bytes,
     old: Patch,
     header: str,
     *,
-    filename: str,
     package_root: str,
     date: str,
     header_changed: bool = False,
-) -> tuple[Exported, str]:
-    """Like export_patch, regenerating the diff with the -U that reproduces `old` when the change is the same."""
-    first: tuple[Exported, str] | None = None
+) -> bytes | None:
+    """New bytes for `old`'s file, its change now `parent..commit` (None: unchanged). The diff is regenerated
+    with the -U that reproduces `old` when the change is the same; a changed diff bumps Last-Update."""
+    first: bytes | None = None
     for context in context_candidates(old):
-        diff = make_diff(context)
+        diff = diff_commits(repo, parent, commit, context=context)
         if not diff:
-            return Exported(None, True, header_changed), diff
-        exported = export_patch(
-            original, old, header, diff, filename=filename, package_root=package_root, date=date,
-            header_changed=header_changed,
-        )  # fmt: skip
-        if not exported.diff_changed:
-            return exported, diff
-        first = first or (exported, diff)
-    assert first is not None
+            return None
+        same = signature(parse_text(old.filename, header + diff, package_root)) == signature(old)
+        if same:
+            data = encode(header + diff)
+            return None if not header_changed or data == original else data
+        first = first or encode(bump_last_update(header, date) + diff)
     return first
 
 
