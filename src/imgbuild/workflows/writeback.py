@@ -133,37 +133,23 @@ def reorder_series(text: str, order: Sequence[str]) -> str:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    slots = [i for i, line in enumerate(lines) if _entry_name(line)]
-    by_name = {_entry_name(lines[i]): lines[i] for i in slots}
-    kept = [n for n in order if n in by_name]
-    removed = [i for i in slots if _entry_name(lines[i]) not in set(order)]
-    live = [i for i in slots if i not in removed]
-    placed: dict[int, str] = {i: by_name[name] for i, name in zip(live, kept, strict=True)}
-    after: dict[int, list[str]] = {}
-    head: list[str] = []
-    position = {name: live[k] for k, name in enumerate(kept)}
-    previous: str | None = None
+    by_name = {name: line for line in lines if (name := _entry_name(line))}
+    live = [i for i, line in enumerate(lines) if _entry_name(line) in order]
+    groups: dict[int, list[str]] = {i: [] for i in live}  # a kept entry's slot: its line, then the new ones after it
+    head: list[str] = []  # new entries before any kept one
+    slots = iter(live)
+    target = head
     for name in order:
-        if name not in by_name:
-            line = f"{name}\n"
-            if previous is None:
-                head.append(line)
-            else:
-                after.setdefault(position[previous], []).append(line)
-                position[name] = position[previous]
-        previous = name
+        if name in by_name:
+            target = groups[next(slots)]
+        target.append(by_name.get(name, f"{name}\n"))
+    first = live[0] if live else len(lines)
     out: list[str] = []
-    first_slot = live[0] if live else len(lines)
     for i, line in enumerate(lines):
-        if i == first_slot:
-            out.extend(head)
-        if i in removed:
-            continue
-        out.append(placed.get(i, line))
-        out.extend(after.get(i, []))
-    if first_slot == len(lines):
-        out.extend(head)
-    return "".join(out)
+        if i == first:
+            out += head
+        out += groups.get(i, []) if _entry_name(line) else [line]
+    return "".join(out + (head if first == len(lines) else []))
 
 
 def dormant_markers(text: str) -> list[tuple[int, str, str]]:
