@@ -209,10 +209,7 @@ def _finish(
 ) -> Bump:
     """Commit patches/ on the branch, build and smoke-test unless told not to, and write the report."""
     text, data = _review(md, old, new)
-    patches = [
-        {**p, "kind": p.get("kind") or review.kind(str(p.get("outcome")), p.get("moves") or ())}
-        for p in data.get("patches", ())
-    ]
+    patches = review.with_kinds(data.get("patches", ()))
     repo.stage("patches")
     lines = [f"patches: carry the series onto vLLM {new.tag} (from {old.tag})", ""]
     lines += [f"Made by `imgbuild patches bump`; the review report: {md.name}.", ""]
@@ -229,11 +226,7 @@ def _finish(
             note = f"built and smoke-tested {len(images)} image(s)"
         except ImgbuildError as exc:
             error, note = exc, f"the build failed: {exc.message}"
-    counts: dict[str, int] = {}
-    for p in patches:
-        counts[p["kind"]] = counts.get(p["kind"], 0) + 1
-    summary = ", ".join(f"{n} {w}" for w, n in counts.items()) or "no patches"
-    message = f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {summary}; {note}"
+    message = f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {review.tally(patches) or 'no patches'}; {note}"
     status: Status = "build-failed" if error else "carried"
     bump: dict[str, Any] = {"message": message, "status": status, "branch": name, "commit": commit, "images": images}
     if error is not None:

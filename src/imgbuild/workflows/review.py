@@ -299,17 +299,27 @@ def render_conflict(
     return md, data
 
 
+def with_kinds(patches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's patch rows, each with its one word (`kind`)."""
+    return [{**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())} for p in patches]
+
+
+def tally(patches: Sequence[Mapping[str, Any]]) -> str:
+    """`2 carried, 1 upstreamed`: how many patches got each word."""
+    counts: dict[str, int] = {}
+    for p in with_kinds(patches):
+        counts[p["kind"]] = counts.get(p["kind"], 0) + 1
+    return ", ".join(f"{n} {w}" for w, n in counts.items())
+
+
 def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The review report with the bump's part: the one line, the branch and commit, each patch's word, the images."""
     head = [f"**{bump['message']}**", ""]
     if bump.get("branch"):
         head.append(f"- branch: `{bump['branch']}`" + (f" at `{bump['commit']}`" if bump.get("commit") else ""))
-    counts: dict[str, int] = {}
-    for p in data.get("patches", ()):
-        word = p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())
-        counts[word] = counts.get(word, 0) + 1
-    if counts:
-        head.append("- patches: " + ", ".join(f"{n} {w}" for w, n in counts.items()))
+    rows = with_kinds(data.get("patches", ()))
+    if rows:
+        head.append("- patches: " + tally(rows))
     tail: list[str] = []
     images = bump.get("images") or []
     if images:
@@ -328,10 +338,6 @@ def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tu
     text = "\n".join([body[0], "", *head, body[1] if len(body) > 1 else ""]).rstrip() + "\n"
     if tail:
         text += "\n".join(tail).rstrip() + "\n"
-    rows = [
-        {**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())}
-        for p in data.get("patches", ())
-    ]
     return text, {**data, "patches": rows, "bump": dict(bump)}
 
 
