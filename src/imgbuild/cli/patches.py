@@ -241,7 +241,7 @@ def _rebase_state(root: Path) -> dict[str, object] | None:
         info = rebase.status(root)
     except ImgbuildError:  # a state the message above already calls unreadable
         info = None
-    return {"message": message, **(info.to_json() if info else {})}
+    return {"message": message, **(info or {})}
 
 
 @app.command("rebase")
@@ -305,9 +305,7 @@ def rebase_cmd(
     else:
         info = rebase.status(root)
         if as_json:
-            print_json(
-                "patches-rebase-status", {"in_progress": info is not None, "rebase": info.to_json() if info else None}
-            )
+            print_json("patches-rebase-status", {"in_progress": info is not None, "rebase": info})
         elif info is None:
             console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
         else:

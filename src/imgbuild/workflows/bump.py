@@ -23,7 +23,7 @@ from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
 from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase import Log, RebaseStopped, load, session
+from imgbuild.workflows.rebase import Log, RebaseStopped, load, quiet, session
 from imgbuild.workflows.rebase_state import Pin
 from imgbuild.workflows.workspace import work_root
 
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 Status = Literal["current", "carried", "conflict", "build-failed"]
 PREFIX = "imgbuild/bump-"
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def default_branch(tag: str) -> str:
@@ -95,7 +91,7 @@ def bump(
     build: BuildOptions | None = None,
     report_dir: Path | None = None,
     date: str | None = None,
-    log: Log = _quiet,
+    log: Log = quiet,
 ) -> Bump:
     """Carry the series onto `onto` on a new branch, commit it, build and smoke-test (`build` None: don't)."""
     rebase.refuse_if_busy(root)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from imgbuild.atomic import write_json
 from imgbuild.config.models import UpstreamPin, load_pins, load_variant
@@ -49,7 +49,6 @@ from imgbuild.workflows.rebase_state import (
     PatchResult,
     Pin,
     RebaseState,
-    RebaseStatus,
     Record,
     Row,
     Stopped,
@@ -158,7 +157,7 @@ def moving_pin(root: Path, state: RebaseState) -> UpstreamPin:
 
 
 # -- start, resume, abort ----------------------------------------------------------------------
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
     pass
 
 
@@ -169,7 +168,7 @@ def start(
     more: Sequence[str] = (),
     date: str | None = None,
     report: Path | None = None,
-    log: Log = _quiet,
+    log: Log = quiet,
     done_before: Sequence[str] = (),
 ) -> RebaseDone:
     """Rebase onto `ref` (`REF`: the first pin; `NAME=REF`: the pin NAME), then onto each of `more`, one
@@ -230,7 +229,7 @@ def _next(
     return dataclasses.replace(later, earlier=[*done.earlier, done, *later.earlier])
 
 
-def resume(root: Path, action: Action, *, log: Log = _quiet) -> RebaseDone:
+def resume(root: Path, action: Action, *, log: Log = quiet) -> RebaseDone:
     """`--continue` or `--skip`."""
     with session(root).locked():
         state = load(root)
@@ -282,9 +281,21 @@ def abort(root: Path) -> str:
         return message
 
 
-def status(root: Path) -> RebaseStatus | None:
-    state = read(root)
-    return None if state is None else RebaseStatus(state, str(session(root).tree))
+def status(root: Path) -> dict[str, Any] | None:
+    """`patches rebase` with no flag, and `patches status --json`'s "rebase"."""
+    s = read(root)
+    if s is None:
+        return None
+    return {
+        "status": s.status,
+        "old": s.old.to_json(),
+        "onto": s.onto.to_json(),
+        "next": s.next,
+        "stopped": s.stopped.to_json() if s.stopped else None,
+        "results": [r.to_json() for r in s.results],
+        "patches": len(s.items),
+        "work_tree": str(session(root).tree),
+    }
 
 
 def in_progress_message(root: Path) -> str | None:

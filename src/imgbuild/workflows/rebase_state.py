@@ -209,24 +209,3 @@ class RebaseState(Json):
         state = super().from_json({**data, "ref": data.get("ref") or data["onto"]["tag"], "rows": []})
         state.rows = [Row.from_json(r, res) for r, res in zip(data.get("rows") or (), state.results, strict=False)]
         return state
-
-
-@dataclass(frozen=True)
-class RebaseStatus:
-    """`patches rebase` with no flag, and `patches status --json`'s "rebase"."""
-
-    state: RebaseState
-    work_tree: str
-
-    def to_json(self) -> dict[str, Any]:
-        s = self.state
-        return {
-            "status": s.status,
-            "old": s.old.to_json(),
-            "onto": s.onto.to_json(),
-            "next": s.next,
-            "stopped": s.stopped.to_json() if s.stopped else None,
-            "results": [r.to_json() for r in s.results],
-            "patches": len(s.items),
-            "work_tree": self.work_tree,
-        }
