@@ -339,26 +339,15 @@ def _refuse_dirty_patches(root: Path) -> None:
 def _items(root: Path, project: Project, upstream: str) -> list[Item]:
     """The series' patches of the pin `upstream` (and its dormant ones in patches/upstreamed/), in order."""
     series_path = root / "patches" / "series"
+    entries = parse_series(series_path)
     mine = {p.filename for p in project.patches_of(upstream)}
-    entries: list[tuple[int, str, bool, str | None]] = [
-        (e.line, e.filename, False, None) for e in parse_series(series_path) if e.filename in mine
-    ]
-    text = series_path.read_text(encoding="utf-8")
-    listed = {e.filename for e in parse_series(series_path)}
-    for line, tag, filename in dormant_markers(text):
+    items = [Item(e.filename, e.line, False, None, f"patches/{e.filename}") for e in entries if e.filename in mine]
+    listed = {e.filename for e in entries}
+    for line, tag, filename in dormant_markers(series_path.read_text(encoding="utf-8")):
         path = root / "patches" / "upstreamed" / filename
         if filename not in listed and path.is_file() and _dormant_upstream(project, path) == upstream:
-            entries.append((line, filename, True, tag))
-    return [
-        Item(
-            filename=name,
-            line=number,
-            dormant=dormant,
-            dormant_tag=marker,
-            path=f"patches/upstreamed/{name}" if dormant else f"patches/{name}",
-        )
-        for number, name, dormant, marker in sorted(entries, key=lambda e: e[0])
-    ]
+            items.append(Item(filename, line, True, tag, f"patches/upstreamed/{filename}"))
+    return sorted(items, key=lambda i: i.line)
 
 
 def _dormant_upstream(project: Project, path: Path) -> str:
@@ -464,23 +453,17 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     tree = work.tree
     scratch = work.scratch()
     checkout_branch(scratch, BRANCH, state.head)
-    clean = []
-    for path, data in sorted(carry.changes.items()):
+    for path, data in {**carry.changes, **carry.conflicts}.items():  # what applied (staged), then the markers
         target = tree / path
         if data is None:
             target.unlink(missing_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        clean.append(path)
+    clean = sorted(carry.changes)
     if clean:
         scratch.stage(*clean)
-    markers: dict[str, tuple[int, ...]] = {}
-    for path, data in sorted(carry.conflicts.items()):
-        target = tree / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        markers[path] = tuple(conflict_marker_lines(data))
+    markers = {path: tuple(conflict_marker_lines(data)) for path, data in sorted(carry.conflicts.items())}
     current = work.directory / "current.patch"
     current.write_bytes(raw)
     unresolved = tuple(

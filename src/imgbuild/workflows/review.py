@@ -89,18 +89,8 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
 
 # -- the bump's additions: what each patch became, the per-hunk conflict report, the images --------
 CONTEXT = 3  # lines of the release shown around where a conflicting hunk should land
-KIND = {  # a row's outcome -> the bump's word for it
-    "exact": "carried",
-    "offset": "offset",
-    "3way": "3-way",
-    "partly-upstreamed": "partly-upstreamed",
-    "upstreamed": "upstreamed",
-    "still upstreamed": "upstreamed",
-    "conflict": "conflicting",
-    "resolved": "resolved",
-    "skipped": "skipped",
-    "reinstated": "reinstated",
-}
+# a row's outcome -> the bump's word for it, where they differ
+KIND = {"exact": "carried", "3way": "3-way", "still upstreamed": "upstreamed", "conflict": "conflicting"}
 
 
 def kind(outcome: str, moves: Sequence[object] = ()) -> str:
@@ -118,12 +108,12 @@ def _locate(release: Sequence[str], expected: Sequence[str], near: int) -> tuple
     """Where `expected` fits `release` best: (0-based start, lines equal there); ties go nearest to `near`."""
     if not release or not expected:
         return min(max(near, 0), len(release)), 0
-    best, best_score = min(max(near, 0), len(release)), -1
-    for at in range(0, max(len(release) - len(expected), 0) + 1):
-        score = sum(1 for j, line in enumerate(expected) if at + j < len(release) and release[at + j] == line)
-        if score > best_score or (score == best_score and abs(at - near) < abs(best - near)):
-            best, best_score = at, score
-    return best, best_score
+
+    def score(at: int) -> int:
+        return sum(1 for j, line in enumerate(expected) if at + j < len(release) and release[at + j] == line)
+
+    best = max(range(max(len(release) - len(expected), 0) + 1), key=lambda at: (score(at), -abs(at - near)))
+    return best, score(best)
 
 
 @dataclass(frozen=True)
