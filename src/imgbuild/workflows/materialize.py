@@ -76,14 +76,10 @@ def write_tree(
     """Write the pristine `commit` (and the `more` pins' (repo, commit)) overlaid with `changed` to `dest`.
     Returns files written."""
     dest = Path(os.path.abspath(dest))
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise StateError(
-            f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
-        )
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with dest_lock(dest):
-            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):  # another run finished first
+            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
                 raise StateError(
                     f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
                 )

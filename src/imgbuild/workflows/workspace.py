@@ -56,43 +56,6 @@ def locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def read_state(directory: Path, kind: str) -> dict[str, Any] | None:
-    """The state in `directory`, None if there is none; StateError if the directory is not imgbuild's."""
-    if not directory.exists():
-        return None
-    path = directory / "state.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
-    if not isinstance(data, dict) or data.get("kind") != kind:
-        raise StateError(
-            f"{directory} exists but was not made by `imgbuild {KINDS[kind]}` (no valid state.json); "
-            "refusing to touch it",
-            hint="move it out of the way yourself if it is not needed",
-        )
-    tree = directory / "tree"
-    if scratch_marker(tree) != data.get("token"):
-        raise StateError(
-            f"{tree} is not the work tree imgbuild made for this {KINDS[kind]} (foreign or replaced); "
-            "refusing to use it",
-            hint=f"inspect it, then remove {directory} yourself, or restore the original work tree",
-        )
-    return data
-
-
-def create_dir(final: Path, build: Callable[[Path], None]) -> None:
-    """Build a directory in a staging place and rename it to `final` in one step."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-staging-", dir=final.parent))
-    try:
-        build(staging)
-        os.rename(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 @dataclass(frozen=True)
 class Session:
     """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): what both do the same way.
@@ -122,7 +85,27 @@ class Session:
         return locked(self.root)
 
     def read(self) -> dict[str, Any] | None:
-        return read_state(self.directory, self.kind)
+        """The state, None if there is none; StateError if the directory is not imgbuild's."""
+        directory, kind = self.directory, self.kind
+        if not directory.exists():
+            return None
+        try:
+            data = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        if not isinstance(data, dict) or data.get("kind") != kind:
+            raise StateError(
+                f"{directory} exists but was not made by `imgbuild {KINDS[kind]}` (no valid state.json); "
+                "refusing to touch it",
+                hint="move it out of the way yourself if it is not needed",
+            )
+        if scratch_marker(self.tree) != data.get("token"):
+            raise StateError(
+                f"{self.tree} is not the work tree imgbuild made for this {KINDS[kind]} (foreign or replaced); "
+                "refusing to use it",
+                hint=f"inspect it, then remove {directory} yourself, or restore the original work tree",
+            )
+        return data
 
     def save(self, data: Mapping[str, Any]) -> None:
         write_json(self.directory / "state.json", data)
@@ -133,13 +116,16 @@ class Session:
     def create(self, objects: Path, token: str, fill: Callable[[GitRepo, Path], None]) -> None:
         """Make the state dir in one step: a scratch repo on `objects`, filled by `fill(repo, staging)`."""
 
-        def build(staging: Path) -> None:
-            fill(init_scratch(staging / "tree", objects, token), staging)
-
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{self.kind}-staging-", dir=self.directory.parent))
         try:
-            create_dir(self.directory, build)
-        except FileExistsError as exc:
-            raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+            fill(init_scratch(staging / "tree", objects, token), staging)
+            os.rename(staging, self.directory)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, FileExistsError):
+                raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+            raise
 
     def remove(self) -> None:
         shutil.rmtree(self.directory)

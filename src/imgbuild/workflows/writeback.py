@@ -293,6 +293,7 @@ class Journal:
             entry["made_dirs"] = missing
             record.append(entry)
         write_json(self.path, {"ops": record})
+        self.ops = record
 
     @classmethod
     def load(cls, root: Path, work: Path) -> Journal | None:
@@ -302,13 +303,9 @@ class Journal:
         journal.ops = json.loads(journal.path.read_text(encoding="utf-8"))["ops"]
         return journal
 
-    def _record(self) -> list[dict[str, Any]]:
-        ops: list[dict[str, Any]] = json.loads(self.path.read_text(encoding="utf-8"))["ops"]
-        return ops
-
     def apply(self) -> None:
         """Move every staged file into place (idempotent: safe to run again after a crash)."""
-        for entry in self._record():
+        for entry in self.ops:
             dest = self.root / entry["dest"]
             if entry["staged"] is not None:
                 staged = self.work / entry["staged"]
@@ -323,7 +320,7 @@ class Journal:
 
     def rollback(self) -> None:
         """Put every file back as it was before `apply` started."""
-        for entry in reversed(self._record()):
+        for entry in reversed(self.ops):
             dest = self.root / entry["dest"]
             if entry["backup"] is not None:
                 tmp = dest.with_name(f".{dest.name}.restore")
