@@ -197,15 +197,15 @@ def open_queue(root: Path) -> Opened:
                 head = commit_files(scratch, head, step.own, to_message(step.patch.header, step.patch.filename))
                 entries.append({"filename": step.patch.filename, "commit": head})
             checkout_branch(scratch, BRANCH, head)
-            write_json(staging / "state.json", _state(work, token, upstream.commit, project.pin.tag, entries))
+            state = {"kind": KIND, "version": 1, "token": token, "base": upstream.commit, "tag": project.pin.tag}
+            write_json(staging / "state.json", {**state, "patches": entries, "inputs": _inputs(work, entries)})
 
         work.create(upstream.repo.path / "objects", token, fill)
         return Opened(work.tree, upstream.commit, project.pin.tag, len(entries), True)
 
 
-def _state(work: Session, token: str, base: str, tag: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    inputs = work.inputs(f"patches/{e['filename']}" for e in entries)
-    return {"kind": KIND, "version": 1, "token": token, "base": base, "tag": tag, "patches": entries, "inputs": inputs}
+def _inputs(work: Session, entries: list[dict[str, Any]]) -> dict[str, str | None]:
+    return work.inputs(f"patches/{e['filename']}" for e in entries)
 
 
 def discard(root: Path, *, force: bool = False) -> str:
@@ -240,7 +240,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         if journal is not None:  # an earlier refresh died while writing patches/: finish it
             journal.apply()
             journal.discard()
-            state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+            state["inputs"] = _inputs(work, state["patches"])
             work.save(state)
         tree = work.tree
         scratch = work.scratch()
@@ -271,7 +271,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         journal.discard()
         renamed = _sync_messages(scratch, state["base"], commits)
         state["patches"] = [{"filename": name, "commit": sha} for name, sha in renamed]
-        state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+        state["inputs"] = _inputs(work, state["patches"])
         state["synced"] = head_commit(scratch)
         work.save(state)
         if close:

@@ -682,22 +682,15 @@ def _verify(scratch: GitRepo, commit: str, stack: list[Patch], root: Path, other
             f"({bad[0].method})",
             hint="nothing was written; please report this, then `imgbuild patches rebase --abort`",
         )
+    # Each variant's patches of the moving pin, applied without the ones it leaves out; the other pins'
+    # patches (`others`) only name groups and patches for the selection.
     try:
-        return _variant_warnings(tree, stack, root, others)
+        configs = {v.name: v for v in (load_variant(p) for p in sorted((root / "images").glob("*.yaml")))}
+        return [
+            f"variant {variant.name}: {o.patch} does not apply without the patches it leaves out ({o.method})"
+            for variant in resolve_variants(configs, [*stack, *others]).values()
+            for o in apply_stack([p for p in stack if p.name in variant.selected], tree).outcomes
+            if o.method not in ("exact", "offset")
+        ]
     except ImgbuildError as exc:  # a broken images/*.yaml or selection is reported; it does not stop the rebase
         return [f"variants were not checked: {exc.message}"]
-
-
-def _variant_warnings(tree: CommitTree, stack: list[Patch], root: Path, others: list[Patch]) -> list[str]:
-    """Each variant's patches of the moving pin (`stack`), applied without the ones it leaves out; the
-    other pins' patches (`others`) only name groups and patches for the selection."""
-    configs = {v.name: v for v in (load_variant(p) for p in sorted((root / "images").glob("*.yaml")))}
-    warnings = []
-    for variant in resolve_variants(configs, [*stack, *others]).values():
-        chosen = [p for p in stack if p.name in variant.selected]
-        for o in apply_stack(chosen, tree).outcomes:
-            if o.method not in ("exact", "offset"):
-                warnings.append(
-                    f"variant {variant.name}: {o.patch} does not apply without the patches it leaves out ({o.method})"
-                )
-    return warnings
