@@ -22,19 +22,7 @@ Status = Literal["running", "stopped", "committing"]
 # What happened to one patch during the replay (replay.Carry's outcomes plus the user's).
 Outcome = Literal["exact", "offset", "3way", "partly-upstreamed", "upstreamed", "conflict", "skipped", "resolved"]
 # What the end of the rebase did with it; a dormant patch (one in patches/upstreamed/) has its own words.
-Final = Literal[
-    "exact",
-    "offset",
-    "3way",
-    "partly-upstreamed",
-    "upstreamed",
-    "conflict",
-    "skipped",
-    "resolved",
-    "reinstated",
-    "still upstreamed",
-    "left in patches/upstreamed",
-]
+Final = Literal[Outcome, "reinstated", "still upstreamed", "left in patches/upstreamed"]
 LEFT = "left in patches/upstreamed"
 
 
