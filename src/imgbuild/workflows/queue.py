@@ -34,7 +34,7 @@ from imgbuild.upstream.commits import (
     rev_list,
     status_porcelain,
 )
-from imgbuild.upstream.git import CommitTree, GitRepo
+from imgbuild.upstream.git import CommitTree, GitRepo, failed, run_git
 from imgbuild.workflows.workspace import Session, state_dir
 from imgbuild.workflows.writeback import (
     Journal,
@@ -103,23 +103,16 @@ def from_message(message: str) -> tuple[str | None, str]:
     return None, message
 
 
-def _cleanup(text: str, strip_comments: bool) -> list[str]:
-    """What `git commit`'s message cleanup leaves of `text` (git stripspace)."""
-    out: list[str] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if strip_comments and line.startswith("#"):
-            continue
-        if not line and (not out or not out[-1]):
-            continue
-        out.append(line)
-    while out and not out[-1]:
-        out.pop()
-    return out
+def _stripspace(text: str, *flags: str) -> bytes:
+    done = run_git(["stripspace", *flags], stdin=encode(text))
+    if done.returncode != 0:
+        raise failed("git stripspace", done)
+    return done.stdout
 
 
 def same_header(edited: str, original: str) -> bool:
-    return any(_cleanup(edited, c) == _cleanup(original, c) for c in (False, True))
+    """Whether the two differ only by what git's message cleanup does (`git stripspace`, comments or not)."""
+    return any(_stripspace(edited, *f) == _stripspace(original, *f) for f in ((), ("--strip-comments",)))
 
 
 def new_header(message: str, author: str, date: str) -> str:
@@ -378,12 +371,8 @@ def _with_other_pins(project: Project, mine: Mapping[str, Patch], order: list[st
 
 
 def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tuple[str, str]]:
-    """Make each commit's message the header its patch file now has, plus the trailer.
-
-    New commits get their `Patch-Name:` and generated header, and bumped
-    Last-Update lines show up in the branch, so the next refresh compares like
-    with like. Trees and authors are kept; only HEAD's branch moves.
-    """
+    """Make each commit's message its patch file's header plus the trailer (trees and authors kept), so the
+    next refresh compares like with like."""
     parent = base
     rewriting = False
     out: list[tuple[str, str]] = []

@@ -58,12 +58,8 @@ def locked(root: Path) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Session:
-    """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): what both do the same way.
-
-    The lock, `state.json`, the scratch work tree that borrows the cache
-    mirror's objects, the hashes of the inputs it started from, and the diffs
-    it exports patches from.
-    """
+    """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): its lock, `state.json`, the
+    scratch work tree on the cache mirror's objects, and the hashes of the inputs it started from."""
 
     root: Path
     kind: str

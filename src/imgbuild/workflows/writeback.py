@@ -60,11 +60,8 @@ def signature(patch: Patch) -> tuple[object, ...]:
 
 
 def context_of(patch: Patch) -> int:
-    """The -U the patch was most likely written with (3 when it cannot tell).
-
-    A hunk that does not start at line 1 has exactly -U lines of leading
-    context; hunks at either end of a file have fewer, so they do not count.
-    """
+    """The -U the patch was most likely written with (3 when it cannot tell): a hunk not at line 1 has
+    exactly -U lines of leading context."""
     leads = [h.lead for f in patch.files if f.old_path and f.new_path for h in f.hunks if h.old_start > 1]
     return max(leads) if leads else 3
 
