@@ -15,6 +15,7 @@ from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
 
 if TYPE_CHECKING:
     from imgbuild.config.models import UpstreamPin
+    from imgbuild.project import Project
 
 app = typer.Typer(
     help=(
@@ -109,7 +110,7 @@ def check(
         refs = split_refs(onto, more_refs)
         if not refs:
             raise UsageError("--markdown and --strict go with --onto REF")
-        _check_onto(refs, as_json=as_json, markdown=markdown, strict=strict, allow_fuzz=allow_fuzz)
+        _check_onto(project, refs, as_json=as_json, markdown=markdown, strict=strict, allow_fuzz=allow_fuzz)
         return
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
@@ -481,8 +482,9 @@ def note_rebase(root: Path) -> None:
         tables.err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
 
 
-def _check_onto(refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int) -> None:
-    from imgbuild.project import load_project
+def _check_onto(
+    project: Project, refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int
+) -> None:
     from imgbuild.report import tables
     from imgbuild.report.tables import print_json
 
@@ -491,7 +493,6 @@ def _check_onto(refs: list[str], *, as_json: bool, markdown: Path | None, strict
     from imgbuild.report.matrix import matrix_markdown, matrix_table  # rich and the carry machinery: only with --onto
     from imgbuild.workflows.matrix import check_onto
 
-    project = load_project()
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
     if markdown is not None:
@@ -499,8 +500,7 @@ def _check_onto(refs: list[str], *, as_json: bool, markdown: Path | None, strict
         if str(markdown) == "-":
             print(text, end="")
         else:
-            # appended, as GitHub expects for $GITHUB_STEP_SUMMARY
-            with open(os.fspath(markdown), "a", encoding="utf-8") as fh:
+            with markdown.open("a", encoding="utf-8") as fh:  # appended, as GitHub expects for $GITHUB_STEP_SUMMARY
                 fh.write(text)
     if as_json:
         print_json("patches-check-onto", matrix.to_json())
