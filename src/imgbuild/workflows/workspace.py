@@ -34,28 +34,6 @@ def state_dir(root: Path, kind: str) -> Path:
     return work_root(root) / kind
 
 
-@contextlib.contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """Hold the project's patch-state lock, or refuse if another command holds it."""
-    base = work_root(root)
-    base.mkdir(parents=True, exist_ok=True)
-    fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise StateError(
-                f"another imgbuild command is changing the patch state of {root} (pid {holder})",
-                hint="wait for it to finish",
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)
-
-
 @dataclass(frozen=True)
 class Session:
     """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): its lock, `state.json`, the
@@ -77,8 +55,26 @@ class Session:
         """Where the journal of its write to patches/ lives (export.Journal)."""
         return self.directory / "txn"
 
-    def locked(self) -> contextlib.AbstractContextManager[None]:
-        return locked(self.root)
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the project's patch-state lock (one for every session), or refuse if another command holds it."""
+        base = work_root(self.root)
+        base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                raise StateError(
+                    f"another imgbuild command is changing the patch state of {self.root} (pid {holder})",
+                    hint="wait for it to finish",
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)
 
     def read(self) -> dict[str, Any] | None:
         """The state, None if there is none; StateError if the directory is not imgbuild's."""
