@@ -20,14 +20,10 @@ def staging_path(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.imgbuild-staging"
 
 
-def lock_path(dest: Path) -> Path:
-    return dest.parent / f".{dest.name}.imgbuild-lock"
-
-
 @contextlib.contextmanager
 def dest_lock(dest: Path) -> Iterator[None]:
     """Hold the lock of `dest`, or refuse (exit 10) when another imgbuild holds it."""
-    path = lock_path(dest)
+    path = dest.parent / f".{dest.name}.imgbuild-lock"
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -369,7 +369,7 @@ def _replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseStat
         step = steps.get(item.filename)
         if step is None:
             continue
-        if not step.outcome.ok or step.outcome.method in ("fuzz",):
+        if not step.outcome.ok or step.outcome.method == "fuzz":
             bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
             raise ApplyError(
                 f"{item.filename} does not apply to the pinned release {state.old.tag} ({bad or step.outcome.method})",

@@ -151,12 +151,8 @@ def reorder_series(text: str, order: Sequence[str]) -> str:
 
 def dormant_markers(text: str) -> list[tuple[int, str, str]]:
     """(line, tag, filename) of each `# upstreamed in TAG: FILE` line of a series."""
-    found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        m = DORMANT_RE.match(line)
-        if m:
-            found.append((number, m.group(1), m.group(2)))
-    return found
+    matches = ((n, DORMANT_RE.match(line)) for n, line in enumerate(text.splitlines(), start=1))
+    return [(n, m.group(1), m.group(2)) for n, m in matches if m]
 
 
 def dormant_line(tag: str, filename: str) -> str:
