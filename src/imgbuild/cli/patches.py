@@ -201,12 +201,7 @@ def status(as_json: JsonOpt = False) -> None:
     upstreams = [_pin_status(p) for p in project.pins]  # `pin` first
     mirror, cached = upstreams[0]["mirror"], upstreams[0]["pinned_commit_cached"]
     info: dict[str, object] = {
-        "upstream": {
-            "name": project.pin.name,
-            "tag": project.pin.tag,
-            "commit": project.pin.commit,
-            "kind": project.pin.source.kind,
-        },
+        "upstream": {k: upstreams[0][k] for k in ("name", "tag", "commit", "kind")},
         "upstreams": upstreams,
         "cache": {"mirror": mirror, "pinned_commit_cached": cached},
         "series": {"patches": len(project.patches), "digest": project.series_digest},
