@@ -30,7 +30,6 @@ VERSIONS: dict[str, int] = {
     "patches-edit": 1,
     "patches-edit-discard": 1,
     "patches-refresh": 1,
-    "patches-import": 1,
     "patches-bump": 1,
     "build": 2,
     "build-plan": 2,  # build --dry-run

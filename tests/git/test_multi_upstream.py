@@ -269,7 +269,7 @@ def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
 
 def test_a_stop_in_the_second_upstream_then_continue(world: tuple[Upstream, Upstream, Path]) -> None:
     from imgbuild.workflows import rebase
-    from imgbuild.workflows.rebase_session import RebaseStopped
+    from imgbuild.workflows.rebase import RebaseStopped
     from imgbuild.workflows.workspace import state_dir
 
     _, _, root = world
@@ -290,7 +290,7 @@ def test_a_stop_in_the_second_upstream_then_continue(world: tuple[Upstream, Upst
 
 def test_abort_of_the_second_upstream_keeps_the_first(world: tuple[Upstream, Upstream, Path]) -> None:
     from imgbuild.workflows import rebase
-    from imgbuild.workflows.rebase_session import RebaseStopped
+    from imgbuild.workflows.rebase import RebaseStopped
 
     _, _, root = world
     with pytest.raises(RebaseStopped):

@@ -188,7 +188,7 @@ def test_flag_rendering_matches_sparkruns_spelling() -> None:
     assert args == ["-tp", "8", "--speculative-config", '{"a":1,"b":false}', "--x-y", "0.8"]
 
 
-@pytest.mark.parametrize("command", [["recipe"], ["patches", "import"]])
+@pytest.mark.parametrize("command", [["recipe"]])
 def test_new_commands_have_help_with_examples(command: list[str]) -> None:
     proc = imgbuild_here(None, *command, "--help")  # in-process: the help text, not start-up, is under test
     assert proc.returncode == 0 and "Examples:" in proc.stdout and "--json" in proc.stdout

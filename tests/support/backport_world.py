@@ -1,4 +1,4 @@
-"""A synthetic vLLM with fixes between releases, for `patches import` tests. Real git.
+"""A synthetic vLLM with fixes between releases, for the backport tests (tests/git/test_backports.py). Real git.
 
 main: v1 -> pre (three lines at the top of block_pool.py) -> FIX (#44237: the
 leak fix in block_pool.py) -> TESTS (vllm/other.py and tests/) -> CTX (sched.py

@@ -1,15 +1,11 @@
-"""Has a release taken a backport? Shared by `patches rebase` and `check --onto`.
-
-Per hunk, replay.carry_patch already says `upstreamed` when the release has
-every hunk. A fix that upstream changed again before the release no longer
-matches hunk by hunk; then the backport is looked up by patch-id among the
-commits between the two releases, restricted to the backport's own files (an
-upstream commit that also touched tests still matches).
-"""
+"""Has a release taken a backport? (`patches rebase` and `check --onto`.) A fix changed again upstream
+no longer matches hunk by hunk; it is found by patch-id among the commits between the two releases,
+limited to the backport's files."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from imgbuild.patches.backport import is_backport
 from imgbuild.patches.carry import Carry
@@ -17,10 +13,8 @@ from imgbuild.upstream.git import LITERAL, GitError, GitRepo, patch_id
 
 
 def diff_part(raw: str) -> str:
-    at = raw.find("diff --git ")
-    while at > 0 and raw[at - 1] != "\n":
-        at = raw.find("diff --git ", at + 1)
-    return raw[at:] if at >= 0 else ""
+    at = re.search(r"^diff --git ", raw, flags=re.MULTILINE)
+    return raw[at.start() :] if at else ""
 
 
 def release_patch_ids(repo: GitRepo, old: str, new: str, paths: list[str]) -> dict[str, str]:
@@ -30,13 +24,10 @@ def release_patch_ids(repo: GitRepo, old: str, new: str, paths: list[str]) -> di
             "log", "-p", "--no-merges", "--full-index", "--no-color", "--no-renames", "--format=commit %H",
             new, f"^{old}", "--", *paths, env=LITERAL,
         )  # fmt: skip
-    except GitError:
-        return {}
-    ids: dict[str, str] = {}
-    try:
         out = repo.run("patch-id", "--stable", stdin=log.encode("utf-8", errors="surrogateescape")) if log else ""
     except GitError:
         return {}
+    ids: dict[str, str] = {}
     for line in out.splitlines():
         pid, _, sha = line.partition(" ")
         ids.setdefault(pid, sha)

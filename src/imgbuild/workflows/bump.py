@@ -1,19 +1,9 @@
 """`imgbuild patches bump`: a new vLLM release becomes one reviewed change on its own branch.
 
-1. The target (`latest`, the newest release tag, or a REF) is resolved; when the pin already is it,
-   nothing happens ("already at the newest release X").
-2. A branch of the project (`imgbuild/bump-<tag>`) is created from HEAD and checked out; the series is
-   carried onto the release by the rebase (workflows/rebase.py, `start`), which writes patches/ and the
-   pin and its review report (workflows/review.py).
-3. A conflict stops the rebase as `patches rebase` would: the rebase stays in progress (resume it with
-   `imgbuild patches rebase --continue`, then run `imgbuild patches bump` again, which finds the finished
-   rebase on its branch and goes on from step 4), and the report gets every conflicting hunk
-   (review.conflict_hunks).
-4. The rebased patches/ is committed on the branch; then, unless told not to, both variants are built and
-   smoke-tested by builder/runner.py as `imgbuild build` does, and the report gets the images' ids.
-
-The report is the rebase's review report, extended (review.render_bump): `<report dir>/bump-<tag>.md` and
-`.json` beside it (default report dir: `.imgbuild-work/reports/`).
+The series is rebased (rebase.start) on a new branch `imgbuild/bump-<tag>`, committed there, built and
+smoke-tested (builder/runner.py), and the rebase's review report is extended (review.render_bump) into
+`bump-<tag>.md`/`.json`. A conflict leaves the rebase in progress with a per-hunk report; after
+`patches rebase --continue`, `patches bump` again commits and builds the finished rebase.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
 from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase_session import Log, RebaseStopped, load, session
+from imgbuild.workflows.rebase import Log, RebaseStopped, load, quiet, session
 from imgbuild.workflows.rebase_state import Pin
 from imgbuild.workflows.workspace import work_root
 
@@ -43,10 +33,6 @@ if TYPE_CHECKING:
 Status = Literal["current", "carried", "conflict", "build-failed"]
 PREFIX = "imgbuild/bump-"
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def default_branch(tag: str) -> str:
@@ -105,7 +91,7 @@ def bump(
     build: BuildOptions | None = None,
     report_dir: Path | None = None,
     date: str | None = None,
-    log: Log = _quiet,
+    log: Log = quiet,
 ) -> Bump:
     """Carry the series onto `onto` on a new branch, commit it, build and smoke-test (`build` None: don't)."""
     rebase.refuse_if_busy(root)
@@ -219,10 +205,7 @@ def _finish(
 ) -> Bump:
     """Commit patches/ on the branch, build and smoke-test unless told not to, and write the report."""
     text, data = _review(md, old, new)
-    patches = [
-        {**p, "kind": p.get("kind") or review.kind(str(p.get("outcome")), p.get("moves") or ())}
-        for p in data.get("patches", ())
-    ]
+    patches = review.with_kinds(data.get("patches", ()))
     repo.stage("patches")
     lines = [f"patches: carry the series onto vLLM {new.tag} (from {old.tag})", ""]
     lines += [f"Made by `imgbuild patches bump`; the review report: {md.name}.", ""]
@@ -239,11 +222,7 @@ def _finish(
             note = f"built and smoke-tested {len(images)} image(s)"
         except ImgbuildError as exc:
             error, note = exc, f"the build failed: {exc.message}"
-    counts: dict[str, int] = {}
-    for p in patches:
-        counts[p["kind"]] = counts.get(p["kind"], 0) + 1
-    summary = ", ".join(f"{n} {w}" for w, n in counts.items()) or "no patches"
-    message = f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {summary}; {note}"
+    message = f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {review.tally(patches) or 'no patches'}; {note}"
     status: Status = "build-failed" if error else "carried"
     bump: dict[str, Any] = {"message": message, "status": status, "branch": name, "commit": commit, "images": images}
     if error is not None:

@@ -1,8 +1,4 @@
-"""`patches check` and `patches apply` on the pinned release: the series and its variants, as results.
-
-The CLI prints these results; it neither applies patches nor decides what
-failed. (`patches check --onto REF` is checkmatrix.py: the same across releases.)
-"""
+"""`patches check` and `patches apply` on the pinned release: the series and its variants, as results."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Write a patched tree to a directory, all or nothing.
-
-Everything is written into a staging directory beside the destination, with a
-known name, and renamed into place at the end, so an interrupted run leaves the
-destination untouched. A lock file beside it (flock; the OS drops it when a
-process dies) lets one run at a time write a destination: a second one is
-refused, and a run that holds the lock removes the staging directory that a
-killed run left behind.
-"""
+"""Write a patched tree to a new directory, all or nothing: staged beside it and renamed into place,
+one writer at a time (a lock beside it; a killed run's staging is removed by the next)."""
 
 from __future__ import annotations
 
@@ -27,14 +20,10 @@ def staging_path(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.imgbuild-staging"
 
 
-def lock_path(dest: Path) -> Path:
-    return dest.parent / f".{dest.name}.imgbuild-lock"
-
-
 @contextlib.contextmanager
 def dest_lock(dest: Path) -> Iterator[None]:
     """Hold the lock of `dest`, or refuse (exit 10) when another imgbuild holds it."""
-    path = lock_path(dest)
+    path = dest.parent / f".{dest.name}.imgbuild-lock"
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -83,14 +72,10 @@ def write_tree(
     """Write the pristine `commit` (and the `more` pins' (repo, commit)) overlaid with `changed` to `dest`.
     Returns files written."""
     dest = Path(os.path.abspath(dest))
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise StateError(
-            f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
-        )
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with dest_lock(dest):
-            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):  # another run finished first
+            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
                 raise StateError(
                     f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
                 )

@@ -1,13 +1,6 @@
-"""`imgbuild patches check --onto REF...`: will the stack carry to other releases?
-
-For each ref, each stack (the full series, then each variant's selection,
-i.e. the series minus what it reverts) is carried patch by patch onto the
-ref's tree, in memory (replay.carry_patch over a CommitTree: no work tree, no
-index). The result is a matrix of variant x ref x patch outcomes. A variant
-fails on a ref when one of its patches conflicts (would stop a rebase); with
-`strict`, anything but exact or offset fails (the patch files would need to
-change). Fuzz is never tried.
-"""
+"""`imgbuild patches check --onto REF...`: the series and each variant carried onto each ref in memory
+(carry_patch over a CommitTree, never fuzz): a variant x ref x patch matrix. A variant fails on a ref
+when a patch conflicts; with `strict`, on anything but exact or offset."""
 
 from __future__ import annotations
 
@@ -52,21 +45,15 @@ class Matrix:
         """The patch carried onto `ref`; None when its upstream does not move there (it stays on its pin)."""
         return self.cells.get((stack, ref, name))
 
-    def _carried(self, stack: str, ref: str) -> list[Carry]:
-        return [c for n in dict(self.stacks)[stack] if (c := self.cell(stack, ref, n)) is not None]
-
-    def stack_ok(self, stack: str, ref: str) -> bool:
-        return all(self.passes(c) for c in self._carried(stack, ref))
-
-    def carries(self, stack: str, ref: str) -> bool:
-        """No patch of `stack` conflicts on `ref` (strict or not)."""
-        return all(c.ok for c in self._carried(stack, ref))
-
     def verdict(self, stack: str, ref: str) -> str:
         """PASS; CHANGES (strict: it carries, but patch files would change); FAIL (a patch conflicts)."""
-        if self.stack_ok(stack, ref):
+        carried = [c for n in dict(self.stacks)[stack] if (c := self.cell(stack, ref, n)) is not None]
+        if all(self.passes(c) for c in carried):
             return "PASS"
-        return "CHANGES" if self.carries(stack, ref) else "FAIL"
+        return "CHANGES" if all(c.ok for c in carried) else "FAIL"
+
+    def stack_ok(self, stack: str, ref: str) -> bool:
+        return self.verdict(stack, ref) == "PASS"
 
     @property
     def ok(self) -> bool:
@@ -76,7 +63,7 @@ class Matrix:
     def summary(self) -> str:
         if self.ok:
             return "every variant carries"
-        if all(self.carries(s, r.ref) for s, _ in self.stacks for r in self.refs):
+        if all(self.verdict(s, r.ref) != "FAIL" for s, _ in self.stacks for r in self.refs):
             return "every variant carries, but some patch files would change (strict: exact or offset only)"
         return "some variants do not carry"
 

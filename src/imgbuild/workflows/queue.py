@@ -1,27 +1,17 @@
 """`imgbuild patches edit` / `patches refresh`: the series as a git branch (like gbp pq).
 
-`edit` makes `.imgbuild-work/pq/tree`, a git work tree of the pinned release
-with one commit per patch on branch `patches`. Each commit's message is the
-patch's DEP-3 header, byte for byte, followed by a `Patch-Name:` trailer that
-ties it to its file. The author edits, amends, reorders, drops or adds
-commits with plain git.
-
-`refresh` exports the branch back: a patch whose diff is the same keeps its
-bytes; a changed diff is re-exported under its original header (Last-Update
-bumped); a header the author edited is taken from the commit message; a new
-commit becomes a new patch file with a DEP-3 header made from its message. A
-header whose text only differs by what git's message cleanup does (trailing
-spaces, blank lines, comment lines) counts as unchanged, so it comes back
-byte for byte. patches/ and the series are written as one step.
+`edit` makes `.imgbuild-work/pq/tree`, the pinned release with one commit per patch on branch `patches`,
+each message the patch's DEP-3 header plus a `Patch-Name:` trailer. `refresh` writes the branch back:
+unchanged patches keep their bytes, a changed diff keeps its header (Last-Update bumped), an edited
+header comes from the message, a new commit becomes a new patch; patches/ is written as one step.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +34,14 @@ from imgbuild.upstream.commits import (
     rev_list,
     status_porcelain,
 )
-from imgbuild.upstream.git import CommitTree, GitRepo
+from imgbuild.upstream.git import CommitTree, GitRepo, failed, run_git
 from imgbuild.workflows.workspace import Session, state_dir
 from imgbuild.workflows.writeback import (
     Journal,
     bump_last_update,
     check_unchanged,
     context_of,
-    export_best,
+    export_patch,
     parse_text,
     reorder_series,
     today,
@@ -73,13 +63,7 @@ class Opened:
     created: bool
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "work_tree": str(self.work_tree),
-            "base": self.base,
-            "tag": self.tag,
-            "commits": self.commits,
-            "created": self.created,
-        }
+        return {**asdict(self), "work_tree": str(self.work_tree)}
 
 
 @dataclass
@@ -93,15 +77,7 @@ class Refreshed:
     closed: bool = False
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "written": self.written,
-            "unchanged": self.unchanged,
-            "added": self.added,
-            "removed": self.removed,
-            "series_changed": self.series_changed,
-            "warnings": self.warnings,
-            "closed": self.closed,
-        }
+        return asdict(self)
 
 
 # -- commit messages -------------------------------------------------------------------
@@ -127,23 +103,16 @@ def from_message(message: str) -> tuple[str | None, str]:
     return None, message
 
 
-def _cleanup(text: str, strip_comments: bool) -> list[str]:
-    """What `git commit`'s message cleanup leaves of `text` (git stripspace)."""
-    out: list[str] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if strip_comments and line.startswith("#"):
-            continue
-        if not line and (not out or not out[-1]):
-            continue
-        out.append(line)
-    while out and not out[-1]:
-        out.pop()
-    return out
+def _stripspace(text: str, *flags: str) -> bytes:
+    done = run_git(["stripspace", *flags], stdin=encode(text))
+    if done.returncode != 0:
+        raise failed("git stripspace", done)
+    return done.stdout
 
 
 def same_header(edited: str, original: str) -> bool:
-    return any(_cleanup(edited, c) == _cleanup(original, c) for c in (False, True))
+    """Whether the two differ only by what git's message cleanup does (`git stripspace`, comments or not)."""
+    return any(_stripspace(edited, *f) == _stripspace(original, *f) for f in ((), ("--strip-comments",)))
 
 
 def new_header(message: str, author: str, date: str) -> str:
@@ -221,15 +190,15 @@ def open_queue(root: Path) -> Opened:
                 head = commit_files(scratch, head, step.own, to_message(step.patch.header, step.patch.filename))
                 entries.append({"filename": step.patch.filename, "commit": head})
             checkout_branch(scratch, BRANCH, head)
-            write_json(staging / "state.json", _state(work, token, upstream.commit, project.pin.tag, entries))
+            state = {"kind": KIND, "version": 1, "token": token, "base": upstream.commit, "tag": project.pin.tag}
+            write_json(staging / "state.json", {**state, "patches": entries, "inputs": _inputs(work, entries)})
 
         work.create(upstream.repo.path / "objects", token, fill)
         return Opened(work.tree, upstream.commit, project.pin.tag, len(entries), True)
 
 
-def _state(work: Session, token: str, base: str, tag: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    inputs = work.inputs(f"patches/{e['filename']}" for e in entries)
-    return {"kind": KIND, "version": 1, "token": token, "base": base, "tag": tag, "patches": entries, "inputs": inputs}
+def _inputs(work: Session, entries: list[dict[str, Any]]) -> dict[str, str | None]:
+    return work.inputs(f"patches/{e['filename']}" for e in entries)
 
 
 def discard(root: Path, *, force: bool = False) -> str:
@@ -264,7 +233,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         if journal is not None:  # an earlier refresh died while writing patches/: finish it
             journal.apply()
             journal.discard()
-            state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+            state["inputs"] = _inputs(work, state["patches"])
             work.save(state)
         tree = work.tree
         scratch = work.scratch()
@@ -295,7 +264,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         journal.discard()
         renamed = _sync_messages(scratch, state["base"], commits)
         state["patches"] = [{"filename": name, "commit": sha} for name, sha in renamed]
-        state.update(_state(work, state["token"], state["base"], state["tag"], state["patches"]))
+        state["inputs"] = _inputs(work, state["patches"])
         state["synced"] = head_commit(scratch)
         work.save(state)
         if close:
@@ -342,22 +311,23 @@ def _export(
         if original is not None:
             orig_bytes = (project.patches_dir / original.filename).read_bytes()
             unchanged_header = same_header(header, original.header)
-            exported, diff = export_best(
-                functools.partial(Session.diff, scratch, info.parents[0], sha),
+            exported = export_patch(
+                scratch,
+                info.parents[0],
+                sha,
                 orig_bytes,
                 original,
                 original.header if unchanged_header else _ensure_nl(header),
-                filename=original.filename,
                 package_root=package_root,
                 date=date,
                 header_changed=not unchanged_header,
             )
-            if exported.data is not None:
-                journal.write(f"patches/{original.filename}", exported.data)
+            if exported is not None:
+                journal.write(f"patches/{original.filename}", exported)
                 result.written.append(original.filename)
             else:
                 result.unchanged.append(original.filename)
-            data = exported.data or orig_bytes
+            data = exported or orig_bytes
             name = original.filename
         else:
             subject = (header.strip().splitlines() or ["patch"])[0]
@@ -401,12 +371,8 @@ def _with_other_pins(project: Project, mine: Mapping[str, Patch], order: list[st
 
 
 def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tuple[str, str]]:
-    """Make each commit's message the header its patch file now has, plus the trailer.
-
-    New commits get their `Patch-Name:` and generated header, and bumped
-    Last-Update lines show up in the branch, so the next refresh compares like
-    with like. Trees and authors are kept; only HEAD's branch moves.
-    """
+    """Make each commit's message its patch file's header plus the trailer (trees and authors kept), so the
+    next refresh compares like with like."""
     parent = base
     rewriting = False
     out: list[tuple[str, str]] = []

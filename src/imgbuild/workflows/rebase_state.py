@@ -1,17 +1,18 @@
 """The typed state of `patches rebase`: what `state.json` holds, and the results it reports.
 
-Pure data: frozen records per patch, one mutable `RebaseState` (saved after
-every patch, so it changes in place), and the conversion to and from the JSON
-that `state.json`, `--json` and the review report carry. The JSON keys are the
-ones the files had when they were plain dicts, so an interrupted rebase from
-an older imgbuild resumes.
+Frozen records per patch and one mutable `RebaseState` (saved after every patch), validated from and
+dumped to JSON by pydantic. The JSON keys are those state.json always had, so an interrupted rebase
+from an older imgbuild resumes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast, get_args
+from dataclasses import field, replace
+from typing import Any, Literal, Self, cast
+
+from pydantic import TypeAdapter
+from pydantic.dataclasses import dataclass
 
 # Records the replay already reports as JSON (moves, dropped hunks, upstreamed checks, files):
 # carried through as they are, never read here.
@@ -21,44 +22,29 @@ Status = Literal["running", "stopped", "committing"]
 # What happened to one patch during the replay (replay.Carry's outcomes plus the user's).
 Outcome = Literal["exact", "offset", "3way", "partly-upstreamed", "upstreamed", "conflict", "skipped", "resolved"]
 # What the end of the rebase did with it; a dormant patch (one in patches/upstreamed/) has its own words.
-Final = Literal[
-    "exact",
-    "offset",
-    "3way",
-    "partly-upstreamed",
-    "upstreamed",
-    "conflict",
-    "skipped",
-    "resolved",
-    "reinstated",
-    "still upstreamed",
-    "left in patches/upstreamed",
-]
-OUTCOMES: tuple[str, ...] = get_args(Outcome)
+Final = Literal[Outcome, "reinstated", "still upstreamed", "left in patches/upstreamed"]
 LEFT = "left in patches/upstreamed"
 
 
-def outcome(text: str) -> Outcome:
-    if text not in OUTCOMES:
-        raise ValueError(f"unknown rebase outcome {text!r}")
-    return cast(Outcome, text)
+class Json:
+    """JSON in and out, by the dataclass's fields (unknown keys are ignored, missing ones take defaults)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return cast("dict[str, Any]", TypeAdapter(type(self)).dump_python(self, mode="json"))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return TypeAdapter(cls).validate_python(data)
 
 
 @dataclass(frozen=True)
-class Pin:
+class Pin(Json):
     tag: str
     commit: str
 
-    def to_json(self) -> dict[str, str]:
-        return {"tag": self.tag, "commit": self.commit}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Pin:
-        return cls(str(data["tag"]), str(data["commit"]))
-
 
 @dataclass(frozen=True)
-class Item:
+class Item(Json):
     """One patch of the series (or a dormant one from patches/upstreamed/), with its commit on the old release."""
 
     filename: str
@@ -70,34 +56,9 @@ class Item:
     old_parent: str | None = None
     blobs: Mapping[str, str] = field(default_factory=dict)  # path -> the blob it had before the patch
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "filename": self.filename,
-            "line": self.line,
-            "dormant": self.dormant,
-            "dormant_tag": self.dormant_tag,
-            "path": self.path,
-            "old_commit": self.old_commit,
-            "old_parent": self.old_parent,
-            "blobs": dict(self.blobs),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Item:
-        return cls(
-            filename=data["filename"],
-            line=int(data["line"]),
-            dormant=bool(data["dormant"]),
-            dormant_tag=data.get("dormant_tag"),
-            path=data["path"],
-            old_commit=data.get("old_commit"),
-            old_parent=data.get("old_parent"),
-            blobs=dict(data.get("blobs") or {}),
-        )
-
 
 @dataclass(frozen=True)
-class PatchResult:
+class PatchResult(Json):
     """One patch carried (or not) onto the new release."""
 
     filename: str
@@ -112,38 +73,11 @@ class PatchResult:
     files: tuple[Record, ...] = ()
 
     @classmethod
-    def of(cls, item: Item, outcome: Outcome, reason: str = "", **more: Any) -> PatchResult:
-        return cls(filename=item.filename, dormant=item.dormant, outcome=outcome, reason=reason, **more)
+    def of(cls, item: Item, outcome: str, reason: str = "", **more: Any) -> PatchResult:
+        return cls(filename=item.filename, dormant=item.dormant, outcome=cast(Outcome, outcome), reason=reason, **more)
 
     def to_json(self) -> dict[str, Any]:
-        # Sorted keys: what `patches rebase` printed when these came back from state.json as dicts.
-        return {
-            "commit": self.commit,
-            "dormant": self.dormant,
-            "dropped_hunks": [dict(d) for d in self.dropped_hunks],
-            "filename": self.filename,
-            "files": [dict(f) for f in self.files],
-            "moves": [dict(m) for m in self.moves],
-            "outcome": self.outcome,
-            "parent": self.parent,
-            "reason": self.reason,
-            "upstreamed_checks": [dict(c) for c in self.upstreamed_checks],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PatchResult:
-        return cls(
-            filename=data["filename"],
-            dormant=bool(data["dormant"]),
-            outcome=outcome(data["outcome"]),
-            reason=data.get("reason") or "",
-            commit=data.get("commit"),
-            parent=data.get("parent"),
-            moves=tuple(data.get("moves") or ()),
-            dropped_hunks=tuple(data.get("dropped_hunks") or ()),
-            upstreamed_checks=tuple(data.get("upstreamed_checks") or ()),
-            files=tuple(data.get("files") or ()),
-        )
+        return dict(sorted(super().to_json().items()))  # sorted: as `patches rebase` always printed them
 
 
 @dataclass(frozen=True)
@@ -189,23 +123,17 @@ class Row:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], result: PatchResult) -> Row:
         shown = str(data["outcome"])
-        final = LEFT if shown.startswith(f"{LEFT} (") else shown
-        if final not in get_args(Final):
-            raise ValueError(f"unknown rebase outcome {shown!r}")
-        return cls(result, cast(Final, final), file=data["file"])
+        return cls(result, cast(Final, LEFT if shown.startswith(f"{LEFT} (") else shown), file=data["file"])
 
 
 @dataclass(frozen=True)
-class Unresolved:
+class Unresolved(Json):
     path: str
     reason: str
 
-    def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
-
 
 @dataclass(frozen=True)
-class Stopped:
+class Stopped(Json):
     """Where a rebase stopped at a conflict: the work tree, the markers, what did apply."""
 
     filename: str
@@ -218,36 +146,9 @@ class Stopped:
     moves: tuple[Record, ...]
     files: tuple[Record, ...] = ()  # the carry's per-file, per-hunk outcomes (what the review's conflict report reads)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "filename": self.filename,
-            "work_tree": self.work_tree,
-            "patch": self.patch,
-            "conflicts": {p: list(lines) for p, lines in self.conflicts.items()},
-            "unresolved": [u.to_json() for u in self.unresolved],
-            "applied": list(self.applied),
-            "reason": self.reason,
-            "moves": [dict(m) for m in self.moves],
-            "files": [dict(f) for f in self.files],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Stopped:
-        return cls(
-            filename=data["filename"],
-            work_tree=data["work_tree"],
-            patch=data["patch"],
-            conflicts={p: tuple(lines) for p, lines in (data.get("conflicts") or {}).items()},
-            unresolved=tuple(Unresolved(u["path"], u["reason"]) for u in data.get("unresolved") or ()),
-            applied=tuple(data.get("applied") or ()),
-            reason=data.get("reason") or "",
-            moves=tuple(data.get("moves") or ()),
-            files=tuple(data.get("files") or ()),
-        )
-
 
 @dataclass
-class RebaseState:
+class RebaseState(Json):
     """`state.json`. The one mutable record: the replay loop moves it on and saves it after every patch."""
 
     token: str
@@ -285,76 +186,14 @@ class RebaseState:
         self.items[index] = replace(self.items[index], **changes)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "kind": "rebase",
-            "version": 1,
-            "token": self.token,
-            "status": self.status,
-            "ref": self.ref,
-            "old": self.old.to_json(),
-            "onto": self.onto.to_json(),
-            "today": self.today,
-            "report": self.report,
-            "inputs": dict(self.inputs),
-            "items": [i.to_json() for i in self.items],
-            "next": self.next,
-            "head": self.head,
-            "results": [r.to_json() for r in self.results],
-            "stopped": self.stopped.to_json() if self.stopped else None,
-            "upstream": self.upstream,
-            "pending": list(self.pending),
-            "done_before": list(self.done_before),
-        }
+        later = {"written", "warnings", "rows"}  # only while the end is being written
+        data = TypeAdapter(RebaseState).dump_python(self, mode="json", exclude=later)
         if self.status == "committing":
             data |= {"written": self.written, "warnings": self.warnings, "rows": [r.to_json() for r in self.rows]}
-        return data
+        return {"kind": "rebase", "version": 1, **data}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RebaseState:
-        status = data["status"]
-        if status not in get_args(Status):
-            raise ValueError(f"unknown rebase status {status!r}")
-        results = [PatchResult.from_json(r) for r in data.get("results") or ()]
-        rows = [Row.from_json(r, res) for r, res in zip(data.get("rows") or (), results, strict=False)]
-        return cls(
-            token=data["token"],
-            status=cast(Status, status),
-            ref=data.get("ref") or data["onto"]["tag"],
-            old=Pin.from_json(data["old"]),
-            onto=Pin.from_json(data["onto"]),
-            today=data["today"],
-            report=data.get("report"),
-            inputs=dict(data.get("inputs") or {}),
-            items=[Item.from_json(i) for i in data["items"]],
-            head=data["head"],
-            next=int(data["next"]),
-            results=results,
-            stopped=Stopped.from_json(data["stopped"]) if data.get("stopped") else None,
-            written=list(data.get("written") or ()),
-            warnings=list(data.get("warnings") or ()),
-            rows=rows,
-            upstream=str(data.get("upstream") or ""),
-            pending=[str(r) for r in data.get("pending") or ()],
-            done_before=[str(n) for n in data.get("done_before") or ()],
-        )
-
-
-@dataclass(frozen=True)
-class RebaseStatus:
-    """`patches rebase` with no flag, and `patches status --json`'s "rebase"."""
-
-    state: RebaseState
-    work_tree: str
-
-    def to_json(self) -> dict[str, Any]:
-        s = self.state
-        return {
-            "status": s.status,
-            "old": s.old.to_json(),
-            "onto": s.onto.to_json(),
-            "next": s.next,
-            "stopped": s.stopped.to_json() if s.stopped else None,
-            "results": [r.to_json() for r in s.results],
-            "patches": len(s.items),
-            "work_tree": self.work_tree,
-        }
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        state = super().from_json({**data, "ref": data.get("ref") or data["onto"]["tag"], "rows": []})
+        state.rows = [Row.from_json(r, res) for r, res in zip(data.get("rows") or (), state.results, strict=False)]
+        return state

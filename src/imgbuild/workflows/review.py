@@ -1,12 +1,6 @@
-"""The review report of a rebase: per patch, the outcome and why, files that
-moved, hunks dropped as upstreamed (with the checks that proved it), and a
-range-diff of the patch before and after. Markdown for people, JSON for tools.
-
-`patches bump` (workflows/bump.py) extends it: each patch's one word (`kind`), and when the rebase
-stops at a conflict, the per-hunk report (`conflict_hunks`, `render_conflict`: the file, the hunk,
-the lines on each side, the release's code around it, the commands to resume); when the images were
-built, their ids (`render_bump`).
-"""
+"""The review report of a rebase (Markdown and JSON): per patch the outcome and why, moved files,
+hunks dropped as upstreamed, range-diffs; and the bump's additions: each patch's one word, the
+per-hunk report of a conflict, the images built."""
 
 from __future__ import annotations
 
@@ -95,18 +89,8 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
 
 # -- the bump's additions: what each patch became, the per-hunk conflict report, the images --------
 CONTEXT = 3  # lines of the release shown around where a conflicting hunk should land
-KIND = {  # a row's outcome -> the bump's word for it
-    "exact": "carried",
-    "offset": "offset",
-    "3way": "3-way",
-    "partly-upstreamed": "partly-upstreamed",
-    "upstreamed": "upstreamed",
-    "still upstreamed": "upstreamed",
-    "conflict": "conflicting",
-    "resolved": "resolved",
-    "skipped": "skipped",
-    "reinstated": "reinstated",
-}
+# a row's outcome -> the bump's word for it, where they differ
+KIND = {"exact": "carried", "3way": "3-way", "still upstreamed": "upstreamed", "conflict": "conflicting"}
 
 
 def kind(outcome: str, moves: Sequence[object] = ()) -> str:
@@ -124,12 +108,12 @@ def _locate(release: Sequence[str], expected: Sequence[str], near: int) -> tuple
     """Where `expected` fits `release` best: (0-based start, lines equal there); ties go nearest to `near`."""
     if not release or not expected:
         return min(max(near, 0), len(release)), 0
-    best, best_score = min(max(near, 0), len(release)), -1
-    for at in range(0, max(len(release) - len(expected), 0) + 1):
-        score = sum(1 for j, line in enumerate(expected) if at + j < len(release) and release[at + j] == line)
-        if score > best_score or (score == best_score and abs(at - near) < abs(best - near)):
-            best, best_score = at, score
-    return best, best_score
+
+    def score(at: int) -> int:
+        return sum(1 for j, line in enumerate(expected) if at + j < len(release) and release[at + j] == line)
+
+    best = max(range(max(len(release) - len(expected), 0) + 1), key=lambda at: (score(at), -abs(at - near)))
+    return best, score(best)
 
 
 @dataclass(frozen=True)
@@ -305,17 +289,27 @@ def render_conflict(
     return md, data
 
 
+def with_kinds(patches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's patch rows, each with its one word (`kind`)."""
+    return [{**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())} for p in patches]
+
+
+def tally(patches: Sequence[Mapping[str, Any]]) -> str:
+    """`2 carried, 1 upstreamed`: how many patches got each word."""
+    counts: dict[str, int] = {}
+    for p in with_kinds(patches):
+        counts[p["kind"]] = counts.get(p["kind"], 0) + 1
+    return ", ".join(f"{n} {w}" for w, n in counts.items())
+
+
 def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The review report with the bump's part: the one line, the branch and commit, each patch's word, the images."""
     head = [f"**{bump['message']}**", ""]
     if bump.get("branch"):
         head.append(f"- branch: `{bump['branch']}`" + (f" at `{bump['commit']}`" if bump.get("commit") else ""))
-    counts: dict[str, int] = {}
-    for p in data.get("patches", ()):
-        word = p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())
-        counts[word] = counts.get(word, 0) + 1
-    if counts:
-        head.append("- patches: " + ", ".join(f"{n} {w}" for w, n in counts.items()))
+    rows = with_kinds(data.get("patches", ()))
+    if rows:
+        head.append("- patches: " + tally(rows))
     tail: list[str] = []
     images = bump.get("images") or []
     if images:
@@ -334,10 +328,6 @@ def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tu
     text = "\n".join([body[0], "", *head, body[1] if len(body) > 1 else ""]).rstrip() + "\n"
     if tail:
         text += "\n".join(tail).rstrip() + "\n"
-    rows = [
-        {**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())}
-        for p in data.get("patches", ())
-    ]
     return text, {**data, "patches": rows, "bump": dict(bump)}
 
 

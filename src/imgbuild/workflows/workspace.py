@@ -1,12 +1,6 @@
-"""The project's work area, `.imgbuild-work/`: state dirs, the lock, atomic JSON.
-
-`patches rebase` keeps its state in `.imgbuild-work/rebase/` and `patches edit`
-in `.imgbuild-work/pq/`; each holds a `state.json` and a git work tree `tree/`
-whose config carries the state's token, so a directory imgbuild did not make
-is never mistaken for (or deleted as) one of its own. One lock file serializes
-every command that changes that state; the OS drops the lock when a process
-dies, which is how an interrupted command is told from a running one.
-"""
+"""The project's work area `.imgbuild-work/`: the state dirs of `patches rebase` and `patches edit`
+(a `state.json` and a scratch work tree whose git config holds the state's token, so a foreign
+directory is never taken for one), and the lock every command that changes them holds."""
 
 from __future__ import annotations
 
@@ -24,7 +18,7 @@ from typing import Any
 from imgbuild import digests
 from imgbuild.atomic import write_json
 from imgbuild.errors import StateError
-from imgbuild.upstream.commits import diff_commits, init_scratch, scratch_marker
+from imgbuild.upstream.commits import init_scratch, scratch_marker
 from imgbuild.upstream.git import GitRepo
 
 WORK = ".imgbuild-work"
@@ -40,73 +34,10 @@ def state_dir(root: Path, kind: str) -> Path:
     return work_root(root) / kind
 
 
-@contextlib.contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """Hold the project's patch-state lock, or refuse if another command holds it."""
-    base = work_root(root)
-    base.mkdir(parents=True, exist_ok=True)
-    fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise StateError(
-                f"another imgbuild command is changing the patch state of {root} (pid {holder})",
-                hint="wait for it to finish",
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)
-
-
-def read_state(directory: Path, kind: str) -> dict[str, Any] | None:
-    """The state in `directory`, None if there is none; StateError if the directory is not imgbuild's."""
-    if not directory.exists():
-        return None
-    path = directory / "state.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
-    if not isinstance(data, dict) or data.get("kind") != kind:
-        raise StateError(
-            f"{directory} exists but was not made by `imgbuild {KINDS[kind]}` (no valid state.json); "
-            "refusing to touch it",
-            hint="move it out of the way yourself if it is not needed",
-        )
-    tree = directory / "tree"
-    if scratch_marker(tree) != data.get("token"):
-        raise StateError(
-            f"{tree} is not the work tree imgbuild made for this {KINDS[kind]} (foreign or replaced); "
-            "refusing to use it",
-            hint=f"inspect it, then remove {directory} yourself, or restore the original work tree",
-        )
-    return data
-
-
-def create_dir(final: Path, build: Callable[[Path], None]) -> None:
-    """Build a directory in a staging place and rename it to `final` in one step."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-staging-", dir=final.parent))
-    try:
-        build(staging)
-        os.rename(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 @dataclass(frozen=True)
 class Session:
-    """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): what both do the same way.
-
-    The lock, `state.json`, the scratch work tree that borrows the cache
-    mirror's objects, the hashes of the inputs it started from, and the diffs
-    it exports patches from.
-    """
+    """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): its lock, `state.json`, the
+    scratch work tree on the cache mirror's objects, and the hashes of the inputs it started from."""
 
     root: Path
     kind: str
@@ -124,11 +55,49 @@ class Session:
         """Where the journal of its write to patches/ lives (export.Journal)."""
         return self.directory / "txn"
 
-    def locked(self) -> contextlib.AbstractContextManager[None]:
-        return locked(self.root)
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the project's patch-state lock (one for every session), or refuse if another command holds it."""
+        base = work_root(self.root)
+        base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                raise StateError(
+                    f"another imgbuild command is changing the patch state of {self.root} (pid {holder})",
+                    hint="wait for it to finish",
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)
 
     def read(self) -> dict[str, Any] | None:
-        return read_state(self.directory, self.kind)
+        """The state, None if there is none; StateError if the directory is not imgbuild's."""
+        directory, kind = self.directory, self.kind
+        if not directory.exists():
+            return None
+        try:
+            data = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        if not isinstance(data, dict) or data.get("kind") != kind:
+            raise StateError(
+                f"{directory} exists but was not made by `imgbuild {KINDS[kind]}` (no valid state.json); "
+                "refusing to touch it",
+                hint="move it out of the way yourself if it is not needed",
+            )
+        if scratch_marker(self.tree) != data.get("token"):
+            raise StateError(
+                f"{self.tree} is not the work tree imgbuild made for this {KINDS[kind]} (foreign or replaced); "
+                "refusing to use it",
+                hint=f"inspect it, then remove {directory} yourself, or restore the original work tree",
+            )
+        return data
 
     def save(self, data: Mapping[str, Any]) -> None:
         write_json(self.directory / "state.json", data)
@@ -139,13 +108,16 @@ class Session:
     def create(self, objects: Path, token: str, fill: Callable[[GitRepo, Path], None]) -> None:
         """Make the state dir in one step: a scratch repo on `objects`, filled by `fill(repo, staging)`."""
 
-        def build(staging: Path) -> None:
-            fill(init_scratch(staging / "tree", objects, token), staging)
-
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{self.kind}-staging-", dir=self.directory.parent))
         try:
-            create_dir(self.directory, build)
-        except FileExistsError as exc:
-            raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+            fill(init_scratch(staging / "tree", objects, token), staging)
+            os.rename(staging, self.directory)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, FileExistsError):
+                raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+            raise
 
     def remove(self) -> None:
         shutil.rmtree(self.directory)
@@ -153,8 +125,3 @@ class Session:
     def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
         """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
         return {p: digests.sha256_file_or_none(self.root / p) for p in (*INPUTS, *patch_paths)}
-
-    @staticmethod
-    def diff(repo: GitRepo, old: str, new: str, context: int) -> str:
-        """The diff a patch is exported from (export.export_best calls it with the context it wants)."""
-        return diff_commits(repo, old, new, context=context)

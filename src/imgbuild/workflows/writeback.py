@@ -1,16 +1,8 @@
 """Turn commits back into patch files, and rewrite patches/ all or nothing.
 
-- A patch is re-exported only when its content changed: the regenerated diff
-  is compared with the old one hunk by hunk (paths, index lines, positions and
-  lines; not the free text git puts after `@@`). An unchanged patch keeps its
-  bytes.
-- The DEP-3 header is kept byte for byte; only the value of `Last-Update:`
-  is bumped, and only when the diff changed.
-- `series` and `upstream.yaml` are edited line by line, so comments, order
-  and formatting survive.
-- `Journal` writes a set of files as one step: new contents are staged and
-  the old ones backed up first; a crash half-way is finished (`apply`) or
-  undone (`rollback`) by the next command.
+A patch is re-exported only when its hunks changed (not the free text after `@@`); its header is kept
+byte for byte but for Last-Update. `series` and `upstream.yaml` are edited line by line (comments and
+order survive). `Journal` writes many files as one step that the next command finishes or undoes.
 """
 
 from __future__ import annotations
@@ -21,8 +13,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +26,8 @@ from imgbuild.digests import sha256_file_or_none
 from imgbuild.errors import ConfigError, StateError
 from imgbuild.patches.hunks import encode
 from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.upstream.commits import diff_commits
+from imgbuild.upstream.git import GitRepo
 
 LAST_UPDATE_RE = re.compile(r"^(Last-Update:[ \t]*)([^\r\n]*)", re.MULTILINE)
 DORMANT_RE = re.compile(r"^#\s*upstreamed in (\S+):\s+(\S+)\s*$")
@@ -67,11 +60,8 @@ def signature(patch: Patch) -> tuple[object, ...]:
 
 
 def context_of(patch: Patch) -> int:
-    """The -U the patch was most likely written with (3 when it cannot tell).
-
-    A hunk that does not start at line 1 has exactly -U lines of leading
-    context; hunks at either end of a file have fewer, so they do not count.
-    """
+    """The -U the patch was most likely written with (3 when it cannot tell): a hunk not at line 1 has
+    exactly -U lines of leading context."""
     leads = [h.lead for f in patch.files if f.old_path and f.new_path for h in f.hunks if h.old_start > 1]
     return max(leads) if leads else 3
 
@@ -89,59 +79,30 @@ def parse_text(filename: str, text: str, package_root: str) -> Patch:
         return parse_patch(path, package_root)
 
 
-@dataclass(frozen=True)
-class Exported:
-    data: bytes | None  # new file bytes; None when the patch is unchanged
-    diff_changed: bool
-    header_changed: bool
-
-
 def export_patch(
-    original: bytes | None,
-    old: Patch | None,
-    header: str,
-    diff: str,
-    *,
-    filename: str,
-    package_root: str,
-    date: str,
-    header_changed: bool = False,
-) -> Exported:
-    """New bytes for a patch whose diff is now `diff` (None when nothing changed)."""
-    new = parse_text(filename, header + diff, package_root)
-    diff_changed = old is None or signature(new) != signature(old)
-    if original is not None and not diff_changed and not header_changed:
-        return Exported(None, False, False)
-    text = (bump_last_update(header, date) if diff_changed else header) + diff
-    data = encode(text)
-    return Exported(None if data == original else data, diff_changed, header_changed)
-
-
-def export_best(
-    make_diff: Callable[[int], str],
+    repo: GitRepo,
+    parent: str,
+    commit: str,
     original: bytes,
     old: Patch,
     header: str,
     *,
-    filename: str,
     package_root: str,
     date: str,
     header_changed: bool = False,
-) -> tuple[Exported, str]:
-    """Like export_patch, regenerating the diff with the -U that reproduces `old` when the change is the same."""
-    first: tuple[Exported, str] | None = None
+) -> bytes | None:
+    """New bytes for `old`'s file, its change now `parent..commit` (None: unchanged). The diff is regenerated
+    with the -U that reproduces `old` when the change is the same; a changed diff bumps Last-Update."""
+    first: bytes | None = None
     for context in context_candidates(old):
-        diff = make_diff(context)
+        diff = diff_commits(repo, parent, commit, context=context)
         if not diff:
-            return Exported(None, True, header_changed), diff
-        exported = export_patch(
-            original, old, header, diff, filename=filename, package_root=package_root, date=date,
-            header_changed=header_changed,
-        )  # fmt: skip
-        if not exported.diff_changed:
-            return exported, diff
-        first = first or (exported, diff)
-    assert first is not None
+            return None
+        same = signature(parse_text(old.filename, header + diff, package_root)) == signature(old)
+        if same:
+            data = encode(header + diff)
+            return None if not header_changed or data == original else data
+        first = first or encode(bump_last_update(header, date) + diff)
     return first
 
 
@@ -169,47 +130,29 @@ def reorder_series(text: str, order: Sequence[str]) -> str:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    slots = [i for i, line in enumerate(lines) if _entry_name(line)]
-    by_name = {_entry_name(lines[i]): lines[i] for i in slots}
-    kept = [n for n in order if n in by_name]
-    removed = [i for i in slots if _entry_name(lines[i]) not in set(order)]
-    live = [i for i in slots if i not in removed]
-    placed: dict[int, str] = {i: by_name[name] for i, name in zip(live, kept, strict=True)}
-    after: dict[int, list[str]] = {}
-    head: list[str] = []
-    position = {name: live[k] for k, name in enumerate(kept)}
-    previous: str | None = None
+    by_name = {name: line for line in lines if (name := _entry_name(line))}
+    live = [i for i, line in enumerate(lines) if _entry_name(line) in order]
+    groups: dict[int, list[str]] = {i: [] for i in live}  # a kept entry's slot: its line, then the new ones after it
+    head: list[str] = []  # new entries before any kept one
+    slots = iter(live)
+    target = head
     for name in order:
-        if name not in by_name:
-            line = f"{name}\n"
-            if previous is None:
-                head.append(line)
-            else:
-                after.setdefault(position[previous], []).append(line)
-                position[name] = position[previous]
-        previous = name
+        if name in by_name:
+            target = groups[next(slots)]
+        target.append(by_name.get(name, f"{name}\n"))
+    first = live[0] if live else len(lines)
     out: list[str] = []
-    first_slot = live[0] if live else len(lines)
     for i, line in enumerate(lines):
-        if i == first_slot:
-            out.extend(head)
-        if i in removed:
-            continue
-        out.append(placed.get(i, line))
-        out.extend(after.get(i, []))
-    if first_slot == len(lines):
-        out.extend(head)
-    return "".join(out)
+        if i == first:
+            out += head
+        out += groups.get(i, []) if _entry_name(line) else [line]
+    return "".join(out + (head if first == len(lines) else []))
 
 
 def dormant_markers(text: str) -> list[tuple[int, str, str]]:
     """(line, tag, filename) of each `# upstreamed in TAG: FILE` line of a series."""
-    found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        m = DORMANT_RE.match(line)
-        if m:
-            found.append((number, m.group(1), m.group(2)))
-    return found
+    matches = ((n, DORMANT_RE.match(line)) for n, line in enumerate(text.splitlines(), start=1))
+    return [(n, m.group(1), m.group(2)) for n, m in matches if m]
 
 
 def dormant_line(tag: str, filename: str) -> str:
@@ -343,6 +286,7 @@ class Journal:
             entry["made_dirs"] = missing
             record.append(entry)
         write_json(self.path, {"ops": record})
+        self.ops = record
 
     @classmethod
     def load(cls, root: Path, work: Path) -> Journal | None:
@@ -352,13 +296,9 @@ class Journal:
         journal.ops = json.loads(journal.path.read_text(encoding="utf-8"))["ops"]
         return journal
 
-    def _record(self) -> list[dict[str, Any]]:
-        ops: list[dict[str, Any]] = json.loads(self.path.read_text(encoding="utf-8"))["ops"]
-        return ops
-
     def apply(self) -> None:
         """Move every staged file into place (idempotent: safe to run again after a crash)."""
-        for entry in self._record():
+        for entry in self.ops:
             dest = self.root / entry["dest"]
             if entry["staged"] is not None:
                 staged = self.work / entry["staged"]
@@ -373,7 +313,7 @@ class Journal:
 
     def rollback(self) -> None:
         """Put every file back as it was before `apply` started."""
-        for entry in reversed(self._record()):
+        for entry in reversed(self.ops):
             dest = self.root / entry["dest"]
             if entry["backup"] is not None:
                 tmp = dest.with_name(f".{dest.name}.restore")
