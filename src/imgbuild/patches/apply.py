@@ -16,7 +16,6 @@ from imgbuild.patches.patchfile import FileDiff, Patch
 
 # Severity order; a patch's method is the worst of its files'.
 METHODS = ("exact", "offset", "fuzz", "3way", "partly-upstreamed", "upstreamed", "conflict")
-OK_METHODS = frozenset({"exact", "offset", "upstreamed", "partly-upstreamed", "3way", "fuzz"})
 
 
 class Tree(Protocol):
@@ -52,7 +51,7 @@ class PatchOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.method in OK_METHODS
+        return self.method != "conflict"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -87,8 +86,17 @@ class StackResult:
         return all(o.ok for o in self.outcomes)
 
 
-def worst(methods: Sequence[str]) -> str:
-    return max(methods, key=METHODS.index) if methods else "exact"
+def combined(methods: Sequence[str]) -> str:
+    """The method of a file from its hunks', or of a patch from its files': the worst, except that what is
+    partly upstreamed says so (unless fuzz or a 3-way merge did the rest)."""
+    if "conflict" in methods:
+        return "conflict"
+    if methods and all(m == "upstreamed" for m in methods):
+        return "upstreamed"
+    rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
+    if len(rest) < len(methods):
+        return "fuzz" if "fuzz" in rest else "3way" if "3way" in rest else "partly-upstreamed"
+    return max(rest, key=METHODS.index) if rest else "exact"
 
 
 class _Overlay:
@@ -100,16 +108,6 @@ class _Overlay:
 
     def read(self, path: str) -> bytes | None:
         return self.changed[path] if path in self.changed else self.tree.read(path)
-
-
-def _file_method(hunks: Sequence[HunkOutcome]) -> str:
-    methods = [h.method for h in hunks]
-    if methods and all(m == "upstreamed" for m in methods):
-        return "upstreamed"
-    applied = [m for m in methods if m != "upstreamed"]
-    if len(applied) < len(methods):
-        return worst(["partly-upstreamed", *applied]) if "fuzz" not in applied else "fuzz"
-    return worst(applied)
 
 
 def _apply_file(
@@ -139,7 +137,7 @@ def _apply_file(
 
     result = apply_hunks(split_lines(decode(current)), fd.hunks, max_fuzz)
     if result.lines is not None:
-        method = _file_method(result.hunks)
+        method = combined([h.method for h in result.hunks])
         new = encode("".join(result.lines))
         if method == "upstreamed":
             return FileOutcome(fd.path, src, method, tuple(result.hunks), "every hunk is already present"), {}, None
@@ -209,18 +207,8 @@ def apply_patch(
         view.changed.update(changes)
         if conflict is not None:
             marked[fd.path] = conflict
-    methods = [f.method for f in files]
-    method = "conflict" if "conflict" in methods else _patch_method(methods)
+    method = combined([f.method for f in files])
     return PatchOutcome(patch.name, patch.group, method, tuple(files), patch.filename), own, marked
-
-
-def _patch_method(methods: Sequence[str]) -> str:
-    if all(m == "upstreamed" for m in methods):
-        return "upstreamed"
-    if "upstreamed" in methods or "partly-upstreamed" in methods:
-        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
-        return "fuzz" if "fuzz" in rest else ("3way" if "3way" in rest else "partly-upstreamed")
-    return worst(methods)
 
 
 def apply_stack(

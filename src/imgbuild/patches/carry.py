@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.errors import ImgbuildError
-from imgbuild.patches.apply import METHODS, FileOutcome, PatchOutcome, Tree, apply_patch
+from imgbuild.patches.apply import FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import FileDiff, Hunk, Patch
 from imgbuild.patches.renames import Move, RenameFinder, rewrite
@@ -283,17 +283,6 @@ def verify_upstreamed(
 
 
 # -- the step itself ------------------------------------------------------------
-def _method(methods: Sequence[str]) -> str:
-    if "conflict" in methods:
-        return "conflict"
-    if methods and all(m == "upstreamed" for m in methods):
-        return "upstreamed"
-    if "upstreamed" in methods or "partly-upstreamed" in methods:
-        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
-        return "3way" if "3way" in rest else "partly-upstreamed"
-    return max(methods, key=METHODS.index) if methods else "exact"
-
-
 def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder | None) -> dict[str, Move]:
     """Paths of `patch` that are gone from the tree but moved in the release."""
     moves: dict[str, Move] = {}
@@ -358,7 +347,7 @@ def carry_patch(
         checks.append(verify_upstreamed(fd.path, chosen, current, raw_hunks))
         lines = {o.hunk: o.line for o in fo.hunks}
         dropped.extend(DroppedHunk(fd.path, h.index, h.header, lines.get(h.index, 0)) for h in chosen)
-    method = _method([f.method for f in files])
+    method = combined([f.method for f in files])
     reason = "; ".join(f"{f.path}: {f.reason}" for f in files if f.method == "conflict" and f.reason)
     bad = [c for c in checks if not c.ok]
     if bad and method != "conflict":

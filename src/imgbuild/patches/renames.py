@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from imgbuild.errors import ImgbuildError
@@ -45,6 +45,11 @@ def _parents(path: str) -> list[str]:
     return out
 
 
+def _is_dir(tree: CommitTree, path: str) -> bool:
+    entry = tree.item(path) if path else None
+    return entry is not None and entry.kind == "tree"
+
+
 def _dir_pair(old: str, new: str) -> tuple[str, str] | None:
     """For a move old -> new, the directories that differ once the common tail is removed."""
     a, b = old.split("/"), new.split("/")
@@ -71,7 +76,6 @@ class RenameFinder:
         self.dir_votes: dict[str, Counter[str]] = {}
         self._changes: list[tuple[str, str, str | None]] | None = None
         self._searched: set[str] = set()
-        self._dirs: dict[tuple[str, str], bool] = {}
 
     @property
     def old(self) -> str | None:
@@ -83,13 +87,6 @@ class RenameFinder:
                 self._old = None
         return self._old
 
-    def _is_dir(self, tree: CommitTree, path: str) -> bool:
-        key = (tree.commit, path)
-        if key not in self._dirs:
-            entry = self.repo.entry(tree.commit, path) if path else None
-            self._dirs[key] = entry is not None and entry.kind == "tree"
-        return self._dirs[key]
-
     def _search(self, path: str) -> None:
         """Run rename detection for the files around `path` (once per vanished directory)."""
         old = self.old
@@ -98,7 +95,7 @@ class RenameFinder:
         old_tree = CommitTree(self.repo, old)
         top = posixpath.dirname(path)
         for d in _parents(path):
-            if self._is_dir(self.new_tree, d):
+            if _is_dir(self.new_tree, d):
                 break
             top = d
         if top in self._searched:
@@ -111,7 +108,7 @@ class RenameFinder:
                 self._changes = []
         prefix = top + "/" if top else ""
         sources = [p for s, p, _ in self._changes if s == "D" and p.startswith(prefix)]
-        if path in old_tree_paths(old_tree, [path]) and path not in sources:
+        if old_tree.blob_sha(path) is not None and path not in sources:
             sources.append(path)
         sources = sorted(sources, key=lambda p: (p != path, p))[:MAX_SOURCES]
         names = {posixpath.basename(p) for p in sources}
@@ -137,7 +134,7 @@ class RenameFinder:
     def _via_dirs(self, path: str) -> Move | None:
         for d in _parents(path):
             votes = self.dir_votes.get(d)
-            if votes and not self._is_dir(self.new_tree, d):
+            if votes and not _is_dir(self.new_tree, d):
                 target = votes.most_common(1)[0][0]
                 return Move(path, target + path[len(d) :], "directory")
         return None
@@ -153,17 +150,13 @@ class RenameFinder:
     def follow_created(self, path: str) -> Move | None:
         """For a file a patch creates: follow its directory if that directory moved away."""
         parent = posixpath.dirname(path)
-        if not parent or self._is_dir(self.new_tree, parent):
+        if not parent or _is_dir(self.new_tree, parent):
             return None
         old = self.old
-        if old is None or not self._is_dir(CommitTree(self.repo, old), parent):
+        if old is None or not _is_dir(CommitTree(self.repo, old), parent):
             return None  # the directory is new with the patch; nothing to follow
         self._search(path)
         return self._via_dirs(path)
-
-
-def old_tree_paths(tree: CommitTree, paths: Sequence[str]) -> set[str]:
-    return {p for p in paths if tree.blob_sha(p) is not None}
 
 
 def rewrite(patch: Patch, moves: dict[str, Move]) -> Patch:

@@ -1,17 +1,11 @@
-"""All git access goes through upstream/: this module and the two beside it.
-
-Git commands run through `run_git` (GitRepo.run and the named functions),
-which starts them through the process funnel (imgbuild/proc.py), so
-IMGBUILD_ECHO=1 shows exactly what imgbuild ran. Objects (commits, trees,
-blobs) are read and written with gitpython (`GitRepo.repo`, its object
-database). Beside this module: upstream/commits.py (commit stacks in scratch
-repositories, for rebase and the patch queue) and upstream/mirror_git.py
-(the cache mirror's checks and its `git fast-import` stream).
-"""
+"""All git access goes through upstream/: git commands through `run_git` (the process funnel, so IMGBUILD_ECHO=1
+shows them), objects read and written with gitpython (`GitRepo.repo`). Commit stacks live in upstream/commits.py,
+the cache mirror in upstream/mirror.py."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
 import threading
@@ -21,6 +15,7 @@ from pathlib import Path
 
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+from gitdb import IStream
 from gitdb.exc import BadObject
 
 from imgbuild import proc
@@ -149,28 +144,8 @@ class GitRepo:
                 raise GitError(f"blob {sha} is not in {self.path}") from exc
 
     def write_blob(self, data: bytes) -> str:
-        sha = blob_id(data)
-        if not self.has_object(sha):
-            self.run("hash-object", "-w", "--stdin", stdin=data)
-        return sha
-
-    def entry(self, commit: str, path: str) -> TreeEntry | None:
-        """The tree entry at `path` in `commit`, or None if absent."""
-        return self.entries(commit, [path]).get(path)
-
-    def entries(self, commit: str, paths: Iterable[str]) -> dict[str, TreeEntry]:
-        """Tree entries for many paths at once (missing paths are left out)."""
-        wanted = sorted(set(paths))
-        if not wanted:
-            return {}
-        out = self.run("ls-tree", "-z", "--full-tree", commit, "--", *wanted)
-        found: dict[str, TreeEntry] = {}
-        for record in out.split("\0"):
-            if record:
-                meta, name = record.split("\t", 1)
-                mode, kind, sha = meta.split()
-                found[name] = TreeEntry(name, mode, kind, sha)
-        return found
+        with self.lock:
+            return str(self.repo.odb.store(IStream(b"blob", len(data), io.BytesIO(data))).hexsha.decode())
 
     # -- named porcelain (what rebase, the patch queue and the image labels ask of a work tree) --
     def verify(self, rev: str) -> str:
@@ -216,17 +191,6 @@ class GitRepo:
         """Point `ref` (HEAD: the branch it names) at `commit`, with `reason` in the reflog."""
         self.run("update-ref", "-m", reason, ref, commit)
 
-    def symlink_prefix(self, commit: str, path: str) -> str | None:
-        """The first leading component of `path` that is a symlink in `commit`."""
-        parts = path.split("/")
-        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        found = self.entries(commit, prefixes)
-        for prefix in prefixes:
-            e = found.get(prefix)
-            if e is not None and e.mode == SYMLINK_MODE:
-                return prefix
-        return None
-
 
 def _entry(item: git.objects.base.IndexObject, path: str) -> TreeEntry:
     mode = f"{item.mode:o}"
@@ -251,12 +215,12 @@ class CommitTree:
         self._data: dict[str, bytes | None] = {}
         self._dirs: dict[str, dict[str, TreeEntry]] = {}
 
-    def _item(self, path: str) -> TreeEntry | None:
+    def item(self, path: str) -> TreeEntry | None:
         # One directory at a time, each tree read once: gitpython's `tree / path` parses every
         # tree on the way down again on each call.
         if path not in self._items:
             parent, _, name = path.rpartition("/")
-            tree = self._root if not parent else self._item(parent)
+            tree = self._root if not parent else self.item(parent)
             self._items[path] = self._entries(tree).get(name) if tree is not None and tree.kind == "tree" else None
         return self._items[path]
 
@@ -273,7 +237,7 @@ class CommitTree:
 
     def read(self, path: str) -> bytes | None:
         if path not in self._data:
-            item = self._item(path)
+            item = self.item(path)
             self._data[path] = None if item is None or item.kind != "blob" else self.repo.read_blob(item.sha)
         return self._data[path]
 
@@ -283,7 +247,7 @@ class CommitTree:
             self.read(path)
 
     def blob_sha(self, path: str) -> str | None:
-        item = self._item(path)
+        item = self.item(path)
         return None if item is None or item.kind != "blob" else item.sha
 
     def blob(self, sha: str) -> bytes | None:
@@ -293,7 +257,7 @@ class CommitTree:
         parts = path.split("/")
         for i in range(1, len(parts) + 1):
             prefix = "/".join(parts[:i])
-            item = self._item(prefix)
+            item = self.item(prefix)
             if item is None:
                 return None
             if item.mode == SYMLINK_MODE:
@@ -315,22 +279,13 @@ class CommitTree:
         return [n.removeprefix(prefix) for n in names if n]
 
     def paths(self, under: str) -> list[str]:
-        """Every blob path below `under` (used to follow renames), breadth first."""
-        item = self._item(under)
+        """Every blob path below `under` (used to follow renames)."""
+        item = self.item(under)
         if item is None or item.kind != "tree":
             return []
-        found: list[str] = []
-        level = [item]
-        while level:
-            below: list[TreeEntry] = []
-            for tree in level:
-                for entry in self._entries(tree).values():
-                    if entry.kind == "blob":
-                        found.append(entry.path)
-                    elif entry.kind == "tree":
-                        below.append(entry)
-            level = below
-        return found
+        with self.repo.lock:
+            tree = git.Tree(self.repo.repo, bytes.fromhex(item.sha), 0o40000, under)
+            return [str(i.path) for i in tree.traverse() if isinstance(i, git.Blob)]
 
 
 # -- git without a repository: merges, diffs and patch ids of bytes (carry, backport checks) --

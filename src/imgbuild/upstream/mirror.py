@@ -15,6 +15,7 @@ source feed it:
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -24,17 +25,16 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 from urllib.parse import urlparse
 
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
 from imgbuild.upstream import pip
-from imgbuild.upstream.git import GitError, GitRepo
-from imgbuild.upstream.mirror_git import check_connected, fast_import, ref_target
+from imgbuild.upstream.git import GitError, GitRepo, run_git
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
+PROBLEMS = ("error", "fatal", "missing", "broken")  # how `git fsck` starts a line about a damaged object
 
 
 def cache_dir() -> Path:
@@ -76,6 +76,15 @@ class Resolved:
     repo: GitRepo
     commit: str
     tag: str
+
+
+def ref_target(path: Path, ref: str) -> str:
+    """The object `ref` points at ('' when there is no such ref); GitError when the refs cannot be read."""
+    done = run_git(["for-each-ref", "--format=%(objectname)", ref], cwd=path)
+    err = done.stderr.decode(errors="replace").strip()
+    if done.returncode != 0 or err:
+        raise GitError((err or f"git for-each-ref exited {done.returncode}").splitlines()[0])
+    return done.stdout.decode().strip()
 
 
 def _log(msg: str) -> None:
@@ -187,10 +196,10 @@ class Mirror:
         key = (str(repo.path), commit)
         if key in self._whole:  # the tag check and the pin resolve ask for the same commit
             return
-        try:
-            check_connected(repo.path, commit)
-        except GitError as exc:
-            raise BrokenMirror(str(exc)) from exc
+        done = run_git(["fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit], cwd=repo.path)
+        bad = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.startswith(PROBLEMS)]
+        if done.returncode != 0 or bad:
+            raise BrokenMirror(bad[0] if bad else f"git fsck exited {done.returncode}")
         self._whole.add(key)
 
     def _check_wheel_digest(self, repo: GitRepo, tag: str) -> None:
@@ -331,44 +340,31 @@ def _text_member(zf: zipfile.ZipFile, name: str) -> bytes | None:
 
 
 def materialize_wheel(repo: GitRepo, wheel: Path, package_root: str, ref: str, version: str) -> str:
-    """Commit the text files of `package_root/` in `wheel` to `ref`; return the commit.
-
-    Each blob goes to `git fast-import` as soon as it is read, so inflating and git's hashing and
-    compressing overlap."""
-    prefix = package_root + "/"
-    # No deltas (fast-import only tries the previous blob, another file) and light zlib:
-    # less time for a somewhat larger pack (measured once by hand, not a committed benchmark).
-    options = ("--quiet", "--force", "--date-format=raw", "--depth=0")
-    try:
-        with fast_import(repo, *options, config={"pack.compression": "1"}) as stream:
-            _stream_wheel(stream, wheel, package_root, prefix, ref, version)
-    except GitError as exc:
-        raise BrokenMirror(f"committing {wheel.name}: {exc}") from exc
+    """Commit the text files of `package_root/` in `wheel` to `ref` with one `git fast-import`; return the commit."""
+    stream = io.BytesIO()
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(n for n in zf.namelist() if n.startswith(package_root + "/") and not n.endswith("/"))
+        marks: list[tuple[str, int]] = []
+        for mark, name in enumerate(names, start=1):
+            data = _text_member(zf, name)
+            if data is not None:  # compiled extensions and other binaries stay out
+                stream.write(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(data), data))
+                marks.append((name, mark))
+    message = f"{package_root} {version} from {wheel.name}\n".encode()
+    who = f"imgbuild <imgbuild@localhost> {MATERIALIZE_DATE}".encode()
+    stream.write(b"commit %s\nauthor %s\ncommitter %s\ndata %d\n%s" % (ref.encode(), who, who, len(message), message))
+    stream.write(b"".join(b"M 100644 :%d %s\n" % (mark, name.encode()) for name, mark in marks) + b"\n")
+    # No deltas (fast-import only tries the previous blob, another file) and light zlib: faster, a little larger.
+    args = ["-c", "pack.compression=1", "fast-import", "--quiet", "--force", "--date-format=raw", "--depth=0"]
+    done = run_git(args, stdin=stream.getvalue(), cwd=repo.path)
+    if done.returncode != 0:
+        raise BrokenMirror(
+            f"committing {wheel.name}: git fast-import failed: {done.stderr.decode(errors='replace')[-400:]}"
+        )
     commit = repo.resolve_commit(ref)
     if commit is None:
         raise BrokenMirror(f"committing {wheel.name} produced no {ref}")
     return commit
-
-
-def _stream_wheel(out: IO[bytes], wheel: Path, package_root: str, prefix: str, ref: str, version: str) -> None:
-    with zipfile.ZipFile(wheel) as zf:
-        names = sorted(n for n in zf.namelist() if n.startswith(prefix) and not n.endswith("/"))
-        marks: list[tuple[str, int]] = []
-        for mark, name in enumerate(names, start=1):
-            data = _text_member(zf, name)
-            if data is None:
-                continue  # compiled extensions and other binaries stay out
-            out.write(b"blob\nmark :%d\ndata %d\n" % (mark, len(data)))
-            out.write(data)
-            out.write(b"\n")
-            marks.append((name, mark))
-    message = f"{package_root} {version} from {wheel.name}\n".encode()
-    who = f"imgbuild <imgbuild@localhost> {MATERIALIZE_DATE}".encode()
-    out.write(b"commit " + ref.encode() + b"\n" + b"author " + who + b"\ncommitter " + who + b"\n")
-    out.write(b"data %d\n" % len(message) + message)
-    for name, mark in marks:
-        out.write(b"M 100644 :%d %s\n" % (mark, name.encode()))
-    out.write(b"\n")
 
 
 def _one_line(exc: BaseException) -> str:
