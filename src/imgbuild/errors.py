@@ -1,8 +1,4 @@
-"""Every error imgbuild reports, with a stable exit code and a hint.
-
-The CLI catches ImgbuildError in one place (cli.main.run) and prints
-`error: <message>` followed by `hint: <hint>`; nothing else prints tracebacks.
-"""
+"""Every error imgbuild reports, with a stable exit code and a hint; cli.main.run prints them."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Every external process imgbuild starts goes through here.
+"""Every external process imgbuild starts goes through here (git, pip, docker, cosign have their funnels on top).
 
-Tools have their own funnels on top (git: upstream/git.py, pip: upstream/pip.py,
-docker: engine.py, `docker push` and `buildx imagetools`:
-registry/tools.py, cosign: publish/signing.py); this module is what they
-share: with `IMGBUILD_ECHO=1` each command is printed on stderr as one
-`+ <shlex.join(argv)>` line before it runs (docker SDK calls print the same
-kind of line through `echo`), and a missing
-executable or a timeout becomes a typed error that the caller maps to its own
-user-facing error (`ToolNotFound`, `ToolTimeout`).
-"""
+With `IMGBUILD_ECHO=1` each command is printed on stderr as one `+ <shlex.join(argv)>` line before it runs; a missing
+executable or a timeout becomes a typed error (`ToolNotFound`, `ToolTimeout`) that the caller maps to its own."""
 
 from __future__ import annotations
 

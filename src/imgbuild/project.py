@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -122,16 +122,13 @@ class Project:
     series: list[SeriesEntry]
     patches: list[Patch]
     variant_configs: dict[str, VariantConfig]
-    pins: tuple[UpstreamPin, ...] = ()  # every pin, `pin` first
-
-    def __post_init__(self) -> None:
-        if not self.pins:
-            self.pins = (self.pin,)
+    pins: tuple[UpstreamPin, ...]  # every pin, `pin` first
+    _resolved: dict[str, Resolved] = field(default_factory=dict, init=False, repr=False)  # per pin, once
+    _pin_trees: dict[str, CommitTree] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def load(cls, root: Path) -> Project:
         pins = load_pins(root / "patches" / "upstream.yaml")
-        pin = pins[0]
         roots = {p.name: p.package_root for p in pins}
         series_path = root / "patches" / "series"
         series = parse_series(series_path)
@@ -148,11 +145,11 @@ class Project:
         for path in sorted((root / "images").glob("*.yaml")):
             v = load_variant(path)
             variants[v.name] = v
-        return cls(root, pin, series, patches, variants, pins)
+        return cls(root, pins[0], series, patches, variants, pins)
 
     @property
     def roots(self) -> dict[str, str]:
-        """Pin name -> its package root, the first pin first (what parse_patch takes)."""
+        """Pin name -> its package root, the first pin first."""
         return {p.name: p.package_root for p in self.pins}
 
     @property
@@ -276,13 +273,8 @@ class Project:
     def resolved(self, name: str) -> Resolved:
         """A pin's release in the cache (resolved once per project)."""
         if name not in self._resolved:
-            pin = self.pin_named(name)
-            self._resolved[name] = open_pinned(pin)
+            self._resolved[name] = open_pinned(self.pin_named(name))
         return self._resolved[name]
-
-    @cached_property
-    def _resolved(self) -> dict[str, Resolved]:
-        return {}
 
     def pin_tree(self, name: str) -> CommitTree:
         """One pin's release (one view per project and pin)."""
@@ -290,10 +282,6 @@ class Project:
             up = self.resolved(name)
             self._pin_trees[name] = CommitTree(up.repo, up.commit)
         return self._pin_trees[name]
-
-    @cached_property
-    def _pin_trees(self) -> dict[str, CommitTree]:
-        return {}
 
     def tree(self) -> CommitTree | PinnedTrees:
         """The pinned release (one view per project, so reads are shared); with several pins, all of them

@@ -1,11 +1,5 @@
-"""Typed models of the project's config files.
-
-- `patches/upstream.yaml`: the pin of the upstream release; more upstreams under `also:`.
-- `images/<variant>.yaml`: one image variant each.
-
-Models are frozen and reject unknown keys; loading goes through yamlsrc so
-errors carry file:line:col.
-"""
+"""Typed models of `patches/upstream.yaml` (the pins) and `images/<variant>.yaml`: frozen, unknown keys refused,
+loaded through yamlsrc so that errors carry file:line:col."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""YAML loading that remembers where every value came from.
-
-Pydantic reports errors by key path; `YamlDoc.where(loc)` turns such a path
-into `file:line:col`, so config errors point at the exact spot to fix.
-"""
+"""YAML loading that remembers where every value came from, so that config errors name `file:line:col`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Apply a stack of patches to a tree, in memory, and report what happened.
-
-Nothing here writes to disk: a `Tree` supplies the pristine contents and the
-original blobs for 3-way merges, and the result is a mapping of changed paths.
-That makes every apply transactional: a failure leaves no trace anywhere.
-"""
+"""Apply a stack of patches to a `Tree` in memory and report what happened; the result is a mapping of changed
+paths, so a failure leaves no trace anywhere."""
 
 from __future__ import annotations
 

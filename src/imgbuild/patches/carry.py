@@ -1,20 +1,10 @@
-"""Carry one patch onto another release: the step `rebase` and `check --onto` share.
+"""Carry one patch onto another release, the step `rebase` and `check --onto` share: follow moved files, apply
+(exact, offset, then a 3-way merge from the patch's original blobs; never fuzz), and classify the result as
+exact/offset/3way, partly-upstreamed, upstreamed or conflict.
 
-`carry_patch` follows moved files (renames.py), applies the patch in memory
-with the engine (exact, then offset, then a 3-way merge from the patch's
-original blobs; never fuzz), and gives it one outcome:
-
-- exact / offset / 3way: carried forward;
-- partly-upstreamed: some hunks are already in the release and are dropped;
-- upstreamed: every hunk is already in the release;
-- conflict: it does not apply (the 3-way merge's marked files come with it).
-
-Nothing is called upstreamed on one signal alone: each dropped hunk must
-reverse-apply to the release, its added lines must be present, and the
-patch-id of the hunks as written must equal the patch-id of the same change
-regenerated from the release. If any check disagrees, the outcome is a
-conflict, so a patch is never dropped by mistake.
-"""
+A hunk is called upstreamed only when it reverse-applies to the release, its added lines are there, and the
+patch-id of the hunk as written equals that of the same change regenerated from the release; if any check
+disagrees the outcome is a conflict, so a patch is never dropped by mistake."""
 
 from __future__ import annotations
 
@@ -77,7 +67,7 @@ class DroppedHunk:
     line: int  # where the release already has it
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "hunk": self.hunk, "header": self.header, "line": self.line}
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -217,9 +207,6 @@ class _LazyMap(Mapping[str, bytes]):
 
     def __len__(self) -> int:
         return len(self._map())
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._map()
 
 
 # -- raw patch text, for patch-ids of the hunks exactly as written -------------

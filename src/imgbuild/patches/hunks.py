@@ -1,10 +1,5 @@
-"""Apply the hunks of one file diff to one file's lines. Pure; no I/O.
-
-Order of attempts for each hunk, as in the issue: exact position, then the
-nearest offset, then (only when the caller allows it) fuzz, trimming context
-lines from the edges. A hunk whose *new* side is already present is
-`upstreamed`. Anything else is `failed`; the caller may then try a 3-way merge.
-"""
+"""Apply the hunks of one file diff to one file's lines, in memory: at the exact position, then the nearest offset,
+then (only when allowed) with fuzz. A hunk whose new side is already there is `upstreamed`; anything else `failed`."""
 
 from __future__ import annotations
 
@@ -25,9 +20,6 @@ def encode(text: str) -> bytes:
 
 def split_lines(text: str) -> list[str]:
     """Split on '\\n' only (str.splitlines also splits on form feeds)."""
-    lines = text.splitlines(keepends=True)
-    if len(lines) == text.count("\n") + (1 if text and not text.endswith("\n") else 0):
-        return lines  # no line boundary but '\n' inside the text: the same split, made faster
     parts = text.split("\n")
     lines = [p + "\n" for p in parts[:-1]]
     if parts[-1]:

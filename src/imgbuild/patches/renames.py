@@ -1,12 +1,6 @@
-"""Follow files that moved between two upstream releases.
-
-A patch written against release A names paths of A. When release B moved a
-file, or a whole directory, the patch is rewritten to the new path before it
-is applied. Moves come from git's rename detection between the two release
-commits, limited to the files that matter so it stays fast on a large tree.
-Directory renames are inferred from the files that left a directory (as
-`git merge` does), so files a patch creates in a moved directory follow too.
-"""
+"""Follow files that moved between two upstream releases, so that a patch is rewritten to the new paths: git's
+rename detection between the two commits (limited to the files that matter), and directory renames inferred from
+the files that left a directory, as `git merge` does."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Resolve variants to patch selections, and selections to file plans.
-
-`resolve_variants` is pure: configs and patch metadata in, frozen selections
-out. `plan_variant` applies a selection to a `Tree` in memory (no I/O of its
-own) and says, for every file any patch touches, whether the variant carries
-it patched (and by which patches) or original, with its hashes.
-"""
+"""Resolve variants to patch selections (`resolve_variants`, pure), and selections to file plans (`plan_variant`:
+every file a patch touches, patched or original, with its hashes)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""The pinned upstream release, kept in a bare git mirror in the user cache.
-
-One mirror per source, keyed by a hash of the source's identity, created
-atomically through a staging directory and checked before use. Two kinds of
-source feed it:
-
-- `git`: a repository URL (https, file:// or a local path). Fetched only when
-  the pinned commit is missing, so it works offline once cached.
-- `wheel`: a release wheel from the package index. Its `<package_root>/` tree
-  (text files only; compiled extensions are left out) is committed with a
-  fixed author, date and message, so the commit id depends on the wheel alone.
-  The rest of the engine sees an ordinary commit either way.
-"""
+"""The pinned upstream release, kept in a bare git mirror in the user cache, one per source, created atomically
+and checked before use. A `git` source is fetched only when the pinned commit is missing (offline once cached); a
+`wheel` source has the text files of its `<package_root>/` committed with a fixed author, date and message, so the
+commit id depends on the wheel alone."""
 
 from __future__ import annotations
 

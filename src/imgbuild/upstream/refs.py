@@ -1,10 +1,5 @@
-"""Resolve what a user types after --onto: a tag, a commit, a release version,
-`pinned` (the pin in patches/upstream.yaml) or `latest` (the newest release).
-
-Both source kinds go through upstream.Mirror; this module adds the two words,
-commits for wheel sources (only those already in the cache), and a tag name
-for a commit when one points at it.
-"""
+"""What a user types after --onto: a tag, a commit, a release version, `pinned` (the pin in patches/upstream.yaml)
+or `latest` (the newest release), resolved through the cache mirror."""
 
 from __future__ import annotations
 
