@@ -22,12 +22,11 @@ from imgbuild.upstream.mirror import Resolved, open_pinned
 
 
 def _chosen() -> Path | None:
-    """`--project` of the running command: typer's context object (cli.app.CliOptions, set by
-    cli.app.main); None outside a command. Read here so every command's load_project() sees it."""
+    """`--project` of the running command (typer's context object, set by cli.app.main); None outside one."""
     from typer._click.globals import get_current_context  # typer vendors click: its own context stack
 
     ctx = get_current_context(silent=True)
-    project = getattr(ctx.find_root().obj, "project", None) if ctx is not None else None
+    project = ctx.find_root().obj if ctx is not None else None
     return project if isinstance(project, Path) else None
 
 

@@ -3,7 +3,7 @@ paths, so a failure leaves no trace anywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -95,33 +95,28 @@ def combined(methods: Sequence[str]) -> str:
     return max(rest, key=METHODS.index) if rest else "exact"
 
 
-class _Overlay:
-    """The tree as the stack has changed it so far."""
-
-    def __init__(self, tree: Tree, changed: dict[str, bytes | None]) -> None:
-        self.tree = tree
-        self.changed = changed
-
-    def read(self, path: str) -> bytes | None:
-        return self.changed[path] if path in self.changed else self.tree.read(path)
-
-
 def _apply_file(
-    fd: FileDiff, view: _Overlay, tree: Tree, max_fuzz: int, merge3: Merge3 | None
+    fd: FileDiff,
+    read: Callable[[str], bytes | None],
+    tree: Tree,
+    max_fuzz: int,
+    merge3: Merge3 | None,
+    blobs: Mapping[str, bytes],
 ) -> tuple[FileOutcome, dict[str, bytes | None], bytes | None]:
-    """Returns the outcome, the changes to make, and conflict-marked content if any."""
+    """Returns the outcome, the changes to make, and conflict-marked content if any; `read` sees the stack's
+    changes so far."""
     src = fd.old_path
     for path in filter(None, (fd.old_path, fd.new_path)):
         link = tree.symlink_prefix(path)
         if link:
             reason = f"{link} is a symlink in the tree; refusing to follow it"
             return FileOutcome(fd.path, src, "conflict", (), reason), {}, None
-    current = view.read(src) if src else None
+    current = read(src) if src else None
     dest = fd.new_path
 
     if src is None:  # the patch creates a file
         wanted = encode("".join([line for h in fd.hunks for line in h.new]))
-        existing = view.read(fd.path)
+        existing = read(fd.path)
         if existing is None:
             return FileOutcome(fd.path, None, "exact", ()), {fd.path: wanted}, None
         if existing == wanted:
@@ -146,7 +141,7 @@ def _apply_file(
 
     # Hunks failed: a 3-way merge between the patch's original blob, the
     # patched original, and what the tree has now.
-    base = tree.blob(fd.old_blob) if fd.old_blob else None
+    base = None if fd.old_blob is None else blobs[fd.old_blob] if fd.old_blob in blobs else tree.blob(fd.old_blob)
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
         why = fuzz_note(split_lines(decode(current)), fd, max_fuzz) or why
@@ -189,18 +184,30 @@ def fuzz_note(lines: Sequence[str], fd: FileDiff, max_fuzz: int) -> str:
 
 
 def apply_patch(
-    patch: Patch, tree: Tree, changed: dict[str, bytes | None], *, max_fuzz: int = 0, merge3: Merge3 | None = None
+    patch: Patch,
+    tree: Tree,
+    changed: Mapping[str, bytes | None],
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    blobs: Mapping[str, bytes] | None = None,
 ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, bytes]]:
-    """Apply one patch on top of `changed`. Returns its outcome and its own changes."""
-    view = _Overlay(tree, dict(changed))
+    """Apply one patch on top of `changed`; `blobs`: original blobs by id, beside the tree's. Returns its outcome,
+    its own changes and the files a 3-way merge left conflict markers in."""
+    view = dict(changed)
+    known = blobs if blobs is not None else {}  # not `or`: that would load lazy blobs
+
+    def read(path: str) -> bytes | None:
+        return view[path] if path in view else tree.read(path)
+
     own: dict[str, bytes | None] = {}
     marked: dict[str, bytes] = {}
     files: list[FileOutcome] = []
     for fd in patch.files:
-        outcome, changes, conflict = _apply_file(fd, view, tree, max_fuzz, merge3)
+        outcome, changes, conflict = _apply_file(fd, read, tree, max_fuzz, merge3, known)
         files.append(outcome)
         own.update(changes)
-        view.changed.update(changes)
+        view.update(changes)
         if conflict is not None:
             marked[fd.path] = conflict
     method = combined([f.method for f in files])

@@ -104,23 +104,6 @@ class Carry:
         }
 
 
-class BlobTree:
-    """A Tree that also knows the original blobs of the patch being applied."""
-
-    def __init__(self, tree: Tree, blobs: Mapping[str, bytes]) -> None:
-        self.tree = tree
-        self.blobs = blobs
-
-    def read(self, path: str) -> bytes | None:
-        return self.tree.read(path)
-
-    def blob(self, sha: str) -> bytes | None:
-        return self.blobs[sha] if sha in self.blobs else self.tree.blob(sha)
-
-    def symlink_prefix(self, path: str) -> str | None:
-        return self.tree.symlink_prefix(path)
-
-
 class MemoTree:
     """A Tree that remembers what it read: stacks that share files read each once."""
 
@@ -309,8 +292,7 @@ def carry_patch(
     def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
         return merge_file(ours, base, theirs, (label, "original", patch.filename))
 
-    source = BlobTree(tree, blobs if blobs is not None else {})  # not `or`: that would load lazy blobs
-    outcome, own, marked = apply_patch(moved, source, dict(changed), max_fuzz=0, merge3=merge3)
+    outcome, own, marked = apply_patch(moved, tree, changed, merge3=merge3, blobs=blobs)
     files = list(outcome.files)
     sections = raw_sections(raw) if raw is not None else None
     checks: list[Verification] = []
