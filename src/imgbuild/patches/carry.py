@@ -9,19 +9,17 @@ disagrees the outcome is a conflict, so a patch is never dropped by mistake."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.errors import ImgbuildError
 from imgbuild.patches.apply import FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
-from imgbuild.patches.patchfile import FileDiff, Hunk, Patch
+from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
 from imgbuild.patches.renames import Move, RenameFinder, rewrite
 from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
 
 CARRIED = frozenset({"exact", "offset", "3way", "partly-upstreamed"})
-HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 MARKERS = ("<<<<<<< ", ">>>>>>> ")
 
 
@@ -194,26 +192,21 @@ class _LazyMap(Mapping[str, bytes]):
 
 # -- raw patch text, for patch-ids of the hunks exactly as written -------------
 def raw_sections(raw: str) -> list[list[str]]:
-    """For each `diff --git` section of a patch text: the text of each of its hunks."""
-    sections: list[list[list[str]]] = []
-    hunk: list[str] | None = None
-    want = [0, 0]
-    for line in raw.splitlines(keepends=True):
-        if line.startswith("diff --git "):
-            sections.append([])
-            hunk = None
-        elif sections and (m := HUNK_RE.match(line)):
-            want = [int(m.group(1) or 1), int(m.group(2) or 1)]
-            hunk = [line]
-            sections[-1].append(hunk)
-        elif hunk is not None and (want[0] > 0 or want[1] > 0 or line.startswith("\\")):
-            hunk.append(line)
-            blank = line in ("\n", "\r\n")
-            if line.startswith((" ", "-")) or blank:
-                want[0] -= 1
-            if line.startswith((" ", "+")) or blank:
-                want[1] -= 1
-    return [["".join(h) for h in section] for section in sections]
+    """For each `diff --git` section of a patch text: the text of each of its hunks, exactly as written."""
+    lines = raw.split("\n")
+    sections: list[list[str]] = []
+    i = 0
+    while i < len(lines):
+        m = HUNK_RE.match(lines[i]) if sections else None
+        if m is None:
+            if lines[i].startswith("diff --git "):
+                sections.append([])
+            i += 1
+            continue
+        end = hunk_body(lines, i + 1, (int(m.group(2) or 1), int(m.group(4) or 1)))[0]
+        sections[-1].append("".join(f"{line}\n" for line in lines[i:end]))
+        i = end
+    return sections
 
 
 def _canonical(path: str, hunks: Sequence[str]) -> str:

@@ -196,8 +196,8 @@ def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
             continue
         number += 1
         header_at, header = i, lines[i].rstrip("\r")
-        want = (int(m.group(2)) if m.group(2) is not None else 1, int(m.group(4)) if m.group(4) is not None else 1)
-        i, found, cut = _hunk_body(lines, i + 1, want)
+        want = (int(m.group(2) or 1), int(m.group(4) or 1))
+        i, found, cut = hunk_body(lines, i + 1, want)
         if found == want:
             continue
         longer = found[0] >= want[0] and found[1] >= want[1]
@@ -219,7 +219,7 @@ def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
         )
 
 
-def _hunk_body(lines: list[str], i: int, want: tuple[int, int]) -> tuple[int, tuple[int, int], bool]:
+def hunk_body(lines: list[str], i: int, want: tuple[int, int]) -> tuple[int, tuple[int, int], bool]:
     """Count the hunk body that starts at `lines[i]`: (the index after it, (old, new), whether the file ended).
 
     Lines are counted up to the header's counts, then on while more body lines follow: a complete hunk is

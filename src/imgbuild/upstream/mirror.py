@@ -25,6 +25,7 @@ from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, run_git
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
+SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 PROBLEMS = ("error", "fatal", "missing", "broken")  # how `git fsck` starts a line about a damaged object
 
 
@@ -88,7 +89,6 @@ class Mirror:
         self.package_root = package_root
         self.root = root or cache_dir()
         self.path = self.root / "mirrors" / f"{source_key(source)}.git"
-        self._whole: set[tuple[str, str]] = set()  # (repo, commit) that fsck found whole in this process
         self._repo: GitRepo | None = None  # the mirror, once opened: its one object reader serves every read
 
     # -- the mirror itself ----------------------------------------------
@@ -121,7 +121,6 @@ class Mirror:
         aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
         _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
-        self._whole.clear()
         self._repo = None
         return aside
 
@@ -174,40 +173,25 @@ class Mirror:
             raise BrokenMirror(str(exc)) from exc
         if sha:
             repo = self._git_repo()
-            try:
-                readable = repo.resolve_commit(sha) is not None  # (an annotated tag's object, peeled)
-            except GitError:
-                readable = False
-            if not readable:
+            if repo.resolve_commit(sha) is None:  # (an annotated tag's object, peeled)
                 raise BrokenMirror(f"{ref} points at {sha}, which cannot be read")
             self._check_whole(repo, sha)
 
     def _check_whole(self, repo: GitRepo, commit: str) -> None:
         """Every object of `commit` is there and readable (a few ms for a release tree)."""
-        key = (str(repo.path), commit)
-        if key in self._whole:  # the tag check and the pin resolve ask for the same commit
-            return
         done = run_git(["fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit], cwd=repo.path)
         bad = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.startswith(PROBLEMS)]
         if done.returncode != 0 or bad:
             raise BrokenMirror(bad[0] if bad else f"git fsck exited {done.returncode}")
-        self._whole.add(key)
 
     def _check_wheel_digest(self, repo: GitRepo, tag: str) -> None:
         """The cached release must come from the wheel the pin names (its sha256)."""
         assert isinstance(self.source, WheelSource)
         if tag.removeprefix("v") != self.source.version:
             return
-        key = f"imgbuild.{tag}.sha256"
-        try:
-            recorded = repo.run("config", "--get", key).strip()
-        except GitError:
-            recorded = ""
-        if not recorded:  # a mirror made before digests were recorded: check the wheel it came from, if kept
-            if not self.wheel_path(self.source.version).exists():
-                return
-            recorded = sha256_file(self.fetch_wheel(self.source.version))
-            repo.run("config", key, recorded)
+        recorded = repo.run("config", "--default", "", "--get", f"imgbuild.{tag}.sha256").strip()
+        if not recorded:  # _materialize records it: the commit was not made here
+            raise BrokenMirror(f"no wheel sha256 is recorded for {tag}")
         if recorded != self.source.sha256:
             raise UpstreamError(
                 f"patches/upstream.yaml pins sha256 {self.source.sha256} for {self.source.filename}, but the cached "
@@ -241,7 +225,7 @@ class Mirror:
         assert isinstance(self.source, GitSource)
         url = self.source.url
         _log(f"imgbuild: fetching {ref} from {url}")
-        refspecs = [f"+refs/tags/{ref}:refs/tags/{ref}"] if not _looks_like_sha(ref) else [ref]
+        refspecs = [ref] if SHA_RE.match(ref) else [f"+refs/tags/{ref}:refs/tags/{ref}"]
         try:
             repo.run("fetch", "--no-tags", url, *refspecs)
         except GitError as first:
@@ -310,10 +294,6 @@ class Mirror:
         pinned = version == self.source.version  # fetch_wheel has just checked its sha256: no second pass
         repo.run("config", f"imgbuild.v{version}.sha256", self.source.sha256 if pinned else sha256_file(wheel))
         return commit
-
-
-def _looks_like_sha(ref: str) -> bool:
-    return len(ref) >= 7 and all(c in "0123456789abcdef" for c in ref)
 
 
 FIRST_BLOCK = 1 << 16  # enough to see the NUL bytes of an ELF header, and most text files whole

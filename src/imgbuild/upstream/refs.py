@@ -11,10 +11,9 @@ from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, ls_remote_tags, tags_at
-from imgbuild.upstream.mirror import Mirror, Resolved
+from imgbuild.upstream.mirror import SHA_RE, Mirror, Resolved
 
 RELEASE_RE = re.compile(r"^v?(\d+(?:\.\d+)*)$")
-SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 def release_key(tag: str) -> tuple[int, ...] | None:
