@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import git
+
 from imgbuild.errors import ImgbuildError
 from imgbuild.patches.patchfile import FileDiff, Patch
 from imgbuild.upstream.commits import name_status
@@ -40,8 +42,7 @@ def _parents(path: str) -> list[str]:
 
 
 def _is_dir(tree: CommitTree, path: str) -> bool:
-    entry = tree.item(path) if path else None
-    return entry is not None and entry.kind == "tree"
+    return bool(path) and isinstance(tree.item(path), git.Tree)
 
 
 def _dir_pair(old: str, new: str) -> tuple[str, str] | None:

@@ -74,8 +74,7 @@ def commit_files(repo: GitRepo, base_commit: str, files: Mapping[str, bytes | No
         if data is None:
             info.append(f"0 {'0' * 40}\t{path}\0")
         else:
-            old = base.item(path)
-            mode = "100755" if old is not None and old.mode == "100755" else "100644"
+            mode = "100755" if getattr(base.item(path), "mode", 0) == 0o100755 else "100644"
             info.append(f"{mode} {repo.write_blob(data)}\t{path}\0")
     with tempfile.TemporaryDirectory(prefix="imgbuild-index-") as tmp:
         env = {**LITERAL, "GIT_INDEX_FILE": str(Path(tmp) / "index")}

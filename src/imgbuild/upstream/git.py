@@ -10,7 +10,6 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -20,7 +19,7 @@ from gitdb.exc import BadObject
 
 from imgbuild import proc
 
-SYMLINK_MODE = "120000"
+SYMLINK_MODE = 0o120000
 IDENTITY = {
     "GIT_AUTHOR_NAME": "imgbuild",
     "GIT_AUTHOR_EMAIL": "imgbuild@localhost",
@@ -48,14 +47,6 @@ def sha256(data: bytes) -> str:
 
 class GitError(Exception):
     """A git command failed; callers turn this into a user-facing error."""
-
-
-@dataclass(frozen=True)
-class TreeEntry:
-    path: str
-    mode: str
-    kind: str  # "blob" or "tree" or "commit"
-    sha: str
 
 
 def run_git(
@@ -192,53 +183,48 @@ class GitRepo:
         self.run("update-ref", "-m", reason, ref, commit)
 
 
-def _entry(item: git.objects.base.IndexObject, path: str) -> TreeEntry:
-    mode = f"{item.mode:o}"
-    kind = "tree" if mode == "40000" else "commit" if mode == "160000" else "blob"
-    return TreeEntry(path, mode, kind, str(item.hexsha))
+Item = git.Tree | git.Blob | git.Submodule  # an entry of a tree, as gitpython reads it
 
 
 class CommitTree:
-    """Read-only view of one commit, for apply.Tree, through gitpython's trees."""
+    """Read-only view of one commit, for apply.Tree, through gitpython's trees; a commit never changes, so
+    every lookup and content is kept."""
 
     def __init__(self, repo: GitRepo, commit: str) -> None:
         self.repo = repo
         self.commit = commit
         with repo.lock:
             try:
-                root = repo.repo.commit(commit).tree
-                self._root = TreeEntry("", "40000", "tree", str(root.hexsha))
+                self._root: git.Tree = repo.repo.commit(commit).tree
             except NOT_THERE as exc:
                 raise GitError(f"{commit} is not a commit in {repo.path}") from exc
-        # A commit never changes, so lookups and contents can be kept.
-        self._items: dict[str, TreeEntry | None] = {}
+        self._items: dict[str, Item | None] = {}
         self._data: dict[str, bytes | None] = {}
-        self._dirs: dict[str, dict[str, TreeEntry]] = {}
+        self._dirs: dict[str, dict[str, Item]] = {}
 
-    def item(self, path: str) -> TreeEntry | None:
-        # One directory at a time, each tree read once: gitpython's `tree / path` parses every
-        # tree on the way down again on each call.
+    def item(self, path: str) -> Item | None:
+        """The entry at `path`, one directory at a time, each tree read once (gitpython's `tree / path` reads every
+        tree on the way down again)."""
         if path not in self._items:
             parent, _, name = path.rpartition("/")
             tree = self._root if not parent else self.item(parent)
-            self._items[path] = self._entries(tree).get(name) if tree is not None and tree.kind == "tree" else None
+            self._items[path] = self._entries(tree).get(name) if isinstance(tree, git.Tree) else None
         return self._items[path]
 
-    def _entries(self, tree: TreeEntry) -> dict[str, TreeEntry]:
-        if tree.sha not in self._dirs:
-            prefix = f"{tree.path}/" if tree.path else ""
+    def _entries(self, tree: git.Tree) -> dict[str, Item]:
+        path = str(tree.path)
+        if path not in self._dirs:
             with self.repo.lock:
                 try:
-                    items = list(git.Tree(self.repo.repo, bytes.fromhex(tree.sha), 0o40000, tree.path))
+                    self._dirs[path] = {str(i.name): i for i in tree}
                 except NOT_THERE as exc:
-                    raise GitError(f"tree {tree.sha} ({tree.path}) of {self.commit} cannot be read") from exc
-            self._dirs[tree.sha] = {str(i.name): _entry(i, prefix + str(i.name)) for i in items}
-        return self._dirs[tree.sha]
+                    raise GitError(f"tree {tree.hexsha} ({path}) of {self.commit} cannot be read") from exc
+        return self._dirs[path]
 
     def read(self, path: str) -> bytes | None:
         if path not in self._data:
             item = self.item(path)
-            self._data[path] = None if item is None or item.kind != "blob" else self.repo.read_blob(item.sha)
+            self._data[path] = self.repo.read_blob(item.hexsha) if isinstance(item, git.Blob) else None
         return self._data[path]
 
     def prefetch(self, paths: Iterable[str]) -> None:
@@ -248,7 +234,7 @@ class CommitTree:
 
     def blob_sha(self, path: str) -> str | None:
         item = self.item(path)
-        return None if item is None or item.kind != "blob" else item.sha
+        return str(item.hexsha) if isinstance(item, git.Blob) else None
 
     def blob(self, sha: str) -> bytes | None:
         return self.repo.read_blob(sha) if self.repo.has_object(sha) else None
@@ -280,11 +266,10 @@ class CommitTree:
 
     def paths(self, under: str) -> list[str]:
         """Every blob path below `under` (used to follow renames)."""
-        item = self.item(under)
-        if item is None or item.kind != "tree":
+        tree = self.item(under)
+        if not isinstance(tree, git.Tree):
             return []
         with self.repo.lock:
-            tree = git.Tree(self.repo.repo, bytes.fromhex(item.sha), 0o40000, under)
             return [str(i.path) for i in tree.traverse() if isinstance(i, git.Blob)]
 
 
