@@ -66,13 +66,11 @@ def run(
     stdout: Stream = None,
     stderr: Stream = None,
 ) -> subprocess.CompletedProcess[Any]:
-    """Run `argv` to the end; its exit status is the caller's to read (never raises for it).
-
-    `capture` collects stdout and stderr; pass `capture=False` with `stdout`/`stderr` to send them elsewhere.
-    `env` replaces the environment (None: inherit it)."""
+    """Run `argv` to the end; its exit status is the caller's to read. `capture=False` sends stdout and stderr to
+    `stdout`/`stderr`; `env` replaces the environment (None: inherit it)."""
     echo(argv)
     try:
-        done: subprocess.CompletedProcess[Any] = subprocess.run(
+        return subprocess.run(
             list(argv),
             input=input,
             env=None if env is None else dict(env),
@@ -83,7 +81,6 @@ def run(
             stdout=PIPE if capture else stdout,
             stderr=PIPE if capture else stderr,
         )
-        return done
     except FileNotFoundError as exc:
         if _cwd_missing(exc, cwd):
             raise

@@ -255,12 +255,8 @@ def derive_stack(
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
 ) -> StackResult:
-    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with
-    keep_going) for every kept patch whose files no left-out or re-applied patch has touched before it.
-
-    A patch's outcome depends only on the contents of its own files; those are the same as in the full
-    run until a patch that is left out (or that had to be applied again) changes one of them.
-    """
+    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with keep_going)
+    for every kept patch whose files no left-out or re-applied patch has touched before it."""
     if len(full.own) != len(series) or full.max_fuzz != max_fuzz:
         return apply_stack([p for p in series if p.name in set(keep)], tree, max_fuzz=max_fuzz, merge3=merge3)
     kept = set(keep)

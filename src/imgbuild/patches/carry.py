@@ -39,12 +39,12 @@ class Verification:
         return self.reverse_apply and self.added_present and self.patch_id is not False
 
     def failed(self) -> str:
-        names = [
-            n for n, v in (("reverse-apply", self.reverse_apply), ("added lines present", self.added_present)) if not v
-        ]
-        if self.patch_id is False:
-            names.append("patch-id")
-        return ", ".join(names)
+        checks = (
+            ("reverse-apply", self.reverse_apply),
+            ("added lines present", self.added_present),
+            ("patch-id", self.patch_id is not False),
+        )
+        return ", ".join(name for name, passed in checks if not passed)
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -180,11 +180,8 @@ def _check_line_ends(name: str, diff: str, first: int) -> None:
 
 
 def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
-    """Each hunk must hold as many lines as its @@ header says.
-
-    unidiff says only "Hunk is longer than expected" or "Unexpected hunk found", with no line and no hunk;
-    this names the hunk (its file, its number in that file, its header and its line in the patch file)
-    and which count, old or new, the body disagrees with."""
+    """Each hunk must hold as many lines as its @@ header says; unlike unidiff's error, this one names the hunk,
+    its line and the count that is wrong."""
     lines = diff.split("\n")
     path, number, i = "", 0, 0
     while i < len(lines):
@@ -221,9 +218,8 @@ def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
 
 def hunk_body(lines: list[str], i: int, want: tuple[int, int]) -> tuple[int, tuple[int, int], bool]:
     """Count the hunk body that starts at `lines[i]`: (the index after it, (old, new), whether the file ended).
-
-    Lines are counted up to the header's counts, then on while more body lines follow: a complete hunk is
-    followed by an @@ line, a `diff --git` line, the end of the file or a format-patch signature (`-- `)."""
+    Counting goes on past the header's counts while body lines follow (an @@, `diff --git`, `-- ` or the end
+    of the file ends a complete hunk)."""
     old = new = 0
     while i < len(lines):
         line = lines[i]
@@ -270,9 +266,7 @@ def upstream_of(name: str, header: str, roots: Roots) -> tuple[str, str]:
 
 
 def parse_patch(path: Path, package_root: Roots = "vllm") -> Patch:
-    """Read and check a patch file: header, then each line of the diff, then each file's hunks.
-
-    `package_root`: where the patch may write; with the project's pins, the one its `Upstream:` names."""
+    """Read and check a patch file; `package_root`: where it may write (with the pins: the one `Upstream:` names)."""
     name = path.name
     raw = _read(path)
     header, diff = _split(name, raw.decode("utf-8", errors="surrogateescape"))

@@ -193,10 +193,7 @@ def plan_variant(
     merge3: Merge3 | None = None,
     full: StackResult | None = None,
 ) -> VariantPlan:
-    """Apply the variant's patches to pristine `tree` and describe every touched file.
-
-    `full`, the whole series already applied to `tree` (keep_going), is reused for the
-    patches that left-out ones do not affect, so each variant costs only its differences."""
+    """Apply the variant's patches to pristine `tree` and describe every touched file (`full`: as in derive_stack)."""
     result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz, merge3=merge3, full=full)
     files: list[PlannedFile] = []
     contents: dict[str, bytes] = {}

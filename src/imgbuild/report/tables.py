@@ -91,22 +91,17 @@ def outcomes_table(title: str, outcomes: Sequence[PatchOutcome]) -> Table:
         table.add_column(col, justify="right" if col in ("hunk", "offset", "line") else "left")
     names = short_names([f.path for o in outcomes for f in o.files])
     for o in outcomes:
-        first = True
+        rows: list[tuple[str, ...]] = []
         for f in o.files:
-            rows = f.hunks or ()
             name = names[f.path]
-            head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
-            if not rows:
-                table.add_row(*head, name, "-", _m(f.method), "", "", f.reason)
-                first = False
-            for h in rows:
-                head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
+            if not f.hunks:
+                rows.append((name, "-", _m(f.method), "", "", f.reason))
+            for h in f.hunks:
                 offset = f"{h.offset:+d}" if h.method not in ("failed", "upstreamed") else ""
-                note = f.reason if h.hunk == len(rows) else ""
-                table.add_row(
-                    *head, name if h.hunk == 1 else "", f"#{h.hunk}", _m(h.method), offset, str(h.line or ""), note
-                )
-                first = False
+                note = f.reason if h.hunk == len(f.hunks) else ""
+                rows.append((name if h.hunk == 1 else "", f"#{h.hunk}", _m(h.method), offset, str(h.line or ""), note))
+        for i, row in enumerate(rows):
+            table.add_row(*((o.patch, o.group, _m(o.method)) if i == 0 else ("", "", "")), *row)
     return table
 
 

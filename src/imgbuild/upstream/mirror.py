@@ -125,9 +125,8 @@ class Mirror:
         return aside
 
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
-        """The pinned commit, present and whole in the mirror, checked against the tag and the wheel's sha256.
-
-        A damaged mirror is set aside and rebuilt (from the cached wheel, or by fetching again)."""
+        """The pinned commit, present and whole in the mirror, checked against the tag and the wheel's sha256; a
+        damaged mirror is set aside and rebuilt (from the cached wheel, or by fetching again)."""
         try:
             if self.path.exists():
                 self._check_tag(pin.tag)
