@@ -97,10 +97,6 @@ class PinnedTrees:
         tree = self._of(path)
         return tree.symlink_prefix(path) if tree is not None else None
 
-    def blob_sha(self, path: str) -> str | None:
-        tree = self._of(path)
-        return tree.blob_sha(path) if tree is not None else None
-
     def prefetch(self, paths: Iterable[str]) -> None:
         for path in paths:
             self.read(path)
@@ -108,10 +104,6 @@ class PinnedTrees:
     def grep(self, words: Iterable[str], under: str) -> list[str]:
         tree = self._of(under)
         return tree.grep(words, under) if tree is not None else []
-
-    def paths(self, under: str) -> list[str]:
-        tree = self._of(under)
-        return tree.paths(under) if tree is not None else []
 
 
 @dataclass

@@ -9,6 +9,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import git
 
@@ -63,8 +64,6 @@ class RenameFinder:
     def __init__(self, repo: GitRepo, old: Callable[[], str | None], new: str) -> None:
         self.repo = repo
         self._old_fn = old
-        self._old: str | None = None
-        self._old_known = False
         self.new = new
         self.new_tree = CommitTree(repo, new)
         self.files: dict[str, str] = {}
@@ -72,15 +71,12 @@ class RenameFinder:
         self._changes: list[tuple[str, str, str | None]] | None = None
         self._searched: set[str] = set()
 
-    @property
+    @cached_property
     def old(self) -> str | None:
-        if not self._old_known:
-            self._old_known = True
-            try:
-                self._old = self._old_fn()
-            except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
-                self._old = None
-        return self._old
+        try:
+            return self._old_fn()
+        except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
+            return None
 
     def _search(self, path: str) -> None:
         """Run rename detection for the files around `path` (once per vanished directory)."""

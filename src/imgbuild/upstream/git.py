@@ -264,14 +264,6 @@ class CommitTree:
         names = done.stdout.decode(errors="surrogateescape").split("\0")
         return [n.removeprefix(prefix) for n in names if n]
 
-    def paths(self, under: str) -> list[str]:
-        """Every blob path below `under` (used to follow renames)."""
-        tree = self.item(under)
-        if not isinstance(tree, git.Tree):
-            return []
-        with self.repo.lock:
-            return [str(i.path) for i in tree.traverse() if isinstance(i, git.Blob)]
-
 
 # -- git without a repository: merges, diffs and patch ids of bytes (carry, backport checks) --
 def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:

@@ -22,8 +22,7 @@ def release_key(tag: str) -> tuple[int, ...] | None:
 
 
 def newest(tags: list[str]) -> str | None:
-    releases = [t for t in tags if release_key(t) is not None]
-    return max(releases, key=lambda t: release_key(t) or ()) if releases else None
+    return max((t for t in tags if release_key(t) is not None), key=lambda t: release_key(t) or (), default=None)
 
 
 def latest_release(pin: UpstreamPin) -> str:
