@@ -63,11 +63,6 @@ def parse_id(value: object) -> tuple[str, int] | None:
     return (found.group(1), int(found.group(2))) if found else None
 
 
-def schema_file(name: str, version: int | None = None) -> str:
-    """The schema's path in the repository: `docs/schema/<name>.v<N>.json`."""
-    return f"docs/schema/{name}.v{VERSIONS[name] if version is None else version}.json"
-
-
 def mismatch(doc: Mapping[str, object], name: str) -> str | None:
     """A reader's check: why `doc` is not document `name` at this table's version (None when it is).
     The name and N must both match: a different N is a different shape."""

@@ -160,11 +160,6 @@ def load_pins(path: Path) -> tuple[UpstreamPin, ...]:
     return pins
 
 
-def load_pin(path: Path) -> UpstreamPin:
-    """The first (default) pin of `path`."""
-    return load_pins(path)[0]
-
-
 def load_variant(path: Path) -> VariantConfig:
     variant = validate(load_yaml(path), VariantConfig)
     if variant.name != path.stem:

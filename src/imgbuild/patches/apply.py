@@ -241,11 +241,6 @@ def _record(result: StackResult, outcome: PatchOutcome, own: dict[str, bytes | N
         result.conflicts.update(marked)
 
 
-def _merge_free(outcome: PatchOutcome) -> bool:
-    """True when every file of the outcome came from its hunks alone, so no 3-way merge setting changes it."""
-    return outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
-
-
 def derive_stack(
     full: StackResult,
     series: Sequence[Patch],
@@ -266,7 +261,9 @@ def derive_stack(
         if patch.name not in kept:
             dirty.update(patch.paths)
             continue
-        if dirty.isdisjoint(patch.paths) and _merge_free(outcome):
+        # kept as is when its files are as in the full run and came from its hunks alone (no 3-way merge)
+        merge_free = outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
+        if dirty.isdisjoint(patch.paths) and merge_free:
             _record(result, outcome, own, {})
             continue
         again, own_again, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)

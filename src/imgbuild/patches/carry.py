@@ -214,11 +214,6 @@ def _canonical(path: str, hunks: Sequence[str]) -> str:
     return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n{body}"
 
 
-def _hunks_of(diff: str) -> list[str]:
-    sections = raw_sections(diff)
-    return sections[0] if sections else []
-
-
 def reverse(hunk: Hunk) -> Hunk:
     return dataclasses.replace(hunk, old=hunk.new, new=hunk.old, old_start=hunk.new_start, new_start=hunk.old_start)
 
@@ -236,9 +231,9 @@ def verify_upstreamed(
     note = ""
     if reverse_ok and back.lines is not None and raw_hunks is not None:
         context = max((max(h.lead, h.trail) for h in hunks), default=3) or 3
-        regenerated = _hunks_of(diff_no_index(encode("".join(back.lines)), current, path, context=context))
+        regenerated = raw_sections(diff_no_index(encode("".join(back.lines)), current, path, context=context))
         written = patch_id(_canonical(path, raw_hunks))
-        found = patch_id(_canonical(path, regenerated))
+        found = patch_id(_canonical(path, regenerated[0] if regenerated else []))
         pid = written is not None and written == found
         if not pid:
             note = "the release has these lines, but not as the same change (patch-id differs)"

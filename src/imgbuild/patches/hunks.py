@@ -64,18 +64,13 @@ def _search(lines: Sequence[str], block: Sequence[str], expected: int, lowest: i
     return None
 
 
-def _expected_index(hunk: Hunk, carry: int) -> int:
-    # A hunk with no old lines inserts *after* old_start; others start at it.
-    return (hunk.old_start if not hunk.old else hunk.old_start - 1) + carry
-
-
 def apply_hunks(lines: Sequence[str], hunks: Sequence[Hunk], max_fuzz: int = 0) -> FileApply:
     outcomes: list[HunkOutcome] = []
     edits: list[tuple[int, int, tuple[str, ...]]] = []  # (start, old length, new lines)
     lowest = 0
     carry = 0
     for hunk in hunks:
-        expected = _expected_index(hunk, carry)
+        expected = (hunk.old_start if not hunk.old else hunk.old_start - 1) + carry  # no old lines: insert after
         old, new, fuzz = hunk.old, hunk.new, 0
         at = _search(lines, old, expected, lowest)
         if at is not None and at != expected and _matches(lines, hunk.new, expected) and hunk.old != hunk.new:

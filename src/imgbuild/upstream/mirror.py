@@ -70,15 +70,6 @@ class Resolved:
     tag: str
 
 
-def ref_target(path: Path, ref: str) -> str:
-    """The object `ref` points at ('' when there is no such ref); GitError when the refs cannot be read."""
-    done = run_git(["for-each-ref", "--format=%(objectname)", ref], cwd=path)
-    err = done.stderr.decode(errors="replace").strip()
-    if done.returncode != 0 or err:
-        raise GitError((err or f"git for-each-ref exited {done.returncode}").splitlines()[0])
-    return done.stdout.decode().strip()
-
-
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr)
 
@@ -165,11 +156,11 @@ class Mirror:
     def _check_tag(self, tag: str) -> None:
         """A tag the mirror has must point at a readable commit (a broken ref or pack is not 'missing')."""
         ref = f"refs/tags/v{tag.removeprefix('v')}" if isinstance(self.source, WheelSource) else f"refs/tags/{tag}"
-
-        try:
-            sha = ref_target(self.path, ref)
-        except GitError as exc:
-            raise BrokenMirror(str(exc)) from exc
+        done = run_git(["for-each-ref", "--format=%(objectname)", ref], cwd=self.path)
+        err = done.stderr.decode(errors="replace").strip()
+        if done.returncode != 0 or err:  # a ref that cannot be read is broken, not missing
+            raise BrokenMirror((err or f"git for-each-ref exited {done.returncode}").splitlines()[0])
+        sha = done.stdout.decode().strip()
         if sha:
             repo = self._git_repo()
             if repo.resolve_commit(sha) is None:  # (an annotated tag's object, peeled)
