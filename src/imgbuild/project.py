@@ -275,13 +275,9 @@ class Project:
         return self._pin_trees[name]
 
     def tree(self) -> CommitTree | PinnedTrees:
-        """The pinned release (one view per project, so reads are shared); with several pins, all of them
-        as one tree (PinnedTrees), each path read from the release of its package root."""
-        return self._tree
-
-    @cached_property
-    def _tree(self) -> CommitTree | PinnedTrees:
-        if not self.multi:
+        """The pinned release (one view per project, so reads are shared); with several pins, all of them as one
+        tree, each path read from the release of its package root."""
+        if len(self.pins) == 1:
             return self.pin_tree(self.pin.name)
         return PinnedTrees({p.package_root: self.pin_tree(p.name) for p in self.pins})
 

@@ -242,7 +242,7 @@ def _record(result: StackResult, outcome: PatchOutcome, own: dict[str, bytes | N
 
 
 def derive_stack(
-    full: StackResult,
+    full: StackResult | None,
     series: Sequence[Patch],
     keep: Sequence[str],
     tree: Tree,
@@ -252,7 +252,7 @@ def derive_stack(
 ) -> StackResult:
     """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with keep_going)
     for every kept patch whose files no left-out or re-applied patch has touched before it."""
-    if len(full.own) != len(series) or full.max_fuzz != max_fuzz:
+    if full is None or len(full.own) != len(series) or full.max_fuzz != max_fuzz:
         return apply_stack([p for p in series if p.name in set(keep)], tree, max_fuzz=max_fuzz, merge3=merge3)
     kept = set(keep)
     result = StackResult(max_fuzz=max_fuzz)

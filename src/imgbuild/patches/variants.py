@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.config.models import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
-from imgbuild.patches.apply import Merge3, PatchOutcome, StackResult, Tree, apply_stack, derive_stack
+from imgbuild.patches.apply import Merge3, PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
 from imgbuild.upstream.git import blob_id, sha256
 
@@ -244,11 +244,7 @@ def apply_selection(
     """The variant's patches applied to pristine `tree` (derived from `full` when given, as in
     plan_variant); ApplyError when one of them does not apply on its own or needs a 3-way merge.
     This is all of plan_variant that can fail: `patches check` stops here, without hashing every file."""
-    if full is None:
-        by_name = {p.name: p for p in patches}
-        result = apply_stack([by_name[n] for n in variant.selected], tree, max_fuzz=max_fuzz, merge3=merge3)
-    else:
-        result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
     failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
     if failed:
         raise _selection_error(variant, failed[0], patches)
