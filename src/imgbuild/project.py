@@ -87,11 +87,7 @@ class PinnedTrees:
         return tree.read(path) if tree is not None else None
 
     def blob(self, sha: str) -> bytes | None:
-        for tree in self.trees.values():
-            data = tree.blob(sha)
-            if data is not None:
-                return data
-        return None
+        return next((data for tree in self.trees.values() if (data := tree.blob(sha)) is not None), None)
 
     def symlink_prefix(self, path: str) -> str | None:
         tree = self._of(path)

@@ -42,10 +42,6 @@ class FileApply:
     lines: list[str] | None  # None when any hunk failed
     hunks: list[HunkOutcome]
 
-    @property
-    def failed(self) -> bool:
-        return any(h.method == "failed" for h in self.hunks)
-
 
 def _matches(lines: Sequence[str], block: Sequence[str], at: int) -> bool:
     n = len(block)

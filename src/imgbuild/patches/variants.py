@@ -3,6 +3,7 @@ every file a patch touches, patched or original, with its hashes)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -150,16 +151,7 @@ class PlannedFile:
     pristine_sha256: str | None
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "state": self.state,
-            "patches": list(self.patches),
-            "groups": list(self.groups),
-            "sha256": self.sha256,
-            "blob": self.blob,
-            "pristine_blob": self.pristine_blob,
-            "pristine_sha256": self.pristine_sha256,
-        }
+        return {**dataclasses.asdict(self), "patches": list(self.patches), "groups": list(self.groups)}
 
 
 @dataclass(frozen=True)
