@@ -38,8 +38,7 @@ class ImgbuildError(Exception):
         self.reported = reported
 
     def to_json(self) -> dict[str, object]:
-        """The body of the document a failed `--json` run prints, `{"error": {...}}` (cli/main.py adds its
-        `schema`, `imgbuild.error/1`)."""
+        """The body of the `imgbuild.error/1` document a failed `--json` run prints."""
         return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
 
 

@@ -72,18 +72,19 @@ class RenameFinder:
         self._searched: set[str] = set()
 
     @cached_property
-    def old(self) -> str | None:
+    def old_tree(self) -> CommitTree | None:
         try:
-            return self._old_fn()
+            old = self._old_fn()
         except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
             return None
+        return CommitTree(self.repo, old) if old is not None else None
 
     def _search(self, path: str) -> None:
         """Run rename detection for the files around `path` (once per vanished directory)."""
-        old = self.old
-        if old is None:
+        old_tree = self.old_tree
+        if old_tree is None:
             return
-        old_tree = CommitTree(self.repo, old)
+        old = old_tree.commit
         top = posixpath.dirname(path)
         for d in _parents(path):
             if _is_dir(self.new_tree, d):
@@ -143,8 +144,7 @@ class RenameFinder:
         parent = posixpath.dirname(path)
         if not parent or _is_dir(self.new_tree, parent):
             return None
-        old = self.old
-        if old is None or not _is_dir(CommitTree(self.repo, old), parent):
+        if self.old_tree is None or not _is_dir(self.old_tree, parent):
             return None  # the directory is new with the patch; nothing to follow
         self._search(path)
         return self._via_dirs(path)
