@@ -1,8 +1,4 @@
-"""Every error imgbuild reports, with a stable exit code and a hint.
-
-The CLI catches ImgbuildError in one place (cli.main.run) and prints
-`error: <message>` followed by `hint: <hint>`; nothing else prints tracebacks.
-"""
+"""Every error imgbuild reports, with a stable exit code and a hint; cli.main.run prints them."""
 
 from __future__ import annotations
 
@@ -42,8 +38,7 @@ class ImgbuildError(Exception):
         self.reported = reported
 
     def to_json(self) -> dict[str, object]:
-        """The body of the document a failed `--json` run prints, `{"error": {...}}` (cli/main.py adds its
-        `schema`, `imgbuild.error/1`)."""
+        """The body of the `imgbuild.error/1` document a failed `--json` run prints."""
         return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
 
 

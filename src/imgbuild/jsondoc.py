@@ -1,11 +1,6 @@
-"""The `--json` contract: every document a command prints under `--json` carries `"schema":
-"imgbuild.<name>/<N>"`, and this table is the one place that names each document and its version.
-
-A change to a document's shape (a key removed, renamed or retyped, a value moved) bumps its N, and
-`docs/schema/<name>.v<N>.json` (JSON Schema 2020-12) describes it; CHANGELOG.md records the change.
-Standard library only: `cli/main.py` prints the error document from here before anything else is
-imported, and the sparkrun builder plugin reads `build`'s id with it.
-"""
+"""The `--json` contract: every document a command prints under `--json` carries `"schema": "imgbuild.<name>/<N>"`,
+and this table names each document and its version. A change to a document's shape bumps its N, and
+`docs/schema/<name>.v<N>.json` describes it. Standard library only: the sparkrun builder plugin reads it too."""
 
 from __future__ import annotations
 
@@ -63,11 +58,6 @@ def parse_id(value: object) -> tuple[str, int] | None:
     """(name, N) of a schema id, or None when `value` is not one."""
     found = _ID.match(value) if isinstance(value, str) else None
     return (found.group(1), int(found.group(2))) if found else None
-
-
-def schema_file(name: str, version: int | None = None) -> str:
-    """The schema's path in the repository: `docs/schema/<name>.v<N>.json`."""
-    return f"docs/schema/{name}.v{VERSIONS[name] if version is None else version}.json"
 
 
 def mismatch(doc: Mapping[str, object], name: str) -> str | None:

@@ -1,8 +1,4 @@
-"""`Platform`: an image platform as a value, parsed once where it enters (config, `--platform`, the engine).
-
-The one architecture table: docker's arch name, the machine name (`uname -m`,
-qemu's binfmt entry, pip's wheel tags) for each platform imgbuild builds for.
-"""
+"""`Platform`: an image platform as a value, parsed once where it enters, and the one architecture table."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Every external process imgbuild starts goes through here.
+"""Every external process imgbuild starts goes through here (git, pip, docker, cosign have their funnels on top).
 
-Tools have their own funnels on top (git: upstream/git.py, pip: upstream/pip.py,
-docker: engine.py, `docker push` and `buildx imagetools`:
-registry/tools.py, cosign: publish/signing.py); this module is what they
-share: with `IMGBUILD_ECHO=1` each command is printed on stderr as one
-`+ <shlex.join(argv)>` line before it runs (docker SDK calls print the same
-kind of line through `echo`), and a missing
-executable or a timeout becomes a typed error that the caller maps to its own
-user-facing error (`ToolNotFound`, `ToolTimeout`).
-"""
+With `IMGBUILD_ECHO=1` each command is printed on stderr as one `+ <shlex.join(argv)>` line before it runs; a missing
+executable or a timeout becomes a typed error (`ToolNotFound`, `ToolTimeout`) that the caller maps to its own."""
 
 from __future__ import annotations
 
@@ -73,13 +66,11 @@ def run(
     stdout: Stream = None,
     stderr: Stream = None,
 ) -> subprocess.CompletedProcess[Any]:
-    """Run `argv` to the end; its exit status is the caller's to read (never raises for it).
-
-    `capture` collects stdout and stderr; pass `capture=False` with `stdout`/`stderr` to send them elsewhere.
-    `env` replaces the environment (None: inherit it)."""
+    """Run `argv` to the end; its exit status is the caller's to read. `capture=False` sends stdout and stderr to
+    `stdout`/`stderr`; `env` replaces the environment (None: inherit it)."""
     echo(argv)
     try:
-        done: subprocess.CompletedProcess[Any] = subprocess.run(
+        return subprocess.run(
             list(argv),
             input=input,
             env=None if env is None else dict(env),
@@ -90,7 +81,6 @@ def run(
             stdout=PIPE if capture else stdout,
             stderr=PIPE if capture else stderr,
         )
-        return done
     except FileNotFoundError as exc:
         if _cwd_missing(exc, cwd):
             raise

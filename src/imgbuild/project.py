@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -22,12 +22,11 @@ from imgbuild.upstream.mirror import Resolved, open_pinned
 
 
 def _chosen() -> Path | None:
-    """`--project` of the running command: typer's context object (cli.app.CliOptions, set by
-    cli.app.main); None outside a command. Read here so every command's load_project() sees it."""
+    """`--project` of the running command (typer's context object, set by cli.app.main); None outside one."""
     from typer._click.globals import get_current_context  # typer vendors click: its own context stack
 
     ctx = get_current_context(silent=True)
-    project = getattr(ctx.find_root().obj, "project", None) if ctx is not None else None
+    project = ctx.find_root().obj if ctx is not None else None
     return project if isinstance(project, Path) else None
 
 
@@ -88,19 +87,11 @@ class PinnedTrees:
         return tree.read(path) if tree is not None else None
 
     def blob(self, sha: str) -> bytes | None:
-        for tree in self.trees.values():
-            data = tree.blob(sha)
-            if data is not None:
-                return data
-        return None
+        return next((data for tree in self.trees.values() if (data := tree.blob(sha)) is not None), None)
 
     def symlink_prefix(self, path: str) -> str | None:
         tree = self._of(path)
         return tree.symlink_prefix(path) if tree is not None else None
-
-    def blob_sha(self, path: str) -> str | None:
-        tree = self._of(path)
-        return tree.blob_sha(path) if tree is not None else None
 
     def prefetch(self, paths: Iterable[str]) -> None:
         for path in paths:
@@ -110,10 +101,6 @@ class PinnedTrees:
         tree = self._of(under)
         return tree.grep(words, under) if tree is not None else []
 
-    def paths(self, under: str) -> list[str]:
-        tree = self._of(under)
-        return tree.paths(under) if tree is not None else []
-
 
 @dataclass
 class Project:
@@ -122,16 +109,13 @@ class Project:
     series: list[SeriesEntry]
     patches: list[Patch]
     variant_configs: dict[str, VariantConfig]
-    pins: tuple[UpstreamPin, ...] = ()  # every pin, `pin` first
-
-    def __post_init__(self) -> None:
-        if not self.pins:
-            self.pins = (self.pin,)
+    pins: tuple[UpstreamPin, ...]  # every pin, `pin` first
+    _resolved: dict[str, Resolved] = field(default_factory=dict, init=False, repr=False)  # per pin, once
+    _pin_trees: dict[str, CommitTree] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def load(cls, root: Path) -> Project:
         pins = load_pins(root / "patches" / "upstream.yaml")
-        pin = pins[0]
         roots = {p.name: p.package_root for p in pins}
         series_path = root / "patches" / "series"
         series = parse_series(series_path)
@@ -148,11 +132,11 @@ class Project:
         for path in sorted((root / "images").glob("*.yaml")):
             v = load_variant(path)
             variants[v.name] = v
-        return cls(root, pin, series, patches, variants, pins)
+        return cls(root, pins[0], series, patches, variants, pins)
 
     @property
     def roots(self) -> dict[str, str]:
-        """Pin name -> its package root, the first pin first (what parse_patch takes)."""
+        """Pin name -> its package root, the first pin first."""
         return {p.name: p.package_root for p in self.pins}
 
     @property
@@ -276,13 +260,8 @@ class Project:
     def resolved(self, name: str) -> Resolved:
         """A pin's release in the cache (resolved once per project)."""
         if name not in self._resolved:
-            pin = self.pin_named(name)
-            self._resolved[name] = open_pinned(pin)
+            self._resolved[name] = open_pinned(self.pin_named(name))
         return self._resolved[name]
-
-    @cached_property
-    def _resolved(self) -> dict[str, Resolved]:
-        return {}
 
     def pin_tree(self, name: str) -> CommitTree:
         """One pin's release (one view per project and pin)."""
@@ -291,18 +270,10 @@ class Project:
             self._pin_trees[name] = CommitTree(up.repo, up.commit)
         return self._pin_trees[name]
 
-    @cached_property
-    def _pin_trees(self) -> dict[str, CommitTree]:
-        return {}
-
     def tree(self) -> CommitTree | PinnedTrees:
-        """The pinned release (one view per project, so reads are shared); with several pins, all of them
-        as one tree (PinnedTrees), each path read from the release of its package root."""
-        return self._tree
-
-    @cached_property
-    def _tree(self) -> CommitTree | PinnedTrees:
-        if not self.multi:
+        """The pinned release (one view per project, so reads are shared); with several pins, all of them as one
+        tree, each path read from the release of its package root."""
+        if len(self.pins) == 1:
             return self.pin_tree(self.pin.name)
         return PinnedTrees({p.package_root: self.pin_tree(p.name) for p in self.pins})
 

@@ -431,8 +431,8 @@ def test_ctrl_c_during_apply_says_so_and_changes_nothing(tmp_path: Path, big: tu
 STARTUP = (
     "import sys\n"
     "sys.argv = ['imgbuild', *sys.argv[1:]]\n"
-    # what the `imgbuild` console script does. The module imports only sys; `run` installs the handler and
-    # then imports the app and everything else, so "up" is said before any of imgbuild's start-up work.
+    # what the `imgbuild` console script does. The module imports only the standard library; `run` imports
+    # the app and everything else, so "up" is said before any of imgbuild's start-up work.
     "from imgbuild.cli.main import run\n"
     "print('python is up', file=sys.stderr, flush=True)\n"
     "run()\n"

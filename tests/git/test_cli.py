@@ -93,12 +93,11 @@ def test_publish_and_patches_import_no_docker_sdk() -> None:
         assert not {"docker", "imgbuild.builder.runner", "imgbuild.engine"} & modules, args
 
 
-# Heavy modules `patches check` (no --onto) does not run: rich only prints tables, the rebase
-# and queue machinery belong to other subcommands, the carry matrix to --onto.
+# Heavy modules `patches check` (no --onto) does not run: the rebase and queue machinery
+# belong to other subcommands, the carry matrix to --onto.
 NOT_FOR_CHECK = {
     "docker",
     "requests",
-    "rich",
     "imgbuild.workflows.rebase",
     "imgbuild.workflows.queue",
     "imgbuild.workflows.matrix",

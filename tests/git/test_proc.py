@@ -50,10 +50,10 @@ def test_the_old_git_switch_still_echoes(
 ) -> None:
     monkeypatch.delenv("IMGBUILD_ECHO", raising=False)
     monkeypatch.setenv("IMGBUILD_ECHO_GIT", "1")
-    repo.write_blob(b"hello\n")
-    assert echoed(capsys) == ["+ git hash-object -w --stdin"]
-    repo.write_blob(b"again\n")
-    assert echoed(capsys) == ["+ git hash-object -w --stdin"]
+    repo.run("config", "imgbuild.note", "hello")
+    assert echoed(capsys) == ["+ git config imgbuild.note hello"]
+    repo.run("config", "imgbuild.note", "again")
+    assert echoed(capsys) == ["+ git config imgbuild.note again"]
 
 
 def test_pip_is_echoed_through_its_funnel(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.config.models import load_pin, load_variant
+from imgbuild.config.models import load_pins, load_variant
 from imgbuild.errors import ConfigError
 from imgbuild.patches.series import parse_series
 
@@ -19,7 +19,7 @@ source:
 def test_pin_loads(tmp_path: Path) -> None:
     p = tmp_path / "upstream.yaml"
     p.write_text(PIN.format(commit="a" * 40))
-    pin = load_pin(p)
+    pin = load_pins(p)[0]
     assert pin.version == "1" and pin.source.kind == "git"
 
 
@@ -27,7 +27,7 @@ def test_pin_short_commit_names_line_and_column(tmp_path: Path) -> None:
     p = tmp_path / "upstream.yaml"
     p.write_text(PIN.format(commit="abc123"))
     with pytest.raises(ConfigError) as err:
-        load_pin(p)
+        load_pins(p)
     assert f"{p}:2:9: commit:" in err.value.message and "pattern" in err.value.message
 
 

@@ -3,7 +3,6 @@ which prints every error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -23,15 +22,6 @@ from imgbuild.cli import (
     skeleton,
     smoke,
 )
-
-
-@dataclass(frozen=True)
-class CliOptions:
-    """What `imgbuild`'s own options choose for every subcommand: typer's context object (`ctx.obj`).
-    project.find_root reads `project` from it."""
-
-    project: Path | None = None
-
 
 app = typer.Typer(
     name="imgbuild",
@@ -79,4 +69,4 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    ctx.obj = CliOptions(project=project.resolve() if project is not None else None)
+    ctx.obj = project.resolve() if project is not None else None  # project.find_root reads it

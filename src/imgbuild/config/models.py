@@ -1,11 +1,5 @@
-"""Typed models of the project's config files.
-
-- `patches/upstream.yaml`: the pin of the upstream release; more upstreams under `also:`.
-- `images/<variant>.yaml`: one image variant each.
-
-Models are frozen and reject unknown keys; loading goes through yamlsrc so
-errors carry file:line:col.
-"""
+"""Typed models of `patches/upstream.yaml` (the pins) and `images/<variant>.yaml`: frozen, unknown keys refused,
+loaded through yamlsrc so that errors carry file:line:col."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from imgbuild.config.yamlsrc import load_yaml, validate
-from imgbuild.errors import UsageError
+from imgbuild.errors import ConfigError, UsageError
 from imgbuild.platforms import KNOWN, Platform
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -62,11 +56,7 @@ class GitSource(Strict):
 
 
 class WheelSource(Strict):
-    """A release wheel from the package index, or a local file.
-
-    The wheel's `<package_root>/` tree is committed into the cache mirror with
-    a fixed author and date, so the commit id is a pure function of the wheel.
-    """
+    """A release wheel from the package index, or a local file."""
 
     kind: Literal["wheel"]
     project: str
@@ -162,8 +152,6 @@ def load_pins(path: Path) -> tuple[UpstreamPin, ...]:
         for pin in pins:
             value = getattr(pin, key)
             if value in seen:
-                from imgbuild.errors import ConfigError
-
                 raise ConfigError(
                     f"{path}: two upstreams have {key} {value!r}",
                     hint=f"give each pin under also: its own {key}",
@@ -172,16 +160,9 @@ def load_pins(path: Path) -> tuple[UpstreamPin, ...]:
     return pins
 
 
-def load_pin(path: Path) -> UpstreamPin:
-    """The first (default) pin of `path`."""
-    return load_pins(path)[0]
-
-
 def load_variant(path: Path) -> VariantConfig:
     variant = validate(load_yaml(path), VariantConfig)
     if variant.name != path.stem:
-        from imgbuild.errors import ConfigError
-
         raise ConfigError(
             f"{path}: name {variant.name!r} does not match the file name {path.stem!r}",
             hint=f"rename the file to {variant.name}.yaml or set name: {path.stem}",

@@ -1,8 +1,4 @@
-"""YAML loading that remembers where every value came from.
-
-Pydantic reports errors by key path; `YamlDoc.where(loc)` turns such a path
-into `file:line:col`, so config errors point at the exact spot to fix.
-"""
+"""YAML loading that remembers where every value came from, so that config errors name `file:line:col`."""
 
 from __future__ import annotations
 
@@ -80,11 +76,8 @@ CLOSERS = {"[": "]", "{": "}"}
 
 
 def yaml_error(path: Path | str, text: str, exc: yaml.YAMLError) -> ConfigError:
-    """A ConfigError at the place the mistake is: where an unclosed quote or bracket opens, else where PyYAML stopped.
-
-    PyYAML gives up where the damage shows: an unclosed `"` swallows the lines up to the next `"` in the file
-    and the parser stops there ("expected <block end>, but found '<scalar>'", ten lines down), naming the
-    block mapping around it as the context. The quote is where the fix goes, so that is the place reported."""
+    """A ConfigError where the fix goes: where an unclosed quote or bracket opens (PyYAML stops lines later, where
+    the damage shows), else where PyYAML stopped."""
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
         return ConfigError(f"{path}: invalid YAML: {exc}", hint="fix the YAML syntax")
     mark, problem = exc.problem_mark, exc.problem or "syntax error"
@@ -119,11 +112,8 @@ Opened = tuple[yaml.Mark, str] | None
 
 
 def _opened(text: str, problem: yaml.Mark) -> tuple[Opened, Opened]:
-    """What is open where PyYAML stopped: (a quote, a bracket), each as (where it opens, its character).
-
-    The quote: the token just before the error is a quoted value that runs over a line end. In a config file
-    that is a quote left open, closed by the opening quote of a later value. The bracket: the innermost
-    `[` or `{` not closed before the error."""
+    """What is open where PyYAML stopped, each as (where it opens, its character): a quoted value just before
+    the error that runs over a line end (a quote left open), and the innermost `[` or `{` not closed."""
     last: yaml.Token | None = None
     flows: list[yaml.Token] = []
     try:

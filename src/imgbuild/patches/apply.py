@@ -1,13 +1,9 @@
-"""Apply a stack of patches to a tree, in memory, and report what happened.
-
-Nothing here writes to disk: a `Tree` supplies the pristine contents and the
-original blobs for 3-way merges, and the result is a mapping of changed paths.
-That makes every apply transactional: a failure leaves no trace anywhere.
-"""
+"""Apply a stack of patches to a `Tree` in memory and report what happened; the result is a mapping of changed
+paths, so a failure leaves no trace anywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,7 +12,6 @@ from imgbuild.patches.patchfile import FileDiff, Patch
 
 # Severity order; a patch's method is the worst of its files'.
 METHODS = ("exact", "offset", "fuzz", "3way", "partly-upstreamed", "upstreamed", "conflict")
-OK_METHODS = frozenset({"exact", "offset", "upstreamed", "partly-upstreamed", "3way", "fuzz"})
 
 
 class Tree(Protocol):
@@ -52,7 +47,7 @@ class PatchOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.method in OK_METHODS
+        return self.method != "conflict"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -87,47 +82,41 @@ class StackResult:
         return all(o.ok for o in self.outcomes)
 
 
-def worst(methods: Sequence[str]) -> str:
-    return max(methods, key=METHODS.index) if methods else "exact"
-
-
-class _Overlay:
-    """The tree as the stack has changed it so far."""
-
-    def __init__(self, tree: Tree, changed: dict[str, bytes | None]) -> None:
-        self.tree = tree
-        self.changed = changed
-
-    def read(self, path: str) -> bytes | None:
-        return self.changed[path] if path in self.changed else self.tree.read(path)
-
-
-def _file_method(hunks: Sequence[HunkOutcome]) -> str:
-    methods = [h.method for h in hunks]
+def combined(methods: Sequence[str]) -> str:
+    """The method of a file from its hunks', or of a patch from its files': the worst, except that what is
+    partly upstreamed says so (unless fuzz or a 3-way merge did the rest)."""
+    if "conflict" in methods:
+        return "conflict"
     if methods and all(m == "upstreamed" for m in methods):
         return "upstreamed"
-    applied = [m for m in methods if m != "upstreamed"]
-    if len(applied) < len(methods):
-        return worst(["partly-upstreamed", *applied]) if "fuzz" not in applied else "fuzz"
-    return worst(applied)
+    rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
+    if len(rest) < len(methods):
+        return "fuzz" if "fuzz" in rest else "3way" if "3way" in rest else "partly-upstreamed"
+    return max(rest, key=METHODS.index) if rest else "exact"
 
 
 def _apply_file(
-    fd: FileDiff, view: _Overlay, tree: Tree, max_fuzz: int, merge3: Merge3 | None
+    fd: FileDiff,
+    read: Callable[[str], bytes | None],
+    tree: Tree,
+    max_fuzz: int,
+    merge3: Merge3 | None,
+    blobs: Mapping[str, bytes],
 ) -> tuple[FileOutcome, dict[str, bytes | None], bytes | None]:
-    """Returns the outcome, the changes to make, and conflict-marked content if any."""
+    """Returns the outcome, the changes to make, and conflict-marked content if any; `read` sees the stack's
+    changes so far."""
     src = fd.old_path
     for path in filter(None, (fd.old_path, fd.new_path)):
         link = tree.symlink_prefix(path)
         if link:
             reason = f"{link} is a symlink in the tree; refusing to follow it"
             return FileOutcome(fd.path, src, "conflict", (), reason), {}, None
-    current = view.read(src) if src else None
+    current = read(src) if src else None
     dest = fd.new_path
 
     if src is None:  # the patch creates a file
         wanted = encode("".join([line for h in fd.hunks for line in h.new]))
-        existing = view.read(fd.path)
+        existing = read(fd.path)
         if existing is None:
             return FileOutcome(fd.path, None, "exact", ()), {fd.path: wanted}, None
         if existing == wanted:
@@ -139,7 +128,7 @@ def _apply_file(
 
     result = apply_hunks(split_lines(decode(current)), fd.hunks, max_fuzz)
     if result.lines is not None:
-        method = _file_method(result.hunks)
+        method = combined([h.method for h in result.hunks])
         new = encode("".join(result.lines))
         if method == "upstreamed":
             return FileOutcome(fd.path, src, method, tuple(result.hunks), "every hunk is already present"), {}, None
@@ -152,7 +141,7 @@ def _apply_file(
 
     # Hunks failed: a 3-way merge between the patch's original blob, the
     # patched original, and what the tree has now.
-    base = tree.blob(fd.old_blob) if fd.old_blob else None
+    base = None if fd.old_blob is None else blobs[fd.old_blob] if fd.old_blob in blobs else tree.blob(fd.old_blob)
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
         why = fuzz_note(split_lines(decode(current)), fd, max_fuzz) or why
@@ -195,32 +184,34 @@ def fuzz_note(lines: Sequence[str], fd: FileDiff, max_fuzz: int) -> str:
 
 
 def apply_patch(
-    patch: Patch, tree: Tree, changed: dict[str, bytes | None], *, max_fuzz: int = 0, merge3: Merge3 | None = None
+    patch: Patch,
+    tree: Tree,
+    changed: Mapping[str, bytes | None],
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    blobs: Mapping[str, bytes] | None = None,
 ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, bytes]]:
-    """Apply one patch on top of `changed`. Returns its outcome and its own changes."""
-    view = _Overlay(tree, dict(changed))
+    """Apply one patch on top of `changed`; `blobs`: original blobs by id, beside the tree's. Returns its outcome,
+    its own changes and the files a 3-way merge left conflict markers in."""
+    view = dict(changed)
+    known = blobs if blobs is not None else {}  # not `or`: that would load lazy blobs
+
+    def read(path: str) -> bytes | None:
+        return view[path] if path in view else tree.read(path)
+
     own: dict[str, bytes | None] = {}
     marked: dict[str, bytes] = {}
     files: list[FileOutcome] = []
     for fd in patch.files:
-        outcome, changes, conflict = _apply_file(fd, view, tree, max_fuzz, merge3)
+        outcome, changes, conflict = _apply_file(fd, read, tree, max_fuzz, merge3, known)
         files.append(outcome)
         own.update(changes)
-        view.changed.update(changes)
+        view.update(changes)
         if conflict is not None:
             marked[fd.path] = conflict
-    methods = [f.method for f in files]
-    method = "conflict" if "conflict" in methods else _patch_method(methods)
+    method = combined([f.method for f in files])
     return PatchOutcome(patch.name, patch.group, method, tuple(files), patch.filename), own, marked
-
-
-def _patch_method(methods: Sequence[str]) -> str:
-    if all(m == "upstreamed" for m in methods):
-        return "upstreamed"
-    if "upstreamed" in methods or "partly-upstreamed" in methods:
-        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
-        return "fuzz" if "fuzz" in rest else ("3way" if "3way" in rest else "partly-upstreamed")
-    return worst(methods)
 
 
 def apply_stack(
@@ -250,13 +241,8 @@ def _record(result: StackResult, outcome: PatchOutcome, own: dict[str, bytes | N
         result.conflicts.update(marked)
 
 
-def _merge_free(outcome: PatchOutcome) -> bool:
-    """True when every file of the outcome came from its hunks alone, so no 3-way merge setting changes it."""
-    return outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
-
-
 def derive_stack(
-    full: StackResult,
+    full: StackResult | None,
     series: Sequence[Patch],
     keep: Sequence[str],
     tree: Tree,
@@ -264,13 +250,9 @@ def derive_stack(
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
 ) -> StackResult:
-    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with
-    keep_going) for every kept patch whose files no left-out or re-applied patch has touched before it.
-
-    A patch's outcome depends only on the contents of its own files; those are the same as in the full
-    run until a patch that is left out (or that had to be applied again) changes one of them.
-    """
-    if len(full.own) != len(series) or full.max_fuzz != max_fuzz:
+    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with keep_going)
+    for every kept patch whose files no left-out or re-applied patch has touched before it."""
+    if full is None or len(full.own) != len(series) or full.max_fuzz != max_fuzz:
         return apply_stack([p for p in series if p.name in set(keep)], tree, max_fuzz=max_fuzz, merge3=merge3)
     kept = set(keep)
     result = StackResult(max_fuzz=max_fuzz)
@@ -279,7 +261,9 @@ def derive_stack(
         if patch.name not in kept:
             dirty.update(patch.paths)
             continue
-        if dirty.isdisjoint(patch.paths) and _merge_free(outcome):
+        # kept as is when its files are as in the full run and came from its hunks alone (no 3-way merge)
+        merge_free = outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
+        if dirty.isdisjoint(patch.paths) and merge_free:
             _record(result, outcome, own, {})
             continue
         again, own_again, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)

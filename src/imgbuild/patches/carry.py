@@ -1,37 +1,25 @@
-"""Carry one patch onto another release: the step `rebase` and `check --onto` share.
+"""Carry one patch onto another release, the step `rebase` and `check --onto` share: follow moved files, apply
+(exact, offset, then a 3-way merge from the patch's original blobs; never fuzz), and classify the result as
+exact/offset/3way, partly-upstreamed, upstreamed or conflict.
 
-`carry_patch` follows moved files (renames.py), applies the patch in memory
-with the engine (exact, then offset, then a 3-way merge from the patch's
-original blobs; never fuzz), and gives it one outcome:
-
-- exact / offset / 3way: carried forward;
-- partly-upstreamed: some hunks are already in the release and are dropped;
-- upstreamed: every hunk is already in the release;
-- conflict: it does not apply (the 3-way merge's marked files come with it).
-
-Nothing is called upstreamed on one signal alone: each dropped hunk must
-reverse-apply to the release, its added lines must be present, and the
-patch-id of the hunks as written must equal the patch-id of the same change
-regenerated from the release. If any check disagrees, the outcome is a
-conflict, so a patch is never dropped by mistake.
-"""
+A hunk is called upstreamed only when it reverse-applies to the release, its added lines are there, and the
+patch-id of the hunk as written equals that of the same change regenerated from the release; if any check
+disagrees the outcome is a conflict, so a patch is never dropped by mistake."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.errors import ImgbuildError
-from imgbuild.patches.apply import METHODS, FileOutcome, PatchOutcome, Tree, apply_patch
+from imgbuild.patches.apply import FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
-from imgbuild.patches.patchfile import FileDiff, Hunk, Patch
+from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
 from imgbuild.patches.renames import Move, RenameFinder, rewrite
 from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
 
 CARRIED = frozenset({"exact", "offset", "3way", "partly-upstreamed"})
-HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 MARKERS = ("<<<<<<< ", ">>>>>>> ")
 
 
@@ -51,12 +39,12 @@ class Verification:
         return self.reverse_apply and self.added_present and self.patch_id is not False
 
     def failed(self) -> str:
-        names = [
-            n for n, v in (("reverse-apply", self.reverse_apply), ("added lines present", self.added_present)) if not v
-        ]
-        if self.patch_id is False:
-            names.append("patch-id")
-        return ", ".join(names)
+        checks = (
+            ("reverse-apply", self.reverse_apply),
+            ("added lines present", self.added_present),
+            ("patch-id", self.patch_id is not False),
+        )
+        return ", ".join(name for name, passed in checks if not passed)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -77,7 +65,7 @@ class DroppedHunk:
     line: int  # where the release already has it
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "hunk": self.hunk, "header": self.header, "line": self.line}
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -112,23 +100,6 @@ class Carry:
             "upstreamed_checks": [c.to_json() for c in self.checks],
             "conflicts": sorted(self.conflicts),
         }
-
-
-class BlobTree:
-    """A Tree that also knows the original blobs of the patch being applied."""
-
-    def __init__(self, tree: Tree, blobs: Mapping[str, bytes]) -> None:
-        self.tree = tree
-        self.blobs = blobs
-
-    def read(self, path: str) -> bytes | None:
-        return self.tree.read(path)
-
-    def blob(self, sha: str) -> bytes | None:
-        return self.blobs[sha] if sha in self.blobs else self.tree.blob(sha)
-
-    def symlink_prefix(self, path: str) -> str | None:
-        return self.tree.symlink_prefix(path)
 
 
 class MemoTree:
@@ -218,42 +189,29 @@ class _LazyMap(Mapping[str, bytes]):
     def __len__(self) -> int:
         return len(self._map())
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._map()
-
 
 # -- raw patch text, for patch-ids of the hunks exactly as written -------------
 def raw_sections(raw: str) -> list[list[str]]:
-    """For each `diff --git` section of a patch text: the text of each of its hunks."""
-    sections: list[list[list[str]]] = []
-    hunk: list[str] | None = None
-    want = [0, 0]
-    for line in raw.splitlines(keepends=True):
-        if line.startswith("diff --git "):
-            sections.append([])
-            hunk = None
-        elif sections and (m := HUNK_RE.match(line)):
-            want = [int(m.group(1) or 1), int(m.group(2) or 1)]
-            hunk = [line]
-            sections[-1].append(hunk)
-        elif hunk is not None and (want[0] > 0 or want[1] > 0 or line.startswith("\\")):
-            hunk.append(line)
-            blank = line in ("\n", "\r\n")
-            if line.startswith((" ", "-")) or blank:
-                want[0] -= 1
-            if line.startswith((" ", "+")) or blank:
-                want[1] -= 1
-    return [["".join(h) for h in section] for section in sections]
+    """For each `diff --git` section of a patch text: the text of each of its hunks, exactly as written."""
+    lines = raw.split("\n")
+    sections: list[list[str]] = []
+    i = 0
+    while i < len(lines):
+        m = HUNK_RE.match(lines[i]) if sections else None
+        if m is None:
+            if lines[i].startswith("diff --git "):
+                sections.append([])
+            i += 1
+            continue
+        end = hunk_body(lines, i + 1, (int(m.group(2) or 1), int(m.group(4) or 1)))[0]
+        sections[-1].append("".join(f"{line}\n" for line in lines[i:end]))
+        i = end
+    return sections
 
 
 def _canonical(path: str, hunks: Sequence[str]) -> str:
     body = "".join(h if h.endswith("\n") else h + "\n" for h in hunks)
     return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n{body}"
-
-
-def _hunks_of(diff: str) -> list[str]:
-    sections = raw_sections(diff)
-    return sections[0] if sections else []
 
 
 def reverse(hunk: Hunk) -> Hunk:
@@ -273,9 +231,9 @@ def verify_upstreamed(
     note = ""
     if reverse_ok and back.lines is not None and raw_hunks is not None:
         context = max((max(h.lead, h.trail) for h in hunks), default=3) or 3
-        regenerated = _hunks_of(diff_no_index(encode("".join(back.lines)), current, path, context=context))
+        regenerated = raw_sections(diff_no_index(encode("".join(back.lines)), current, path, context=context))
         written = patch_id(_canonical(path, raw_hunks))
-        found = patch_id(_canonical(path, regenerated))
+        found = patch_id(_canonical(path, regenerated[0] if regenerated else []))
         pid = written is not None and written == found
         if not pid:
             note = "the release has these lines, but not as the same change (patch-id differs)"
@@ -283,17 +241,6 @@ def verify_upstreamed(
 
 
 # -- the step itself ------------------------------------------------------------
-def _method(methods: Sequence[str]) -> str:
-    if "conflict" in methods:
-        return "conflict"
-    if methods and all(m == "upstreamed" for m in methods):
-        return "upstreamed"
-    if "upstreamed" in methods or "partly-upstreamed" in methods:
-        rest = [m for m in methods if m not in ("upstreamed", "partly-upstreamed")]
-        return "3way" if "3way" in rest else "partly-upstreamed"
-    return max(methods, key=METHODS.index) if methods else "exact"
-
-
 def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder | None) -> dict[str, Move]:
     """Paths of `patch` that are gone from the tree but moved in the release."""
     moves: dict[str, Move] = {}
@@ -333,8 +280,7 @@ def carry_patch(
     def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
         return merge_file(ours, base, theirs, (label, "original", patch.filename))
 
-    source = BlobTree(tree, blobs if blobs is not None else {})  # not `or`: that would load lazy blobs
-    outcome, own, marked = apply_patch(moved, source, dict(changed), max_fuzz=0, merge3=merge3)
+    outcome, own, marked = apply_patch(moved, tree, changed, merge3=merge3, blobs=blobs)
     files = list(outcome.files)
     sections = raw_sections(raw) if raw is not None else None
     checks: list[Verification] = []
@@ -358,7 +304,7 @@ def carry_patch(
         checks.append(verify_upstreamed(fd.path, chosen, current, raw_hunks))
         lines = {o.hunk: o.line for o in fo.hunks}
         dropped.extend(DroppedHunk(fd.path, h.index, h.header, lines.get(h.index, 0)) for h in chosen)
-    method = _method([f.method for f in files])
+    method = combined([f.method for f in files])
     reason = "; ".join(f"{f.path}: {f.reason}" for f in files if f.method == "conflict" and f.reason)
     bad = [c for c in checks if not c.ok]
     if bad and method != "conflict":

@@ -1,10 +1,5 @@
-"""Apply the hunks of one file diff to one file's lines. Pure; no I/O.
-
-Order of attempts for each hunk, as in the issue: exact position, then the
-nearest offset, then (only when the caller allows it) fuzz, trimming context
-lines from the edges. A hunk whose *new* side is already present is
-`upstreamed`. Anything else is `failed`; the caller may then try a 3-way merge.
-"""
+"""Apply the hunks of one file diff to one file's lines, in memory: at the exact position, then the nearest offset,
+then (only when allowed) with fuzz. A hunk whose new side is already there is `upstreamed`; anything else `failed`."""
 
 from __future__ import annotations
 
@@ -25,9 +20,6 @@ def encode(text: str) -> bytes:
 
 def split_lines(text: str) -> list[str]:
     """Split on '\\n' only (str.splitlines also splits on form feeds)."""
-    lines = text.splitlines(keepends=True)
-    if len(lines) == text.count("\n") + (1 if text and not text.endswith("\n") else 0):
-        return lines  # no line boundary but '\n' inside the text: the same split, made faster
     parts = text.split("\n")
     lines = [p + "\n" for p in parts[:-1]]
     if parts[-1]:
@@ -50,10 +42,6 @@ class FileApply:
     lines: list[str] | None  # None when any hunk failed
     hunks: list[HunkOutcome]
 
-    @property
-    def failed(self) -> bool:
-        return any(h.method == "failed" for h in self.hunks)
-
 
 def _matches(lines: Sequence[str], block: Sequence[str], at: int) -> bool:
     n = len(block)
@@ -72,18 +60,13 @@ def _search(lines: Sequence[str], block: Sequence[str], expected: int, lowest: i
     return None
 
 
-def _expected_index(hunk: Hunk, carry: int) -> int:
-    # A hunk with no old lines inserts *after* old_start; others start at it.
-    return (hunk.old_start if not hunk.old else hunk.old_start - 1) + carry
-
-
 def apply_hunks(lines: Sequence[str], hunks: Sequence[Hunk], max_fuzz: int = 0) -> FileApply:
     outcomes: list[HunkOutcome] = []
     edits: list[tuple[int, int, tuple[str, ...]]] = []  # (start, old length, new lines)
     lowest = 0
     carry = 0
     for hunk in hunks:
-        expected = _expected_index(hunk, carry)
+        expected = (hunk.old_start if not hunk.old else hunk.old_start - 1) + carry  # no old lines: insert after
         old, new, fuzz = hunk.old, hunk.new, 0
         at = _search(lines, old, expected, lowest)
         if at is not None and at != expected and _matches(lines, hunk.new, expected) and hunk.old != hunk.new:

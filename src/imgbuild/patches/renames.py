@@ -1,20 +1,17 @@
-"""Follow files that moved between two upstream releases.
-
-A patch written against release A names paths of A. When release B moved a
-file, or a whole directory, the patch is rewritten to the new path before it
-is applied. Moves come from git's rename detection between the two release
-commits, limited to the files that matter so it stays fast on a large tree.
-Directory renames are inferred from the files that left a directory (as
-`git merge` does), so files a patch creates in a moved directory follow too.
-"""
+"""Follow files that moved between two upstream releases, so that a patch is rewritten to the new paths: git's
+rename detection between the two commits (limited to the files that matter), and directory renames inferred from
+the files that left a directory, as `git merge` does."""
 
 from __future__ import annotations
 
 import dataclasses
 import posixpath
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
+
+import git
 
 from imgbuild.errors import ImgbuildError
 from imgbuild.patches.patchfile import FileDiff, Patch
@@ -45,6 +42,10 @@ def _parents(path: str) -> list[str]:
     return out
 
 
+def _is_dir(tree: CommitTree, path: str) -> bool:
+    return bool(path) and isinstance(tree.item(path), git.Tree)
+
+
 def _dir_pair(old: str, new: str) -> tuple[str, str] | None:
     """For a move old -> new, the directories that differ once the common tail is removed."""
     a, b = old.split("/"), new.split("/")
@@ -63,42 +64,30 @@ class RenameFinder:
     def __init__(self, repo: GitRepo, old: Callable[[], str | None], new: str) -> None:
         self.repo = repo
         self._old_fn = old
-        self._old: str | None = None
-        self._old_known = False
         self.new = new
         self.new_tree = CommitTree(repo, new)
         self.files: dict[str, str] = {}
         self.dir_votes: dict[str, Counter[str]] = {}
         self._changes: list[tuple[str, str, str | None]] | None = None
         self._searched: set[str] = set()
-        self._dirs: dict[tuple[str, str], bool] = {}
 
-    @property
-    def old(self) -> str | None:
-        if not self._old_known:
-            self._old_known = True
-            try:
-                self._old = self._old_fn()
-            except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
-                self._old = None
-        return self._old
-
-    def _is_dir(self, tree: CommitTree, path: str) -> bool:
-        key = (tree.commit, path)
-        if key not in self._dirs:
-            entry = self.repo.entry(tree.commit, path) if path else None
-            self._dirs[key] = entry is not None and entry.kind == "tree"
-        return self._dirs[key]
+    @cached_property
+    def old_tree(self) -> CommitTree | None:
+        try:
+            old = self._old_fn()
+        except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
+            return None
+        return CommitTree(self.repo, old) if old is not None else None
 
     def _search(self, path: str) -> None:
         """Run rename detection for the files around `path` (once per vanished directory)."""
-        old = self.old
-        if old is None:
+        old_tree = self.old_tree
+        if old_tree is None:
             return
-        old_tree = CommitTree(self.repo, old)
+        old = old_tree.commit
         top = posixpath.dirname(path)
         for d in _parents(path):
-            if self._is_dir(self.new_tree, d):
+            if _is_dir(self.new_tree, d):
                 break
             top = d
         if top in self._searched:
@@ -111,7 +100,7 @@ class RenameFinder:
                 self._changes = []
         prefix = top + "/" if top else ""
         sources = [p for s, p, _ in self._changes if s == "D" and p.startswith(prefix)]
-        if path in old_tree_paths(old_tree, [path]) and path not in sources:
+        if old_tree.blob_sha(path) is not None and path not in sources:
             sources.append(path)
         sources = sorted(sources, key=lambda p: (p != path, p))[:MAX_SOURCES]
         names = {posixpath.basename(p) for p in sources}
@@ -137,7 +126,7 @@ class RenameFinder:
     def _via_dirs(self, path: str) -> Move | None:
         for d in _parents(path):
             votes = self.dir_votes.get(d)
-            if votes and not self._is_dir(self.new_tree, d):
+            if votes and not _is_dir(self.new_tree, d):
                 target = votes.most_common(1)[0][0]
                 return Move(path, target + path[len(d) :], "directory")
         return None
@@ -153,17 +142,12 @@ class RenameFinder:
     def follow_created(self, path: str) -> Move | None:
         """For a file a patch creates: follow its directory if that directory moved away."""
         parent = posixpath.dirname(path)
-        if not parent or self._is_dir(self.new_tree, parent):
+        if not parent or _is_dir(self.new_tree, parent):
             return None
-        old = self.old
-        if old is None or not self._is_dir(CommitTree(self.repo, old), parent):
+        if self.old_tree is None or not _is_dir(self.old_tree, parent):
             return None  # the directory is new with the patch; nothing to follow
         self._search(path)
         return self._via_dirs(path)
-
-
-def old_tree_paths(tree: CommitTree, paths: Sequence[str]) -> set[str]:
-    return {p for p in paths if tree.blob_sha(p) is not None}
 
 
 def rewrite(patch: Patch, moves: dict[str, Move]) -> Patch:

@@ -1,19 +1,15 @@
-"""Resolve variants to patch selections, and selections to file plans.
-
-`resolve_variants` is pure: configs and patch metadata in, frozen selections
-out. `plan_variant` applies a selection to a `Tree` in memory (no I/O of its
-own) and says, for every file any patch touches, whether the variant carries
-it patched (and by which patches) or original, with its hashes.
-"""
+"""Resolve variants to patch selections (`resolve_variants`, pure), and selections to file plans (`plan_variant`:
+every file a patch touches, patched or original, with its hashes)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.config.models import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
-from imgbuild.patches.apply import Merge3, PatchOutcome, StackResult, Tree, apply_stack, derive_stack
+from imgbuild.patches.apply import Merge3, PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
 from imgbuild.upstream.git import blob_id, sha256
 
@@ -155,16 +151,7 @@ class PlannedFile:
     pristine_sha256: str | None
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "state": self.state,
-            "patches": list(self.patches),
-            "groups": list(self.groups),
-            "sha256": self.sha256,
-            "blob": self.blob,
-            "pristine_blob": self.pristine_blob,
-            "pristine_sha256": self.pristine_sha256,
-        }
+        return {**dataclasses.asdict(self), "patches": list(self.patches), "groups": list(self.groups)}
 
 
 @dataclass(frozen=True)
@@ -198,10 +185,7 @@ def plan_variant(
     merge3: Merge3 | None = None,
     full: StackResult | None = None,
 ) -> VariantPlan:
-    """Apply the variant's patches to pristine `tree` and describe every touched file.
-
-    `full`, the whole series already applied to `tree` (keep_going), is reused for the
-    patches that left-out ones do not affect, so each variant costs only its differences."""
+    """Apply the variant's patches to pristine `tree` and describe every touched file (`full`: as in derive_stack)."""
     result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz, merge3=merge3, full=full)
     files: list[PlannedFile] = []
     contents: dict[str, bytes] = {}
@@ -252,11 +236,7 @@ def apply_selection(
     """The variant's patches applied to pristine `tree` (derived from `full` when given, as in
     plan_variant); ApplyError when one of them does not apply on its own or needs a 3-way merge.
     This is all of plan_variant that can fail: `patches check` stops here, without hashing every file."""
-    if full is None:
-        by_name = {p.name: p for p in patches}
-        result = apply_stack([by_name[n] for n in variant.selected], tree, max_fuzz=max_fuzz, merge3=merge3)
-    else:
-        result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
+    result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
     failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
     if failed:
         raise _selection_error(variant, failed[0], patches)

@@ -8,12 +8,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.table import Table
+
 from imgbuild.jsondoc import document
 
-if TYPE_CHECKING:  # rich is imported when something is printed: `--json` runs never load it
-    from rich.console import Console
-    from rich.table import Table
-
+if TYPE_CHECKING:
     from imgbuild.patches.apply import PatchOutcome
     from imgbuild.patches.patchfile import Patch
     from imgbuild.patches.variants import VariantPlan
@@ -30,22 +30,10 @@ METHOD_STYLE = {
 }
 
 
-_consoles: dict[str, Console] = {}
-
-
-def __getattr__(name: str) -> Console:
-    """`console` and `err_console`: rich Consoles made on first use, so that importing this module costs
-    no rich (about 50 ms); a module that only needs them to print reads `tables.console` when it prints."""
-    if name not in ("console", "err_console"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _consoles:
-        from rich.console import Console
-
-        made = Console(stderr=name == "err_console")
-        if name == "console" and not made.is_terminal:
-            made.width = 160  # logs and pipes: do not squeeze tables into 80 columns
-        _consoles[name] = made
-    return _consoles[name]
+console = Console()
+if not console.is_terminal:
+    console.width = 160  # logs and pipes: do not squeeze tables into 80 columns
+err_console = Console(stderr=True)
 
 
 def print_json(name: str, body: Mapping[str, object]) -> None:
@@ -72,8 +60,6 @@ def short_names(all_paths: Sequence[str]) -> dict[str, str]:
 
 
 def patches_table(patches: Sequence[Patch]) -> Table:
-    from rich.table import Table
-
     table = Table(title="patches/series")
     for col in ("#", "patch", "group", "files", "description"):
         table.add_column(col)
@@ -84,29 +70,22 @@ def patches_table(patches: Sequence[Patch]) -> Table:
 
 def outcomes_table(title: str, outcomes: Sequence[PatchOutcome]) -> Table:
     """One row per hunk: where it landed and how. Patch and file show once."""
-    from rich.table import Table
-
     table = Table(title=title)
     for col in ("patch", "group", "result", "file", "hunk", "method", "offset", "line", "note"):
         table.add_column(col, justify="right" if col in ("hunk", "offset", "line") else "left")
     names = short_names([f.path for o in outcomes for f in o.files])
     for o in outcomes:
-        first = True
+        rows: list[tuple[str, ...]] = []
         for f in o.files:
-            rows = f.hunks or ()
             name = names[f.path]
-            head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
-            if not rows:
-                table.add_row(*head, name, "-", _m(f.method), "", "", f.reason)
-                first = False
-            for h in rows:
-                head = (o.patch, o.group, _m(o.method)) if first else ("", "", "")
+            if not f.hunks:
+                rows.append((name, "-", _m(f.method), "", "", f.reason))
+            for h in f.hunks:
                 offset = f"{h.offset:+d}" if h.method not in ("failed", "upstreamed") else ""
-                note = f.reason if h.hunk == len(rows) else ""
-                table.add_row(
-                    *head, name if h.hunk == 1 else "", f"#{h.hunk}", _m(h.method), offset, str(h.line or ""), note
-                )
-                first = False
+                note = f.reason if h.hunk == len(f.hunks) else ""
+                rows.append((name if h.hunk == 1 else "", f"#{h.hunk}", _m(h.method), offset, str(h.line or ""), note))
+        for i, row in enumerate(rows):
+            table.add_row(*((o.patch, o.group, _m(o.method)) if i == 0 else ("", "", "")), *row)
     return table
 
 
@@ -117,8 +96,6 @@ def image_label(plan: VariantPlan) -> str:
 
 def plan_matrix(plans: Sequence[VariantPlan]) -> Table:
     """Files down, images across: stays readable however many files there are."""
-    from rich.table import Table
-
     ordered = sorted(plans, key=lambda p: (len(p.variant.chain), p.variant.name))
     paths = list(dict.fromkeys(f.path for plan in ordered for f in plan.files))
     table = Table(title="image x file")

@@ -1,22 +1,15 @@
-"""Commit stacks in scratch repositories, for `patches rebase` and the patch queue (`patches
-edit/refresh`), and the patch import: a scratch repository borrowing the cache's objects, commits read
-and written (`commit_files` writes its objects in-process with gitpython's gitdb, no git process per
-file), and the diffs and ranges between them. Every git command goes through upstream/git.py's
-funnel."""
+"""Commit stacks in scratch repositories, for `patches rebase`, the patch queue (`patches edit/refresh`) and
+the patch import: a scratch repository borrowing the cache's objects, commits read and written, and the diffs and
+ranges between them."""
 
 from __future__ import annotations
 
-import hashlib
-import io
-import time
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
-from gitdb import IStream, LooseObjectDB
-
-from imgbuild.upstream.git import DIFF_FLAGS, IDENTITY, LITERAL, GitError, GitRepo, failed, run_git
+from imgbuild.upstream.git import DIFF_FLAGS, LITERAL, CommitTree, GitError, GitRepo, failed, run_git
 
 SCRATCH_MARKER_KEY = "imgbuild.scratch"
 
@@ -74,64 +67,21 @@ def commit_raw(
 
 
 def commit_files(repo: GitRepo, base_commit: str, files: Mapping[str, bytes | None], message: str) -> str:
-    """A commit on `base_commit` with `files` replaced, written in-process (no git process)."""
-    base = repo.repo.commit(base_commit)
-    tree = _tree_in_process(repo, base.tree, files) or _store(repo, b"tree", b"")
-    return _commit_in_process(repo, tree, [base_commit], message)
-
-
-def _store(repo: GitRepo, kind: bytes, data: bytes) -> str:
-    """Write a loose object in-process (gitdb), unless the repository has it already."""
-    sha = hashlib.sha1(b"%s %d\0" % (kind, len(data)) + data, usedforsecurity=False).hexdigest()
-    if not repo.has_object(sha):
-        LooseObjectDB(str(Path(repo.repo.git_dir) / "objects")).store(IStream(kind, len(data), io.BytesIO(data)))
-    return sha
-
-
-def _tree_key(name: str, is_tree: bool) -> bytes:
-    return (name + "/" if is_tree else name).encode("utf-8", errors="surrogateescape")
-
-
-def _tree_in_process(repo: GitRepo, tree: git.Tree | None, files: Mapping[str, bytes | None]) -> str | None:
-    """The id of `tree` with `files` (paths relative to it) replaced; None when it ends up empty."""
-    entries: dict[str, tuple[str, str]] = {}  # name -> (mode, sha)
-    subtrees: dict[str, git.Tree] = {}
-    if tree is not None:
-        for item in tree:
-            mode = "40000" if item.type == "tree" else f"{item.mode:o}"
-            entries[item.name] = (mode, str(item.hexsha))
-            if item.type == "tree":
-                subtrees[item.name] = item
-    nested: dict[str, dict[str, bytes | None]] = {}
+    """A commit on `base_commit` with `files` replaced (None: deleted), made in a temporary index."""
+    base = CommitTree(repo, base_commit)
+    info = []
     for path, data in files.items():
-        head, sep, rest = path.partition("/")
-        if sep:
-            nested.setdefault(head, {})[rest] = data
-        elif data is None:
-            entries.pop(head, None)
+        if data is None:
+            info.append(f"0 {'0' * 40}\t{path}\0")
         else:
-            old_mode = entries.get(head, ("100644", ""))[0]
-            entries[head] = (old_mode if old_mode in ("100644", "100755") else "100644", _store(repo, b"blob", data))
-    for name, changes in nested.items():
-        sha = _tree_in_process(repo, subtrees.get(name), changes)
-        if sha is None:
-            entries.pop(name, None)
-        else:
-            entries[name] = ("40000", sha)
-    if not entries:
-        return None
-    body = b"".join(
-        f"{mode} ".encode() + name.encode("utf-8", errors="surrogateescape") + b"\0" + bytes.fromhex(sha)
-        for name, (mode, sha) in sorted(entries.items(), key=lambda kv: _tree_key(kv[0], kv[1][0] == "40000"))
-    )
-    return _store(repo, b"tree", body)
-
-
-def _commit_in_process(repo: GitRepo, tree: str, parents: Iterable[str], message: str) -> str:
-    who = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
-    lines = [f"tree {tree}", *(f"parent {p}" for p in parents), f"author {who}", f"committer {who}"]
-    data = ("\n".join(lines) + "\n\n").encode() + message.encode("utf-8", errors="surrogateescape")
-    return _store(repo, b"commit", data)
+            mode = "100755" if getattr(base.item(path), "mode", 0) == 0o100755 else "100644"
+            info.append(f"{mode} {repo.write_blob(data)}\t{path}\0")
+    with tempfile.TemporaryDirectory(prefix="imgbuild-index-") as tmp:
+        env = {**LITERAL, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        repo.run("read-tree", base_commit, env=env)
+        repo.run("update-index", "-z", "--index-info", stdin="".join(info).encode(errors="surrogateescape"), env=env)
+        tree = repo.run("write-tree", env=env).strip()
+    return commit_raw(repo, tree, [base_commit], message)
 
 
 def read_commit(repo: GitRepo, sha: str) -> CommitInfo:

@@ -1,31 +1,25 @@
-"""All git access goes through upstream/: this module and the two beside it.
-
-Git commands run through `run_git` (GitRepo.run and the named functions),
-which starts them through the process funnel (imgbuild/proc.py), so
-IMGBUILD_ECHO=1 shows exactly what imgbuild ran. Objects (commits, trees,
-blobs) are read and written with gitpython (`GitRepo.repo`, its object
-database). Beside this module: upstream/commits.py (commit stacks in scratch
-repositories, for rebase and the patch queue) and upstream/mirror_git.py
-(the cache mirror's checks and its `git fast-import` stream).
-"""
+"""All git access goes through upstream/: git commands through `run_git` (the process funnel, so IMGBUILD_ECHO=1
+shows them), objects read and written with gitpython (`GitRepo.repo`). Commit stacks live in upstream/commits.py,
+the cache mirror in upstream/mirror.py."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+from gitdb import IStream
 from gitdb.exc import BadObject
 
 from imgbuild import proc
 
-SYMLINK_MODE = "120000"
+SYMLINK_MODE = 0o120000
 IDENTITY = {
     "GIT_AUTHOR_NAME": "imgbuild",
     "GIT_AUTHOR_EMAIL": "imgbuild@localhost",
@@ -53,14 +47,6 @@ def sha256(data: bytes) -> str:
 
 class GitError(Exception):
     """A git command failed; callers turn this into a user-facing error."""
-
-
-@dataclass(frozen=True)
-class TreeEntry:
-    path: str
-    mode: str
-    kind: str  # "blob" or "tree" or "commit"
-    sha: str
 
 
 def run_git(
@@ -149,28 +135,8 @@ class GitRepo:
                 raise GitError(f"blob {sha} is not in {self.path}") from exc
 
     def write_blob(self, data: bytes) -> str:
-        sha = blob_id(data)
-        if not self.has_object(sha):
-            self.run("hash-object", "-w", "--stdin", stdin=data)
-        return sha
-
-    def entry(self, commit: str, path: str) -> TreeEntry | None:
-        """The tree entry at `path` in `commit`, or None if absent."""
-        return self.entries(commit, [path]).get(path)
-
-    def entries(self, commit: str, paths: Iterable[str]) -> dict[str, TreeEntry]:
-        """Tree entries for many paths at once (missing paths are left out)."""
-        wanted = sorted(set(paths))
-        if not wanted:
-            return {}
-        out = self.run("ls-tree", "-z", "--full-tree", commit, "--", *wanted)
-        found: dict[str, TreeEntry] = {}
-        for record in out.split("\0"):
-            if record:
-                meta, name = record.split("\t", 1)
-                mode, kind, sha = meta.split()
-                found[name] = TreeEntry(name, mode, kind, sha)
-        return found
+        with self.lock:
+            return str(self.repo.odb.store(IStream(b"blob", len(data), io.BytesIO(data))).hexsha.decode())
 
     # -- named porcelain (what rebase, the patch queue and the image labels ask of a work tree) --
     def verify(self, rev: str) -> str:
@@ -216,65 +182,49 @@ class GitRepo:
         """Point `ref` (HEAD: the branch it names) at `commit`, with `reason` in the reflog."""
         self.run("update-ref", "-m", reason, ref, commit)
 
-    def symlink_prefix(self, commit: str, path: str) -> str | None:
-        """The first leading component of `path` that is a symlink in `commit`."""
-        parts = path.split("/")
-        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        found = self.entries(commit, prefixes)
-        for prefix in prefixes:
-            e = found.get(prefix)
-            if e is not None and e.mode == SYMLINK_MODE:
-                return prefix
-        return None
 
-
-def _entry(item: git.objects.base.IndexObject, path: str) -> TreeEntry:
-    mode = f"{item.mode:o}"
-    kind = "tree" if mode == "40000" else "commit" if mode == "160000" else "blob"
-    return TreeEntry(path, mode, kind, str(item.hexsha))
+Item = git.Tree | git.Blob | git.Submodule  # an entry of a tree, as gitpython reads it
 
 
 class CommitTree:
-    """Read-only view of one commit, for apply.Tree, through gitpython's trees."""
+    """Read-only view of one commit, for apply.Tree, through gitpython's trees; a commit never changes, so
+    every lookup and content is kept."""
 
     def __init__(self, repo: GitRepo, commit: str) -> None:
         self.repo = repo
         self.commit = commit
         with repo.lock:
             try:
-                root = repo.repo.commit(commit).tree
-                self._root = TreeEntry("", "40000", "tree", str(root.hexsha))
+                self._root: git.Tree = repo.repo.commit(commit).tree
             except NOT_THERE as exc:
                 raise GitError(f"{commit} is not a commit in {repo.path}") from exc
-        # A commit never changes, so lookups and contents can be kept.
-        self._items: dict[str, TreeEntry | None] = {}
+        self._items: dict[str, Item | None] = {}
         self._data: dict[str, bytes | None] = {}
-        self._dirs: dict[str, dict[str, TreeEntry]] = {}
+        self._dirs: dict[str, dict[str, Item]] = {}
 
-    def _item(self, path: str) -> TreeEntry | None:
-        # One directory at a time, each tree read once: gitpython's `tree / path` parses every
-        # tree on the way down again on each call.
+    def item(self, path: str) -> Item | None:
+        """The entry at `path`, one directory at a time, each tree read once (gitpython's `tree / path` reads every
+        tree on the way down again)."""
         if path not in self._items:
             parent, _, name = path.rpartition("/")
-            tree = self._root if not parent else self._item(parent)
-            self._items[path] = self._entries(tree).get(name) if tree is not None and tree.kind == "tree" else None
+            tree = self._root if not parent else self.item(parent)
+            self._items[path] = self._entries(tree).get(name) if isinstance(tree, git.Tree) else None
         return self._items[path]
 
-    def _entries(self, tree: TreeEntry) -> dict[str, TreeEntry]:
-        if tree.sha not in self._dirs:
-            prefix = f"{tree.path}/" if tree.path else ""
+    def _entries(self, tree: git.Tree) -> dict[str, Item]:
+        path = str(tree.path)
+        if path not in self._dirs:
             with self.repo.lock:
                 try:
-                    items = list(git.Tree(self.repo.repo, bytes.fromhex(tree.sha), 0o40000, tree.path))
+                    self._dirs[path] = {str(i.name): i for i in tree}
                 except NOT_THERE as exc:
-                    raise GitError(f"tree {tree.sha} ({tree.path}) of {self.commit} cannot be read") from exc
-            self._dirs[tree.sha] = {str(i.name): _entry(i, prefix + str(i.name)) for i in items}
-        return self._dirs[tree.sha]
+                    raise GitError(f"tree {tree.hexsha} ({path}) of {self.commit} cannot be read") from exc
+        return self._dirs[path]
 
     def read(self, path: str) -> bytes | None:
         if path not in self._data:
-            item = self._item(path)
-            self._data[path] = None if item is None or item.kind != "blob" else self.repo.read_blob(item.sha)
+            item = self.item(path)
+            self._data[path] = self.repo.read_blob(item.hexsha) if isinstance(item, git.Blob) else None
         return self._data[path]
 
     def prefetch(self, paths: Iterable[str]) -> None:
@@ -283,8 +233,8 @@ class CommitTree:
             self.read(path)
 
     def blob_sha(self, path: str) -> str | None:
-        item = self._item(path)
-        return None if item is None or item.kind != "blob" else item.sha
+        item = self.item(path)
+        return str(item.hexsha) if isinstance(item, git.Blob) else None
 
     def blob(self, sha: str) -> bytes | None:
         return self.repo.read_blob(sha) if self.repo.has_object(sha) else None
@@ -293,7 +243,7 @@ class CommitTree:
         parts = path.split("/")
         for i in range(1, len(parts) + 1):
             prefix = "/".join(parts[:i])
-            item = self._item(prefix)
+            item = self.item(prefix)
             if item is None:
                 return None
             if item.mode == SYMLINK_MODE:
@@ -313,24 +263,6 @@ class CommitTree:
         prefix = f"{self.commit}:"
         names = done.stdout.decode(errors="surrogateescape").split("\0")
         return [n.removeprefix(prefix) for n in names if n]
-
-    def paths(self, under: str) -> list[str]:
-        """Every blob path below `under` (used to follow renames), breadth first."""
-        item = self._item(under)
-        if item is None or item.kind != "tree":
-            return []
-        found: list[str] = []
-        level = [item]
-        while level:
-            below: list[TreeEntry] = []
-            for tree in level:
-                for entry in self._entries(tree).values():
-                    if entry.kind == "blob":
-                        found.append(entry.path)
-                    elif entry.kind == "tree":
-                        below.append(entry)
-            level = below
-        return found
 
 
 # -- git without a repository: merges, diffs and patch ids of bytes (carry, backport checks) --

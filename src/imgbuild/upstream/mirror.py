@@ -1,20 +1,12 @@
-"""The pinned upstream release, kept in a bare git mirror in the user cache.
-
-One mirror per source, keyed by a hash of the source's identity, created
-atomically through a staging directory and checked before use. Two kinds of
-source feed it:
-
-- `git`: a repository URL (https, file:// or a local path). Fetched only when
-  the pinned commit is missing, so it works offline once cached.
-- `wheel`: a release wheel from the package index. Its `<package_root>/` tree
-  (text files only; compiled extensions are left out) is committed with a
-  fixed author, date and message, so the commit id depends on the wheel alone.
-  The rest of the engine sees an ordinary commit either way.
-"""
+"""The pinned upstream release, kept in a bare git mirror in the user cache, one per source, created atomically
+and checked before use. A `git` source is fetched only when the pinned commit is missing (offline once cached); a
+`wheel` source has the text files of its `<package_root>/` committed with a fixed author, date and message, so the
+commit id depends on the wheel alone."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -24,17 +16,17 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 from urllib.parse import urlparse
 
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
 from imgbuild.upstream import pip
-from imgbuild.upstream.git import GitError, GitRepo
-from imgbuild.upstream.mirror_git import check_connected, fast_import, ref_target
+from imgbuild.upstream.git import GitError, GitRepo, run_git
 
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
+SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+PROBLEMS = ("error", "fatal", "missing", "broken")  # how `git fsck` starts a line about a damaged object
 
 
 def cache_dir() -> Path:
@@ -88,7 +80,6 @@ class Mirror:
         self.package_root = package_root
         self.root = root or cache_dir()
         self.path = self.root / "mirrors" / f"{source_key(source)}.git"
-        self._whole: set[tuple[str, str]] = set()  # (repo, commit) that fsck found whole in this process
         self._repo: GitRepo | None = None  # the mirror, once opened: its one object reader serves every read
 
     # -- the mirror itself ----------------------------------------------
@@ -121,14 +112,12 @@ class Mirror:
         aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
         _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
-        self._whole.clear()
         self._repo = None
         return aside
 
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
-        """The pinned commit, present and whole in the mirror, checked against the tag and the wheel's sha256.
-
-        A damaged mirror is set aside and rebuilt (from the cached wheel, or by fetching again)."""
+        """The pinned commit, present and whole in the mirror, checked against the tag and the wheel's sha256; a
+        damaged mirror is set aside and rebuilt (from the cached wheel, or by fetching again)."""
         try:
             if self.path.exists():
                 self._check_tag(pin.tag)
@@ -167,47 +156,32 @@ class Mirror:
     def _check_tag(self, tag: str) -> None:
         """A tag the mirror has must point at a readable commit (a broken ref or pack is not 'missing')."""
         ref = f"refs/tags/v{tag.removeprefix('v')}" if isinstance(self.source, WheelSource) else f"refs/tags/{tag}"
-
-        try:
-            sha = ref_target(self.path, ref)
-        except GitError as exc:
-            raise BrokenMirror(str(exc)) from exc
+        done = run_git(["for-each-ref", "--format=%(objectname)", ref], cwd=self.path)
+        err = done.stderr.decode(errors="replace").strip()
+        if done.returncode != 0 or err:  # a ref that cannot be read is broken, not missing
+            raise BrokenMirror((err or f"git for-each-ref exited {done.returncode}").splitlines()[0])
+        sha = done.stdout.decode().strip()
         if sha:
             repo = self._git_repo()
-            try:
-                readable = repo.resolve_commit(sha) is not None  # (an annotated tag's object, peeled)
-            except GitError:
-                readable = False
-            if not readable:
+            if repo.resolve_commit(sha) is None:  # (an annotated tag's object, peeled)
                 raise BrokenMirror(f"{ref} points at {sha}, which cannot be read")
             self._check_whole(repo, sha)
 
     def _check_whole(self, repo: GitRepo, commit: str) -> None:
         """Every object of `commit` is there and readable (a few ms for a release tree)."""
-        key = (str(repo.path), commit)
-        if key in self._whole:  # the tag check and the pin resolve ask for the same commit
-            return
-        try:
-            check_connected(repo.path, commit)
-        except GitError as exc:
-            raise BrokenMirror(str(exc)) from exc
-        self._whole.add(key)
+        done = run_git(["fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit], cwd=repo.path)
+        bad = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.startswith(PROBLEMS)]
+        if done.returncode != 0 or bad:
+            raise BrokenMirror(bad[0] if bad else f"git fsck exited {done.returncode}")
 
     def _check_wheel_digest(self, repo: GitRepo, tag: str) -> None:
         """The cached release must come from the wheel the pin names (its sha256)."""
         assert isinstance(self.source, WheelSource)
         if tag.removeprefix("v") != self.source.version:
             return
-        key = f"imgbuild.{tag}.sha256"
-        try:
-            recorded = repo.run("config", "--get", key).strip()
-        except GitError:
-            recorded = ""
-        if not recorded:  # a mirror made before digests were recorded: check the wheel it came from, if kept
-            if not self.wheel_path(self.source.version).exists():
-                return
-            recorded = sha256_file(self.fetch_wheel(self.source.version))
-            repo.run("config", key, recorded)
+        recorded = repo.run("config", "--default", "", "--get", f"imgbuild.{tag}.sha256").strip()
+        if not recorded:  # _materialize records it: the commit was not made here
+            raise BrokenMirror(f"no wheel sha256 is recorded for {tag}")
         if recorded != self.source.sha256:
             raise UpstreamError(
                 f"patches/upstream.yaml pins sha256 {self.source.sha256} for {self.source.filename}, but the cached "
@@ -241,7 +215,7 @@ class Mirror:
         assert isinstance(self.source, GitSource)
         url = self.source.url
         _log(f"imgbuild: fetching {ref} from {url}")
-        refspecs = [f"+refs/tags/{ref}:refs/tags/{ref}"] if not _looks_like_sha(ref) else [ref]
+        refspecs = [ref] if SHA_RE.match(ref) else [f"+refs/tags/{ref}:refs/tags/{ref}"]
         try:
             repo.run("fetch", "--no-tags", url, *refspecs)
         except GitError as first:
@@ -312,10 +286,6 @@ class Mirror:
         return commit
 
 
-def _looks_like_sha(ref: str) -> bool:
-    return len(ref) >= 7 and all(c in "0123456789abcdef" for c in ref)
-
-
 FIRST_BLOCK = 1 << 16  # enough to see the NUL bytes of an ELF header, and most text files whole
 
 
@@ -331,44 +301,31 @@ def _text_member(zf: zipfile.ZipFile, name: str) -> bytes | None:
 
 
 def materialize_wheel(repo: GitRepo, wheel: Path, package_root: str, ref: str, version: str) -> str:
-    """Commit the text files of `package_root/` in `wheel` to `ref`; return the commit.
-
-    Each blob goes to `git fast-import` as soon as it is read, so inflating and git's hashing and
-    compressing overlap."""
-    prefix = package_root + "/"
-    # No deltas (fast-import only tries the previous blob, another file) and light zlib:
-    # less time for a somewhat larger pack (measured once by hand, not a committed benchmark).
-    options = ("--quiet", "--force", "--date-format=raw", "--depth=0")
-    try:
-        with fast_import(repo, *options, config={"pack.compression": "1"}) as stream:
-            _stream_wheel(stream, wheel, package_root, prefix, ref, version)
-    except GitError as exc:
-        raise BrokenMirror(f"committing {wheel.name}: {exc}") from exc
+    """Commit the text files of `package_root/` in `wheel` to `ref` with one `git fast-import`; return the commit."""
+    stream = io.BytesIO()
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(n for n in zf.namelist() if n.startswith(package_root + "/") and not n.endswith("/"))
+        marks: list[tuple[str, int]] = []
+        for mark, name in enumerate(names, start=1):
+            data = _text_member(zf, name)
+            if data is not None:  # compiled extensions and other binaries stay out
+                stream.write(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(data), data))
+                marks.append((name, mark))
+    message = f"{package_root} {version} from {wheel.name}\n".encode()
+    who = f"imgbuild <imgbuild@localhost> {MATERIALIZE_DATE}".encode()
+    stream.write(b"commit %s\nauthor %s\ncommitter %s\ndata %d\n%s" % (ref.encode(), who, who, len(message), message))
+    stream.write(b"".join(b"M 100644 :%d %s\n" % (mark, name.encode()) for name, mark in marks) + b"\n")
+    # No deltas (fast-import only tries the previous blob, another file) and light zlib: faster, a little larger.
+    args = ["-c", "pack.compression=1", "fast-import", "--quiet", "--force", "--date-format=raw", "--depth=0"]
+    done = run_git(args, stdin=stream.getvalue(), cwd=repo.path)
+    if done.returncode != 0:
+        raise BrokenMirror(
+            f"committing {wheel.name}: git fast-import failed: {done.stderr.decode(errors='replace')[-400:]}"
+        )
     commit = repo.resolve_commit(ref)
     if commit is None:
         raise BrokenMirror(f"committing {wheel.name} produced no {ref}")
     return commit
-
-
-def _stream_wheel(out: IO[bytes], wheel: Path, package_root: str, prefix: str, ref: str, version: str) -> None:
-    with zipfile.ZipFile(wheel) as zf:
-        names = sorted(n for n in zf.namelist() if n.startswith(prefix) and not n.endswith("/"))
-        marks: list[tuple[str, int]] = []
-        for mark, name in enumerate(names, start=1):
-            data = _text_member(zf, name)
-            if data is None:
-                continue  # compiled extensions and other binaries stay out
-            out.write(b"blob\nmark :%d\ndata %d\n" % (mark, len(data)))
-            out.write(data)
-            out.write(b"\n")
-            marks.append((name, mark))
-    message = f"{package_root} {version} from {wheel.name}\n".encode()
-    who = f"imgbuild <imgbuild@localhost> {MATERIALIZE_DATE}".encode()
-    out.write(b"commit " + ref.encode() + b"\n" + b"author " + who + b"\ncommitter " + who + b"\n")
-    out.write(b"data %d\n" % len(message) + message)
-    for name, mark in marks:
-        out.write(b"M 100644 :%d %s\n" % (mark, name.encode()))
-    out.write(b"\n")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,10 +1,5 @@
-"""All pip runs go through this module: `python -m pip` of the interpreter imgbuild runs on.
-
-Used for the upstream release wheel (mirror.py), the index's release list
-(refs.py) and the runtime base's wheels (builder/runtime_base.py). Each run
-goes through the process funnel (imgbuild/proc.py), so IMGBUILD_ECHO=1 prints
-it; the exit status is the caller's to turn into its error.
-"""
+"""All pip runs: `python -m pip` of the interpreter imgbuild runs on, through the process funnel (imgbuild/proc.py);
+the exit status is the caller's to turn into its error."""
 
 from __future__ import annotations
 

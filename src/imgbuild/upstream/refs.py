@@ -1,10 +1,5 @@
-"""Resolve what a user types after --onto: a tag, a commit, a release version,
-`pinned` (the pin in patches/upstream.yaml) or `latest` (the newest release).
-
-Both source kinds go through upstream.Mirror; this module adds the two words,
-commits for wheel sources (only those already in the cache), and a tag name
-for a commit when one points at it.
-"""
+"""What a user types after --onto: a tag, a commit, a release version, `pinned` (the pin in patches/upstream.yaml)
+or `latest` (the newest release), resolved through the cache mirror."""
 
 from __future__ import annotations
 
@@ -16,10 +11,9 @@ from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, ls_remote_tags, tags_at
-from imgbuild.upstream.mirror import Mirror, Resolved
+from imgbuild.upstream.mirror import SHA_RE, Mirror, Resolved
 
 RELEASE_RE = re.compile(r"^v?(\d+(?:\.\d+)*)$")
-SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 def release_key(tag: str) -> tuple[int, ...] | None:
@@ -28,8 +22,7 @@ def release_key(tag: str) -> tuple[int, ...] | None:
 
 
 def newest(tags: list[str]) -> str | None:
-    releases = [t for t in tags if release_key(t) is not None]
-    return max(releases, key=lambda t: release_key(t) or ()) if releases else None
+    return max((t for t in tags if release_key(t) is not None), key=lambda t: release_key(t) or (), default=None)
 
 
 def latest_release(pin: UpstreamPin) -> str:
