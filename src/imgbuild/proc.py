@@ -20,8 +20,6 @@ PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 STDOUT = subprocess.STDOUT
 CompletedProcess = subprocess.CompletedProcess
-Popen = subprocess.Popen
-TimeoutExpired = subprocess.TimeoutExpired  # of Popen.wait/communicate, for the long-lived ones
 
 Stream = int | IO[Any] | None
 
@@ -87,27 +85,6 @@ def run(
         raise ToolNotFound(argv[0]) from exc
     except subprocess.TimeoutExpired as exc:
         raise ToolTimeout(argv, timeout or 0) from exc
-
-
-def popen(
-    argv: Sequence[str],
-    *,
-    stdin: Stream = None,
-    stdout: Stream = None,
-    stderr: Stream = None,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | str | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start a long-lived `argv` (a forwarder, a tunnel, a stream into stdin); the caller waits for it."""
-    echo(argv)
-    try:
-        return subprocess.Popen(
-            list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=None if env is None else dict(env), cwd=cwd
-        )
-    except FileNotFoundError as exc:
-        if _cwd_missing(exc, cwd):
-            raise
-        raise ToolNotFound(argv[0]) from exc
 
 
 def _cwd_missing(exc: FileNotFoundError, cwd: Path | str | None) -> bool:
