@@ -1,4 +1,4 @@
-"""`imgbuild recipe`: profiles, pinning, rendering (fast tier; sparkrun, compose and a real run: tests/docker)."""
+"""`imgbuild recipe`: profiles, pinning, rendering (fast tier; sparkrun and a local image: tests/docker)."""
 
 from __future__ import annotations
 
@@ -65,9 +65,8 @@ def test_real_project_recipes_pin_and_take_env_from_the_image_spec(tmp_path: Pat
     for variant, profile in (("latest", "TP8-1M"), ("engram-mem", "TP8-300K")):
         done = write_recipe(project, variant, profile, out=tmp_path, image=PINNED)
         recipe = yaml.safe_load(done.recipe.read_text())
-        compose = yaml.safe_load(done.compose.read_text())
-        assert recipe["container"] == PINNED and compose["services"]["head"]["image"] == PINNED
-        env = compose["services"]["head"]["environment"]
+        assert recipe["container"] == PINNED
+        env = done.launch.env
         assert recipe["env"] == {k: v for k, v in env.items() if k not in launch.SPARKRUN_MANAGED_ENV}
         assert ("DSV41_ENGRAM_DISK" in recipe["env"]) == (variant == "latest")  # images/engram-mem.yaml removes it
         assert recipe["min_nodes"] == recipe["max_nodes"] == 8 and "mode" not in recipe
@@ -76,20 +75,15 @@ def test_real_project_recipes_pin_and_take_env_from_the_image_spec(tmp_path: Pat
             "cap_add": ["IPC_LOCK"],
             "memory_limit": "112g",
         }
-        head, worker = compose["services"]["head"], compose["services"]["worker"]
-        assert head["ulimits"]["memlock"] == {"soft": -1, "hard": -1} and head["cap_add"] == ["IPC_LOCK"]
-        assert head["command"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash"]
-        assert head["command"][-2:] == ["--node-rank", "0"] and worker["command"][-1] == "--headless"
-        assert worker["profiles"] == ["worker"]
-        assert "&id" not in done.compose.read_text()
+        assert done.serve[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash"]
+        assert "&id" not in done.recipe.read_text()
 
 
 def test_a_moving_tag_is_never_written(tmp_path: Path) -> None:
     project = Project.load(ROOT)
     done = write_recipe(project, "latest", "TP8-1M", out=tmp_path, image=PINNED)
-    for path in (done.recipe, done.compose):
-        refs = re.findall(r"(?:container|image): (\S+)", path.read_text())
-        assert refs and all("@sha256:" in r and not r.startswith("sha256:") for r in refs)
+    refs = re.findall(r"(?:container|image): (\S+)", done.recipe.read_text())
+    assert refs and all("@sha256:" in r and not r.startswith("sha256:") for r in refs)
     with pytest.raises(ConfigError, match="is not a sha256 digest"):
         write_recipe(project, "latest", "TP8-1M", out=tmp_path, image="vllm-dsv41@sha256:latest")
 
@@ -174,9 +168,7 @@ def test_one_node_profile_has_no_multi_node_flags(synth: Path, tmp_path: Path) -
         "      enforce_eager: true\n      trust_remote_code: false\n",
     )
     done = write_recipe(Project.load(synth), "latest", "solo", out=tmp_path, image=PINNED)
-    compose = yaml.safe_load(done.compose.read_text())
-    assert list(compose["services"]) == ["head"]
-    assert compose["services"]["head"]["command"] == [
+    assert done.serve == [
         "vllm", "serve", "m", "--port", "8000", "--no-enable-prefix-caching", "--enforce-eager",
     ]  # fmt: skip
     recipe = yaml.safe_load(done.recipe.read_text())

@@ -92,11 +92,10 @@ def test_strict_validator_passes_the_pinned_recipe(
     recipe = yaml.safe_load(done.recipe.read_text())
     assert "mode" not in recipe and recipe["min_nodes"] == recipe["max_nodes"] == 8
     assert not set(recipe["env"]) & launch.SPARKRUN_MANAGED_ENV
-    # the seed's own tuning stays; what sparkrun detects is named in the comment and kept in compose
+    # the seed's own tuning stays; what sparkrun detects is named in the comment
     assert recipe["env"]["NCCL_MAX_NCHANNELS"] == "8" and recipe["env"]["NCCL_IB_ROCE_VERSION_NUM"] == "2"
     assert "Not in env: NCCL_CROSS_NIC, NCCL_IB_MERGE_NICS, NCCL_IGNORE_CPU_AFFINITY" in done.recipe.read_text()
-    compose = yaml.safe_load(done.compose.read_text())["services"]["head"]["environment"]
-    assert compose["NCCL_CROSS_NIC"] == "1" and compose == {**recipe["env"], **compose}
+    assert done.launch.env["NCCL_CROSS_NIC"] == "1" and done.launch.env == {**recipe["env"], **done.launch.env}
 
 
 def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[str, str], tmp_path: Path) -> None:

@@ -1,25 +1,10 @@
-"""A variant + a launch profile -> a sparkrun recipe and a docker compose file (pure).
+"""A variant + a launch profile -> a sparkrun recipe (pure).
 
-Both files say the same thing: the image pinned by digest, the variant's env
-(from images/*.yaml) plus the profile's, the container limits, and the same
-`vllm serve` arguments. The serve keys are sparkrun's recipe `defaults:` keys,
-so sparkrun renders the flags itself from the recipe; the compose command is
-rendered here the way sparkrun renders them (`-tp`, JSON without spaces,
-`--no-X` for default-on booleans).
-
-The sparkrun recipe passes sparkrun's own `recipe validate --strict`: the
-node range is `min_nodes`/`max_nodes` (no deprecated `mode: cluster`), and the
-communication variables sparkrun detects per cluster from its InfiniBand/CX7
-probe (`SPARKRUN_MANAGED_ENV`, sparkrun 0.4.2's `MANAGED_COMM_ENV_KEYS`) are
-left to that detection; the compose file, which has no detection, keeps them.
-The container is a repository reference (`REPO:<immutable tag>` or
-`REPO@sha256:...`), which sparkrun's distribution can tag on a node; a recipe
-with `builder: imgbuild` names the variant's repository and lets the builder
-plugin (`imgbuild.deploy.sparkrun_builder`) replace it with the reference it builds.
-
-Multi-node compose: service `head` is node rank 0; service `worker` (compose
-profile `worker`) takes NODE_RANK from the environment and runs headless.
-Both need MASTER_ADDR, the head node's address.
+The recipe pins the image (a repository reference sparkrun's distribution can tag on a node), carries
+the variant's env plus the profile's, the container limits, and the `vllm serve` arguments as sparkrun's
+`defaults:` keys. It passes sparkrun's `recipe validate --strict`: the node range is `min_nodes`/`max_nodes`,
+and the communication variables sparkrun detects per cluster (SPARKRUN_MANAGED_ENV) are left to it.
+With `builder: imgbuild`, the builder plugin (`imgbuild.deploy.sparkrun_builder`) replaces `container:`.
 """
 
 from __future__ import annotations
@@ -34,7 +19,6 @@ from imgbuild.deploy.profiles import Profile
 
 SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
 NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
-MASTER_PORT = 25000
 # sparkrun 0.4.2's orchestration/infiniband.py MANAGED_COMM_ENV_KEYS: what it sets per cluster from its
 # probe; a recipe value would override the detection (its `managed-comm-env` warning). Checked against
 # sparkrun's own set in tests/git/test_sparkrun.py.
@@ -58,8 +42,6 @@ SPARKRUN_MANAGED_ENV = frozenset(
         "NCCL_IB_MERGE_NICS",
     }
 )
-MASTER_ADDR = "${MASTER_ADDR:?set MASTER_ADDR to the head node's address}"
-NODE_RANK = "${NODE_RANK:?set NODE_RANK to this node's rank (workers: 1 to N-1)}"
 
 
 @dataclass(frozen=True)
@@ -136,7 +118,9 @@ def sparkrun_recipe(launch: Launch) -> dict[str, Any]:
     limits = p.limits
     executor: dict[str, Any] = {}
     if limits.ulimits:
-        executor["ulimit"] = [f"{name}={_ulimit_text(v)}" for name, v in limits.ulimits.items()]
+        executor["ulimit"] = [
+            f"{k}={v[0]}:{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in limits.ulimits.items()
+        ]
     if limits.cap_add:
         executor["cap_add"] = list(limits.cap_add)
     if limits.memory:
@@ -179,71 +163,17 @@ def sparkrun_recipe(launch: Launch) -> dict[str, Any]:
 
 
 def recipe_comment(launch: Launch) -> str:
-    """Why the recipe's env differs from the compose file's: which variables sparkrun sets itself."""
+    """Why the recipe's env lacks some of the variant's variables: sparkrun sets them itself."""
     left = launch.left_to_sparkrun()
     if not left:
         return ""
     return (
         f"Not in env: {', '.join(left)}: sparkrun detects these per cluster from its InfiniBand/CX7 probe\n"
         "(a recipe value would override that). The other NCCL settings (channels, buffer size, RoCE version,\n"
-        "address family, NVLS, cuMem) are the deployment report's tuning, which sparkrun does not detect: kept.\n"
-        "The compose file, which has no detection, carries all of them."
+        "address family, NVLS, cuMem) are the deployment report's tuning, which sparkrun does not detect: kept."
     )
 
 
-def _ulimit_text(value: int | list[int]) -> str:
-    return f"{value[0]}:{value[1]}" if isinstance(value, list) else str(value)
-
-
-def _compose_ulimits(p: Profile) -> dict[str, Any]:
-    return {name: ({"soft": v[0], "hard": v[1]} if isinstance(v, list) else v) for name, v in p.limits.ulimits.items()}
-
-
-def compose_file(launch: Launch) -> dict[str, Any]:
-    p = launch.profile
-    base: dict[str, Any] = {
-        "image": launch.image.ref,
-        "platform": launch.platform,
-        "environment": dict(launch.env),
-        "network_mode": "host",
-        "ipc": "host",
-        "labels": {"imgbuild.variant": launch.variant, "imgbuild.profile": p.name},
-    }
-    if p.limits.ulimits:
-        base["ulimits"] = _compose_ulimits(p)
-    if p.limits.cap_add:
-        base["cap_add"] = list(p.limits.cap_add)
-    if p.limits.memory:
-        base["mem_limit"] = p.limits.memory
-    if p.limits.shm_size:
-        base["shm_size"] = p.limits.shm_size
-    if p.volumes:
-        base["volumes"] = list(p.volumes)
-    base["deploy"] = {
-        "resources": {"reservations": {"devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}
-    }
-    serve = serve_args(p)
-    services: dict[str, Any] = {}
-    if p.nodes == 1:
-        services["head"] = {**base, "command": serve}
-    else:
-        multi = ["--nnodes", str(p.nodes), "--master-addr", MASTER_ADDR, "--master-port", str(MASTER_PORT)]
-        services["head"] = {**base, "command": [*serve, *multi, "--node-rank", "0"]}
-        services["worker"] = {
-            **base,
-            "profiles": ["worker"],
-            "command": [*serve, *multi, "--node-rank", NODE_RANK, "--headless"],
-        }
-    return {"name": f"imgbuild-{launch.variant}-{p.name.lower()}", "services": services}
-
-
-class _Plain(yaml.SafeDumper):
-    """No `&id001` anchors: services that share a value spell it out."""
-
-    def ignore_aliases(self, _data: Any) -> bool:
-        return True
-
-
 def render_yaml(data: dict[str, Any], comment: str) -> str:
-    body = yaml.dump(data, Dumper=_Plain, sort_keys=False, default_flow_style=False, width=1000)
+    body = yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False, default_flow_style=False, width=1000)
     return "".join(f"# {line}\n" for line in comment.splitlines()) + body

@@ -1,13 +1,8 @@
-"""`imgbuild recipe VARIANT --profile NAME`: pin the image, render, write both files.
+"""`imgbuild recipe VARIANT --profile NAME`: pin the image, render, write the sparkrun recipe.
 
-The image is pinned, never by a moving tag, and always by a repository
-reference that sparkrun's distribution can tag on a node (never a bare
-`sha256:` image id): the immutable `REPO:<version>-<inputs digest>` tag of
-the image the variant's tag names (the tag moves only after a smoke test
-passed, so it names the last good build), the same for an image given with
---image (or its `REF@sha256:` as given), or with --registry the digest of the
-published index. With --builder the recipe instead names `builder: imgbuild`
-and sparkrun builds the variant at launch (`imgbuild.deploy.sparkrun_builder`).
+The image is pinned by a repository reference sparkrun's distribution can tag on a node, never a moving
+tag or a bare image id: the immutable `REPO:<version>-<inputs digest>` tag of the local image, a given
+`REF@sha256:`, or (--registry) the published index digest. --builder names `builder: imgbuild` instead.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from imgbuild.errors import ConfigError, DockerError, RegistryError, UsageError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
 
-IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMMUTABLE_TAG = re.compile(r"-([0-9a-f]{12})$")  # <version>-<inputs[:12]>
 
 
@@ -49,7 +43,6 @@ def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | N
 class Written:
     launch: Launch
     recipe: Path
-    compose: Path
     serve: list[str]
 
     def to_json(self) -> dict[str, object]:
@@ -67,7 +60,6 @@ class Written:
             "builder": self.launch.builder.config() if self.launch.builder else None,
             "serve": self.serve,
             "recipe": str(self.recipe),
-            "compose": str(self.compose),
         }
 
 
@@ -82,17 +74,23 @@ def merged_env(variant: ResolvedVariant, profile: deploy.Profile) -> dict[str, s
     return {**image_env, **profile.env}
 
 
+def _variant_tag(variant: ResolvedVariant) -> str:
+    """`REPO:TAG`, the variant's first tag."""
+    if not variant.image.repository or not variant.image.tags:
+        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+    return f"{variant.image.repository}:{variant.image.tags[0]}"
+
+
 def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | None) -> tuple[Pinned, str | None]:
     """The digest-pinned reference, and the image's platform when it was looked at."""
-    repository, tags = variant.image.repository, variant.image.tags
+    from imgbuild.registry import reference
+
     if registry is not None:
         if image is not None:
             raise UsageError("--image and --registry cannot be used together")
-        if not repository or not tags:
-            raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
-        from imgbuild.registry import reference, tools
+        from imgbuild.registry import tools
 
-        ref = reference.join(registry, repository, tags[0])
+        ref = reference.join(registry, _variant_tag(variant))
         found = tools.inspect(str(ref))
         if found is None:
             raise RegistryError(
@@ -101,15 +99,11 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             )
         return Pinned(f"{ref.name}@{found.digest}", None, f"published {ref}"), None
     if image is not None and "@sha256:" in image:
-        from imgbuild.registry import reference
-
         reference.parse(image)  # a ConfigError names what is wrong with it
         return Pinned(image, None, "given"), None
     from imgbuild.engine import Engine
 
-    wanted = image or (f"{repository}:{tags[0]}" if repository and tags else None)
-    if wanted is None:
-        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+    wanted = image or _variant_tag(variant)
     info = Engine.connect().image(wanted)
     if info is None:
         raise DockerError(
@@ -122,7 +116,7 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
             hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
         )
-    tagged = immutable_ref(None if image else repository, info.tags, info.labels.get("imgbuild.inputs"))
+    tagged = immutable_ref(None if image else variant.image.repository, info.tags, info.labels.get("imgbuild.inputs"))
     if tagged is None:
         raise DockerError(
             f"{wanted} ({info.id[7:19]}) has no immutable tag (REPO:<version>-<inputs digest>); a bare image id "
@@ -130,14 +124,6 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             hint=f"build it with `imgbuild build {variant.name}` (it tags it), or pin a published image: --registry",
         )
     return Pinned(tagged, info.id, f"local {wanted}"), str(info.platform)
-
-
-def builder_pin(variant: ResolvedVariant) -> Pinned:
-    """The `container:` of a builder recipe: the variant's repository, which the builder replaces at launch."""
-    repository, tags = variant.image.repository, variant.image.tags
-    if not repository or not tags:
-        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
-    return Pinned(f"{repository}:{tags[0]}", None, "builder imgbuild (replaced by the immutable tag it builds)")
 
 
 def write_recipe(
@@ -160,37 +146,23 @@ def write_recipe(
     env = merged_env(variant, profile)
     if builder and (image is not None or registry is not None):
         raise UsageError("--builder cannot be used with --image or --registry: the builder makes the image")
-    if builder:
-        pinned, seen_platform = builder_pin(variant), None
+    if builder:  # `container:` names the variant's tag; the builder replaces it with the one it builds
+        pinned = Pinned(_variant_tag(variant), None, "builder imgbuild (replaced by the immutable tag it builds)")
+        seen_platform = None
     else:
         pinned, seen_platform = pin_image(variant, image=image, registry=registry)
     platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
     plugin = launch.Builder(str(project.root), variant.name, platform) if builder else None
     run = Launch(variant.name, profile, pinned, platform, env, plugin)
-    stem = f"{variant.name}-{profile.name.lower()}"
-    comment = (
-        f"Written by `imgbuild recipe {variant.name} --profile {profile.name}`; regenerate, do not edit.\n"
-        f"Image: {pinned.ref} ({pinned.source})."
-    )
+    comment = [
+        f"Written by `imgbuild recipe {variant.name} --profile {profile.name}`; regenerate, do not edit.",
+        f"Image: {pinned.ref} ({pinned.source}).",
+        launch.recipe_comment(run),
+        "Run: sparkrun run THIS_FILE --hosts H1,...,H8",
+    ]
     out.mkdir(parents=True, exist_ok=True)
-    recipe_path, compose_path = out / f"{stem}.yaml", out / f"{stem}.compose.yaml"
-    _write(
-        recipe_path,
-        launch.render_yaml(
-            launch.sparkrun_recipe(run),
-            "\n".join(
-                filter(None, [comment, launch.recipe_comment(run), "Run: sparkrun run THIS_FILE --hosts H1,...,H8"])
-            ),
-        ),
-    )
-    _write(
-        compose_path,
-        launch.render_yaml(launch.compose_file(run), comment + "\nRun: MASTER_ADDR=... docker compose -f THIS_FILE up"),
-    )
-    return Written(run, recipe_path, compose_path, launch.serve_args(profile))
-
-
-def _write(path: Path, text: str) -> None:
+    path = out / f"{variant.name}-{profile.name.lower()}.yaml"
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(launch.render_yaml(launch.sparkrun_recipe(run), "\n".join(filter(None, comment))), encoding="utf-8")
     os.replace(tmp, path)
+    return Written(run, path, launch.serve_args(profile))
