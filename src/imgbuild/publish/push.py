@@ -1,24 +1,11 @@
 """`imgbuild publish`: build the variants locally, then push their tags as they are.
 
-1. `build.runner.build` makes (or finds current) every image of the selected
-   variants and smoke-tests it, exactly as `imgbuild build` does: one image
-   per platform under its immutable tag, and for a variant made for several
-   platforms the join (the index over those images) under its own.
-2. `docker push` of each platform's image under `REG/repo:<its immutable
-   tag>`, then of the join, then the moving tags (last, so a failure before
-   leaves them as they were; a join's moving tags are copied from the pushed
-   index with `imagetools create`, one write that keeps its digest, where a
-   push of an index would first write each platform's manifest under the tag). On the containerd image store a push
-   keeps the local digest, so every tag in the registry names exactly the
-   digest it names locally (a push that says otherwise is an error), and the
-   registry skips blobs and manifests it has. A tag the registry already has
-   at that digest is not pushed again.
-
-`docker buildx imagetools create` would join the platforms in the registry
-instead, but its index is not the local join's (other bytes, another digest);
-pushing the join keeps one digest for one image everywhere. The registry
-commands are in `registry/tools.py`; SBOMs and signatures (cosign) are
-attached to the pushed digests afterwards, as `--sbom`/`--sign` ask.
+`build.runner.build` makes (or finds current) and smoke-tests every image, as `imgbuild build` does. Then
+`docker push` puts each platform's image under its immutable tag, then the join (the local index over a
+variant's platforms), then the moving tags, last (a join's copied from the pushed index with `imagetools
+create`, one write that keeps its digest). On the containerd image store a push keeps the local digest, so
+every tag in the registry names the digest it names locally (a push that says otherwise is an error); a tag
+the registry already has at that digest is not pushed again. SBOMs and signatures are attached afterwards.
 """
 
 from __future__ import annotations
@@ -31,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imgbuild.errors import ConfigError, RegistryError
-from imgbuild.plan import labels
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
@@ -112,24 +98,22 @@ def plan_built(result: BuildResult, registry: str, repository: str | None, found
     VariantPublish
 ]:  # fmt: skip
     """What goes where (pure, given what the build made and each image's labels by id)."""
-    by_variant: dict[str, list[Push]] = {}
-    tops: dict[str, Push] = {}
-    moving: dict[str, tuple[str, ...]] = {}
-    for img in result.images:
-        name = reference.join(registry, repository or split_ref(img.immutable)[0]).name
-        push = Push(img.immutable, img.image_id, _target(name, img.immutable), (img.platform,), img.inputs_digest,
-                    found.get(img.image_id, {}))  # fmt: skip
-        by_variant.setdefault(img.variant, []).append(push)
-        moving[img.variant] = tuple(split_ref(r)[1] for r in img.moving)
-        if img.index_ref:
-            platforms = tuple(pf for p in by_variant[img.variant] for pf in p.platforms)
-            tops[img.variant] = Push(img.index_ref, img.index, _target(name, img.index_ref), platforms)
-        else:
-            tops[img.variant] = push
-    return [
-        VariantPublish(v, tops[v].target.rsplit(":", 1)[0], tuple(pushes), tops[v], moving[v])
-        for v, pushes in by_variant.items()
-    ]
+    out = []
+    for variant in dict.fromkeys(img.variant for img in result.images):
+        imgs = [img for img in result.images if img.variant == variant]
+        name = reference.join(registry, repository or split_ref(imgs[0].immutable)[0]).name
+        pushes = tuple(
+            Push(i.immutable, i.image_id, _target(name, i.immutable), (i.platform,), i.inputs_digest,
+                 found.get(i.image_id, {}))
+            for i in imgs
+        )  # fmt: skip
+        last = imgs[-1]
+        platforms = tuple(i.platform for i in imgs)
+        top = (
+            Push(last.index_ref, last.index, _target(name, last.index_ref), platforms) if last.index_ref else pushes[-1]
+        )
+        out.append(VariantPublish(variant, name, pushes, top, tuple(split_ref(r)[1] for r in last.moving)))
+    return out
 
 
 def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[VariantPublish]:
@@ -144,11 +128,11 @@ def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[Var
             for ib in parts
         )
         join = joins.get(variant)
-        top = pushes[0] if join is None else Push(
-            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), tuple(ib.platform for ib in parts)
-        )  # fmt: skip
-        moving = join.moving_tags if join else parts[0].moving_tags
-        out.append(VariantPublish(variant, name, pushes, top, tuple(moving)))
+        platforms = tuple(ib.platform for ib in parts)
+        top = Push(join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), platforms) if join else pushes[0]
+        out.append(
+            VariantPublish(variant, name, pushes, top, tuple(join.moving_tags if join else parts[0].moving_tags))
+        )
     return out
 
 
@@ -201,23 +185,11 @@ def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool,
     tags name (the image, or the join)."""
     done = []
     for vp in plan:
-        if sbom:
-            for p in vp.images:
-                lab = p.labels
-                facts = sbommod.ImageFacts(
-                    name=vp.name,
-                    title=lab.get(f"{labels.OCI}title", vp.variant),
-                    platform=p.platform,
-                    manifest_digest=p.digest,
-                    labels=lab,
-                    base_name=lab.get(f"{labels.OCI}base.name", ""),
-                    base_digest=lab.get(f"{labels.OCI}base.digest", signing.NO_BASE_DIGEST),
-                    site_packages=lab.get(f"{labels.PREFIX}site-packages", ""),
-                )
-                ref = f"{vp.name}@{p.digest}"
-                signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
-                done.append(f"sbom {ref}")
-                say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
+        for p in vp.images if sbom else ():
+            ref = f"{vp.name}@{p.digest}"
+            signing.attest_sbom(ref, sbommod.render(sbommod.spdx(vp.name, p.platform, p.digest, p.labels)), key)
+            done.append(f"sbom {ref}")
+            say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
         if sign:
             ref = f"{vp.name}@{vp.top.digest}"
             signing.sign(ref, key)
