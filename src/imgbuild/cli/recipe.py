@@ -65,5 +65,5 @@ def recipe(
     if as_json:
         print_json("recipe", written.to_json())
         return
-    console.print(f"image:   {written.launch.image.ref} ({written.launch.image.source})")
-    console.print(f"recipe:  {written.recipe}")
+    console.print(f"image:   {written.image.ref} ({written.image.source})")
+    console.print(f"recipe:  {written.path}")

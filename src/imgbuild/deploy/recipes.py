@@ -1,25 +1,93 @@
-"""`imgbuild recipe VARIANT --profile NAME`: pin the image, render, write the sparkrun recipe.
+"""`imgbuild recipe VARIANT --profile NAME`: a variant + a launch profile -> a sparkrun recipe.
 
-The image is pinned by a repository reference sparkrun's distribution can tag on a node, never a moving
-tag or a bare image id: the immutable `REPO:<version>-<inputs digest>` tag of the local image, a given
-`REF@sha256:`, or (--registry) the published index digest. --builder names `builder: imgbuild` instead.
+The recipe pins the image by a repository reference sparkrun's distribution can tag on a node, never a
+moving tag or a bare image id: the immutable `REPO:<version>-<inputs digest>` tag of the local image, a
+given `REF@sha256:`, or (--registry) the published index digest; with --builder, `builder: imgbuild` makes
+the builder plugin (`imgbuild.deploy.sparkrun_builder`) replace `container:` at launch. It carries the
+variant's env plus the profile's, the container limits, and the `vllm serve` arguments as sparkrun's
+`defaults:` keys, and passes `sparkrun recipe validate --strict`: the node range is `min_nodes`/`max_nodes`,
+and the variables sparkrun detects per cluster (SPARKRUN_MANAGED_ENV) are left to it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from imgbuild.deploy import launch
+import yaml
+
 from imgbuild.deploy import profiles as deploy
-from imgbuild.deploy.launch import Launch, Pinned
+from imgbuild.deploy.profiles import Profile
 from imgbuild.errors import ConfigError, DockerError, RegistryError, UsageError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
 
+SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
+NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
 IMMUTABLE_TAG = re.compile(r"-([0-9a-f]{12})$")  # <version>-<inputs[:12]>
+LEFT_TO_SPARKRUN = (
+    "Not in env: {}: sparkrun detects these per cluster from its InfiniBand/CX7 probe\n"
+    "(a recipe value would override that). The other NCCL settings (channels, buffer size, RoCE version,\n"
+    "address family, NVLS, cuMem) are the deployment report's tuning, which sparkrun does not detect: kept."
+)
+
+# sparkrun 0.4.2's orchestration/infiniband.py MANAGED_COMM_ENV_KEYS: what it sets per cluster from its
+# probe; a recipe value would override the detection (its `managed-comm-env` warning). Checked against
+# sparkrun's own set in tests/git/test_sparkrun.py.
+SPARKRUN_MANAGED_ENV = frozenset(
+    {
+        "NCCL_IGNORE_CPU_AFFINITY",
+        "NCCL_NET",
+        "NCCL_IB_DISABLE",
+        "NCCL_CROSS_NIC",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_SOCKET_IFNAME",
+        "UCX_NET_DEVICES",
+        "NODE_IP",
+        "MN_IF_NAME",
+        "OMPI_MCA_btl_tcp_if_include",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+        "NCCL_NET_PLUGIN",
+        "NCCL_IB_SUBNET_AWARE_ROUTING",
+        "NCCL_IB_MERGE_NICS",
+    }
+)
+
+
+def serve_defaults(p: Profile) -> dict[str, Any]:
+    """The recipe's `defaults:`: sparkrun builds `vllm serve` from these."""
+    out: dict[str, Any] = {}
+    if p.served_model_name:
+        out["served_model_name"] = p.served_model_name
+    out["port"] = p.port
+    out.update(p.serve.model_dump(exclude_none=True))
+    return out
+
+
+def flag_args(defaults: dict[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key, value in defaults.items():
+        flag = SHORT_FLAGS.get(key, "--" + key.replace("_", "-"))
+        if isinstance(value, bool):
+            if value:
+                args.append(flag)
+            elif key in NEGATABLE:
+                args.append("--no-" + flag[2:])
+            continue
+        if isinstance(value, dict | list):
+            value = json.dumps(value, separators=(",", ":"))
+        args += [flag, str(value)]
+    return args
+
+
+def serve_args(p: Profile) -> list[str]:
+    return ["vllm", "serve", p.model, *flag_args(serve_defaults(p))]
 
 
 def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | None) -> str | None:
@@ -40,27 +108,89 @@ def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | N
 
 
 @dataclass(frozen=True)
-class Written:
-    launch: Launch
-    recipe: Path
-    serve: list[str]
+class Pinned:
+    """The image a launch runs: a digest-pinned reference, never a moving tag."""
+
+    ref: str  # REPO:<version>-<inputs digest> (immutable tag) or [REGISTRY/]REPO@sha256:<digest>
+    image_id: str | None  # the local image id, when known
+    source: str  # how it was found, e.g. "local vllm-dsv41:latest"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A written recipe: the variant, profile and pinned image, and where it was written."""
+
+    variant: str
+    profile: Profile
+    image: Pinned
+    platform: str
+    env: dict[str, str]  # image env, then the profile's
+    builder: dict[str, str] | None  # `builder_config:` (`builder: imgbuild`), or None
+    path: Path
+
+    def recipe_env(self) -> dict[str, str]:
+        """The env a sparkrun recipe carries: everything but what sparkrun detects per cluster."""
+        return {k: v for k, v in self.env.items() if k not in SPARKRUN_MANAGED_ENV}
+
+    def left_to_sparkrun(self) -> list[str]:
+        return sorted(k for k in self.env if k in SPARKRUN_MANAGED_ENV)
 
     def to_json(self) -> dict[str, object]:
         return {
             "ok": True,
-            "variant": self.launch.variant,
-            "profile": self.launch.profile.name,
-            "image": self.launch.image.ref,
-            "image_id": self.launch.image.image_id,
-            "found": self.launch.image.source,
-            "platform": self.launch.platform,
-            "env": self.launch.env,
-            "recipe_env": self.launch.recipe_env(),
-            "left_to_sparkrun": self.launch.left_to_sparkrun(),
-            "builder": self.launch.builder.config() if self.launch.builder else None,
-            "serve": self.serve,
-            "recipe": str(self.recipe),
+            "variant": self.variant,
+            "profile": self.profile.name,
+            "image": self.image.ref,
+            "image_id": self.image.image_id,
+            "found": self.image.source,
+            "platform": self.platform,
+            "env": self.env,
+            "recipe_env": self.recipe_env(),
+            "left_to_sparkrun": self.left_to_sparkrun(),
+            "builder": self.builder,
+            "serve": serve_args(self.profile),
+            "recipe": str(self.path),
         }
+
+    def document(self) -> dict[str, Any]:
+        """The sparkrun recipe itself."""
+        p, limits = self.profile, self.profile.limits
+        executor = {
+            "ulimit": [f"{k}={v[0]}:{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in limits.ulimits.items()],
+            "cap_add": list(limits.cap_add),
+            "memory_limit": limits.memory,
+            "shm_size": limits.shm_size,
+            "volumes": list(p.volumes),
+        }
+        meta = {"variant": self.variant, "profile": p.name, "image": self.image.ref, "image_id": self.image.image_id,
+                "found": self.image.source, "platform": self.platform,
+                "left_to_sparkrun": self.left_to_sparkrun()}  # fmt: skip
+        return {
+            "recipe_version": "2",
+            "description": f"{self.variant} image, profile {p.name}" + (f": {p.description}" if p.description else ""),
+            "model": p.model,
+            "runtime": "vllm",
+            "min_nodes": p.nodes,
+            "max_nodes": p.nodes,
+            "container": self.image.ref,
+            **({"builder": "imgbuild", "builder_config": self.builder} if self.builder else {}),
+            "env": self.recipe_env(),
+            "defaults": serve_defaults(p),
+            "executor_config": {k: v for k, v in executor.items() if v},
+            "metadata": {"imgbuild": meta},
+        }
+
+    def text(self) -> str:
+        """The recipe as written: a comment (how it was made, what sparkrun sets itself), then the YAML."""
+        left = self.left_to_sparkrun()
+        comment = [
+            f"Written by `imgbuild recipe {self.variant} --profile {self.profile.name}`; regenerate, do not edit.",
+            f"Image: {self.image.ref} ({self.image.source}).",
+            *([LEFT_TO_SPARKRUN.format(", ".join(left))] if left else []),
+            "Run: sparkrun run THIS_FILE --hosts H1,...,H8",
+        ]
+        body = yaml.safe_dump(self.document(), sort_keys=False, default_flow_style=False, width=1000)
+        return "".join(f"# {line}\n" for line in "\n".join(comment).splitlines()) + body
 
 
 def merged_env(variant: ResolvedVariant, profile: deploy.Profile) -> dict[str, str]:
@@ -135,7 +265,7 @@ def write_recipe(
     image: str | None = None,
     registry: str | None = None,
     builder: bool = False,
-) -> Written:
+) -> Recipe:
     variant = project.variant(variant_name)
     profile = deploy.profile(project.root, profile_name)
     if profile.variant != variant.name:
@@ -152,17 +282,11 @@ def write_recipe(
     else:
         pinned, seen_platform = pin_image(variant, image=image, registry=registry)
     platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
-    plugin = launch.Builder(str(project.root), variant.name, platform) if builder else None
-    run = Launch(variant.name, profile, pinned, platform, env, plugin)
-    comment = [
-        f"Written by `imgbuild recipe {variant.name} --profile {profile.name}`; regenerate, do not edit.",
-        f"Image: {pinned.ref} ({pinned.source}).",
-        launch.recipe_comment(run),
-        "Run: sparkrun run THIS_FILE --hosts H1,...,H8",
-    ]
-    out.mkdir(parents=True, exist_ok=True)
+    config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
     path = out / f"{variant.name}-{profile.name.lower()}.yaml"
+    recipe = Recipe(variant.name, profile, pinned, platform, env, config, path)
+    out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(launch.render_yaml(launch.sparkrun_recipe(run), "\n".join(filter(None, comment))), encoding="utf-8")
+    tmp.write_text(recipe.text(), encoding="utf-8")
     os.replace(tmp, path)
-    return Written(run, path, launch.serve_args(profile))
+    return recipe

@@ -10,6 +10,7 @@ the registry already has at that digest is not pushed again. SBOMs and signature
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,8 +37,7 @@ NOT_BUILT = "(not built)"
 Say = Callable[[str], None]
 
 
-def _stderr(msg: str) -> None:
-    print(msg, file=sys.stderr)
+_stderr: Say = functools.partial(print, file=sys.stderr)
 
 
 def split_ref(local: str) -> tuple[str, str]:
@@ -54,10 +54,14 @@ class Push:
 
     local: str
     digest: str  # the local id: on the containerd store, the manifest (or index) digest the registry gets
-    target: str
+    name: str  # REG/repo, where it goes (under the local tag)
     platforms: tuple[Platform, ...]  # one, or several for a join
     inputs_digest: str = ""
     labels: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def target(self) -> str:
+        return f"{self.name}:{split_ref(self.local)[1]}"
 
     @property
     def platform(self) -> str:
@@ -90,10 +94,6 @@ class VariantPublish:
         }
 
 
-def _target(name: str, local: str) -> str:
-    return f"{name}:{split_ref(local)[1]}"
-
-
 def plan_built(result: BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]) -> list[
     VariantPublish
 ]:  # fmt: skip
@@ -103,15 +103,11 @@ def plan_built(result: BuildResult, registry: str, repository: str | None, found
         imgs = [img for img in result.images if img.variant == variant]
         name = reference.join(registry, repository or split_ref(imgs[0].immutable)[0]).name
         pushes = tuple(
-            Push(i.immutable, i.image_id, _target(name, i.immutable), (i.platform,), i.inputs_digest,
-                 found.get(i.image_id, {}))
-            for i in imgs
-        )  # fmt: skip
+            Push(i.immutable, i.image_id, name, (i.platform,), i.inputs_digest, found.get(i.image_id, {})) for i in imgs
+        )
         last = imgs[-1]
         platforms = tuple(i.platform for i in imgs)
-        top = (
-            Push(last.index_ref, last.index, _target(name, last.index_ref), platforms) if last.index_ref else pushes[-1]
-        )
+        top = Push(last.index_ref, last.index, name, platforms) if last.index_ref else pushes[-1]
         out.append(VariantPublish(variant, name, pushes, top, tuple(split_ref(r)[1] for r in last.moving)))
     return out
 
@@ -123,13 +119,10 @@ def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[Var
     for variant in dict.fromkeys(ib.variant for ib in plan.images):
         parts = [ib for ib in plan.images if ib.variant == variant]
         name = reference.join(registry, repository or parts[0].repository).name
-        pushes = tuple(
-            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), (ib.platform,), ib.inputs_digest)
-            for ib in parts
-        )
+        pushes = tuple(Push(ib.immutable_ref, NOT_BUILT, name, (ib.platform,), ib.inputs_digest) for ib in parts)
         join = joins.get(variant)
         platforms = tuple(ib.platform for ib in parts)
-        top = Push(join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), platforms) if join else pushes[0]
+        top = Push(join.immutable_ref, NOT_BUILT, name, platforms) if join else pushes[0]
         out.append(
             VariantPublish(variant, name, pushes, top, tuple(join.moving_tags if join else parts[0].moving_tags))
         )
