@@ -75,12 +75,9 @@ def publish(
     project = load_project()
     selection = project.select(variants, ",".join(platform) if platform else None, default="declared")
     base = base or os.environ.get("IMGBUILD_BASE") or None
-    if dry_run:
-        result = pub.dry_run(project, selection, registry, repository=repository, base=base)
-    else:
-        result = pub.publish(
-            project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign
-        )
+    result = pub.publish(
+        project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign, dry_run=dry_run
+    )
     if as_json:
         print_json("publish-plan" if dry_run else "publish", result.to_json())
     else:

@@ -35,13 +35,10 @@ def recipe(
 ) -> None:
     """Write a sparkrun recipe for VARIANT with a launch profile.
 
-    The image is pinned by a reference with a repository (sparkrun's distribution tags it on each node),
-    never a moving tag: the immutable REPO:<version>-<digest> tag of the variant's local image (default)
-    or of --image (or its REF@sha256:...), or the index digest published in --registry. With --builder,
-    sparkrun builds the variant through imgbuild at launch (`builder: imgbuild`; see docs/launching.md).
-    Env comes from the variant's image spec plus the profile's, which adds container limits and the
-    `vllm serve` arguments; the NCCL variables sparkrun detects per cluster are left to it, and the
-    recipe passes `sparkrun recipe validate --strict`.
+    The image is pinned, never by a moving tag: the immutable REPO:<version>-<digest> tag of the
+    variant's local image or of --image (or its REF@sha256:...), or the index digest published in
+    --registry; with --builder, sparkrun builds it through imgbuild at launch (see docs/launching.md).
+    Env, container limits and `vllm serve` arguments come from the image spec and the profile.
 
     Examples:
 

@@ -62,15 +62,12 @@ SPARKRUN_MANAGED_ENV = frozenset(
 
 def serve_defaults(p: Profile) -> dict[str, Any]:
     """The recipe's `defaults:`: sparkrun builds `vllm serve` from these."""
-    out: dict[str, Any] = {}
-    if p.served_model_name:
-        out["served_model_name"] = p.served_model_name
-    out["port"] = p.port
-    out.update(p.serve.model_dump(exclude_none=True))
-    return out
+    named = {"served_model_name": p.served_model_name} if p.served_model_name else {}
+    return {**named, "port": p.port, **p.serve.model_dump(exclude_none=True)}
 
 
 def flag_args(defaults: dict[str, Any]) -> list[str]:
+    """`vllm serve` flags as sparkrun spells them: `-tp`, JSON without spaces, `--no-X` for default-on booleans."""
     args: list[str] = []
     for key, value in defaults.items():
         flag = SHORT_FLAGS.get(key, "--" + key.replace("_", "-"))

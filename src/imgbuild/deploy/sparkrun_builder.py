@@ -60,18 +60,13 @@ def problems(recipe: Any) -> list[str]:
     return out
 
 
-def is_url(project: str) -> bool:
-    return "://" in project or project.startswith("git@")
-
-
 def checkout(url: str, revision: str | None, cache: Path) -> Path:
     """A clone of `url` at `revision` (default: the remote's HEAD), kept under `cache` keyed by the URL."""
     where = cache / hashlib.sha256(url.encode()).hexdigest()[:16]
     if not (where / ".git").exists():
         where.parent.mkdir(parents=True, exist_ok=True)
         _git("clone", "--quiet", url, str(where))
-    rev = revision or "HEAD"
-    _git("-C", str(where), "fetch", "--quiet", "origin", rev)
+    _git("-C", str(where), "fetch", "--quiet", "origin", revision or "HEAD")
     _git("-C", str(where), "checkout", "--quiet", "--detach", "FETCH_HEAD")
     return where
 
@@ -92,8 +87,7 @@ def _run(argv: list[str]) -> proc.CompletedProcess[str]:
 
 def build_argv(cfg: dict[str, Any], project: str, variant: str, *, dry_run: bool) -> list[str]:
     command = cfg.get("command") or os.environ.get("IMGBUILD_COMMAND") or "imgbuild"
-    argv = [*(shlex.split(command) if isinstance(command, str) else list(command))]
-    argv += ["-C", project, "build", variant, "--json"]
+    argv = [*(shlex.split(command) if isinstance(command, str) else command), "-C", project, "build", variant, "--json"]
     if cfg.get("platform"):
         argv += ["--platform", str(cfg["platform"])]
     return [*argv, "--dry-run"] if dry_run else argv
@@ -159,12 +153,10 @@ class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not t
         bad = problems(recipe)
         if bad:
             raise ImgbuildBuildError("; ".join(bad), 3)
-        cfg = config_of(recipe)
+        cfg, variant = config_of(recipe), str(variant_of(recipe))  # problems() checked both
         project = str(cfg["project"])
-        if is_url(project):
+        if "://" in project or project.startswith("git@"):  # a git URL: build a clone of it
             project = str(checkout(project, cfg.get("revision"), Path.home() / ".cache/imgbuild/sparkrun-projects"))
-        variant = variant_of(recipe)
-        assert variant is not None  # problems() checked it
         return run_build(build_argv(cfg, project, variant, dry_run=dry_run), variant)
 
     def pull_ref(self, image: str, recipe: Any, config: Any = None) -> str | None:

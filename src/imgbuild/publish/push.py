@@ -14,7 +14,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from imgbuild.publish import signing
 from imgbuild.registry import reference, tools
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runner import BuildOptions, BuildResult
+    from imgbuild.builder.runner import BuildResult
     from imgbuild.plan.builds import BuildPlan
 
 STORE_HINT = (
@@ -129,16 +129,15 @@ def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[Var
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    variant: str
     digest: str  # what the moving tags name in the registry
     state: str  # "published", "unchanged", "retagged"
-    pushed: list[str] = field(default_factory=list)
-    moved: list[str] = field(default_factory=list)
+    pushed: list[str]
+    moved: list[str]
 
     def to_json(self) -> dict[str, object]:
-        return {"digest": self.digest, "state": self.state, "pushed": self.pushed, "moved": self.moved}
+        return asdict(self)
 
 
 def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
@@ -161,16 +160,11 @@ def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
 
 def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
     """Each platform's image, then the join (several platforms), then the moving tags, last."""
-    outcome = Outcome(vp.variant, vp.top.digest, "unchanged")
     immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
-    outcome.pushed = [p.target for p in immutable if _push(p, p.target, say)]
-    moved = [ref for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
-    outcome.moved = [ref.rsplit(":", 1)[1] for ref in moved]
-    outcome.state = "published" if outcome.pushed else "retagged" if moved else "unchanged"
-    say(
-        f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if outcome.pushed or moved else ", already published")
-    )
-    return outcome
+    pushed = [p.target for p in immutable if _push(p, p.target, say)]
+    moved = [ref.rsplit(":", 1)[1] for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
+    say(f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if pushed or moved else ", already published"))
+    return Outcome(vp.top.digest, "published" if pushed else "retagged" if moved else "unchanged", pushed, moved)
 
 
 def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
@@ -211,25 +205,6 @@ class PublishResult:
         }
 
 
-def _options(project: Project, selection: Selection, repository: str | None, base: str | None) -> BuildOptions:
-    from imgbuild.builder.runner import BuildOptions
-
-    # Built under the configured repository: --repository changes where an image goes, not what it is.
-    configured = all(project.variants[n].image.repository for n in selection.names)
-    return BuildOptions(base=base, repository=None if configured else repository, smoke=True)
-
-
-def dry_run(
-    project: Project, selection: Selection, registry: str, *, repository: str | None = None, base: str | None = None
-) -> PublishResult:
-    """Where each image would go, from the build plan; builds and pushes nothing."""
-    from imgbuild.builder import runner as build
-
-    t0 = time.perf_counter()
-    planned = build.dry_run(project, selection, _options(project, selection, repository, base))
-    return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
-
-
 def publish(
     project: Project,
     selection: Selection,
@@ -240,15 +215,23 @@ def publish(
     key: Path | None = None,
     sbom: bool = False,
     sign: bool = False,
+    dry_run: bool = False,
     say: Say = _stderr,
 ) -> PublishResult:
-    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
+    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`).
+    A dry run says where each image would go, from the build plan, and builds and pushes nothing."""
     from imgbuild.builder import runner as build
     from imgbuild.engine import Engine
 
     t0 = time.perf_counter()
+    # built under the configured repository: --repository changes where an image goes, not what it is
+    configured = all(project.variants[n].image.repository for n in selection.names)
+    options = build.BuildOptions(base=base, repository=None if configured else repository, smoke=True)
+    if dry_run:
+        planned = build.dry_run(project, selection, options)
+        return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
     engine = Engine.connect()
-    built = build.build(engine, project, selection, _options(project, selection, repository, base), say)
+    built = build.build(engine, project, selection, options, say)
     found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
     plan = plan_built(built, registry, repository, found)
     outcomes = [push_variant(vp, say) for vp in plan]

@@ -201,21 +201,16 @@ def integrity_checks(info: ImageInfo, expected: Expected, ref: integrity.Referen
     return out
 
 
-def _probe_job(expected: Expected, skeleton: bool) -> probe.Job:
-    spec = expected.smoke
-    commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
-    modules: tuple[str, ...] = ()
-    if not skeleton:
-        importers = list(expected.importers()) if expected.importers else []
-        modules = tuple(modules_to_import([f.path for f in expected.files], importers))
-    return probe.Job(expected.paths, commands, spec.timeout if spec else 600, modules, CLI if modules else "")
-
-
 def runtime_checks(engine: Engine, info: ImageInfo, expected: Expected) -> tuple[list[Check], probe.ProbeResult]:
     """One container: run directly, hashes, byte-compiles, smoke commands, imports, version."""
     check_binfmt(info.platform, engine.arch)
-    skeleton = lbl.SKELETON in info.labels
-    job = _probe_job(expected, skeleton)
+    skeleton, spec = lbl.SKELETON in info.labels, expected.smoke
+    commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
+    modules: tuple[str, ...] = ()
+    if not skeleton:  # the planned files' modules, then the release's modules importing them
+        importers = list(expected.importers()) if expected.importers else []
+        modules = tuple(modules_to_import([f.path for f in expected.files], importers))
+    job = probe.Job(expected.paths, commands, spec.timeout if spec else 600, modules, CLI if modules else "")
     t0 = time.monotonic()
     # under qemu, an arm64 torch needs an aarch64 cpuinfo
     opts = runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine.arch.arch)
@@ -306,18 +301,6 @@ def _import_checks(
     return checks
 
 
-def _file_checks(rows: Sequence[FileRow], took: float) -> list[Check]:
-    checks = []
-    for row in rows:
-        if row.ok:
-            detail = row.actual
-        else:
-            detail = f"expected {row.expected} {row.expected_sha256[:12]}, image has {row.actual}"
-            detail += f" {row.actual_sha256[:12]}" if row.actual_sha256 else ""
-        checks.append(Check("files", row.path, "pass" if row.ok else "fail", detail, took / max(len(rows), 1)))
-    return checks
-
-
 def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True) -> SmokeReport:
     """Run every check on `ref`; a failing check is recorded, never raised. With `runtime`, one container does
     everything that runs, and the file hashes come from it too unless it could not run."""
@@ -335,7 +318,13 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
         run_checks += [Check("launcher", *r) for r in launchcheck.run(engine, info, expected.platform)]
     digests = result.hashes if result is not None and result.ran else read_digests(engine, info.id, expected)
     report.files = file_rows(expected, digests)
-    report.checks.extend(_file_checks(report.files, 0.0 if runtime else time.monotonic() - t0))
+    took = 0.0 if runtime else (time.monotonic() - t0) / max(len(report.files), 1)
+    for row in report.files:
+        detail = row.actual
+        if not row.ok:
+            detail = f"expected {row.expected} {row.expected_sha256[:12]}, image has {row.actual}"
+            detail += f" {row.actual_sha256[:12]}" if row.actual_sha256 else ""
+        report.checks.append(Check("files", row.path, "pass" if row.ok else "fail", detail, took))
     report.checks.extend(run_checks)
     return report
 

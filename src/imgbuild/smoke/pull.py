@@ -18,19 +18,6 @@ def is_registry_ref(text: str) -> bool:
     return bool(rest) and ("." in first or ":" in first or first == "localhost")
 
 
-def platform_digest(ref: reference.Reference, platform: Platform) -> str:
-    """The manifest digest of `platform` behind `ref`."""
-    top = tools.inspect_required(str(ref))
-    if not top.is_index:
-        return top.digest
-    entries = top.entries()
-    found = [digest for plat, digest in entries if plat == str(platform)]
-    if not found:
-        have = ", ".join(plat or "unknown" for plat, _ in entries) or "none"
-        raise RegistryError(f"{ref} has no {platform} image (it has {have})")
-    return found[0]
-
-
 def localize(engine: Engine, text: str, platform: str | None = None) -> str:
     """A reference the daemon has, for `platform` (default: the daemon's own)."""
     want = Platform.parse(platform) if platform else None
@@ -49,7 +36,12 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
     except ConfigError:
         return text
     plat = want or engine.arch
-    pinned = f"{ref.name}@{platform_digest(ref, plat)}"
+    top = tools.inspect_required(str(ref))  # the platform's manifest: the one, or the index's entry
+    found = [digest for p, digest in top.entries() if p == str(plat)] if top.is_index else [top.digest]
+    if not found:
+        have = ", ".join(p or "unknown" for p, _ in top.entries()) or "none"
+        raise RegistryError(f"{ref} has no {plat} image (it has {have})")
+    pinned = f"{ref.name}@{found[0]}"
     if engine.image(pinned) is None:
         try:
             engine.pull(pinned, plat)
