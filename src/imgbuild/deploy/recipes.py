@@ -22,9 +22,11 @@ import yaml
 
 from imgbuild.deploy import profiles as deploy
 from imgbuild.deploy.profiles import Profile
+from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError, UsageError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
+from imgbuild.registry import reference, tools
 
 SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
 NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
@@ -210,13 +212,9 @@ def _variant_tag(variant: ResolvedVariant) -> str:
 
 def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | None) -> tuple[Pinned, str | None]:
     """The digest-pinned reference, and the image's platform when it was looked at."""
-    from imgbuild.registry import reference
-
     if registry is not None:
         if image is not None:
             raise UsageError("--image and --registry cannot be used together")
-        from imgbuild.registry import tools
-
         ref = reference.join(registry, _variant_tag(variant))
         found = tools.inspect(str(ref))
         if found is None:
@@ -228,8 +226,6 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
     if image is not None and "@sha256:" in image:
         reference.parse(image)  # a ConfigError names what is wrong with it
         return Pinned(image, None, "given"), None
-    from imgbuild.engine import Engine
-
     wanted = image or _variant_tag(variant)
     info = Engine.connect().image(wanted)
     if info is None:

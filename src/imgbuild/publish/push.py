@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from imgbuild.builder import runner as build
+from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
@@ -26,7 +28,6 @@ from imgbuild.publish import signing
 from imgbuild.registry import reference, tools
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runner import BuildResult
     from imgbuild.plan.builds import BuildPlan
 
 STORE_HINT = (
@@ -94,9 +95,9 @@ class VariantPublish:
         }
 
 
-def plan_built(result: BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]) -> list[
-    VariantPublish
-]:  # fmt: skip
+def plan_built(
+    result: build.BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]
+) -> list[VariantPublish]:
     """What goes where (pure, given what the build made and each image's labels by id)."""
     out = []
     for variant in dict.fromkeys(img.variant for img in result.images):
@@ -220,9 +221,6 @@ def publish(
 ) -> PublishResult:
     """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`).
     A dry run says where each image would go, from the build plan, and builds and pushes nothing."""
-    from imgbuild.builder import runner as build
-    from imgbuild.engine import Engine
-
     t0 = time.perf_counter()
     # built under the configured repository: --repository changes where an image goes, not what it is
     configured = all(project.variants[n].image.repository for n in selection.names)

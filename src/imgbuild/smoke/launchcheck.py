@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from imgbuild.errors import ConfigError
 from imgbuild.platforms import Platform
 
 if TYPE_CHECKING:
@@ -120,8 +121,6 @@ def check_decision(
 ) -> None:
     """Refuse, before any build, a passthrough ENTRYPOINT the config did not decide about, and `keep` of a
     consuming one (pure; ConfigError)."""
-    from imgbuild.errors import ConfigError
-
     where = f"images/{variant}.yaml: image.entrypoint"
     ep = list(entrypoint or [])
     if kind == "passthrough" and decision is None:
