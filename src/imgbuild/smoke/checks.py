@@ -134,6 +134,11 @@ def read_digests(engine: Engine, ref: str, expected: Expected) -> dict[str, str 
     return {p: None if d is None else hashlib.sha256(d).hexdigest() for p, d in data.items()}
 
 
+def _verdict(name: str, problems: Sequence[str], ok: str) -> Check:
+    """A config check that fails naming each problem, or passes saying `ok`."""
+    return Check("config", name, "fail" if problems else "pass", "; ".join(problems) or ok)
+
+
 def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
     ok = info.os == "linux" and info.arch == expected.platform.arch
     detail = f"image is {info.platform}, declared {expected.platform}"
@@ -142,21 +147,19 @@ def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
         if name == "entrypoint" and value and info.labels.get(lbl.ENTRYPOINT) == "keep":
             detail = f"{list(value)} kept (image.entrypoint: keep); the launcher check runs a command through it"
             checks.append(Check("config", name, "pass", detail))
-        elif value:
-            detail = f"{name.upper()} is {list(value)}; launchers append their own command"
-            checks.append(Check("config", name, "fail", detail))
         else:
-            checks.append(Check("config", name, "pass", "empty"))
+            wrong = [f"{name.upper()} is {list(value)}; launchers append their own command"] if value else []
+            checks.append(_verdict(name, wrong, "empty"))
     missing = lbl.missing_required(info.labels)
     detail = f"missing: {', '.join(missing)}" if missing else f"{len(lbl.REQUIRED)} required labels"
     checks.append(Check("config", "labels-present", "fail" if missing else "pass", detail))
     if expected.labels is not None:
-        wrong = [k for k, v in expected.labels.items() if info.labels.get(k) != v]
-        detail = "; ".join(
-            f"{k}: image has {integrity.cut(info.labels.get(k), 80)}, plan says {integrity.cut(expected.labels[k], 80)}"
-            for k in wrong
-        )
-        checks.append(Check("config", "labels-match-plan", "fail" if wrong else "pass", detail or "all labels agree"))
+        wrong = [
+            f"{k}: image has {integrity.cut(info.labels.get(k), 80)}, plan says {integrity.cut(v, 80)}"
+            for k, v in expected.labels.items()
+            if info.labels.get(k) != v
+        ]
+        checks.append(_verdict("labels-match-plan", wrong, "all labels agree"))
     return checks
 
 
@@ -168,8 +171,7 @@ def integrity_checks(info: ImageInfo, expected: Expected, ref: integrity.Referen
     if base is None:
         out.append(Check("config", "layers", "skip", f"{where}; layers not compared"))
     else:
-        problems = integrity.layer_problems(info.layers, base.layers, ref.own)
-        out.append(Check("config", "layers", "fail" if problems else "pass", "; ".join(problems) or ref.describe()))
+        out.append(_verdict("layers", integrity.layer_problems(info.layers, base.layers, ref.own), ref.describe()))
     config: lbl.ConfigLabel | None = None
     if expected.env is None or expected.labels is None:
         raw = info.labels.get(lbl.CONFIG)
@@ -184,20 +186,17 @@ def integrity_checks(info: ImageInfo, expected: Expected, ref: integrity.Referen
     if base is None:  # each planned variable at least
         have = dict(e.partition("=")[::2] for e in info.env)
         wrong = [f"ENV {k}: image has {have.get(k)!r}, plan says {v!r}" for k, v in env.items() if have.get(k) != v]
-        detail = "; ".join(wrong) or f"{len(env)} planned variables ({where})"
+        out.append(_verdict("env", wrong, f"{len(env)} planned variables ({where})"))
     else:
         wrong = integrity.env_problems(info.env, integrity.expected_env(base.env, env))
-        detail = "; ".join(wrong) or f"base ENV + {len(env)} planned"
-    out.append(Check("config", "env", "fail" if wrong else "pass", detail))
-    if expected.labels is not None:
-        if base is not None:  # without it, labels-match-plan compares the plan's keys
-            problems = integrity.label_problems(info.labels, {**base.labels, **expected.labels})
-            detail = "; ".join(problems) or "exactly the base's and the plan's"
-            out.append(Check("config", "labels", "fail" if problems else "pass", detail))
-    elif config is not None:
+        out.append(_verdict("env", wrong, f"base ENV + {len(env)} planned"))
+    if expected.labels is not None and base is not None:  # without the base, labels-match-plan compares the plan's
+        problems = integrity.label_problems(info.labels, {**base.labels, **expected.labels})
+        out.append(_verdict("labels", problems, "exactly the base's and the plan's"))
+    elif expected.labels is None and config is not None:
         problems = integrity.config_label_problems(info.labels, config, base.labels if base else None)
         ok = f"{len(config.labels)} labels as imgbuild wrote them" + ("" if base else " (extra keys not checked)")
-        out.append(Check("config", "labels", "fail" if problems else "pass", "; ".join(problems) or ok))
+        out.append(_verdict("labels", problems, ok))
     return out
 
 
