@@ -38,7 +38,7 @@ VERSIONS: dict[str, int] = {
     "bake-check": 1,
     "publish": 1,
     "publish-plan": 1,  # publish --dry-run
-    "recipe": 1,
+    "recipe": 2,  # 2: no `compose` (the compose file is gone)
 }
 
 _ID = re.compile(r"^imgbuild\.([a-z][a-z0-9-]*)/([1-9][0-9]*)$")

@@ -80,15 +80,13 @@ def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Projec
     bases = {(v, ARM): BaseInfo("vllm/vllm-openai:v1", "sha256:" + "1" * 64, "sha256:" + "a" * 64,
                                           ARM, SITE) for v in project.variants}  # fmt: skip
     ib = make_build_plan(inputs, project.plan(), bases, project.select(["engram-mem"])).images[0]
-    facts = sbom.ImageFacts(
-        "127.0.0.1:5000/t/vllm", "vllm-test:engram-mem", "linux/arm64", "sha256:" + "e" * 64, ib.labels,
-        "docker.io/vllm/vllm-openai:v1", "sha256:" + "a" * 64, SITE,
-    )  # fmt: skip
-    doc = sbom.spdx(facts)
-    assert sbom.render(doc) == sbom.render(sbom.spdx(facts))  # equal inputs, equal bytes
+    facts = ("127.0.0.1:5000/t/vllm", "linux/arm64", "sha256:" + "e" * 64, ib.labels)
+    doc = sbom.spdx(*facts)
+    assert sbom.render(doc) == sbom.render(sbom.spdx(*facts))  # equal inputs, equal bytes
     files = labels.parse_files(ib.labels["imgbuild.files"])
     assert {f["fileName"] for f in doc["files"]} == {f"{SITE}/{f.path}" for f in files}  # type: ignore[attr-defined]
-    assert sbom.check(doc, files, SITE, "sha256:" + "a" * 64) == []
+    assert doc["name"] == "vllm-test:engram-mem linux/arm64"
+    assert sbom.check(doc, ib.labels) == []
     names = {p["name"]: p for p in doc["packages"]}  # type: ignore[attr-defined]
     assert (
         names["vllm"]["versionInfo"] == "1.0.0"
@@ -96,5 +94,5 @@ def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Projec
     )
     wrong = json.loads(sbom.render(doc))
     wrong["files"][0]["checksums"][0]["checksumValue"] = "0" * 64
-    problems = sbom.check(wrong, files, SITE, "sha256:" + "b" * 64)
+    problems = sbom.check(wrong, {**ib.labels, f"{OCI}base.digest": "sha256:" + "b" * 64})
     assert len(problems) == 2 and "the base is not named by" in problems[1]

@@ -1,4 +1,4 @@
-"""`imgbuild recipe`: profiles, pinning, rendering (fast tier; sparkrun, compose and a real run: tests/docker)."""
+"""`imgbuild recipe`: profiles, pinning, rendering (fast tier; sparkrun and a local image: tests/docker)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imgbuild.deploy import launch
 from imgbuild.deploy import profiles as deploy
+from imgbuild.deploy import recipes
 from imgbuild.deploy.recipes import immutable_ref, write_recipe
 from imgbuild.errors import ConfigError, DockerError, UsageError
 from imgbuild.project import Project
@@ -64,11 +64,9 @@ def test_real_project_recipes_pin_and_take_env_from_the_image_spec(tmp_path: Pat
     project = Project.load(ROOT)
     for variant, profile in (("latest", "TP8-1M"), ("engram-mem", "TP8-300K")):
         done = write_recipe(project, variant, profile, out=tmp_path, image=PINNED)
-        recipe = yaml.safe_load(done.recipe.read_text())
-        compose = yaml.safe_load(done.compose.read_text())
-        assert recipe["container"] == PINNED and compose["services"]["head"]["image"] == PINNED
-        env = compose["services"]["head"]["environment"]
-        assert recipe["env"] == {k: v for k, v in env.items() if k not in launch.SPARKRUN_MANAGED_ENV}
+        recipe = yaml.safe_load(done.path.read_text())
+        assert recipe["container"] == PINNED
+        assert recipe["env"] == {k: v for k, v in done.env.items() if k not in recipes.SPARKRUN_MANAGED_ENV}
         assert ("DSV41_ENGRAM_DISK" in recipe["env"]) == (variant == "latest")  # images/engram-mem.yaml removes it
         assert recipe["min_nodes"] == recipe["max_nodes"] == 8 and "mode" not in recipe
         assert recipe["executor_config"] == {
@@ -76,20 +74,15 @@ def test_real_project_recipes_pin_and_take_env_from_the_image_spec(tmp_path: Pat
             "cap_add": ["IPC_LOCK"],
             "memory_limit": "112g",
         }
-        head, worker = compose["services"]["head"], compose["services"]["worker"]
-        assert head["ulimits"]["memlock"] == {"soft": -1, "hard": -1} and head["cap_add"] == ["IPC_LOCK"]
-        assert head["command"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash"]
-        assert head["command"][-2:] == ["--node-rank", "0"] and worker["command"][-1] == "--headless"
-        assert worker["profiles"] == ["worker"]
-        assert "&id" not in done.compose.read_text()
+        assert done.to_json()["serve"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash"]
+        assert "&id" not in done.path.read_text()
 
 
 def test_a_moving_tag_is_never_written(tmp_path: Path) -> None:
     project = Project.load(ROOT)
     done = write_recipe(project, "latest", "TP8-1M", out=tmp_path, image=PINNED)
-    for path in (done.recipe, done.compose):
-        refs = re.findall(r"(?:container|image): (\S+)", path.read_text())
-        assert refs and all("@sha256:" in r and not r.startswith("sha256:") for r in refs)
+    refs = re.findall(r"(?:container|image): (\S+)", done.path.read_text())
+    assert refs and all("@sha256:" in r and not r.startswith("sha256:") for r in refs)
     with pytest.raises(ConfigError, match="is not a sha256 digest"):
         write_recipe(project, "latest", "TP8-1M", out=tmp_path, image="vllm-dsv41@sha256:latest")
 
@@ -115,7 +108,7 @@ def test_the_immutable_tag_is_found_among_the_images_tags() -> None:
 
 def test_builder_recipe_names_the_project_and_variant(tmp_path: Path) -> None:
     done = write_recipe(Project.load(ROOT), "engram-mem", "TP8-300K", out=tmp_path, builder=True)
-    recipe = yaml.safe_load(done.recipe.read_text())
+    recipe = yaml.safe_load(done.path.read_text())
     assert (recipe["builder"], recipe["container"]) == ("imgbuild", "vllm-dsv41:engram-mem")
     assert recipe["builder_config"]["variant"] == "engram-mem" and recipe["builder_config"]["project"] == str(ROOT)
     with pytest.raises(UsageError, match="--builder cannot be used with --image"):
@@ -174,17 +167,15 @@ def test_one_node_profile_has_no_multi_node_flags(synth: Path, tmp_path: Path) -
         "      enforce_eager: true\n      trust_remote_code: false\n",
     )
     done = write_recipe(Project.load(synth), "latest", "solo", out=tmp_path, image=PINNED)
-    compose = yaml.safe_load(done.compose.read_text())
-    assert list(compose["services"]) == ["head"]
-    assert compose["services"]["head"]["command"] == [
+    assert done.to_json()["serve"] == [
         "vllm", "serve", "m", "--port", "8000", "--no-enable-prefix-caching", "--enforce-eager",
     ]  # fmt: skip
-    recipe = yaml.safe_load(done.recipe.read_text())
+    recipe = yaml.safe_load(done.path.read_text())
     assert "mode" not in recipe and recipe["min_nodes"] == recipe["max_nodes"] == 1
 
 
 def test_flag_rendering_matches_sparkruns_spelling() -> None:
-    args = launch.flag_args({"tensor_parallel": 8, "speculative_config": {"a": 1, "b": False}, "x_y": 0.8})
+    args = recipes.flag_args({"tensor_parallel": 8, "speculative_config": {"a": 1, "b": False}, "x_y": 0.8})
     assert args == ["-tp", "8", "--speculative-config", '{"a":1,"b":false}', "--x-y", "0.8"]
 
 

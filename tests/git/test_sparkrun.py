@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from imgbuild.deploy import launch
 from imgbuild.deploy import profiles as deploy
+from imgbuild.deploy import recipes
 from imgbuild.deploy.recipes import write_recipe
 from imgbuild.jsondoc import document
 from imgbuild.project import Project
@@ -87,25 +87,24 @@ def test_strict_validator_passes_the_pinned_recipe(
     env: dict[str, str], tmp_path: Path, variant: str, profile: str
 ) -> None:
     done = write_recipe(Project.load(ROOT), variant, profile, out=tmp_path, image=PINNED)
-    report = validate(env, done.recipe)
+    report = validate(env, done.path)
     assert (report["rc"], report["issues"]) == (0, []), report
-    recipe = yaml.safe_load(done.recipe.read_text())
+    recipe = yaml.safe_load(done.path.read_text())
     assert "mode" not in recipe and recipe["min_nodes"] == recipe["max_nodes"] == 8
-    assert not set(recipe["env"]) & launch.SPARKRUN_MANAGED_ENV
-    # the seed's own tuning stays; what sparkrun detects is named in the comment and kept in compose
+    assert not set(recipe["env"]) & recipes.SPARKRUN_MANAGED_ENV
+    # the seed's own tuning stays; what sparkrun detects is named in the comment
     assert recipe["env"]["NCCL_MAX_NCHANNELS"] == "8" and recipe["env"]["NCCL_IB_ROCE_VERSION_NUM"] == "2"
-    assert "Not in env: NCCL_CROSS_NIC, NCCL_IB_MERGE_NICS, NCCL_IGNORE_CPU_AFFINITY" in done.recipe.read_text()
-    compose = yaml.safe_load(done.compose.read_text())["services"]["head"]["environment"]
-    assert compose["NCCL_CROSS_NIC"] == "1" and compose == {**recipe["env"], **compose}
+    assert "Not in env: NCCL_CROSS_NIC, NCCL_IB_MERGE_NICS, NCCL_IGNORE_CPU_AFFINITY" in done.path.read_text()
+    assert done.env["NCCL_CROSS_NIC"] == "1" and done.env == {**recipe["env"], **done.env}
 
 
 def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[str, str], tmp_path: Path) -> None:
     done = write_recipe(Project.load(ROOT), "latest", "TP8-1M", out=tmp_path, builder=True)
-    recipe = yaml.safe_load(done.recipe.read_text())
+    recipe = yaml.safe_load(done.path.read_text())
     assert recipe["builder"] == "imgbuild" and recipe["container"] == "vllm-dsv41:latest"
     assert recipe["builder_config"] == {"project": str(ROOT), "variant": "latest", "platform": "linux/arm64"}
     # the builder resolves through sparkrun's plugin discovery, or this is a `builder-unknown` error
-    report = validate(env, done.recipe)
+    report = validate(env, done.path)
     assert (report["rc"], report["issues"]) == (0, []), report
 
     args = tmp_path / "args"
@@ -118,7 +117,7 @@ def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[st
     older = stub(tmp_path / "older", "echo '" + json.dumps(unversioned) + "'\n")
     check = ROOT / "tests" / "support" / "sparkrun_builder_check.py"
     proc = subprocess.run(
-        [str(PYTHON), str(check), str(done.recipe), ok, fail, later, older],
+        [str(PYTHON), str(check), str(done.path), ok, fail, later, older],
         env=env,
         capture_output=True,
         text=True,
@@ -149,7 +148,7 @@ def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[st
         and "is 'imgbuild.build/3', and this reader reads 'imgbuild.build/2'" in (later_error["message"])
     )
     assert "carries no schema id 'imgbuild.build/2'" in older_error["message"]
-    assert set(seen["managed_env"]) == launch.SPARKRUN_MANAGED_ENV  # our copy of sparkrun's list
+    assert set(seen["managed_env"]) == recipes.SPARKRUN_MANAGED_ENV  # our copy of sparkrun's list
 
 
 def build_json() -> dict[str, Any]:

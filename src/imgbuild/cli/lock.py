@@ -10,10 +10,6 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed
 
 
-class LockStale(CheckFailed):
-    """`lock --check` found problems (exit 1)."""
-
-
 def lock(
     check: Annotated[
         bool, typer.Option("--check", help="Fail (exit 1) when images.lock is missing, stale or lacks a platform.")
@@ -53,7 +49,7 @@ def lock(
         if as_json:
             print_json("lock-check", {"ok": not problems, "problems": problems})
         if problems:
-            raise LockStale(
+            raise CheckFailed(
                 f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
                 hint="run `imgbuild lock` and commit images.lock",
                 reported=as_json,

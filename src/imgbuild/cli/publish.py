@@ -1,15 +1,18 @@
-"""`imgbuild publish`: build the variants, then push them as multi-platform images with docker's own tools."""
+"""`imgbuild publish`: build the variants, push them with docker's own tools, and render what it did."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from imgbuild.publish.push import PublishResult
 
 
 def publish(
@@ -45,15 +48,12 @@ def publish(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Build each variant's platform images locally, push them, and join them in one index per variant.
+    """Build each variant's images locally and push them as they are, one digest everywhere.
 
-    The images are built and smoke-tested as `imgbuild build` does. Each
-    platform image is pushed with `docker push` under its own immutable tag
-    (on the containerd image store the registry keeps its local digest, and
-    skips the blobs it has), `docker buildx imagetools create` joins them
-    under `<version>-<inputs>`, and only then are the variant's moving tags
-    pointed at that index. Publishing again pushes nothing. Credentials are
-    docker's own (`docker login`).
+    The images are built and smoke-tested as `imgbuild build` does, then pushed: each platform image
+    under its immutable tag, a multi-platform variant's local index under its own, and only then the
+    moving tags (on the containerd image store the registry keeps the local digests). Publishing again
+    pushes nothing. Credentials are docker's own (`docker login`).
 
     Examples:
 
@@ -66,7 +66,6 @@ def publish(
     from imgbuild.project import load_project
     from imgbuild.publish import push as pub
     from imgbuild.publish import signing
-    from imgbuild.report.publish import print_publish
     from imgbuild.report.tables import print_json
 
     if (sbom or sign) and key is None:
@@ -76,13 +75,35 @@ def publish(
     project = load_project()
     selection = project.select(variants, ",".join(platform) if platform else None, default="declared")
     base = base or os.environ.get("IMGBUILD_BASE") or None
-    if dry_run:
-        result = pub.dry_run(project, selection, registry, repository=repository, base=base)
-    else:
-        result = pub.publish(
-            project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign
-        )
+    result = pub.publish(
+        project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign, dry_run=dry_run
+    )
     if as_json:
         print_json("publish-plan" if dry_run else "publish", result.to_json())
     else:
         print_publish(result)
+
+
+def print_publish(result: PublishResult) -> None:
+    """Per variant and platform, what was pushed where; then each variant's digest and tags."""
+    from rich.table import Table
+
+    from imgbuild.report.tables import console
+
+    table = Table(title="publish" + (" (dry run)" if result.outcomes is None else ""))
+    for col in ("variant", "platform", "manifest", "pushed as", "result"):
+        table.add_column(col)
+    for i, vp in enumerate(result.plan):
+        o = result.outcomes[i] if result.outcomes else None
+        state = "dry run" if o is None else o.state + (f" (moved {', '.join(o.moved)})" if o.moved else "")
+        for j, pi in enumerate(vp.images):
+            manifest = pi.digest[7:19] if pi.digest.startswith("sha256:") else pi.digest
+            table.add_row("" if j else vp.variant, pi.platform, manifest, pi.target, "" if j else state)
+    console.print(table)
+    for i, vp in enumerate(result.plan):
+        digest = result.outcomes[i].digest if result.outcomes else "(not built yet)"
+        console.print(f"{vp.variant}: {digest}", soft_wrap=True, highlight=False)
+        for ref in (vp.top.target, *vp.moving_refs):
+            console.print(f"  {ref}", soft_wrap=True, highlight=False)
+    if result.outcomes is not None:
+        console.print(f"{result.seconds:.2f}s")

@@ -14,7 +14,7 @@ def recipe(
     variant: Annotated[str, typer.Argument(metavar="VARIANT", help="Image variant (a file in images/).")],
     profile: Annotated[str, typer.Option("--profile", "-p", help="Launch profile from deploy/profiles.yaml.")],
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Directory to write the two files to (default: deploy/out).")
+        Path | None, typer.Option("--out", "-o", help="Directory to write the recipe to (default: deploy/out).")
     ] = None,
     image: Annotated[
         str | None,
@@ -33,20 +33,12 @@ def recipe(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a sparkrun recipe and a docker compose file for VARIANT with a launch profile.
+    """Write a sparkrun recipe for VARIANT with a launch profile.
 
-    The image is pinned, never by a moving tag, always by a reference with a
-    repository (sparkrun's distribution tags it on each node): the immutable
-    REPO:<version>-<digest> tag of the image the variant's tag names (default),
-    of the image given with --image (or its REF@sha256:...), or the published
-    index digest with --registry. With --builder, sparkrun builds the variant
-    through imgbuild at launch (`builder: imgbuild`; see docs/launching.md).
-    The recipe leaves the NCCL variables sparkrun detects per cluster to it
-    and passes `sparkrun recipe validate --strict`. Env comes from the variant's image spec plus
-    the profile's; the profile adds container limits (ulimits, cap_add, memory)
-    and the `vllm serve` arguments. Multi-node compose files have a `head`
-    service (rank 0) and a `worker` service (compose profile `worker`, rank
-    from $NODE_RANK); both need $MASTER_ADDR.
+    The image is pinned, never by a moving tag: the immutable REPO:<version>-<digest> tag of the
+    variant's local image or of --image (or its REF@sha256:...), or the index digest published in
+    --registry; with --builder, sparkrun builds it through imgbuild at launch (see docs/launching.md).
+    Env, container limits and `vllm serve` arguments come from the image spec and the profile.
 
     Examples:
 
@@ -58,8 +50,7 @@ def recipe(
 
       imgbuild recipe latest --profile TP8-1M --builder
 
-    Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`, or on each
-    node `MASTER_ADDR=10.0.0.1 docker compose -f deploy/out/latest-tp8-1m.compose.yaml up`.
+    Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`.
     """
     from imgbuild.deploy.recipes import write_recipe
     from imgbuild.project import load_project
@@ -71,6 +62,5 @@ def recipe(
     if as_json:
         print_json("recipe", written.to_json())
         return
-    console.print(f"image:   {written.launch.image.ref} ({written.launch.image.source})")
-    console.print(f"recipe:  {written.recipe}")
-    console.print(f"compose: {written.compose}")
+    console.print(f"image:   {written.image.ref} ({written.image.source})")
+    console.print(f"recipe:  {written.path}")

@@ -51,7 +51,6 @@ def smoke_cmd(
     """
     from imgbuild.builder import runner as engine
     from imgbuild.engine import Engine
-    from imgbuild.plan.labels import PREFIX
     from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import expected_from_labels, smoke, summary
@@ -66,19 +65,18 @@ def smoke_cmd(
     opts = options(base, repository)
     eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon
     reports: list[SmokeReport] = []
+    finder = engine.importer_finder(project) if project is not None else None
     variant_names = [t for t in targets if project is not None and t in project.variants]
     if variant_names:
         assert project is not None
         plan = engine.prepare(eng, project, project.select(variant_names, platform), opts)
-        finder = engine.importer_finder(project)
         for ib in plan.images:  # each platform of a multi-platform image
             if eng.image(ib.immutable_ref) is None:
                 raise SmokeError(
                     f"{ib.variant}: no image {ib.immutable_ref} for the current inputs",
                     hint=f"build it first: imgbuild build {ib.variant}" + (f" --base {opts.base}" if opts.base else ""),
                 )
-            rep = smoke(eng, ib.immutable_ref, engine.expected_for(ib, finder), runtime=not static)
-            reports.append(rep)
+            reports.append(smoke(eng, ib.immutable_ref, engine.expected_for(ib, finder), runtime=not static))
     images = [t for t in targets if t not in variant_names]
     if images and platform is not None and (platform == "all" or "," in platform):
         raise UsageError(
@@ -93,15 +91,11 @@ def smoke_cmd(
                 f"{ref!r} is neither a variant of this project nor an image in the local store",
                 hint="variants are the files in images/; images are names like vllm-dsv41:latest",
             )
-        variant = info.labels.get(f"{PREFIX}variant")
-        known = project is not None and variant is not None and variant in project.variants
-        spec = project.variants[variant].smoke if project is not None and variant is not None and known else None
-        expected = expected_from_labels(info, spec)
-        if project is not None and known:  # the project's release names the modules importing the files
-            paths = tuple(f.path for f in expected.files)
-            expected = dataclasses.replace(
-                expected, importers=functools.partial(engine.importer_finder(project), paths)
-            )
+        expected = expected_from_labels(info)
+        # a variant of this project: its smoke commands, and its release names the modules importing the files
+        if project is not None and finder and (known := project.variants.get(expected.variant or "")) is not None:
+            importers = functools.partial(finder, tuple(f.path for f in expected.files))
+            expected = dataclasses.replace(expected, smoke=known.smoke, importers=importers)
         reports.append(smoke(eng, ref, expected, runtime=not static))
     if junit is not None:
         write_junit(junit, reports)

@@ -1,19 +1,16 @@
 """Launch profiles, `deploy/profiles.yaml`: how a variant is run on a cluster.
 
-A profile is `common:` with the profile's own keys on top (maps merge key by
-key, everything else replaces). Models are frozen and reject unknown keys;
-loading goes through yamlsrc, so a typo is reported at file:line:col with a
-"did you mean", like every other config file.
+A profile is `common:` with the profile's own keys on top (maps merge key by key, everything else
+replaces). Loading goes through yamlsrc: a typo is reported at file:line:col with a "did you mean".
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from imgbuild.config.models import Strict
 from imgbuild.config.yamlsrc import YamlDoc, load_yaml, validate
@@ -78,14 +75,14 @@ class Part(Strict):
     """Keys of `common:` and of each profile."""
 
     variant: str | None = None
-    description: str | None = None
+    description: str = ""
     model: str | None = None
     served_model_name: str | None = None
-    nodes: Annotated[int, Field(ge=1)] | None = None
-    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    nodes: Annotated[int, Field(ge=1)] = 1
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
     env: dict[str, str] = Field(default_factory=dict)
     volumes: list[str] = Field(default_factory=list)
-    limits: Limits | None = None
+    limits: Limits = Field(default_factory=Limits)
     serve: Serve = Field(default_factory=Serve)
 
     @field_validator("env")
@@ -102,20 +99,13 @@ class ProfilesFile(Strict):
     profiles: dict[str, Part]
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(Part):
+    """One profile, merged: a variant and a model are required."""
+
     name: str
-    variant: str
-    description: str
-    model: str
-    served_model_name: str | None
-    nodes: int
-    port: int
-    env: dict[str, str]
-    volumes: tuple[str, ...]
-    limits: Limits
-    serve: Serve
     where: str  # file:line of the profile, for errors about it
+    variant: str
+    model: str
 
 
 def _merge(common: Part, own: Part) -> dict[str, Any]:
@@ -143,28 +133,11 @@ def profile(root: Path, name: str) -> Profile:
             hint="profiles are the keys under `profiles:` in deploy/profiles.yaml",
         )
     where = doc.where(("profiles", name))
-    try:
-        merged = Part.model_validate(_merge(data.common, data.profiles[name]))
-    except ValidationError as exc:  # a merge of two valid parts is valid; kept for a clear message anyway
-        raise ConfigError(f"{where}: {exc}") from exc
-    missing = [k for k in ("variant", "model") if not getattr(merged, k)]
+    merged = _merge(data.common, data.profiles[name])
+    missing = [k for k in ("variant", "model") if not merged.get(k)]
     if missing:
         raise ConfigError(
             f"{where}: profile {name} has no {' and no '.join(missing)}",
             hint="set it in the profile or under `common:`",
         )
-    assert merged.variant is not None and merged.model is not None
-    return Profile(
-        name=name,
-        variant=merged.variant,
-        description=merged.description or "",
-        model=merged.model,
-        served_model_name=merged.served_model_name,
-        nodes=merged.nodes or 1,
-        port=merged.port or 8000,
-        env=dict(merged.env),
-        volumes=tuple(merged.volumes),
-        limits=merged.limits or Limits(),
-        serve=merged.serve,
-        where=where,
-    )
+    return Profile.model_validate({**merged, "name": name, "where": where})

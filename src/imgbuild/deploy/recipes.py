@@ -1,31 +1,92 @@
-"""`imgbuild recipe VARIANT --profile NAME`: pin the image, render, write both files.
+"""`imgbuild recipe VARIANT --profile NAME`: a variant + a launch profile -> a sparkrun recipe.
 
-The image is pinned, never by a moving tag, and always by a repository
-reference that sparkrun's distribution can tag on a node (never a bare
-`sha256:` image id): the immutable `REPO:<version>-<inputs digest>` tag of
-the image the variant's tag names (the tag moves only after a smoke test
-passed, so it names the last good build), the same for an image given with
---image (or its `REF@sha256:` as given), or with --registry the digest of the
-published index. With --builder the recipe instead names `builder: imgbuild`
-and sparkrun builds the variant at launch (`imgbuild.deploy.sparkrun_builder`).
+The recipe pins the image by a repository reference sparkrun's distribution can tag on a node, never a
+moving tag or a bare image id: the immutable `REPO:<version>-<inputs digest>` tag of the local image, a
+given `REF@sha256:`, or (--registry) the published index digest; with --builder, `builder: imgbuild` makes
+the builder plugin (`imgbuild.deploy.sparkrun_builder`) replace `container:` at launch. It carries the
+variant's env plus the profile's, the container limits, and the `vllm serve` arguments as sparkrun's
+`defaults:` keys, and passes `sparkrun recipe validate --strict`: the node range is `min_nodes`/`max_nodes`,
+and the variables sparkrun detects per cluster (SPARKRUN_MANAGED_ENV) are left to it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from imgbuild.deploy import launch
+import yaml
+
 from imgbuild.deploy import profiles as deploy
-from imgbuild.deploy.launch import Launch, Pinned
+from imgbuild.deploy.profiles import Profile
+from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError, UsageError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
+from imgbuild.registry import reference, tools
 
-IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
+NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
 IMMUTABLE_TAG = re.compile(r"-([0-9a-f]{12})$")  # <version>-<inputs[:12]>
+LEFT_TO_SPARKRUN = (
+    "Not in env: {}: sparkrun detects these per cluster from its InfiniBand/CX7 probe\n"
+    "(a recipe value would override that). The other NCCL settings (channels, buffer size, RoCE version,\n"
+    "address family, NVLS, cuMem) are the deployment report's tuning, which sparkrun does not detect: kept."
+)
+
+# sparkrun 0.4.2's orchestration/infiniband.py MANAGED_COMM_ENV_KEYS: what it sets per cluster from its
+# probe; a recipe value would override the detection (its `managed-comm-env` warning). Checked against
+# sparkrun's own set in tests/git/test_sparkrun.py.
+SPARKRUN_MANAGED_ENV = frozenset(
+    {
+        "NCCL_IGNORE_CPU_AFFINITY",
+        "NCCL_NET",
+        "NCCL_IB_DISABLE",
+        "NCCL_CROSS_NIC",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_SOCKET_IFNAME",
+        "UCX_NET_DEVICES",
+        "NODE_IP",
+        "MN_IF_NAME",
+        "OMPI_MCA_btl_tcp_if_include",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+        "NCCL_NET_PLUGIN",
+        "NCCL_IB_SUBNET_AWARE_ROUTING",
+        "NCCL_IB_MERGE_NICS",
+    }
+)
+
+
+def serve_defaults(p: Profile) -> dict[str, Any]:
+    """The recipe's `defaults:`: sparkrun builds `vllm serve` from these."""
+    named = {"served_model_name": p.served_model_name} if p.served_model_name else {}
+    return {**named, "port": p.port, **p.serve.model_dump(exclude_none=True)}
+
+
+def flag_args(defaults: dict[str, Any]) -> list[str]:
+    """`vllm serve` flags as sparkrun spells them: `-tp`, JSON without spaces, `--no-X` for default-on booleans."""
+    args: list[str] = []
+    for key, value in defaults.items():
+        flag = SHORT_FLAGS.get(key, "--" + key.replace("_", "-"))
+        if isinstance(value, bool):
+            if value:
+                args.append(flag)
+            elif key in NEGATABLE:
+                args.append("--no-" + flag[2:])
+            continue
+        if isinstance(value, dict | list):
+            value = json.dumps(value, separators=(",", ":"))
+        args += [flag, str(value)]
+    return args
+
+
+def serve_args(p: Profile) -> list[str]:
+    return ["vllm", "serve", p.model, *flag_args(serve_defaults(p))]
 
 
 def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | None) -> str | None:
@@ -46,29 +107,89 @@ def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | N
 
 
 @dataclass(frozen=True)
-class Written:
-    launch: Launch
-    recipe: Path
-    compose: Path
-    serve: list[str]
+class Pinned:
+    """The image a launch runs: a digest-pinned reference, never a moving tag."""
+
+    ref: str  # REPO:<version>-<inputs digest> (immutable tag) or [REGISTRY/]REPO@sha256:<digest>
+    image_id: str | None  # the local image id, when known
+    source: str  # how it was found, e.g. "local vllm-dsv41:latest"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A written recipe: the variant, profile and pinned image, and where it was written."""
+
+    variant: str
+    profile: Profile
+    image: Pinned
+    platform: str
+    env: dict[str, str]  # image env, then the profile's
+    builder: dict[str, str] | None  # `builder_config:` (`builder: imgbuild`), or None
+    path: Path
+
+    def recipe_env(self) -> dict[str, str]:
+        """The env a sparkrun recipe carries: everything but what sparkrun detects per cluster."""
+        return {k: v for k, v in self.env.items() if k not in SPARKRUN_MANAGED_ENV}
+
+    def left_to_sparkrun(self) -> list[str]:
+        return sorted(k for k in self.env if k in SPARKRUN_MANAGED_ENV)
 
     def to_json(self) -> dict[str, object]:
         return {
             "ok": True,
-            "variant": self.launch.variant,
-            "profile": self.launch.profile.name,
-            "image": self.launch.image.ref,
-            "image_id": self.launch.image.image_id,
-            "found": self.launch.image.source,
-            "platform": self.launch.platform,
-            "env": self.launch.env,
-            "recipe_env": self.launch.recipe_env(),
-            "left_to_sparkrun": self.launch.left_to_sparkrun(),
-            "builder": self.launch.builder.config() if self.launch.builder else None,
-            "serve": self.serve,
-            "recipe": str(self.recipe),
-            "compose": str(self.compose),
+            "variant": self.variant,
+            "profile": self.profile.name,
+            "image": self.image.ref,
+            "image_id": self.image.image_id,
+            "found": self.image.source,
+            "platform": self.platform,
+            "env": self.env,
+            "recipe_env": self.recipe_env(),
+            "left_to_sparkrun": self.left_to_sparkrun(),
+            "builder": self.builder,
+            "serve": serve_args(self.profile),
+            "recipe": str(self.path),
         }
+
+    def document(self) -> dict[str, Any]:
+        """The sparkrun recipe itself."""
+        p, limits = self.profile, self.profile.limits
+        executor = {
+            "ulimit": [f"{k}={v[0]}:{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in limits.ulimits.items()],
+            "cap_add": list(limits.cap_add),
+            "memory_limit": limits.memory,
+            "shm_size": limits.shm_size,
+            "volumes": list(p.volumes),
+        }
+        meta = {"variant": self.variant, "profile": p.name, "image": self.image.ref, "image_id": self.image.image_id,
+                "found": self.image.source, "platform": self.platform,
+                "left_to_sparkrun": self.left_to_sparkrun()}  # fmt: skip
+        return {
+            "recipe_version": "2",
+            "description": f"{self.variant} image, profile {p.name}" + (f": {p.description}" if p.description else ""),
+            "model": p.model,
+            "runtime": "vllm",
+            "min_nodes": p.nodes,
+            "max_nodes": p.nodes,
+            "container": self.image.ref,
+            **({"builder": "imgbuild", "builder_config": self.builder} if self.builder else {}),
+            "env": self.recipe_env(),
+            "defaults": serve_defaults(p),
+            "executor_config": {k: v for k, v in executor.items() if v},
+            "metadata": {"imgbuild": meta},
+        }
+
+    def text(self) -> str:
+        """The recipe as written: a comment (how it was made, what sparkrun sets itself), then the YAML."""
+        left = self.left_to_sparkrun()
+        comment = [
+            f"Written by `imgbuild recipe {self.variant} --profile {self.profile.name}`; regenerate, do not edit.",
+            f"Image: {self.image.ref} ({self.image.source}).",
+            *([LEFT_TO_SPARKRUN.format(", ".join(left))] if left else []),
+            "Run: sparkrun run THIS_FILE --hosts H1,...,H8",
+        ]
+        body = yaml.safe_dump(self.document(), sort_keys=False, default_flow_style=False, width=1000)
+        return "".join(f"# {line}\n" for line in "\n".join(comment).splitlines()) + body
 
 
 def merged_env(variant: ResolvedVariant, profile: deploy.Profile) -> dict[str, str]:
@@ -82,17 +203,19 @@ def merged_env(variant: ResolvedVariant, profile: deploy.Profile) -> dict[str, s
     return {**image_env, **profile.env}
 
 
+def _variant_tag(variant: ResolvedVariant) -> str:
+    """`REPO:TAG`, the variant's first tag."""
+    if not variant.image.repository or not variant.image.tags:
+        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+    return f"{variant.image.repository}:{variant.image.tags[0]}"
+
+
 def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | None) -> tuple[Pinned, str | None]:
     """The digest-pinned reference, and the image's platform when it was looked at."""
-    repository, tags = variant.image.repository, variant.image.tags
     if registry is not None:
         if image is not None:
             raise UsageError("--image and --registry cannot be used together")
-        if not repository or not tags:
-            raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
-        from imgbuild.registry import reference, tools
-
-        ref = reference.join(registry, repository, tags[0])
+        ref = reference.join(registry, _variant_tag(variant))
         found = tools.inspect(str(ref))
         if found is None:
             raise RegistryError(
@@ -101,15 +224,9 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             )
         return Pinned(f"{ref.name}@{found.digest}", None, f"published {ref}"), None
     if image is not None and "@sha256:" in image:
-        from imgbuild.registry import reference
-
         reference.parse(image)  # a ConfigError names what is wrong with it
         return Pinned(image, None, "given"), None
-    from imgbuild.engine import Engine
-
-    wanted = image or (f"{repository}:{tags[0]}" if repository and tags else None)
-    if wanted is None:
-        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
+    wanted = image or _variant_tag(variant)
     info = Engine.connect().image(wanted)
     if info is None:
         raise DockerError(
@@ -122,7 +239,7 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
             hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
         )
-    tagged = immutable_ref(None if image else repository, info.tags, info.labels.get("imgbuild.inputs"))
+    tagged = immutable_ref(None if image else variant.image.repository, info.tags, info.labels.get("imgbuild.inputs"))
     if tagged is None:
         raise DockerError(
             f"{wanted} ({info.id[7:19]}) has no immutable tag (REPO:<version>-<inputs digest>); a bare image id "
@@ -130,14 +247,6 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             hint=f"build it with `imgbuild build {variant.name}` (it tags it), or pin a published image: --registry",
         )
     return Pinned(tagged, info.id, f"local {wanted}"), str(info.platform)
-
-
-def builder_pin(variant: ResolvedVariant) -> Pinned:
-    """The `container:` of a builder recipe: the variant's repository, which the builder replaces at launch."""
-    repository, tags = variant.image.repository, variant.image.tags
-    if not repository or not tags:
-        raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
-    return Pinned(f"{repository}:{tags[0]}", None, "builder imgbuild (replaced by the immutable tag it builds)")
 
 
 def write_recipe(
@@ -149,7 +258,7 @@ def write_recipe(
     image: str | None = None,
     registry: str | None = None,
     builder: bool = False,
-) -> Written:
+) -> Recipe:
     variant = project.variant(variant_name)
     profile = deploy.profile(project.root, profile_name)
     if profile.variant != variant.name:
@@ -160,37 +269,17 @@ def write_recipe(
     env = merged_env(variant, profile)
     if builder and (image is not None or registry is not None):
         raise UsageError("--builder cannot be used with --image or --registry: the builder makes the image")
-    if builder:
-        pinned, seen_platform = builder_pin(variant), None
+    if builder:  # `container:` names the variant's tag; the builder replaces it with the one it builds
+        pinned = Pinned(_variant_tag(variant), None, "builder imgbuild (replaced by the immutable tag it builds)")
+        seen_platform = None
     else:
         pinned, seen_platform = pin_image(variant, image=image, registry=registry)
     platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
-    plugin = launch.Builder(str(project.root), variant.name, platform) if builder else None
-    run = Launch(variant.name, profile, pinned, platform, env, plugin)
-    stem = f"{variant.name}-{profile.name.lower()}"
-    comment = (
-        f"Written by `imgbuild recipe {variant.name} --profile {profile.name}`; regenerate, do not edit.\n"
-        f"Image: {pinned.ref} ({pinned.source})."
-    )
+    config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
+    path = out / f"{variant.name}-{profile.name.lower()}.yaml"
+    recipe = Recipe(variant.name, profile, pinned, platform, env, config, path)
     out.mkdir(parents=True, exist_ok=True)
-    recipe_path, compose_path = out / f"{stem}.yaml", out / f"{stem}.compose.yaml"
-    _write(
-        recipe_path,
-        launch.render_yaml(
-            launch.sparkrun_recipe(run),
-            "\n".join(
-                filter(None, [comment, launch.recipe_comment(run), "Run: sparkrun run THIS_FILE --hosts H1,...,H8"])
-            ),
-        ),
-    )
-    _write(
-        compose_path,
-        launch.render_yaml(launch.compose_file(run), comment + "\nRun: MASTER_ADDR=... docker compose -f THIS_FILE up"),
-    )
-    return Written(run, recipe_path, compose_path, launch.serve_args(profile))
-
-
-def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(recipe.text(), encoding="utf-8")
     os.replace(tmp, path)
+    return recipe

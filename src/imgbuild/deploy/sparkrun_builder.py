@@ -1,27 +1,14 @@
 """imgbuild as a sparkrun builder: `builder: imgbuild` in a sparkrun recipe (loaded by sparkrun only).
 
-sparkrun (0.4.2, Python >= 3.12) finds this module through the entry point
-`imgbuild = "imgbuild.deploy.sparkrun_builder"` in the group `sparkrun.plugins`
-(pyproject.toml) once the plugin is enabled (`sparkrun plugins enable
-imgbuild`), and registers `ImgbuildBuilder`. Nothing else imports it: it
-imports sparkrun, which imgbuild itself does not need (imgbuild supports 3.11).
+sparkrun (>= 3.12) finds it through the `sparkrun.plugins` entry point once enabled (`sparkrun plugins enable
+imgbuild`); imgbuild itself never imports it. `prepare()` runs the stable interface, `imgbuild -C PROJECT
+build VARIANT --json [--platform P] [--dry-run]`, and hands sparkrun the immutable tag it printed, which
+sparkrun distributes to the hosts. A failure is an ImgbuildBuildError with imgbuild's message, hint and exit
+code; a `--json` document of another name or version (another imgbuild) is refused.
 
-`prepare()` runs the one stable interface, the command line
-`imgbuild -C PROJECT build VARIANT --json [--platform P]` (`--dry-run` on a
-dry run; unchanged inputs build nothing), and hands sparkrun the immutable
-`REPO:<version>-<inputs digest>` tag it printed. sparkrun then distributes that
-reference to the hosts. A failed build is a `ImgbuildBuildError` (a
-RuntimeError, as sparkrun's own builders raise) with imgbuild's message, hint
-and exit code from its `--json` error document. It reads the documents of the
-imgbuild it comes from (`imgbuild.build/1`, `imgbuild.build-plan/1` on a dry
-run, `imgbuild.error/1`: jsondoc.VERSIONS) and refuses, with the id it read,
-one of another name or version (another imgbuild on PATH or in `command`).
-
-`builder_config` keys: `project` (an imgbuild project directory, or a git URL
-with `revision`, cloned into `~/.cache/imgbuild/sparkrun-projects/`),
-`variant` (default: `metadata.imgbuild.variant`), `platform` (optional),
-`command` (default `$IMGBUILD_COMMAND` or `imgbuild` on PATH). `imgbuild recipe
-VARIANT --profile P --builder` writes such a recipe.
+`builder_config`: `project` (a directory, or a git URL with `revision`, cloned under
+~/.cache/imgbuild/sparkrun-projects/), `variant` (default: `metadata.imgbuild.variant`), `platform`,
+`command` (default `$IMGBUILD_COMMAND` or `imgbuild`).
 """
 
 from __future__ import annotations
@@ -73,18 +60,13 @@ def problems(recipe: Any) -> list[str]:
     return out
 
 
-def is_url(project: str) -> bool:
-    return "://" in project or project.startswith("git@")
-
-
 def checkout(url: str, revision: str | None, cache: Path) -> Path:
     """A clone of `url` at `revision` (default: the remote's HEAD), kept under `cache` keyed by the URL."""
     where = cache / hashlib.sha256(url.encode()).hexdigest()[:16]
     if not (where / ".git").exists():
         where.parent.mkdir(parents=True, exist_ok=True)
         _git("clone", "--quiet", url, str(where))
-    rev = revision or "HEAD"
-    _git("-C", str(where), "fetch", "--quiet", "origin", rev)
+    _git("-C", str(where), "fetch", "--quiet", "origin", revision or "HEAD")
     _git("-C", str(where), "checkout", "--quiet", "--detach", "FETCH_HEAD")
     return where
 
@@ -105,8 +87,7 @@ def _run(argv: list[str]) -> proc.CompletedProcess[str]:
 
 def build_argv(cfg: dict[str, Any], project: str, variant: str, *, dry_run: bool) -> list[str]:
     command = cfg.get("command") or os.environ.get("IMGBUILD_COMMAND") or "imgbuild"
-    argv = [*(shlex.split(command) if isinstance(command, str) else list(command))]
-    argv += ["-C", project, "build", variant, "--json"]
+    argv = [*(shlex.split(command) if isinstance(command, str) else command), "-C", project, "build", variant, "--json"]
     if cfg.get("platform"):
         argv += ["--platform", str(cfg["platform"])]
     return [*argv, "--dry-run"] if dry_run else argv
@@ -172,12 +153,10 @@ class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not t
         bad = problems(recipe)
         if bad:
             raise ImgbuildBuildError("; ".join(bad), 3)
-        cfg = config_of(recipe)
+        cfg, variant = config_of(recipe), str(variant_of(recipe))  # problems() checked both
         project = str(cfg["project"])
-        if is_url(project):
+        if "://" in project or project.startswith("git@"):  # a git URL: build a clone of it
             project = str(checkout(project, cfg.get("revision"), Path.home() / ".cache/imgbuild/sparkrun-projects"))
-        variant = variant_of(recipe)
-        assert variant is not None  # problems() checked it
         return run_build(build_argv(cfg, project, variant, dry_run=dry_run), variant)
 
     def pull_ref(self, image: str, recipe: Any, config: Any = None) -> str | None:

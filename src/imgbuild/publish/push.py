@@ -1,37 +1,26 @@
 """`imgbuild publish`: build the variants locally, then push their tags as they are.
 
-1. `build.runner.build` makes (or finds current) every image of the selected
-   variants and smoke-tests it, exactly as `imgbuild build` does: one image
-   per platform under its immutable tag, and for a variant made for several
-   platforms the join (the index over those images) under its own.
-2. `docker push` of each platform's image under `REG/repo:<its immutable
-   tag>`, then of the join, then the moving tags (last, so a failure before
-   leaves them as they were; a join's moving tags are copied from the pushed
-   index with `imagetools create`, one write that keeps its digest, where a
-   push of an index would first write each platform's manifest under the tag). On the containerd image store a push
-   keeps the local digest, so every tag in the registry names exactly the
-   digest it names locally (a push that says otherwise is an error), and the
-   registry skips blobs and manifests it has. A tag the registry already has
-   at that digest is not pushed again.
-
-`docker buildx imagetools create` would join the platforms in the registry
-instead, but its index is not the local join's (other bytes, another digest);
-pushing the join keeps one digest for one image everywhere. The registry
-commands are in `registry/tools.py`; SBOMs and signatures (cosign) are
-attached to the pushed digests afterwards, as `--sbom`/`--sign` ask.
+`build.runner.build` makes (or finds current) and smoke-tests every image, as `imgbuild build` does. Then
+`docker push` puts each platform's image under its immutable tag, then the join (the local index over a
+variant's platforms), then the moving tags, last (a join's copied from the pushed index with `imagetools
+create`, one write that keeps its digest). On the containerd image store a push keeps the local digest, so
+every tag in the registry names the digest it names locally (a push that says otherwise is an error); a tag
+the registry already has at that digest is not pushed again. SBOMs and signatures are attached afterwards.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from imgbuild.builder import runner as build
+from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, RegistryError
-from imgbuild.plan import labels
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
@@ -39,7 +28,6 @@ from imgbuild.publish import signing
 from imgbuild.registry import reference, tools
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runner import BuildOptions, BuildResult
     from imgbuild.plan.builds import BuildPlan
 
 STORE_HINT = (
@@ -50,8 +38,7 @@ NOT_BUILT = "(not built)"
 Say = Callable[[str], None]
 
 
-def _stderr(msg: str) -> None:
-    print(msg, file=sys.stderr)
+_stderr: Say = functools.partial(print, file=sys.stderr)
 
 
 def split_ref(local: str) -> tuple[str, str]:
@@ -68,10 +55,14 @@ class Push:
 
     local: str
     digest: str  # the local id: on the containerd store, the manifest (or index) digest the registry gets
-    target: str
+    name: str  # REG/repo, where it goes (under the local tag)
     platforms: tuple[Platform, ...]  # one, or several for a join
     inputs_digest: str = ""
     labels: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def target(self) -> str:
+        return f"{self.name}:{split_ref(self.local)[1]}"
 
     @property
     def platform(self) -> str:
@@ -104,32 +95,22 @@ class VariantPublish:
         }
 
 
-def _target(name: str, local: str) -> str:
-    return f"{name}:{split_ref(local)[1]}"
-
-
-def plan_built(result: BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]) -> list[
-    VariantPublish
-]:  # fmt: skip
+def plan_built(
+    result: build.BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]
+) -> list[VariantPublish]:
     """What goes where (pure, given what the build made and each image's labels by id)."""
-    by_variant: dict[str, list[Push]] = {}
-    tops: dict[str, Push] = {}
-    moving: dict[str, tuple[str, ...]] = {}
-    for img in result.images:
-        name = reference.join(registry, repository or split_ref(img.immutable)[0]).name
-        push = Push(img.immutable, img.image_id, _target(name, img.immutable), (img.platform,), img.inputs_digest,
-                    found.get(img.image_id, {}))  # fmt: skip
-        by_variant.setdefault(img.variant, []).append(push)
-        moving[img.variant] = tuple(split_ref(r)[1] for r in img.moving)
-        if img.index_ref:
-            platforms = tuple(pf for p in by_variant[img.variant] for pf in p.platforms)
-            tops[img.variant] = Push(img.index_ref, img.index, _target(name, img.index_ref), platforms)
-        else:
-            tops[img.variant] = push
-    return [
-        VariantPublish(v, tops[v].target.rsplit(":", 1)[0], tuple(pushes), tops[v], moving[v])
-        for v, pushes in by_variant.items()
-    ]
+    out = []
+    for variant in dict.fromkeys(img.variant for img in result.images):
+        imgs = [img for img in result.images if img.variant == variant]
+        name = reference.join(registry, repository or split_ref(imgs[0].immutable)[0]).name
+        pushes = tuple(
+            Push(i.immutable, i.image_id, name, (i.platform,), i.inputs_digest, found.get(i.image_id, {})) for i in imgs
+        )
+        last = imgs[-1]
+        platforms = tuple(i.platform for i in imgs)
+        top = Push(last.index_ref, last.index, name, platforms) if last.index_ref else pushes[-1]
+        out.append(VariantPublish(variant, name, pushes, top, tuple(split_ref(r)[1] for r in last.moving)))
+    return out
 
 
 def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[VariantPublish]:
@@ -139,29 +120,25 @@ def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[Var
     for variant in dict.fromkeys(ib.variant for ib in plan.images):
         parts = [ib for ib in plan.images if ib.variant == variant]
         name = reference.join(registry, repository or parts[0].repository).name
-        pushes = tuple(
-            Push(ib.immutable_ref, NOT_BUILT, _target(name, ib.immutable_ref), (ib.platform,), ib.inputs_digest)
-            for ib in parts
-        )
+        pushes = tuple(Push(ib.immutable_ref, NOT_BUILT, name, (ib.platform,), ib.inputs_digest) for ib in parts)
         join = joins.get(variant)
-        top = pushes[0] if join is None else Push(
-            join.immutable_ref, NOT_BUILT, _target(name, join.immutable_ref), tuple(ib.platform for ib in parts)
-        )  # fmt: skip
-        moving = join.moving_tags if join else parts[0].moving_tags
-        out.append(VariantPublish(variant, name, pushes, top, tuple(moving)))
+        platforms = tuple(ib.platform for ib in parts)
+        top = Push(join.immutable_ref, NOT_BUILT, name, platforms) if join else pushes[0]
+        out.append(
+            VariantPublish(variant, name, pushes, top, tuple(join.moving_tags if join else parts[0].moving_tags))
+        )
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    variant: str
     digest: str  # what the moving tags name in the registry
     state: str  # "published", "unchanged", "retagged"
-    pushed: list[str] = field(default_factory=list)
-    moved: list[str] = field(default_factory=list)
+    pushed: list[str]
+    moved: list[str]
 
     def to_json(self) -> dict[str, object]:
-        return {"digest": self.digest, "state": self.state, "pushed": self.pushed, "moved": self.moved}
+        return asdict(self)
 
 
 def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
@@ -184,16 +161,11 @@ def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
 
 def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
     """Each platform's image, then the join (several platforms), then the moving tags, last."""
-    outcome = Outcome(vp.variant, vp.top.digest, "unchanged")
     immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
-    outcome.pushed = [p.target for p in immutable if _push(p, p.target, say)]
-    moved = [ref for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
-    outcome.moved = [ref.rsplit(":", 1)[1] for ref in moved]
-    outcome.state = "published" if outcome.pushed else "retagged" if moved else "unchanged"
-    say(
-        f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if outcome.pushed or moved else ", already published")
-    )
-    return outcome
+    pushed = [p.target for p in immutable if _push(p, p.target, say)]
+    moved = [ref.rsplit(":", 1)[1] for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
+    say(f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if pushed or moved else ", already published"))
+    return Outcome(vp.top.digest, "published" if pushed else "retagged" if moved else "unchanged", pushed, moved)
 
 
 def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
@@ -201,23 +173,11 @@ def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool,
     tags name (the image, or the join)."""
     done = []
     for vp in plan:
-        if sbom:
-            for p in vp.images:
-                lab = p.labels
-                facts = sbommod.ImageFacts(
-                    name=vp.name,
-                    title=lab.get(f"{labels.OCI}title", vp.variant),
-                    platform=p.platform,
-                    manifest_digest=p.digest,
-                    labels=lab,
-                    base_name=lab.get(f"{labels.OCI}base.name", ""),
-                    base_digest=lab.get(f"{labels.OCI}base.digest", signing.NO_BASE_DIGEST),
-                    site_packages=lab.get(f"{labels.PREFIX}site-packages", ""),
-                )
-                ref = f"{vp.name}@{p.digest}"
-                signing.attest_sbom(ref, sbommod.render(sbommod.spdx(facts)), key)
-                done.append(f"sbom {ref}")
-                say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
+        for p in vp.images if sbom else ():
+            ref = f"{vp.name}@{p.digest}"
+            signing.attest_sbom(ref, sbommod.render(sbommod.spdx(vp.name, p.platform, p.digest, p.labels)), key)
+            done.append(f"sbom {ref}")
+            say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
         if sign:
             ref = f"{vp.name}@{vp.top.digest}"
             signing.sign(ref, key)
@@ -246,25 +206,6 @@ class PublishResult:
         }
 
 
-def _options(project: Project, selection: Selection, repository: str | None, base: str | None) -> BuildOptions:
-    from imgbuild.builder.runner import BuildOptions
-
-    # Built under the configured repository: --repository changes where an image goes, not what it is.
-    configured = all(project.variants[n].image.repository for n in selection.names)
-    return BuildOptions(base=base, repository=None if configured else repository, smoke=True)
-
-
-def dry_run(
-    project: Project, selection: Selection, registry: str, *, repository: str | None = None, base: str | None = None
-) -> PublishResult:
-    """Where each image would go, from the build plan; builds and pushes nothing."""
-    from imgbuild.builder import runner as build
-
-    t0 = time.perf_counter()
-    planned = build.dry_run(project, selection, _options(project, selection, repository, base))
-    return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
-
-
 def publish(
     project: Project,
     selection: Selection,
@@ -275,15 +216,20 @@ def publish(
     key: Path | None = None,
     sbom: bool = False,
     sign: bool = False,
+    dry_run: bool = False,
     say: Say = _stderr,
 ) -> PublishResult:
-    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
-    from imgbuild.builder import runner as build
-    from imgbuild.engine import Engine
-
+    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`).
+    A dry run says where each image would go, from the build plan, and builds and pushes nothing."""
     t0 = time.perf_counter()
+    # built under the configured repository: --repository changes where an image goes, not what it is
+    configured = all(project.variants[n].image.repository for n in selection.names)
+    options = build.BuildOptions(base=base, repository=None if configured else repository, smoke=True)
+    if dry_run:
+        planned = build.dry_run(project, selection, options)
+        return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
     engine = Engine.connect()
-    built = build.build(engine, project, selection, _options(project, selection, repository, base), say)
+    built = build.build(engine, project, selection, options, say)
     found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
     plan = plan_built(built, registry, repository, found)
     outcomes = [push_variant(vp, say) for vp in plan]

@@ -1,114 +1,38 @@
-"""An SPDX 2.3 SBOM of one published platform image, from the plan (pure).
+"""An SPDX 2.3 SBOM of one published platform image, from its labels (pure).
 
-It says what imgbuild put in the image, exactly: the overlay files with
-their sha256 (as their labels say, patched or original), the vLLM release
-they come from, and the base by digest. What the base itself contains is the
-base's own SBOM's business. Everything comes from the inputs (`created` too),
-so equal inputs give byte-equal documents.
+It says what imgbuild put in the image: the overlay files with their sha256 (patched or original), the
+vLLM release they come from, and the base by digest (what the base holds is the base's own SBOM's
+business). Everything, `created` too, comes from the labels, so equal labels give byte-equal documents.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from imgbuild import __version__
 from imgbuild.plan import labels as lbl
 
-SPDX_VERSION = "SPDX-2.3"
 NAMESPACE = "https://spdx.org/spdxdocs/imgbuild"  # + the manifest digest: unique per image
-
-
-@dataclass(frozen=True)
-class ImageFacts:
-    """What an SBOM of one platform image says, taken from its plan."""
-
-    name: str  # the image without a tag, e.g. 127.0.0.1:5000/t/vllm-dsv41
-    title: str  # e.g. vllm-dsv41:latest
-    platform: str
-    manifest_digest: str
-    labels: Mapping[str, str]
-    base_name: str
-    base_digest: str
-    site_packages: str
-    files: tuple[lbl.FileLabel, ...] | None = None  # the plan's; None: read from the imgbuild.files label
+NO_BASE_DIGEST = "NOASSERTION"  # the base digest of an image built on a base without one (a local stand-in)
 
 
 def _purl_oci(name: str, digest: str, platform: str | None = None) -> str:
-    repo = name.rsplit("/", 1)[-1]
     query = f"?repository_url={name}" + (f"&arch={platform.split('/')[1]}" if platform else "")
-    return f"pkg:oci/{repo}@{digest.replace(':', '%3A')}{query}"
+    return f"pkg:oci/{name.rsplit('/', 1)[-1]}@{digest.replace(':', '%3A')}{query}"
 
 
-def _ref(category: str, kind: str, locator: str) -> dict[str, str]:
-    return {"referenceCategory": category, "referenceType": kind, "referenceLocator": locator}
-
-
-def spdx(facts: ImageFacts) -> dict[str, object]:
-    lab = facts.labels
-    upstream_url = lab.get(f"{lbl.PREFIX}upstream.url", "")
-    tag, commit = lab.get(f"{lbl.PREFIX}upstream.tag", ""), lab.get(f"{lbl.PREFIX}upstream.commit", "")
-    patches = lab.get(f"{lbl.PREFIX}patches", "{}")
-    version = lab.get(f"{lbl.OCI}version", "")
-    files = facts.files if facts.files is not None else lbl.parse_files(lab[f"{lbl.PREFIX}files"])
-    site = facts.site_packages.rstrip("/")
-    file_entries: list[dict[str, object]] = []
-    for i, f in enumerate(files):
-        entry: dict[str, object] = {
-            "SPDXID": f"SPDXRef-File-{i}",
-            "fileName": f"{site}/{f.path}",
-            "checksums": [{"algorithm": "SHA256", "checksumValue": f.sha256}],
-            "comment": f"{f.state} ({'overlaid by imgbuild' if f.state == 'patched' else 'the base release file'})",
-        }
-        file_entries.append(entry)
-    vllm: dict[str, object] = {
-        "SPDXID": "SPDXRef-Package-vllm",
-        "name": "vllm",
+def _package(spdx_id: str, name: str, version: str, purl: str, **more: object) -> dict[str, object]:
+    return {
+        "SPDXID": spdx_id,
+        "name": name,
         "versionInfo": version,
-        "downloadLocation": upstream_url if "://" in upstream_url else "NOASSERTION",
-        "filesAnalyzed": False,
-        "licenseConcluded": "NOASSERTION",
-        "licenseDeclared": "Apache-2.0",
-        "comment": f"release {tag} at {commit}, patches: {patches}",
-        "externalRefs": [_ref("PACKAGE-MANAGER", "purl", f"pkg:pypi/vllm@{version}")],
-    }
-    image: dict[str, object] = {
-        "SPDXID": "SPDXRef-Package-image",
-        "name": facts.title,
-        "versionInfo": facts.manifest_digest,
-        "downloadLocation": "NOASSERTION",
-        "filesAnalyzed": False,
-        "licenseConcluded": "NOASSERTION",
-        "licenseDeclared": lab.get(f"{lbl.OCI}licenses", "NOASSERTION"),
-        "externalRefs": [_ref("PACKAGE-MANAGER", "purl", _purl_oci(facts.name, facts.manifest_digest, facts.platform))],
-    }
-    base: dict[str, object] = {
-        "SPDXID": "SPDXRef-Package-base",
-        "name": facts.base_name,
-        "versionInfo": facts.base_digest,
         "downloadLocation": "NOASSERTION",
         "filesAnalyzed": False,
         "licenseConcluded": "NOASSERTION",
         "licenseDeclared": "NOASSERTION",
-        "externalRefs": [_ref("PACKAGE-MANAGER", "purl", _purl_oci(_untagged(facts.base_name), facts.base_digest))],
-    }
-    rels = [
-        _rel("SPDXRef-DOCUMENT", "DESCRIBES", "SPDXRef-Package-image"),
-        _rel("SPDXRef-Package-image", "DESCENDANT_OF", "SPDXRef-Package-base"),
-        _rel("SPDXRef-Package-image", "CONTAINS", "SPDXRef-Package-vllm"),
-        *(_rel("SPDXRef-Package-image", "CONTAINS", str(e["SPDXID"])) for e in file_entries),
-    ]
-    return {
-        "spdxVersion": SPDX_VERSION,
-        "dataLicense": "CC0-1.0",
-        "SPDXID": "SPDXRef-DOCUMENT",
-        "name": f"{facts.title} {facts.platform}",
-        "documentNamespace": f"{NAMESPACE}/{facts.manifest_digest}",
-        "creationInfo": {"created": lab.get(f"{lbl.OCI}created", ""), "creators": [f"Tool: imgbuild-{__version__}"]},
-        "packages": [image, vllm, base],
-        "files": file_entries,
-        "relationships": rels,
+        "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": purl}],
+        **more,
     }
 
 
@@ -116,32 +40,77 @@ def _rel(a: str, kind: str, b: str) -> dict[str, str]:
     return {"spdxElementId": a, "relationshipType": kind, "relatedSpdxElement": b}
 
 
-def _untagged(name: str) -> str:
-    last = name.rsplit("/", 1)
-    if ":" in last[-1]:
-        last[-1] = last[-1].split(":", 1)[0]
-    return "/".join(last)
+def base_digest(labels: Mapping[str, str]) -> str:
+    return labels.get(f"{lbl.OCI}base.digest", NO_BASE_DIGEST)
+
+
+def spdx(name: str, platform: str, manifest_digest: str, labels: Mapping[str, str]) -> dict[str, object]:
+    """The SBOM of the image `name@manifest_digest` (`name`: the registry repository, no tag)."""
+    title = labels.get(f"{lbl.OCI}title", labels.get(f"{lbl.PREFIX}variant", ""))
+    site = labels.get(f"{lbl.PREFIX}site-packages", "").rstrip("/")
+    files = [
+        {
+            "SPDXID": f"SPDXRef-File-{i}",
+            "fileName": f"{site}/{f.path}",
+            "checksums": [{"algorithm": "SHA256", "checksumValue": f.sha256}],
+            "comment": f"{f.state} ({'overlaid by imgbuild' if f.state == 'patched' else 'the base release file'})",
+        }
+        for i, f in enumerate(lbl.parse_files(labels[f"{lbl.PREFIX}files"]))
+    ]
+    url, version = labels.get(f"{lbl.PREFIX}upstream.url", ""), labels.get(f"{lbl.OCI}version", "")
+    tag, commit = labels.get(f"{lbl.PREFIX}upstream.tag", ""), labels.get(f"{lbl.PREFIX}upstream.commit", "")
+    vllm = _package(
+        "SPDXRef-Package-vllm", "vllm", version, f"pkg:pypi/vllm@{version}",
+        downloadLocation=url if "://" in url else "NOASSERTION", licenseDeclared="Apache-2.0",
+        comment=f"release {tag} at {commit}, patches: {labels.get(f'{lbl.PREFIX}patches', '{}')}",
+    )  # fmt: skip
+    image = _package(
+        "SPDXRef-Package-image", title, manifest_digest, _purl_oci(name, manifest_digest, platform),
+        licenseDeclared=labels.get(f"{lbl.OCI}licenses", "NOASSERTION"),
+    )  # fmt: skip
+    base_name = labels.get(f"{lbl.OCI}base.name", "")
+    last = base_name.rsplit("/", 1)
+    untagged = "/".join([*last[:-1], last[-1].split(":", 1)[0]])
+    base = _package("SPDXRef-Package-base", base_name, base_digest(labels), _purl_oci(untagged, base_digest(labels)))
+    rels = [
+        _rel("SPDXRef-DOCUMENT", "DESCRIBES", "SPDXRef-Package-image"),
+        _rel("SPDXRef-Package-image", "DESCENDANT_OF", "SPDXRef-Package-base"),
+        _rel("SPDXRef-Package-image", "CONTAINS", "SPDXRef-Package-vllm"),
+        *(_rel("SPDXRef-Package-image", "CONTAINS", str(f["SPDXID"])) for f in files),
+    ]
+    return {
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": f"{title} {platform}",
+        "documentNamespace": f"{NAMESPACE}/{manifest_digest}",
+        "creationInfo": {"created": labels.get(f"{lbl.OCI}created", ""), "creators": [f"Tool: imgbuild-{__version__}"]},
+        "packages": [image, vllm, base],
+        "files": files,
+        "relationships": rels,
+    }
 
 
 def render(doc: Mapping[str, object]) -> bytes:
     return json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
 
 
-def check(doc: Mapping[str, object], files: Sequence[lbl.FileLabel], site: str, base_digest: str) -> list[str]:
-    """What an SBOM read back from a registry gets wrong about an image (its labels); empty: it agrees."""
-    have: dict[str, object] = {}
+def check(doc: Mapping[str, object], labels: Mapping[str, str]) -> list[str]:
+    """What an SBOM read back from a registry gets wrong about the image with `labels`; empty: it agrees."""
+    have = {}
     for entry in _dicts(doc.get("files")):
         for c in _dicts(entry.get("checksums")):
             if c.get("algorithm") == "SHA256":
                 have[str(entry.get("fileName"))] = c.get("checksumValue")
+    site = labels.get(f"{lbl.PREFIX}site-packages", "").rstrip("/")
     problems = []
-    for f in files:
-        path = f"{site.rstrip('/')}/{f.path}"
+    for f in lbl.parse_files(labels.get(f"{lbl.PREFIX}files", "{}")):
+        path = f"{site}/{f.path}"
         if have.get(path) != f.sha256:
             problems.append(f"SBOM: {path}: {have.get(path) or 'missing'}, the image has {f.sha256}")
     bases = [p for p in _dicts(doc.get("packages")) if p.get("SPDXID") == "SPDXRef-Package-base"]
-    if not bases or bases[0].get("versionInfo") != base_digest:
-        problems.append(f"SBOM: the base is not named by {base_digest}")
+    if not bases or bases[0].get("versionInfo") != base_digest(labels):
+        problems.append(f"SBOM: the base is not named by {base_digest(labels)}")
     return problems
 
 

@@ -1,10 +1,8 @@
 """cosign, the only module that runs it: sign an index, attest an SPDX SBOM per platform image, verify both.
 
-Key-based and offline: a key pair from `cosign generate-key-pair` (the key's
-password in COSIGN_PASSWORD), nothing sent to a transparency log
-(`--tlog-upload=false`, and `--insecure-ignore-tlog` to verify). Loopback
-registries speak plain HTTP (`--allow-http-registry`). Keyless signing needs
-an OIDC identity and Rekor, neither reachable here, so it is not offered.
+Key-based and offline: a key pair from `cosign generate-key-pair` (its password in COSIGN_PASSWORD), nothing
+sent to a transparency log. Loopback registries speak plain HTTP (`--allow-http-registry`). Keyless signing
+needs an OIDC identity and Rekor, neither reachable here, so it is not offered.
 """
 
 from __future__ import annotations
@@ -19,13 +17,12 @@ from pathlib import Path
 
 from imgbuild import proc
 from imgbuild.errors import ConfigError, RegistryError
-from imgbuild.plan import labels as lbl
 from imgbuild.publish import sbom
 from imgbuild.registry import reference
 
 HINT = "install cosign 2.x (.ci/setup-host.sh installs Debian trixie's cosign 2.5), or set IMGBUILD_COSIGN to it"
 SPDX_PREDICATE = "https://spdx.dev/Document"
-NO_BASE_DIGEST = "NOASSERTION"  # an SBOM's base digest when the base has none (a local stand-in base)
+VERIFY = ["--insecure-ignore-tlog=true"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +30,6 @@ class Verified:
     ok: bool
     detail: str
     predicate: dict[str, object] | None = None  # the SBOM, for an attestation
-
-
-def _cli() -> str:
-    return os.environ.get("IMGBUILD_COSIGN", "cosign")
 
 
 def key_file(path: Path, what: str) -> Path:
@@ -49,71 +42,60 @@ def key_file(path: Path, what: str) -> Path:
 
 
 def _run(args: list[str], ref: str) -> proc.CompletedProcess[str]:
-    full = [_cli(), *args]
-    if reference.is_loopback(reference.parse(ref).host):
-        full.insert(2, "--allow-http-registry")
-    full.append(ref)
+    cli = os.environ.get("IMGBUILD_COSIGN", "cosign")
+    http = ["--allow-http-registry"] if reference.is_loopback(reference.parse(ref).host) else []
     try:
-        return proc.run(full, text=True, env={**os.environ, "COSIGN_YES": "true"})
+        return proc.run([cli, args[0], *http, *args[1:], ref], text=True, env={**os.environ, "COSIGN_YES": "true"})
     except proc.ToolNotFound as exc:
-        raise RegistryError(f"cosign ({_cli()}) is not installed", hint=HINT) from exc
+        raise RegistryError(f"cosign ({cli}) is not installed", hint=HINT) from exc
 
 
-def _fail(what: str, done: proc.CompletedProcess[str]) -> RegistryError:
-    tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-4:])
-    return RegistryError(
-        f"cosign {what} failed (exit {done.returncode}):\n{tail}",
-        hint="check the key, its COSIGN_PASSWORD and the registry credentials",
-    )
+def _last(done: proc.CompletedProcess[str], n: int = 1) -> str:
+    lines = [ln for ln in (done.stderr or done.stdout).strip().splitlines() if ln.strip()]
+    return "\n".join(line[:300] for line in lines[-n:]) if lines else f"exit {done.returncode}"
+
+
+def _write(what: str, args: list[str], ref: str) -> None:
+    done = _run([*args, "--tlog-upload=false"], ref)
+    if done.returncode != 0:
+        raise RegistryError(
+            f"cosign {what} {ref} failed (exit {done.returncode}):\n{_last(done, 4)}",
+            hint="check the key, its COSIGN_PASSWORD and the registry credentials",
+        )
 
 
 def sign(ref: str, key: Path) -> None:
     """Sign `ref` (`name@digest`) with the private key."""
-    done = _run(["sign", "--key", str(key), "--tlog-upload=false"], ref)
-    if done.returncode != 0:
-        raise _fail(f"sign {ref}", done)
+    _write("sign", ["sign", "--key", str(key)], ref)
 
 
-def attest_sbom(ref: str, sbom: bytes, key: Path) -> None:
-    """Attach `sbom` (SPDX JSON) to `ref` (`name@digest`) as a signed in-toto attestation."""
+def attest_sbom(ref: str, document: bytes, key: Path) -> None:
+    """Attach `document` (SPDX JSON) to `ref` (`name@digest`) as a signed in-toto attestation."""
     with tempfile.NamedTemporaryFile(prefix="imgbuild-sbom-", suffix=".spdx.json") as fh:
-        fh.write(sbom)
+        fh.write(document)
         fh.flush()
-        done = _run(
-            ["attest", "--key", str(key), "--tlog-upload=false", "--type", "spdxjson", "--predicate", fh.name], ref
-        )
-    if done.returncode != 0:
-        raise _fail(f"attest {ref}", done)
+        _write("attest", ["attest", "--key", str(key), "--type", "spdxjson", "--predicate", fh.name], ref)
 
 
 def verify_signature(ref: str, pub: Path) -> Verified:
-    done = _run(["verify", "--key", str(pub), "--insecure-ignore-tlog=true", "--output", "json"], ref)
-    if done.returncode != 0:
-        return Verified(False, _last(done))
-    return Verified(True, f"signed, verified with {pub}")
+    done = _run(["verify", "--key", str(pub), *VERIFY, "--output", "json"], ref)
+    return Verified(done.returncode == 0, f"signed, verified with {pub}" if done.returncode == 0 else _last(done))
 
 
 def verify_sbom(ref: str, pub: Path) -> Verified:
     """The SPDX attestation on `ref`, verified; its predicate is the SBOM."""
-    args = ["verify-attestation", "--key", str(pub), "--insecure-ignore-tlog=true", "--type", "spdxjson"]
-    done = _run(args, ref)
+    done = _run(["verify-attestation", "--key", str(pub), *VERIFY, "--type", "spdxjson"], ref)
     if done.returncode != 0:
         return Verified(False, _last(done))
     for line in done.stdout.splitlines():
         try:
-            envelope = json.loads(line)
-            statement = json.loads(base64.b64decode(envelope["payload"]))
+            statement = json.loads(base64.b64decode(json.loads(line)["payload"]))
         except (ValueError, KeyError, TypeError):
             continue
         predicate = statement.get("predicate")
         if statement.get("predicateType") == SPDX_PREDICATE and isinstance(predicate, dict):
             return Verified(True, f"SPDX attestation verified with {pub}", predicate)
     return Verified(False, "verified, but no SPDX predicate in the attestation")
-
-
-def _last(done: proc.CompletedProcess[str]) -> str:
-    lines = [ln for ln in (done.stderr or done.stdout).strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else f"exit {done.returncode}"
 
 
 @dataclass(frozen=True)
@@ -136,11 +118,6 @@ class SupplyChain:
 
 def check_published(tag_ref: str, platform_ref: str, pub: Path, labels: Mapping[str, str]) -> SupplyChain:
     """The signature of what `tag_ref` names (the index) and the SBOM of `platform_ref`, checked against `labels`."""
-    signature = verify_signature(tag_ref, pub)
-    sbom_v = verify_sbom(platform_ref, pub)
-    problems: list[str] = []
-    if sbom_v.predicate is not None:
-        files = lbl.parse_files(labels.get(f"{lbl.PREFIX}files", "{}"))
-        site = labels.get(f"{lbl.PREFIX}site-packages", "")
-        problems = sbom.check(sbom_v.predicate, files, site, labels.get(f"{lbl.OCI}base.digest", NO_BASE_DIGEST))
-    return SupplyChain(signature, sbom_v, tuple(problems))
+    found = verify_sbom(platform_ref, pub)
+    problems = sbom.check(found.predicate, labels) if found.predicate is not None else []
+    return SupplyChain(verify_signature(tag_ref, pub), found, tuple(problems))

@@ -1,15 +1,9 @@
 """`images.lock`: each variant's base, resolved to a digest per platform.
 
-`imgbuild lock` asks each base's registry for the tag's manifest (an index,
-or one manifest) with `docker buildx imagetools inspect` (registry/tools.py)
-and records the index digest and every platform's manifest digest, together
-with the pinned upstream commit and the series digest, so one file says
-exactly what the images are made from. The bake file takes the base by
-digest from here.
-
-`check` compares the lock with the project (variants, bases, platforms, pin,
-series) and, unless offline, with what the registries say now. Rendering is
-deterministic, so writing an unchanged lock leaves the file byte-equal.
+`imgbuild lock` asks each base's registry (`imagetools inspect`) for the tag's index (or one manifest) and
+records its digest and each platform's manifest digest, with the pinned upstream commit and the series
+digest; the bake file takes the base by digest from here. `check` compares the lock with the project and,
+unless offline, with the registries. Rendering is deterministic: an unchanged lock is rewritten byte-equal.
 """
 
 from __future__ import annotations
@@ -39,9 +33,6 @@ class LockedBase:
     media_type: str
     platforms: tuple[tuple[str, str], ...]  # (platform, manifest digest), sorted
 
-    def platform_digest(self, platform: str) -> str | None:
-        return dict(self.platforms).get(platform)
-
     def pinned(self, platform: str | None = None) -> str:
         """`ref:tag@digest` (docker uses the digest): the index's, or one platform's manifest's."""
         digest = self.digest if platform is None else dict(self.platforms)[normalize_platform(platform)]
@@ -68,11 +59,7 @@ class Lock:
             "upstream": {"tag": self.upstream_tag, "commit": self.upstream_commit},
             "series": self.series,
             "bases": {
-                ref: {
-                    "digest": b.digest,
-                    "media_type": b.media_type,
-                    "platforms": dict(b.platforms),
-                }
+                ref: {"digest": b.digest, "media_type": b.media_type, "platforms": dict(b.platforms)}
                 for ref, b in sorted(self.bases.items())
             },
             "variants": {
@@ -84,40 +71,27 @@ class Lock:
         return HEADER + yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=200)
 
 
-def parse_lock(text: str, where: str = FILENAME) -> Lock:
-    try:
-        data = yaml.safe_load(text)
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            raise ValueError(f"not a version {VERSION} lock")
-        bases = {
-            str(ref): LockedBase(
-                ref=str(ref),
-                digest=str(b["digest"]),
-                media_type=str(b["media_type"]),
-                platforms=tuple(sorted((str(p), str(d)) for p, d in b["platforms"].items())),
-            )
-            for ref, b in (data.get("bases") or {}).items()
-        }
-        variants = {
-            str(name): LockedVariant(str(v["base"]), tuple(str(p) for p in v["platforms"]))
-            for name, v in (data.get("variants") or {}).items()
-        }
-        return Lock(
-            upstream_tag=str(data["upstream"]["tag"]),
-            upstream_commit=str(data["upstream"]["commit"]),
-            series=str(data["series"]),
-            bases=bases,
-            variants=variants,
-        )
-    except (yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{where}: cannot read the lock: {exc}", hint="regenerate it with `imgbuild lock`") from exc
-
-
 def load_lock(root: Path) -> Lock | None:
     path = root / FILENAME
     if not path.is_file():
         return None
-    return parse_lock(path.read_text(), str(path))
+    try:
+        data = yaml.safe_load(path.read_text())
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError(f"not a version {VERSION} lock")
+        bases = {
+            str(ref): LockedBase(str(ref), str(b["digest"]), str(b["media_type"]),
+                                 tuple(sorted((str(p), str(d)) for p, d in b["platforms"].items())))
+            for ref, b in (data.get("bases") or {}).items()
+        }  # fmt: skip
+        variants = {
+            str(name): LockedVariant(str(v["base"]), tuple(str(p) for p in v["platforms"]))
+            for name, v in (data.get("variants") or {}).items()
+        }
+        up = data["upstream"]
+        return Lock(str(up["tag"]), str(up["commit"]), str(data["series"]), bases, variants)
+    except (yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path}: cannot read the lock: {exc}", hint="regenerate it with `imgbuild lock`") from exc
 
 
 def normalize_platform(platform: str) -> str:
@@ -127,13 +101,11 @@ def normalize_platform(platform: str) -> str:
 def resolve_base(ref_text: str) -> LockedBase:
     """Ask the base's registry what `ref_text` points to, per platform (`imagetools inspect`)."""
     top = tools.inspect_required(ref_text)
-    platforms: dict[str, str] = {}
     if top.is_index:
-        for plat, digest in top.entries():
-            if plat is not None:
-                platforms.setdefault(normalize_platform(plat), digest)
+        # the first entry of a platform wins (reversed: a later key would overwrite it)
+        platforms = {normalize_platform(p): d for p, d in reversed(top.entries()) if p is not None}
     else:
-        platforms[normalize_platform(tools.image_platform(ref_text))] = top.digest
+        platforms = {normalize_platform(tools.image_platform(ref_text)): top.digest}
     return LockedBase(ref_text, top.digest, top.media_type, tuple(sorted(platforms.items())))
 
 
@@ -146,6 +118,10 @@ def _base_of(v: ResolvedVariant) -> str:
     return v.image.base
 
 
+def _platforms(v: ResolvedVariant) -> tuple[str, ...]:
+    return tuple(normalize_platform(p) for p in v.image.platforms)
+
+
 def make_lock(
     variants: Sequence[ResolvedVariant],
     upstream_tag: str,
@@ -153,14 +129,8 @@ def make_lock(
     series: str,
     resolve: Callable[[str], LockedBase] = resolve_base,
 ) -> Lock:
-    bases: dict[str, LockedBase] = {}
-    for v in variants:
-        ref = _base_of(v)
-        if ref not in bases:
-            bases[ref] = resolve(ref)
-    locked = {
-        v.name: LockedVariant(_base_of(v), tuple(normalize_platform(p) for p in v.image.platforms)) for v in variants
-    }
+    bases = {ref: resolve(ref) for ref in dict.fromkeys(_base_of(v) for v in variants)}
+    locked = {v.name: LockedVariant(_base_of(v), _platforms(v)) for v in variants}
     lock = Lock(upstream_tag, upstream_commit, series, bases, locked)
     missing = missing_platforms(lock)
     if missing:
@@ -212,7 +182,7 @@ def check(
         base = _base_of(v)
         if entry.base != base:
             problems.append(f"variant {v.name}: locked base {entry.base}, images/ says {base}")
-        want = tuple(normalize_platform(p) for p in v.image.platforms)
+        want = _platforms(v)
         if entry.platforms != want:
             problems.append(
                 f"variant {v.name}: locked platforms {', '.join(entry.platforms)}, images/ says {', '.join(want)}"

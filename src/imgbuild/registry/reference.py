@@ -1,10 +1,8 @@
-"""Image references as docker spells them (pure).
+"""Image references as docker spells them (pure): `[host[:port]/]path[:tag][@sha256:hex]`.
 
-`[host[:port]/]path[:tag][@sha256:hex]`: the first component is a registry
-host when it has a dot or a colon or is `localhost`; otherwise the registry is
-Docker Hub and a one-component path gets `library/`. Loopback registries speak
-plain HTTP (docker treats 127.0.0.0/8 and localhost as insecure; cosign needs
-telling, publish/signing.py); every other registry is HTTPS.
+The docker SDK splits a reference (the registry is Docker Hub unless the first component has a dot or a
+colon or is `localhost`); each part is then checked, and a one-component Docker Hub path gets `library/`.
+Loopback registries speak plain HTTP (docker treats them as insecure; cosign needs telling).
 """
 
 from __future__ import annotations
@@ -13,9 +11,12 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from docker.auth import INDEX_NAME, split_repo_name
+from docker.utils import parse_repository_tag
+
 from imgbuild.errors import ConfigError
 
-DOCKER_HUB = "docker.io"
+DOCKER_HUB = INDEX_NAME  # "docker.io"
 
 _PATH = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
@@ -41,57 +42,38 @@ class Reference:
         return self.digest or self.tag or "latest"
 
     def __str__(self) -> str:
-        out = self.name
-        if self.tag:
-            out += f":{self.tag}"
-        if self.digest:
-            out += f"@{self.digest}"
-        return out
+        return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
 def is_loopback(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1 : host.index("]")]
-    if name == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        return name == "localhost" or ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
 
 
 def parse(text: str) -> Reference:
     """Parse an image reference; raise ConfigError naming what is wrong."""
-    rest = text.strip()
-    digest = None
-    if "@" in rest:
-        rest, digest = rest.split("@", 1)
-        if not _DIGEST.match(digest):
-            raise ConfigError(f"image reference {text!r}: {digest!r} is not a sha256 digest")
-    host = DOCKER_HUB
-    first, _, remainder = rest.partition("/")
-    if remainder and ("." in first or ":" in first or first == "localhost"):
-        if not _HOST.match(first):
-            raise ConfigError(f"image reference {text!r}: bad registry host {first!r}")
-        host, rest = first, remainder
-    tag = None
-    last = rest.rsplit("/", 1)[-1]
-    if ":" in last:
-        rest, tag = rest.rsplit(":", 1)
-        if not _TAG.match(tag):
-            raise ConfigError(f"image reference {text!r}: bad tag {tag!r}")
+    rest, at, digest = text.strip().partition("@")
+    if at and not _DIGEST.match(digest):
+        raise ConfigError(f"image reference {text!r}: {digest!r} is not a sha256 digest")
+    name, tag = parse_repository_tag(rest)
+    if tag is not None and not _TAG.match(tag):
+        raise ConfigError(f"image reference {text!r}: bad tag {tag!r}")
+    host, path = split_repo_name(name)
     if host in (DOCKER_HUB, "index.docker.io"):
-        host = DOCKER_HUB
-        if "/" not in rest:
-            rest = f"library/{rest}"
-    if not _PATH.match(rest):
+        host, path = DOCKER_HUB, path if "/" in path else f"library/{path}"
+    elif not _HOST.match(host):
+        raise ConfigError(f"image reference {text!r}: bad registry host {host!r}")
+    if not _PATH.match(path):
         raise ConfigError(
-            f"image reference {text!r}: bad repository name {rest!r}",
+            f"image reference {text!r}: bad repository name {path!r}",
             hint="repository names are lowercase letters, digits and . _ - separated by /",
         )
-    return Reference(host=host, repository=rest, tag=tag, digest=digest)
+    return Reference(host=host, repository=path, tag=tag, digest=digest or None)
 
 
 def join(registry: str, repository: str, tag: str | None = None) -> Reference:
     """`registry` (a host, optionally with a path prefix) + `repository`."""
-    registry = registry.rstrip("/")
-    return parse(f"{registry}/{repository}" + (f":{tag}" if tag else ""))
+    return parse(f"{registry.rstrip('/')}/{repository}" + (f":{tag}" if tag else ""))

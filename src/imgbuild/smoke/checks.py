@@ -1,20 +1,10 @@
-"""Smoke tests of a built image.
+"""Smoke tests of a built image: its config, its files, then what runs in it.
 
-1. config: os/arch as declared; ENTRYPOINT (unless kept: `image.entrypoint:
-   keep`) and CMD empty; the required
-   labels present (and, for a variant, equal to what the current plan
-   expects); integrity: the layers are the base's then imgbuild's, by diff id,
-   and ENV and labels are the plan's (integrity.py).
-2. files: the sha256 of every planned file matches its expected state.
-3. runtime (under qemu when the arch differs), in one container per image:
-   the probe (probe.py) runs as `docker run IMAGE python3 -c` with no
-   entrypoint override, which only works when ENTRYPOINT is cleared; it hashes
-   and byte-compiles every planned file with the image's own Python, runs the
-   variant's smoke commands, then imports the planned modules and the
-   release's modules importing them, and runs `vllm --version` through the
-   console script's entry point in the same process. On a skeleton
-   base (no torch) `smoke.skeleton_commands` run instead, and `smoke.commands`
-   and the imports are reported as skipped, never silently passed.
+config: platform; ENTRYPOINT (unless `image.entrypoint: keep`) and CMD empty; the required labels (and a
+variant's equal to the plan's); integrity.py's layers, ENV and labels. files: each planned file's sha256.
+runtime (under qemu when the arch differs): one container runs probe.py's program as `python3 -c` with no
+entrypoint override (so ENTRYPOINT must be clear), then launchcheck.py's launcher checks. On a skeleton base
+(no torch) `smoke.skeleton_commands` run instead, and the commands and imports are reported as skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from imgbuild.config.models import SmokeSpec
 from imgbuild.engine import BINFMT_FIX, Engine, ImageInfo, RunResult, check_binfmt
@@ -55,23 +45,22 @@ class Expected:
     env: tuple[tuple[str, str], ...] | None = None  # the variant's ENV; None: read from the imgbuild.config label
     importers: Callable[[], Sequence[str]] | None = None  # the release's modules importing the planned files
 
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The planned files' absolute paths in the image."""
+        return tuple(f"{self.site_packages.rstrip('/')}/{f.path}" for f in self.files)
+
 
 @dataclass(frozen=True)
 class Check:
-    group: str  # config, files, runtime, command
+    group: str  # config, files, runtime, command, import, launcher
     name: str
     status: str  # pass, fail, skip
     detail: str = ""
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "group": self.group,
-            "name": self.name,
-            "status": self.status,
-            "detail": self.detail,
-            "seconds": round(self.seconds, 3),
-        }
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -87,14 +76,7 @@ class FileRow:
         return self.actual_sha256 == self.expected_sha256
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "expected": self.expected,
-            "actual": self.actual,
-            "expected_sha256": self.expected_sha256,
-            "actual_sha256": self.actual_sha256,
-            "ok": self.ok,
-        }
+        return {**asdict(self), "ok": self.ok}
 
 
 @dataclass
@@ -131,185 +113,126 @@ class SmokeReport:
         }
 
 
-def classify(data: bytes | None, f: lbl.FileLabel) -> tuple[str, str | None]:
-    """(state, sha256) of what the image holds for a planned file."""
-    return classify_digest(None if data is None else hashlib.sha256(data).hexdigest(), f)
+def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[FileRow]:
+    """Each planned file's state in the image, from the sha256 of what the image holds at its path."""
+    rows = []
+    for f, path in zip(expected.files, expected.paths, strict=True):
+        digest = digests.get(path)
+        if digest is None:
+            state = "absent"
+        elif digest == f.sha256:
+            state = f.state
+        else:
+            state = "original" if digest == f.pristine_sha256 else "other"
+        rows.append(FileRow(f.path, f.state, state, f.sha256, digest))
+    return rows
 
 
-def classify_digest(digest: str | None, f: lbl.FileLabel) -> tuple[str, str | None]:
-    if digest is None:
-        return "absent", None
-    if digest == f.sha256:
-        return f.state, digest
-    if digest == f.pristine_sha256:
-        return "original", digest
-    return "other", digest
+def read_digests(engine: Engine, ref: str, expected: Expected) -> dict[str, str | None]:
+    """The planned files' sha256, read from a created, never started, container (no emulation needed)."""
+    data = engine.read_files(ref, expected.paths, expected.platform) if expected.files else {}
+    return {p: None if d is None else hashlib.sha256(d).hexdigest() for p, d in data.items()}
 
 
-def _paths(expected: Expected) -> tuple[str, ...]:
-    return probe.job_paths(expected.site_packages, [f.path for f in expected.files])
-
-
-def _row(f: lbl.FileLabel, state: tuple[str, str | None]) -> FileRow:
-    return FileRow(f.path, f.state, state[0], f.sha256, state[1])
-
-
-def file_rows(engine: Engine, ref: str, expected: Expected) -> list[FileRow]:
-    """The planned files read from a created, never started, container (no emulation needed)."""
-    paths = _paths(expected)
-    data = engine.read_files(ref, paths, expected.platform) if paths else {}
-    return [_row(f, classify(data[p], f)) for f, p in zip(expected.files, paths, strict=True)]
-
-
-def probed_rows(result: probe.ProbeResult, expected: Expected) -> list[FileRow]:
-    """The planned files as the probe hashed them in the running image."""
-    paths = _paths(expected)
-    return [_row(f, classify_digest(result.hashes.get(p), f)) for f, p in zip(expected.files, paths, strict=True)]
+def _verdict(name: str, problems: Sequence[str], ok: str) -> Check:
+    """A config check that fails naming each problem, or passes saying `ok`."""
+    return Check("config", name, "fail" if problems else "pass", "; ".join(problems) or ok)
 
 
 def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
-    checks = []
-    arch = expected.platform.arch
-    ok = info.os == "linux" and info.arch == arch
-    checks.append(
-        Check("config", "platform", "pass" if ok else "fail", f"image is {info.platform}, declared {expected.platform}")
-    )
+    ok = info.os == "linux" and info.arch == expected.platform.arch
+    detail = f"image is {info.platform}, declared {expected.platform}"
+    checks = [Check("config", "platform", "pass" if ok else "fail", detail)]
     for name, value in (("entrypoint", info.entrypoint), ("cmd", info.cmd)):
         if name == "entrypoint" and value and info.labels.get(lbl.ENTRYPOINT) == "keep":
             detail = f"{list(value)} kept (image.entrypoint: keep); the launcher check runs a command through it"
             checks.append(Check("config", name, "pass", detail))
-            continue
-        empty = not value
-        detail = "empty" if empty else f"{name.upper()} is {list(value or ())}; launchers append their own command"
-        checks.append(Check("config", name, "pass" if empty else "fail", detail))
+        else:
+            wrong = [f"{name.upper()} is {list(value)}; launchers append their own command"] if value else []
+            checks.append(_verdict(name, wrong, "empty"))
     missing = lbl.missing_required(info.labels)
-    checks.append(
-        Check(
-            "config",
-            "labels-present",
-            "fail" if missing else "pass",
-            f"missing: {', '.join(missing)}" if missing else f"{len(lbl.REQUIRED)} required labels",
-        )
-    )
+    detail = f"missing: {', '.join(missing)}" if missing else f"{len(lbl.REQUIRED)} required labels"
+    checks.append(Check("config", "labels-present", "fail" if missing else "pass", detail))
     if expected.labels is not None:
-        wrong = [k for k, v in expected.labels.items() if info.labels.get(k) != v]
-        detail = "; ".join(
-            f"{k}: image has {_cut(info.labels.get(k))}, plan says {_cut(expected.labels[k])}" for k in wrong
-        )
-        checks.append(Check("config", "labels-match-plan", "fail" if wrong else "pass", detail or "all labels agree"))
+        wrong = [
+            f"{k}: image has {integrity.cut(info.labels.get(k), 80)}, plan says {integrity.cut(v, 80)}"
+            for k, v in expected.labels.items()
+            if info.labels.get(k) != v
+        ]
+        checks.append(_verdict("labels-match-plan", wrong, "all labels agree"))
     return checks
 
 
-def _cut(value: str | None, n: int = 80) -> str:
-    if value is None:
-        return "nothing"
-    return repr(value if len(value) <= n else value[:n] + "...")
-
-
-def integrity_checks(engine: Engine, info: ImageInfo, expected: Expected) -> list[Check]:
-    """Layers: the base's then imgbuild's, by diff id; ENV and labels: the plan's (or the imgbuild.config label's)."""
-    ref = integrity.reference(engine, expected.base_ref, expected.base_id, len(expected.layers), info.platform)
-    return [_check(c) for c in integrity_results(info, expected, ref)]
-
-
-def _check(result: tuple[str, str, str]) -> Check:
-    name, status, detail = result
-    return Check("config", name, status, detail)
-
-
-def integrity_results(info: ImageInfo, expected: Expected, ref: integrity.Reference) -> list[tuple[str, str, str]]:
-    """(check name, status, detail) for the layers, ENV and labels (pure, given the reference read)."""
+def integrity_checks(info: ImageInfo, expected: Expected, ref: integrity.Reference) -> list[Check]:
+    """The layers, ENV and labels against the base and the plan (or the imgbuild.config label); pure."""
     out = []
     base = ref.base
     where = f"base {ref.base_ref or '(unnamed)'} is not in the local store for {info.platform}"
     if base is None:
-        out.append(("layers", "skip", f"{where}; layers not compared"))
+        out.append(Check("config", "layers", "skip", f"{where}; layers not compared"))
     else:
-        problems = integrity.layer_problems(info.layers, base.layers, ref.own)
-        text = integrity.describe(ref)
-        out.append(("layers", "fail" if problems else "pass", "; ".join(problems) or text))
+        out.append(_verdict("layers", integrity.layer_problems(info.layers, base.layers, ref.own), ref.describe()))
     config: lbl.ConfigLabel | None = None
     if expected.env is None or expected.labels is None:
         raw = info.labels.get(lbl.CONFIG)
         try:
             config = lbl.parse_config(raw) if raw else None
         except ValueError as exc:
-            out.append(("env", "fail", f"unreadable {lbl.CONFIG} label: {exc}"))
-            return out
+            return [*out, Check("config", "env", "fail", f"unreadable {lbl.CONFIG} label: {exc}")]
         if config is None:
-            out.append(("env", "skip", f"no {lbl.CONFIG} label (built by an older imgbuild) and no plan"))
-            return out
+            why = f"no {lbl.CONFIG} label (built by an older imgbuild) and no plan"
+            return [*out, Check("config", "env", "skip", why)]
     env = dict(expected.env) if expected.env is not None else (config.env if config else {})
     if base is None:  # each planned variable at least
         have = dict(e.partition("=")[::2] for e in info.env)
         wrong = [f"ENV {k}: image has {have.get(k)!r}, plan says {v!r}" for k, v in env.items() if have.get(k) != v]
-        out.append(("env", "fail" if wrong else "pass", "; ".join(wrong) or f"{len(env)} planned variables ({where})"))
+        out.append(_verdict("env", wrong, f"{len(env)} planned variables ({where})"))
     else:
-        problems = integrity.env_problems(info.env, integrity.expected_env(base.env, env))
-        out.append(("env", "fail" if problems else "pass", "; ".join(problems) or f"base ENV + {len(env)} planned"))
-    if expected.labels is not None:
-        if base is None:
-            return out  # labels-match-plan compares the plan's keys
+        wrong = integrity.env_problems(info.env, integrity.expected_env(base.env, env))
+        out.append(_verdict("env", wrong, f"base ENV + {len(env)} planned"))
+    if expected.labels is not None and base is not None:  # without the base, labels-match-plan compares the plan's
         problems = integrity.label_problems(info.labels, {**base.labels, **expected.labels})
-        out.append(
-            ("labels", "fail" if problems else "pass", "; ".join(problems) or "exactly the base's and the plan's")
-        )
-    elif config is not None:
+        out.append(_verdict("labels", problems, "exactly the base's and the plan's"))
+    elif expected.labels is None and config is not None:
         problems = integrity.config_label_problems(info.labels, config, base.labels if base else None)
         ok = f"{len(config.labels)} labels as imgbuild wrote them" + ("" if base else " (extra keys not checked)")
-        out.append(("labels", "fail" if problems else "pass", "; ".join(problems) or ok))
+        out.append(_verdict("labels", problems, ok))
     return out
 
 
-def run_options(info: ImageInfo, engine_arch: Platform) -> runtime_run.RunOptions:
-    """What `docker run` of `info` needs on this daemon: under qemu, an arm64 torch needs an aarch64 cpuinfo."""
-    return runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine_arch.arch)
-
-
-def _probe_job(expected: Expected, skeleton: bool) -> probe.Job:
-    spec = expected.smoke
-    commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
-    modules: tuple[str, ...] = ()
-    cli = ""
-    if not skeleton:
-        importers = list(expected.importers()) if expected.importers else []
-        modules = tuple(modules_to_import([f.path for f in expected.files], importers))
-        cli = CLI if modules else ""
-    return probe.Job(_paths(expected), commands, spec.timeout if spec else 600, modules, cli)
-
-
-def runtime_checks(
-    engine: Engine, ref: str, info: ImageInfo, expected: Expected
-) -> tuple[list[Check], probe.ProbeResult]:
+def runtime_checks(engine: Engine, info: ImageInfo, expected: Expected) -> tuple[list[Check], probe.ProbeResult]:
     """One container: run directly, hashes, byte-compiles, smoke commands, imports, version."""
     check_binfmt(info.platform, engine.arch)
-    skeleton = lbl.SKELETON in info.labels
-    job = _probe_job(expected, skeleton)
+    skeleton, spec = lbl.SKELETON in info.labels, expected.smoke
+    commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
+    modules: tuple[str, ...] = ()
+    if not skeleton:  # the planned files' modules, then the release's modules importing them
+        importers = list(expected.importers()) if expected.importers else []
+        modules = tuple(modules_to_import([f.path for f in expected.files], importers))
+    job = probe.Job(expected.paths, commands, spec.timeout if spec else 600, modules, CLI if modules else "")
     t0 = time.monotonic()
-    opts = run_options(info, engine.arch)
-    res = engine.run(
-        ref,
-        job.argv(),
-        platform=expected.platform,
-        timeout=job.container_timeout,
-        binds=opts.binds,
-        environment=opts.env,
-    )
+    # under qemu, an arm64 torch needs an aarch64 cpuinfo
+    opts = runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine.arch.arch)
+    res = engine.run(info.id, job.argv(), platform=expected.platform, timeout=job.container_timeout,
+                     binds=opts.binds, environment=opts.env)  # fmt: skip
     took = time.monotonic() - t0
-    _exec_format(res.stderr, info.platform, engine.arch)
+    if "exec format error" in res.stderr:
+        raise DockerError(
+            f"{info.platform} binaries do not run on this {engine.arch} daemon (exec format error)",
+            hint=BINFMT_FIX.format(qemu=info.platform.qemu),
+        )
     result = probe.parse(res.stdout)
-    checks = []
-    if not result.ran:
-        why: list[str] = [probe.last_line(res.stderr, res.stdout) or f"exit {res.exit_code}"]
+    if result.ran:
+        checks = [Check("runtime", "run-directly", "pass", f"python {result.python}", took)]
+    else:
+        why = [probe.last_line(res.stderr, res.stdout) or f"exit {res.exit_code}"]
         if info.entrypoint:
             why.append(f"ENTRYPOINT {list(info.entrypoint)} swallowed the command")
-        checks.append(Check("runtime", "run-directly", "fail", "; ".join(why), took))
-    else:
-        checks.append(Check("runtime", "run-directly", "pass", f"python {result.python}", took))
+        checks = [Check("runtime", "run-directly", "fail", "; ".join(why), took)]
     for f, path in zip(expected.files, job.paths, strict=True):
         ok, reason = result.compiles.get(path, (False, "not run"))
         checks.append(Check("runtime", f"compile {f.path}", "pass" if ok else "fail", reason or "byte-compiles"))
-    checks.extend(_command_checks(expected, skeleton, result, res.exit_code))
+    checks.extend(_command_checks(expected.smoke, skeleton, result, res.exit_code))
     planned = modules_to_import([f.path for f in expected.files], [])
     checks.extend(_import_checks(job, planned, skeleton, result, res))
     return checks, result
@@ -322,8 +245,7 @@ def _died(res: RunResult) -> str:
     return f"the probe stopped (exit {res.exit_code})" + (f": {tail}" if tail else "")
 
 
-def _command_checks(expected: Expected, skeleton: bool, result: probe.ProbeResult, exit_code: int) -> list[Check]:
-    spec = expected.smoke
+def _command_checks(spec: SmokeSpec | None, skeleton: bool, result: probe.ProbeResult, exit_code: int) -> list[Check]:
     if spec is None:
         return []
     checks = [Check("command", cmd, "skip", SKELETON_SKIP) for cmd in (spec.commands if skeleton else ())]
@@ -345,25 +267,26 @@ def _import_checks(
 ) -> list[Check]:
     """One check per module of `job`; `planned`: the planned files' own modules (any failure of theirs fails)."""
     if skeleton:
-        return [Check("import", "imports", "skip", f"{SKELETON_SKIP}: the planned modules, their importers and "
-                      f"`{CLI} --version`")]  # fmt: skip
+        detail = f"{SKELETON_SKIP}: the planned modules, their importers and `{CLI} --version`"
+        return [Check("import", "imports", "skip", detail)]
     checks = []
     stopped = False
     for module in job.modules:
+        name = f"import {module}"
         r = result.imports.get(module)
         if r is not None:
-            detail = "imports" if r.ok else f"{r.error}" + (f" (raised at {r.where})" if r.where else "")
+            detail = "imports" if r.ok else r.error + (f" (raised at {r.where})" if r.where else "")
             status = "pass" if r.ok else "fail"
             if not r.ok and module not in planned and not r.involves(job.paths, planned):
                 # a module of the release that fails on this base by itself (a ROCm or XPU model on a CPU base)
                 status, detail = "skip", f"fails on this base without a planned file involved: {detail}"
-            checks.append(Check("import", f"import {module}", status, detail))
+            checks.append(Check("import", name, status, detail))
         elif result.importing == module:
-            checks.append(Check("import", f"import {module}", "fail", f"{_died(res)} while importing it"))
+            checks.append(Check("import", name, "fail", f"{_died(res)} while importing it"))
             stopped = True
         else:
             why = "not run: the probe stopped before it" if stopped or result.ran else "not run"
-            checks.append(Check("import", f"import {module}", "fail", why))
+            checks.append(Check("import", name, "fail", why))
     if job.cli:
         name, v = f"{job.cli} --version", result.cli
         if v is None:
@@ -377,60 +300,40 @@ def _import_checks(
     return checks
 
 
-def _exec_format(stderr: str, platform: Platform, daemon: Platform) -> None:
-    if "exec format error" in stderr:
-        raise DockerError(
-            f"{platform} binaries do not run on this {daemon} daemon (exec format error)",
-            hint=BINFMT_FIX.format(qemu=platform.qemu),
-        )
-
-
-def _file_checks(rows: Sequence[FileRow], took: float) -> list[Check]:
-    checks = []
-    for row in rows:
-        status = "pass" if row.ok else "fail"
-        detail = (
-            f"{row.actual}" if row.ok else f"expected {row.expected} {row.expected_sha256[:12]}, image has {row.actual}"
-        )
-        if row.actual_sha256 and not row.ok:
-            detail += f" {row.actual_sha256[:12]}"
-        checks.append(Check("files", row.path, status, detail, took / max(len(rows), 1)))
-    return checks
-
-
 def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True) -> SmokeReport:
-    """Run every check on `ref`; a failing check is recorded, never raised.
-
-    With `runtime`, one container does everything that runs; the file hashes
-    come from it too, unless it could not run (then they are read without running).
-    """
+    """Run every check on `ref`; a failing check is recorded, never raised. With `runtime`, one container does
+    everything that runs, and the file hashes come from it too unless it could not run."""
     info = engine.require(ref)
     report = SmokeReport(ref, info.id, expected.variant, str(expected.platform))
     report.checks.extend(config_checks(info, expected))
-    report.checks.extend(integrity_checks(engine, info, expected))
+    base = integrity.reference(engine, expected.base_ref, expected.base_id, len(expected.layers), info.platform)
+    report.checks.extend(integrity_checks(info, expected, base))
     run_checks: list[Check] = []
+    result = None
     t0 = time.monotonic()
     if runtime:
-        run_checks, result = runtime_checks(engine, info.id, info, expected)
+        run_checks, result = runtime_checks(engine, info, expected)
         # what sparkrun needs: a passthrough ENTRYPOINT, a standalone kill
         run_checks += [Check("launcher", *r) for r in launchcheck.run(engine, info, expected.platform)]
-        report.files = probed_rows(result, expected) if result.ran else file_rows(engine, info.id, expected)
-    else:
-        report.files = file_rows(engine, info.id, expected)
-    report.checks.extend(_file_checks(report.files, 0.0 if runtime else time.monotonic() - t0))
+    digests = result.hashes if result is not None and result.ran else read_digests(engine, info.id, expected)
+    report.files = file_rows(expected, digests)
+    took = 0.0 if runtime else (time.monotonic() - t0) / max(len(report.files), 1)
+    for row in report.files:
+        detail = row.actual
+        if not row.ok:
+            detail = f"expected {row.expected} {row.expected_sha256[:12]}, image has {row.actual}"
+            detail += f" {row.actual_sha256[:12]}" if row.actual_sha256 else ""
+        report.checks.append(Check("files", row.path, "pass" if row.ok else "fail", detail, took))
     report.checks.extend(run_checks)
     return report
 
 
 def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -> Expected:
     """What an image claims about itself (for `smoke IMAGE` and `inspect`)."""
-    files: tuple[lbl.FileLabel, ...] = ()
-    raw = info.labels.get(f"{lbl.PREFIX}files")
-    if raw:
-        try:
-            files = tuple(lbl.parse_files(raw))
-        except ValueError as exc:
-            raise DockerError(f"image {info.id[:19]}: unreadable imgbuild.files label: {exc}") from exc
+    try:
+        files = tuple(lbl.parse_files(info.labels.get(f"{lbl.PREFIX}files") or "{}"))
+    except ValueError as exc:
+        raise DockerError(f"image {info.id[:19]}: unreadable imgbuild.files label: {exc}") from exc
     try:
         layers = tuple(str(d) for d in json.loads(info.labels.get(f"{lbl.PREFIX}layers") or "[]"))
     except (ValueError, TypeError) as exc:

@@ -1,16 +1,17 @@
 """Which modules smoke imports: the planned files, and the release's modules that import them.
 
-Found statically (pure): every `import` and `from ... import` statement of a
-release file is resolved to absolute module names (relative imports against
-the file's package) and compared with the planned modules. Dynamic imports
-(`importlib.import_module(name)`) are not followed.
+Found statically: each import statement of a release file is resolved to absolute module names (relative
+ones against the file's package); dynamic imports (`importlib.import_module`) are not followed.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imgbuild.upstream.git import CommitTree
 
 
 def module_name(path: str) -> str | None:
@@ -26,10 +27,8 @@ def module_name(path: str) -> str | None:
 
 
 def imported_names(source: bytes, path: str) -> set[str]:
-    """Every module name an import statement of `path` may load; names after `from X import` as `X.name` too.
-
-    A file that does not parse imports nothing here (byte-compiling reports it).
-    """
+    """Every module an import statement of `path` may load (`from X import n`: `X` and `X.n`); a file that
+    does not parse imports nothing here (byte-compiling reports it)."""
     module = module_name(path)
     if module is None:
         return set()
@@ -59,7 +58,7 @@ def _executed(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
             continue
         yield node
         if isinstance(node, ast.If):
-            if not _type_checking(node.test):
+            if ast.unparse(node.test).rpartition(".")[2] != "TYPE_CHECKING":
                 yield from _executed(node.body)
             yield from _executed(node.orelse)
         elif isinstance(node, ast.Try | ast.TryStar):
@@ -67,12 +66,6 @@ def _executed(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
                 yield from _executed(part)
         elif isinstance(node, ast.ClassDef | ast.With):
             yield from _executed(node.body)
-
-
-def _type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def _resolve(name: str | None, level: int, package: str) -> str | None:
@@ -111,10 +104,8 @@ def importers(sources: Mapping[str, bytes], targets: Sequence[str]) -> list[str]
 def needles(path: str) -> tuple[str, dict[str, str]]:
     """(leaf, directory -> word): what a direct importer of the planned file `path` must contain.
 
-    Every import of a module spells its last name (`import a.b.mod`, `from .mod import x`,
-    `from . import mod`). Outside a package directory it also spells that package's
-    name after the common ancestor: from outside `a/b/`, `a/b/c/mod.py` is `b.c.mod`
-    (absolute, or relative `from ...b.c import mod`), so the file contains `b.c`.
+    Every import of a module spells its last name; from outside a package directory also that package's
+    name after the common ancestor (from outside `a/b/`, `a/b/c/mod.py` is `b.c.mod`, relative or not).
     """
     parts = path.removesuffix(".py").split("/")
     if parts[-1] == "__init__":
@@ -142,15 +133,7 @@ def modules_to_import(files: Sequence[str], importer_modules: Sequence[str]) -> 
     return list(dict.fromkeys([*own, *importer_modules]))
 
 
-class Release(Protocol):
-    """What `release_importers` reads: a release tree that can grep and read (gitio.CommitTree)."""
-
-    def grep(self, words: Iterable[str], under: str) -> list[str]: ...
-    def prefetch(self, paths: Iterable[str]) -> None: ...
-    def read(self, path: str) -> bytes | None: ...
-
-
-def release_importers(tree: Release, files: Sequence[str], package_root: str) -> list[str]:
+def release_importers(tree: CommitTree, files: Sequence[str], package_root: str) -> list[str]:
     """The modules of the release under `package_root` that import one of the planned `files`' modules."""
     targets = [m for m in (module_name(f) for f in files) if m is not None]
     if not targets:

@@ -1,10 +1,5 @@
-"""`imgbuild inspect IMAGE`: what an image says about itself, checked against what it holds.
-
-Reads the labels back, re-hashes every file the labels list (reading them
-from a created, never started, container), checks the layers against the
-base's (then as many as `imgbuild.layers` names) and the ENV and labels against the
-`imgbuild.config` label, and reports each place where they disagree.
-"""
+"""`imgbuild inspect IMAGE`: what an image says about itself (its labels), checked against what it holds:
+its files re-hashed, its layers, ENV and labels against the base and the `imgbuild.config` label."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ from dataclasses import dataclass, field
 from imgbuild.engine import Engine, ImageInfo
 from imgbuild.plan import labels as lbl
 from imgbuild.smoke import integrity
-from imgbuild.smoke.checks import FileRow, expected_from_labels, file_rows, integrity_results
+from imgbuild.smoke.checks import FileRow, expected_from_labels, file_rows, integrity_checks, read_digests
 
 
 @dataclass
@@ -26,17 +21,12 @@ class InspectReport:
     notes: list[str] = field(default_factory=list)  # checks that could not be made, and why
 
     @property
-    def built_by_imgbuild(self) -> bool:
-        return lbl.INPUTS in self.info.labels
-
-    @property
     def ok(self) -> bool:
         return not self.disagreements
 
     def patches(self) -> dict[str, str]:
-        raw = self.info.labels.get(f"{lbl.PREFIX}patches")
         try:
-            data = json.loads(raw) if raw else {}
+            data = json.loads(self.info.labels.get(f"{lbl.PREFIX}patches") or "{}")
         except ValueError:
             return {}
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
@@ -44,24 +34,16 @@ class InspectReport:
     def upstreams(self) -> list[dict[str, object]]:
         """Every pinned upstream the image names, each with the patches applied to it: `imgbuild.upstreams`
         when the project pins several, else the one `imgbuild.upstream.*` pin with every applied patch."""
-        raw = self.info.labels.get(lbl.UPSTREAMS)
-        if raw:
+        lab = self.info.labels
+        if lab.get(lbl.UPSTREAMS):
             try:
-                return lbl.parse_upstreams(raw)
+                return lbl.parse_upstreams(lab[lbl.UPSTREAMS])
             except ValueError:
                 return []
-        lab = self.info.labels
         if f"{lbl.PREFIX}upstream.commit" not in lab:
             return []
-        return [
-            {
-                "name": None,
-                "url": lab.get(f"{lbl.PREFIX}upstream.url"),
-                "tag": lab.get(f"{lbl.PREFIX}upstream.tag"),
-                "commit": lab.get(f"{lbl.PREFIX}upstream.commit"),
-                "patches": [n for n, state in self.patches().items() if state == "applied"],
-            }
-        ]
+        pin = {k: lab.get(f"{lbl.PREFIX}upstream.{k}") for k in ("url", "tag", "commit")}
+        return [{"name": None, **pin, "patches": [n for n, state in self.patches().items() if state == "applied"]}]
 
     def to_json(self) -> dict[str, object]:
         info = self.info
@@ -77,7 +59,7 @@ class InspectReport:
             "labels": info.labels,
             "patches": self.patches(),
             "files": [f.to_json() for f in self.files],
-            "built_by_imgbuild": self.built_by_imgbuild,
+            "built_by_imgbuild": lbl.INPUTS in info.labels,
             "disagreements": self.disagreements,
             "notes": self.notes,
             "ok": self.ok,
@@ -92,7 +74,7 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
         report.disagreements.append(f"labels missing: {', '.join(missing)}")
     expected = expected_from_labels(info)
     if expected.files and expected.site_packages:
-        report.files = file_rows(engine, info.id, expected)
+        report.files = file_rows(expected, read_digests(engine, info.id, expected))
     for row in report.files:
         if not row.ok:
             have = f"{row.actual} ({row.actual_sha256[:12]})" if row.actual_sha256 else row.actual
@@ -107,9 +89,9 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
         )
     if lbl.INPUTS in info.labels:  # layers, ENV and labels as imgbuild wrote them
         against = integrity.reference(engine, expected.base_ref, None, len(expected.layers), info.platform)
-        for name, status, detail in integrity_results(info, expected, against):
-            if status == "fail":
-                report.disagreements.append(f"{name}: {detail}")
-            elif status == "skip":
-                report.notes.append(f"{name}: {detail}")
+        for c in integrity_checks(info, expected, against):
+            if c.status == "fail":
+                report.disagreements.append(f"{c.name}: {c.detail}")
+            elif c.status == "skip":
+                report.notes.append(f"{c.name}: {c.detail}")
     return report

@@ -1,15 +1,9 @@
 """Is the image exactly what imgbuild built: the base's layers plus imgbuild's own, and the planned config?
 
-An image edited after the build (`docker commit`, a later `RUN`, `LABEL` or
-`ENV`) still carries imgbuild's labels, so the labels alone prove nothing.
-This compares, by diff id and in order, the image's layers with its base's
-followed by as many as imgbuild made (their diff ids are BuildKit's: what
-they hold is proven by the files checks, which re-hash each planned file in
-the image), and its ENV and labels with the plan's (or, without a plan, with
-its `imgbuild.config` label). Every difference is named: the layer index and
-diff ids, the key, expected and actual.
-
-The comparisons are pure; `reference` reads the base from the daemon.
+An image edited after the build (`docker commit`, a later RUN, LABEL or ENV) still carries imgbuild's
+labels, so they prove nothing alone. This compares the layers by diff id, in order, with the base's
+followed by as many as imgbuild made (what those hold, the files checks prove), and ENV and labels with
+the plan's (or the `imgbuild.config` label's), naming each difference. Pure but for `reference`.
 """
 
 from __future__ import annotations
@@ -32,9 +26,24 @@ class Reference:
     base: ImageInfo | None  # None: not in the local store
     own: int
 
+    def describe(self) -> str:
+        base = f"{len(self.base.layers)} base" if self.base else "? base"
+        return f"{base} + {self.own} imgbuild layer{'s' if self.own != 1 else ''}"
+
 
 def _short(diff_id: str | None) -> str:
     return "?" if diff_id is None else diff_id.removeprefix("sha256:")[:12]
+
+
+def cut(value: str | None, n: int = 60) -> str:
+    """`value` for a message: quoted, at most `n` characters."""
+    if value is None:
+        return "nothing"
+    return repr(value if len(value) <= n else value[:n] + "...")
+
+
+def _noted(problems: list[str]) -> list[str]:
+    return problems if len(problems) <= NOTED else [*problems[:NOTED], f"and {len(problems) - NOTED} more"]
 
 
 def layer_problems(actual: Sequence[str], base: Sequence[str], own: int) -> list[str]:
@@ -57,44 +66,29 @@ def layer_problems(actual: Sequence[str], base: Sequence[str], own: int) -> list
     return _noted(problems)
 
 
-def _noted(problems: list[str]) -> list[str]:
-    if len(problems) <= NOTED:
-        return problems
-    return [*problems[:NOTED], f"and {len(problems) - NOTED} more"]
-
-
-def _env_map(env: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for entry in env:
-        key, _, value = entry.partition("=")
-        out[key] = value
-    return out
-
-
 def expected_env(base_env: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
     """The base's ENV with the variant's set over it (as Dockerfile `ENV` does)."""
-    return {**_env_map(base_env), **env}
+    return {**dict(e.partition("=")[::2] for e in base_env), **env}
 
 
 def env_problems(actual: Sequence[str], expected: Mapping[str, str]) -> list[str]:
-    return _exact("ENV", _env_map(actual), expected)
+    return _exact("ENV", dict(e.partition("=")[::2] for e in actual), expected)
 
 
 def label_problems(actual: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
-    """Exact: every key of `expected` with its value, and no other key."""
     return _exact("label", actual, expected)
 
 
 def _exact(what: str, have: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
-    """Each key where `have` is not `expected` (ENV or labels against the plan)."""
+    """Each key where `have` is not exactly `expected`: every key with its value, and no other key."""
     problems = []
     for key in sorted(set(have) | set(expected)):
         if key not in have:
-            problems.append(f"{what} {key}: missing, plan says {_cut(expected[key])}")
+            problems.append(f"{what} {key}: missing, plan says {cut(expected[key])}")
         elif key not in expected:
-            problems.append(f"{what} {key}={_cut(have[key])}: not in the plan (nor the base)")
+            problems.append(f"{what} {key}={cut(have[key])}: not in the plan (nor the base)")
         elif have[key] != expected[key]:
-            problems.append(f"{what} {key}: image has {_cut(have[key])}, plan says {_cut(expected[key])}")
+            problems.append(f"{what} {key}: image has {cut(have[key])}, plan says {cut(expected[key])}")
     return _noted(problems)
 
 
@@ -109,33 +103,18 @@ def config_label_problems(
         elif not config.matches(key, actual[key]):
             problems.append(
                 f"label {key}: changed after the build (imgbuild wrote sha256 {config.labels[key]}..., "
-                f"image has {_cut(actual[key])})"
+                f"image has {cut(actual[key])})"
             )
     if base is not None:
         for key in sorted(set(actual) - set(config.labels) - {lbl.INPUTS, lbl.CONFIG}):
             if key not in base:
-                problems.append(f"label {key}={_cut(actual[key])}: set by neither imgbuild nor the base")
+                problems.append(f"label {key}={cut(actual[key])}: set by neither imgbuild nor the base")
             elif base[key] != actual[key]:
-                problems.append(f"label {key}: image has {_cut(actual[key])}, the base {_cut(base[key])}")
+                problems.append(f"label {key}: image has {cut(actual[key])}, the base {cut(base[key])}")
     return _noted(problems)
-
-
-def _cut(value: str | None, n: int = 60) -> str:
-    if value is None:
-        return "nothing"
-    return repr(value if len(value) <= n else value[:n] + "...")
 
 
 def reference(engine: Engine, base_ref: str, base_id: str | None, own: int, platform: Platform) -> Reference:
     """The base (by id when known, else by name), when it is in the store for `platform`."""
-    base = engine.image(base_id) if base_id else None
-    if base is None and base_ref:
-        base = engine.image(base_ref)
-    if base is not None and base.platform != platform:
-        base = None
-    return Reference(base_ref, base, own)
-
-
-def describe(ref: Reference) -> str:
-    base = f"{len(ref.base.layers)} base" if ref.base else "? base"
-    return f"{base} + {ref.own} imgbuild layer{'s' if ref.own != 1 else ''}"
+    base = (engine.image(base_id) if base_id else None) or (engine.image(base_ref) if base_ref else None)
+    return Reference(base_ref, base if base is not None and base.platform == platform else None, own)

@@ -1,20 +1,11 @@
 """What a launcher (sparkrun) needs from an image, checked the way sparkrun checks it.
 
-sparkrun 0.4.2 starts every workload as `docker run IMAGE bash -c <command>`:
-the command is appended as CMD arguments, so the image's ENTRYPOINT must be
-empty or a passthrough wrapper that ends in `exec "$@"` (the NGC bases'
-`/opt/nvidia/nvidia_entrypoint.sh`); a consuming ENTRYPOINT such as
-`["vllm","serve"]` eats the command (`containers/entrypoint.py`). Its health
-check runs `docker exec CONTAINER kill -0 PID` (`scripts/exec_serve_detached.sh`),
-so `kill` must be an executable on the image's PATH, not only a shell builtin.
-
-Like sparkrun's own probe (`scripts/image_entrypoint_probe.sh`), one container
-runs the real argv shape, `bash -c SCRIPT` under the image's ENTRYPOINT, and
-looks for a computed sentinel (an entrypoint that echoes its argv back cannot
-print it); only when that fails does a second run with the ENTRYPOINT cleared
-tell a consuming ENTRYPOINT from a missing bash. The same script names the
-first `kill` on PATH. Parsing and verdicts are pure; `run` is the one side
-effect (one container, two when the first did not run the command).
+sparkrun 0.4.2 runs every workload as `docker run IMAGE bash -c <command>`, so the ENTRYPOINT must be empty
+or a passthrough wrapper ending in `exec "$@"` (NGC's nvidia_entrypoint.sh); a consuming one such as
+["vllm","serve"] eats the command. Its health check runs `docker exec CONTAINER kill -0 PID`, so `kill` must
+be an executable on PATH. Like sparkrun's own probe, one container runs `bash -c SCRIPT` under the ENTRYPOINT
+and looks for a computed sentinel (an entrypoint echoing its argv cannot print it); only when that fails, a
+second run with the ENTRYPOINT cleared tells a consuming ENTRYPOINT from a missing bash.
 """
 
 from __future__ import annotations
@@ -23,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from imgbuild.errors import ConfigError
 from imgbuild.platforms import Platform
 
 if TYPE_CHECKING:
@@ -51,40 +43,35 @@ def parse(stdout: str) -> Probe:
     return Probe(ran, kill or None)
 
 
-def entrypoint_result(entrypoint: Sequence[str] | None, first: Probe, cleared: Probe | None) -> Result:
-    """Empty or passthrough passes; a consuming ENTRYPOINT fails; so does an image where bash never ran."""
+def results(entrypoint: Sequence[str] | None, first: Probe, cleared: Probe | None) -> list[Result]:
+    """The entrypoint and kill checks (pure); `kill` is read from whichever run executed the script."""
     ep = list(entrypoint or [])
-    if first.ran:
-        if not ep:
-            return ("entrypoint", "pass", "no ENTRYPOINT: a launcher's command is the argv")
-        return ("entrypoint", "pass", f'ENTRYPOINT {ep} passes the command through (exec "$@"); kept')
-    if ep and cleared is not None and cleared.ran:
-        return (
+    if first.ran and not ep:
+        entry: Result = ("entrypoint", "pass", "no ENTRYPOINT: a launcher's command is the argv")
+    elif first.ran:
+        entry = ("entrypoint", "pass", f'ENTRYPOINT {ep} passes the command through (exec "$@"); kept')
+    elif ep and cleared is not None and cleared.ran:
+        entry = (
             "entrypoint",
             "fail",
             f"ENTRYPOINT {ep} consumes the command a launcher appends (sparkrun runs `IMAGE bash -c ...`); "
             'clear it (ENTRYPOINT []), or use a wrapper that ends in exec "$@"',
         )
-    return ("entrypoint", "fail", "`bash -c` did not run in the image: sparkrun's scripts need bash on PATH")
-
-
-def kill_result(probe: Probe) -> Result:
-    if probe.kill:
-        return ("kill", "pass", f"{probe.kill} (sparkrun's health check runs `docker exec ... kill -0`)")
-    if not probe.ran:
-        return ("kill", "fail", "not checked: `bash -c` did not run in the image")
-    return (
-        "kill",
-        "fail",
-        "no standalone `kill` on PATH (only the shell builtin): sparkrun's health check runs "
-        "`docker exec CONTAINER kill -0 PID`; install procps (Debian/Ubuntu) in the image",
-    )
-
-
-def results(entrypoint: Sequence[str] | None, first: Probe, cleared: Probe | None) -> list[Result]:
-    """The two launcher checks; `kill` is read from whichever run executed the script."""
+    else:
+        entry = ("entrypoint", "fail", "`bash -c` did not run in the image: sparkrun's scripts need bash on PATH")
     ran = first if first.ran else (cleared or first)
-    return [entrypoint_result(entrypoint, first, cleared), kill_result(ran)]
+    if ran.kill:
+        kill: Result = ("kill", "pass", f"{ran.kill} (sparkrun's health check runs `docker exec ... kill -0`)")
+    elif not ran.ran:
+        kill = ("kill", "fail", "not checked: `bash -c` did not run in the image")
+    else:
+        kill = (
+            "kill",
+            "fail",
+            "no standalone `kill` on PATH (only the shell builtin): sparkrun's health check runs "
+            "`docker exec CONTAINER kill -0 PID`; install procps (Debian/Ubuntu) in the image",
+        )
+    return [entry, kill]
 
 
 def run(engine: Engine, info: ImageInfo, platform: Platform | None, timeout: int = 300) -> list[Result]:
@@ -134,8 +121,6 @@ def check_decision(
 ) -> None:
     """Refuse, before any build, a passthrough ENTRYPOINT the config did not decide about, and `keep` of a
     consuming one (pure; ConfigError)."""
-    from imgbuild.errors import ConfigError
-
     where = f"images/{variant}.yaml: image.entrypoint"
     ep = list(entrypoint or [])
     if kind == "passthrough" and decision is None:

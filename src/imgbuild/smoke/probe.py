@@ -1,15 +1,10 @@
-"""The one program smoke runs in an image, and the reading of what it prints.
+"""The one program smoke runs in an image (in_image/smoke_probe.py), and the reading of what it prints.
 
-One container per image and platform (each start under qemu costs ~0.6 s,
-python ~0.55 s more): the probe prints the Python version, the sha256 and
-byte-compile result of every planned file, runs each smoke command (exit code,
-output), then imports each module asked for and runs `CLI --version` through
-the console script's entry point, in the same process (no second import of vllm).
-
-The image may only have python3-minimal (no json module), so the probe reads
-its job as a Python literal and prints one `imgbuild-probe <repr(tuple)>`
-line per result, flushed, so that what it printed before a crash (torch
-segfaulting under qemu, say) is still read. `parse` is pure.
+One container per image and platform (each start under qemu costs ~0.6 s, python ~0.55 s more): it hashes
+and byte-compiles every planned file, runs each smoke command, imports each module asked for and runs
+`CLI --version` in the same process. The image may only have python3-minimal (no json), so the job is a
+Python literal and each result one flushed `imgbuild-probe <repr(tuple)>` line: what it printed before a
+crash (torch segfaulting under qemu, say) is still read. `parse` is pure.
 """
 
 from __future__ import annotations
@@ -20,9 +15,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 MARK = "imgbuild-probe "
-
-# The program itself runs inside the image, never on the host (so it may start processes itself):
-# in_image/smoke_probe.py, shipped as a resource and passed to `python3 -c`.
 PROBE = (resources.files("imgbuild.smoke") / "in_image" / "smoke_probe.py").read_text(encoding="utf-8")
 
 
@@ -41,8 +33,7 @@ class Job:
     @property
     def container_timeout(self) -> int:
         """Every step may take `timeout`; the container as a whole gets their sum."""
-        steps = 2 + len(self.commands) + (1 if self.modules else 0)
-        return self.timeout * steps
+        return self.timeout * (2 + len(self.commands) + (1 if self.modules else 0))
 
 
 @dataclass(frozen=True)
@@ -82,11 +73,6 @@ class ProbeResult:
         return self.python is not None
 
 
-def _command(rec: tuple[object, ...]) -> CommandResult:
-    _, cmd, code, timed_out, stdout, stderr = rec
-    return CommandResult(str(cmd), int(str(code)), bool(timed_out), str(stdout), str(stderr))
-
-
 def parse(stdout: str) -> ProbeResult:
     """What the probe printed; lines it did not print (or that are cut off) are ignored."""
     res = ProbeResult()
@@ -95,35 +81,30 @@ def parse(stdout: str) -> ProbeResult:
             continue
         try:
             rec = ast.literal_eval(line[len(MARK) :])
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-        if not isinstance(rec, tuple) or not rec:
-            continue
-        try:
-            _record(res, rec)
-        except (ValueError, TypeError):
-            continue
+            kind, name, *rest = rec
+            name = str(name)
+            if kind == "python":
+                res.python = name
+            elif kind == "file":
+                res.hashes[name] = None if rest[0] is None else str(rest[0])
+            elif kind == "compile":
+                res.compiles[name] = (bool(rest[0]), str(rest[1]))
+            elif kind in ("command", "cli"):
+                code, timed_out, out, err = rest
+                result = CommandResult(name, int(code), bool(timed_out), str(out), str(err))
+                if kind == "cli":
+                    res.cli = result
+                else:
+                    res.commands[name] = result
+            elif kind == "import-start":
+                res.importing = name
+            elif kind == "import":
+                ok, error, where, files = rest
+                res.imports[name] = ImportResult(name, bool(ok), str(error), str(where), tuple(map(str, files)))
+                res.importing = None
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, IndexError):
+            continue  # a line cut off, or not the probe's
     return res
-
-
-def _record(res: ProbeResult, rec: tuple[object, ...]) -> None:
-    kind = rec[0]
-    if kind == "python" and len(rec) == 2:
-        res.python = str(rec[1])
-    elif kind == "file" and len(rec) == 4:
-        res.hashes[str(rec[1])] = None if rec[2] is None else str(rec[2])
-    elif kind == "compile" and len(rec) == 4:
-        res.compiles[str(rec[1])] = (bool(rec[2]), str(rec[3]))
-    elif kind == "command" and len(rec) == 6:
-        res.commands[str(rec[1])] = _command(rec)
-    elif kind == "cli" and len(rec) == 6:
-        res.cli = _command(rec)
-    elif kind == "import-start" and len(rec) == 2:
-        res.importing = str(rec[1])
-    elif kind == "import" and len(rec) == 6 and isinstance(rec[5], list):
-        files = tuple(str(f) for f in rec[5])
-        res.imports[str(rec[1])] = ImportResult(str(rec[1]), bool(rec[2]), str(rec[3]), str(rec[4]), files)
-        res.importing = None
 
 
 def last_line(*texts: str) -> str:
@@ -133,8 +114,3 @@ def last_line(*texts: str) -> str:
         if lines:
             return lines[-1][:300]
     return ""
-
-
-def job_paths(site_packages: str, files: Sequence[str]) -> tuple[str, ...]:
-    site = site_packages.rstrip("/")
-    return tuple(f"{site}/{f}" for f in files)

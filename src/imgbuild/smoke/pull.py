@@ -1,11 +1,8 @@
 """Image references for `smoke` and `inspect`: local names as they are, registry references pulled by digest.
 
-`localize` resolves `host/repo:tag` (an index or one manifest) to the
-platform's manifest digest with `docker buildx imagetools inspect`
-(registry/tools.py), pulls exactly that digest through the daemon, and
-returns `host/repo@sha256:...`, which the daemon then knows as a local image.
-A local name whose platform is not the one asked is refused with the name to
-use instead: each platform of an imgbuild image has its own immutable tag.
+A registry reference (an index or one manifest) is resolved to the platform's manifest digest with
+`imagetools inspect`, that digest pulled, and `host/repo@sha256:...` returned. A local name of another
+platform is refused: each platform of an imgbuild image has its own immutable tag.
 """
 
 from __future__ import annotations
@@ -19,21 +16,6 @@ from imgbuild.registry import reference, tools
 def is_registry_ref(text: str) -> bool:
     first, _, rest = text.partition("/")
     return bool(rest) and ("." in first or ":" in first or first == "localhost")
-
-
-def platform_digest(ref: reference.Reference, platform: Platform) -> str:
-    """The manifest digest of `platform` behind `ref`."""
-    top = tools.inspect_required(str(ref))
-    if not top.is_index:
-        return top.digest
-    found = []
-    for plat, digest in top.entries():
-        found.append(plat or "unknown")
-        os_name, _, arch = (plat or "").partition("/")
-        arch, _, variant = arch.partition("/")
-        if plat is not None and Platform.of(os_name, arch, variant) == platform:
-            return digest
-    raise RegistryError(f"{ref} has no {platform} image (it has {', '.join(found) or 'none'})")
 
 
 def localize(engine: Engine, text: str, platform: str | None = None) -> str:
@@ -54,7 +36,12 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
     except ConfigError:
         return text
     plat = want or engine.arch
-    pinned = f"{ref.name}@{platform_digest(ref, plat)}"
+    top = tools.inspect_required(str(ref))  # the platform's manifest: the one, or the index's entry
+    found = [digest for p, digest in top.entries() if p == str(plat)] if top.is_index else [top.digest]
+    if not found:
+        have = ", ".join(p or "unknown" for p, _ in top.entries()) or "none"
+        raise RegistryError(f"{ref} has no {plat} image (it has {have})")
+    pinned = f"{ref.name}@{found[0]}"
     if engine.image(pinned) is None:
         try:
             engine.pull(pinned, plat)

@@ -1,19 +1,12 @@
-"""The smoke probe: this program runs INSIDE the image (`python3 -c`), never on the host.
+"""The smoke probe: runs INSIDE the image as `python3 -c`, never on the host (smoke/probe.py reads its lines).
 
-smoke/probe.py reads it as text, passes it with its job, and parses the
-`imgbuild-probe <repr(tuple)>` lines it prints. The image may have only
-python3-minimal: no json, no typing; so the job is a Python literal.
-It starts the smoke commands itself (inside the container); the host's
-processes all go through imgbuild/proc.py.
-
-Under qemu every module costs (ast, hashlib, subprocess and traceback took
-~0.4 s together), so the probe imports only built-in modules until it needs
-more. Each smoke command runs through /bin/sh, as written.
+The image may have only python3-minimal (no json), so the job is a Python literal. Under qemu every module
+import costs, so only built-in modules are imported until more are needed. Commands run through /bin/sh.
 """
 
 import sys
 
-try:  # the built-in sha256 (3.12: _sha2; 3.11: _sha256): hashlib would load OpenSSL (~0.1 s under qemu)
+try:  # the built-in sha256 (3.12: _sha2; 3.11: _sha256): hashlib loads OpenSSL (~0.1 s under qemu)
     from _sha2 import sha256  # type: ignore[import-not-found]
 except ImportError:
     try:
