@@ -14,7 +14,7 @@
 #     docker.io, or the classic image store) is stopped and replaced; its
 #     containers stop with it, and its images (overlay2) are not visible in the
 #     containerd image store.
-#   - buildx + compose v2 CLI plugins and cosign 2.5, taken from the next suite too
+#   - the buildx CLI plugin and cosign 2.5, taken from the next suite too
 #   - arm64 emulation through binfmt_misc (qemu-aarch64)
 # Idempotent: every step checks its state first and skips what is done.
 # Network: only the package sources already configured in /etc/apt are used.
@@ -362,8 +362,8 @@ else
     engine_ok || die "dockerd answers as $(server_engine || echo '?'), not docker $ENGINE_PREFIX* with the containerd image store; see $DOCKERD_LOG and $DAEMON_JSON"
 fi
 
-# ---------------------------------------------------------------- 4. buildx + compose plugins
-PLUGINS=(docker-buildx docker-compose)
+# ---------------------------------------------------------------- 4. the buildx plugin
+PLUGINS=(docker-buildx)
 
 plugins_ok() {
     local d p
@@ -376,9 +376,9 @@ plugins_ok() {
 }
 
 if plugins_ok; then
-    log "plugins: buildx and compose already installed"
+    log "plugins: buildx already installed"
 else
-    log "plugins: fetching docker-buildx and docker-compose from suite '$NEXT_SUITE'"
+    log "plugins: fetching docker-buildx from suite '$NEXT_SUITE'"
     A="$TMP_ROOT/plugins"
     next_suite_download "$A/debs" "${PLUGINS[@]}"
     mkdir -p "$A/root"
@@ -399,9 +399,8 @@ fi
 for c in docker "${DOCKER_CLIENTS[@]}"; do
     command -v "$c" >/dev/null 2>&1 || continue
     "$c" buildx version >/dev/null 2>&1 || die "'$c buildx version' fails"
-    "$c" compose version >/dev/null 2>&1 || die "'$c compose version' fails"
 done
-log "plugins: 'docker buildx' and 'docker compose' work"
+log "plugins: 'docker buildx' works"
 
 # cosign (publish --sign/--sbom, inspect --key): trixie's 2.5 needs only libc.
 if command -v cosign >/dev/null 2>&1 && cosign version >/dev/null 2>&1; then
@@ -443,7 +442,6 @@ printf '  %-22s %s\n' \
     "docker client (deb)" "$(/usr/bin/docker version --format '{{.Client.Version}}' 2>/dev/null || echo '?') (/usr/bin/docker)" \
     "docker server" "$(/usr/bin/docker version --format '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null || echo '?'), storage $(/usr/bin/docker info --format '{{.Driver}}' 2>/dev/null || echo '?') ($(server_engine | cut -d' ' -f2) image store)" \
     "buildx" "$(first_line docker buildx version)" \
-    "compose" "$(first_line docker compose version)" \
     "qemu-user-static" "$(pkgver qemu-user-static) (binfmt flags: $flags)" \
     "mmdebstrap" "$(first_line mmdebstrap --version)" \
     "docker-registry" "$(pkgver docker-registry)" \
