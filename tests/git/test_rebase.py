@@ -12,7 +12,7 @@ import pytest
 from imgbuild.errors import StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.workflows import rebase
+from imgbuild.workflows import rebase, rebase_replay
 from imgbuild.workflows import writeback as export
 from imgbuild.workflows.rebase import RebaseStopped
 from imgbuild.workflows.workspace import state_dir
@@ -198,7 +198,7 @@ def test_crash_mid_replay_is_detected_and_resumed(
     tmp_path: Path, world: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0003-config.patch", "0002-arch-sm121.patch"])
-    real = rebase.carry_patch
+    real = rebase_replay.carry_patch
     calls = {"n": 0}
 
     def crashing(*args: object, **kwargs: object) -> object:
@@ -207,10 +207,10 @@ def test_crash_mid_replay_is_detected_and_resumed(
             raise KeyboardInterrupt  # the process dies half-way
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rebase, "carry_patch", crashing)
+    monkeypatch.setattr(rebase_replay, "carry_patch", crashing)
     with pytest.raises(KeyboardInterrupt):
         rebase.start(root, "v2", date=DATE)
-    monkeypatch.setattr(rebase, "carry_patch", real)
+    monkeypatch.setattr(rebase_replay, "carry_patch", real)
     with pytest.raises(StateError, match="interrupted at patch 2 of 3") as refused:
         rebase.start(root, "v2")
     assert str(state_dir(root, "rebase") / "tree") in refused.value.message

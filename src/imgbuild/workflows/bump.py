@@ -23,8 +23,7 @@ from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
 from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase import Log, RebaseStopped, load, quiet, session
-from imgbuild.workflows.rebase_state import Pin
+from imgbuild.workflows.rebase_state import Log, Pin, RebaseStopped, load, quiet, session
 from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
