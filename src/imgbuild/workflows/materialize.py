@@ -53,13 +53,6 @@ def dest_lock(dest: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _remove_stale(dest: Path) -> None:
-    """Staging left by a run that was killed (our known name, and the random names of older versions)."""
-    for stale in [staging_path(dest), *dest.parent.glob(f".{dest.name}.staging-*")]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale)
-
-
 def write_tree(
     dest: Path,
     repo: GitRepo,
@@ -79,8 +72,10 @@ def write_tree(
                 raise StateError(
                     f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
                 )
-            _remove_stale(dest)
-            return _write(dest, staging_path(dest), [(repo, commit), *more], changed, only_changed)
+            staging = staging_path(dest)
+            if staging.is_dir() and not staging.is_symlink():  # left by a run that was killed
+                shutil.rmtree(staging)
+            return _write(dest, staging, [(repo, commit), *more], changed, only_changed)
     except OSError as exc:
         raise write_error(dest, exc) from exc
 

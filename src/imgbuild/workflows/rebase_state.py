@@ -128,11 +128,6 @@ class Row:
         """The row of the review report: the whole result, the file and the range-diff."""
         return {**self.result.to_json(), "outcome": self.shown, "file": self.file, "range_diff": self.range_diff}
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], result: PatchResult) -> Row:
-        shown = str(data["outcome"])
-        return cls(result, cast(Final, LEFT if shown.startswith(f"{LEFT} (") else shown), file=data["file"])
-
 
 @dataclass(frozen=True)
 class Unresolved(Json):
@@ -172,7 +167,7 @@ class RebaseState(Json):
     next: int = 0
     results: list[PatchResult] = field(default_factory=list)
     stopped: Stopped | None = None
-    written: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # written, warnings, rows: once the end is computed
     warnings: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     upstream: str = ""  # the pin that moves (its patches are the items); "": the only one
@@ -194,17 +189,7 @@ class RebaseState(Json):
         self.items[index] = replace(self.items[index], **changes)
 
     def to_json(self) -> dict[str, Any]:
-        later = {"written", "warnings", "rows"}  # only while the end is being written
-        data = TypeAdapter(RebaseState).dump_python(self, mode="json", exclude=later)
-        if self.status == "committing":
-            data |= {"written": self.written, "warnings": self.warnings, "rows": [r.to_json() for r in self.rows]}
-        return {"kind": "rebase", "version": 1, **data}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        state = super().from_json({**data, "rows": []})
-        state.rows = [Row.from_json(r, res) for r, res in zip(data.get("rows") or (), state.results, strict=False)]
-        return state
+        return {"kind": KIND, "version": 1, **super().to_json()}
 
 
 # -- the session: .imgbuild-work/rebase ---------------------------------------------------
