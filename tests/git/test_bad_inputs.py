@@ -401,7 +401,7 @@ HOLD_LOCK = (
     "print('locked', flush=True)\n"
     "time.sleep(60)\n"
 )
-assert fcntl  # the lock is flock, as in materialize.dest_lock
+assert fcntl  # the lock is flock, as in workspace.flocked
 
 
 def test_a_killed_apply_leaves_staging_that_the_next_run_removes(tmp_path: Path, big: tuple[Path, Path]) -> None:
