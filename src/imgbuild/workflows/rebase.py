@@ -1,12 +1,8 @@
 """`imgbuild patches rebase`: carry the series onto another upstream release, like `git rebase`.
 
-The replay runs in a scratch git repository, `.imgbuild-work/rebase/tree`, borrowing the cache mirror's
-objects. The series is first committed on the pinned release (each patch's original blobs, for 3-way
-merges and range-diffs), then each patch is carried onto the new release and committed (rebase_replay);
-`state.json` is saved after every patch, so an interrupted run resumes. A conflict stops with markers in
-the work tree (--continue / --skip / --abort). patches/ changes only at the end, through one journal
-(rebase_finish). Upstreamed patches move to patches/upstreamed/ and leave a `# upstreamed in TAG: FILE`
-series line, so a release that reverts the change brings them back.
+The replay (rebase_replay) runs in a scratch git repository, `.imgbuild-work/rebase/tree`, and saves
+`state.json` after every patch, so an interrupted run resumes; a conflict stops with markers in the work
+tree (--continue / --skip / --abort). patches/ changes only at the end, through one journal (rebase_finish).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The end of `patches rebase`: the new series checked (and each variant), patches/, the series and the
-pin written through one journal, and the review report with range-diffs."""
+pin written through one journal, and the review report with range-diffs. Upstreamed patches move to
+patches/upstreamed/ behind a `# upstreamed in TAG: FILE` line, so a release that reverts them brings them back."""
 
 from __future__ import annotations
 
