@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from imgbuild.atomic import write_json
 from imgbuild.errors import ImgbuildError, StateError, UsageError
-from imgbuild.patches.patchfile import upstream_of
+from imgbuild.patches.patchfile import parse_patch
 from imgbuild.patches.series import parse_series
 from imgbuild.project import Project
 from imgbuild.upstream.git import GitError, GitRepo
@@ -245,9 +245,7 @@ def _items(root: Path, project: Project, upstream: str) -> list[Item]:
 
 def _dormant_upstream(project: Project, path: Path) -> str:
     """The pin a patch kept in patches/upstreamed/ belongs to (its `Upstream:`; the first pin by default)."""
-    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
-    header = text[: text.find("diff --git ")] if "diff --git " in text else text
     try:
-        return upstream_of(path.name, header, project.roots)[0]
+        return parse_patch(path, project.roots).upstream
     except ImgbuildError:
         return project.pin.name

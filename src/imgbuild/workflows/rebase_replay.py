@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
-from imgbuild.errors import ApplyError, StateError
-from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines, replay_series
+from imgbuild.errors import StateError
+from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines
 from imgbuild.patches.hunks import decode
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.patches.renames import RenameFinder
@@ -33,6 +33,7 @@ from imgbuild.workflows.rebase_state import (
     save,
     session,
 )
+from imgbuild.workflows.writeback import commit_series
 
 BRANCH = "imgbuild-rebase"
 
@@ -40,22 +41,10 @@ BRANCH = "imgbuild-rebase"
 def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState) -> None:
     """Commit the moving pin's patches on its pinned release; record each patch's original blobs."""
     mine = project.patches_of(state.upstream or project.pin.name)
-    steps = {s.patch.filename: s for s in replay_series(mine, CommitTree(scratch, base))}
-    head = base
-    for index, item in enumerate(state.items):
-        step = steps.get(item.filename)
-        if step is None:
-            continue
-        if not step.outcome.ok or step.outcome.method == "fuzz":
-            bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
-            raise ApplyError(
-                f"{item.filename} does not apply to the pinned release {state.old.tag} ({bad or step.outcome.method})",
-                hint="the series must apply where it is before it can move: run `imgbuild patches check`",
-            )
-        commit = commit_files(scratch, head, step.own, message(item.filename))
+    at = {item.filename: index for index, item in enumerate(state.items)}
+    for step, parent, commit in commit_series(scratch, base, mine, state.old.tag, lambda p: message(p.filename)):
         blobs = {old: scratch.write_blob(data) for old, data in step.pre.items()}
-        state.set_item(index, old_parent=head, old_commit=commit, blobs=blobs)
-        head = commit
+        state.set_item(at[step.patch.filename], old_parent=parent, old_commit=commit, blobs=blobs)
 
 
 def _result(item: Item, carry: Carry) -> PatchResult:

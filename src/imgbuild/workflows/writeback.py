@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ import yaml
 from imgbuild.atomic import write_json
 from imgbuild.config.models import UpstreamPin
 from imgbuild.digests import sha256_file_or_none
-from imgbuild.errors import ConfigError, StateError
+from imgbuild.errors import ApplyError, ConfigError, StateError
+from imgbuild.patches.carry import OldStep, replay_series
 from imgbuild.patches.hunks import encode
 from imgbuild.patches.patchfile import Patch, parse_patch
-from imgbuild.upstream.commits import diff_commits
-from imgbuild.upstream.git import GitRepo
+from imgbuild.upstream.commits import commit_files, diff_commits
+from imgbuild.upstream.git import CommitTree, GitRepo
 
 LAST_UPDATE_RE = re.compile(r"^(Last-Update:[ \t]*)([^\r\n]*)", re.MULTILINE)
 DORMANT_RE = re.compile(r"^#\s*upstreamed in (\S+):\s+(\S+)\s*$")
@@ -104,6 +105,24 @@ def export_patch(
             return None if not header_changed or data == original else data
         first = first or encode(bump_last_update(header, date) + diff)
     return first
+
+
+def commit_series(
+    scratch: GitRepo, base: str, patches: Sequence[Patch], tag: str, message: Callable[[Patch], str]
+) -> Iterator[tuple[OldStep, str, str]]:
+    """Commit each patch in turn on the pinned release `base` (tagged `tag`): (its step, parent, commit).
+    The series must apply there exactly or at an offset."""
+    head = base
+    for step in replay_series(patches, CommitTree(scratch, base)):
+        if not step.outcome.ok or step.outcome.method == "fuzz":
+            bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
+            raise ApplyError(
+                f"{step.patch.filename} does not apply to the pinned release {tag} ({bad or step.outcome.method})",
+                hint="the series must apply where it is first: run `imgbuild patches check`",
+            )
+        commit = commit_files(scratch, head, step.own, message(step.patch))
+        yield step, head, commit
+        head = commit
 
 
 # -- patches/series ---------------------------------------------------------------
