@@ -194,6 +194,23 @@ def test_abort_restores_everything(tmp_path: Path, world: Upstream) -> None:
         rebase.resume(root, "continue")
 
 
+def test_a_state_this_imgbuild_cannot_read_is_named(tmp_path: Path, world: Upstream) -> None:
+    root = project(tmp_path / "p", world, ["0003-config.patch", "0001-cuda-sm121.patch"], tag="v2")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3")
+    path = state_dir(root, "rebase") / "state.json"
+    data = json.loads(path.read_text())
+    del data["ref"]  # as an older imgbuild wrote it
+    path.write_text(json.dumps(data))
+    assert f"{path} is not a rebase state this imgbuild can read" in (rebase.in_progress_message(root) or "")
+    with pytest.raises(StateError) as refused:
+        rebase.resume(root, "continue")
+    assert (
+        "`imgbuild patches rebase --abort`" in refused.value.hint
+        and str(state_dir(root, "rebase")) in refused.value.hint
+    )
+
+
 def test_crash_mid_replay_is_detected_and_resumed(
     tmp_path: Path, world: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
