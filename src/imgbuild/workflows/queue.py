@@ -83,8 +83,7 @@ class Refreshed:
 def to_message(header: str, filename: str) -> str:
     if not header:
         return f"{TRAILER}: {filename}\n"
-    body = header if header.endswith("\n") else header + "\n"
-    return f"{body}\n{TRAILER}: {filename}\n"
+    return f"{_ensure_nl(header)}\n{TRAILER}: {filename}\n"
 
 
 def from_message(message: str) -> tuple[str | None, str]:
@@ -117,7 +116,7 @@ def same_header(edited: str, original: str) -> bool:
 def new_header(message: str, author: str, date: str) -> str:
     """A DEP-3 header for a commit that has no patch yet."""
     if parse_header(message).get("Description") or parse_header(message).get("Subject"):
-        return message if message.endswith("\n") else message + "\n"
+        return _ensure_nl(message)
     lines = message.strip("\n").splitlines() or ["(no description)"]
     trailers: dict[str, str] = {}
     while lines and (m := re.match(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$", lines[-1])):

@@ -186,17 +186,14 @@ def rewrite_pin(text: str, pin: UpstreamPin, values: Mapping[str, str | None], s
         out = _set_key(out, key, value, indent="")
     for key, value in source.items():
         out = _set_key(out, key, value, indent=r"[ \t]+")
-    try:
-        data = yaml.safe_load(out)
-        check = UpstreamPin.model_validate(data)
-    except (yaml.YAMLError, pydantic.ValidationError) as exc:  # the in-place edit broke it: full rewrite below
-        check = None
-        problem = str(exc)
-    else:
-        problem = ""
     expect = {**values, **{f"source.{k}": v for k, v in source.items()}}
-    if check is not None and all(_get(check, k) == v for k, v in expect.items()):
-        return out
+    problem = ""
+    try:
+        check = UpstreamPin.model_validate(yaml.safe_load(out))
+        if all(_get(check, k) == v for k, v in expect.items()):
+            return out
+    except (yaml.YAMLError, pydantic.ValidationError) as exc:  # the in-place edit broke it: full rewrite below
+        problem = str(exc)
     data = pin.model_dump(mode="json", by_alias=True, exclude_none=True)
     data.update({k: v for k, v in values.items() if v is not None})
     for k, v in source.items():
