@@ -401,12 +401,11 @@ HOLD_LOCK = (
     "print('locked', flush=True)\n"
     "time.sleep(60)\n"
 )
-assert fcntl  # the lock is flock, as in materialize.dest_lock
+assert fcntl  # the lock is flock, as in workspace.flocked
 
 
 def test_a_killed_apply_leaves_staging_that_the_next_run_removes(tmp_path: Path, big: tuple[Path, Path]) -> None:
     dest = tmp_path / "out"
-    (tmp_path / ".out.staging-abc123").mkdir()  # what a version before the fixed staging name left behind
     proc = popen_apply(big, dest)
     wait_for_staging(tmp_path, proc)
     proc.kill()  # SIGKILL: no handler, no cleanup

@@ -255,7 +255,7 @@ def test_cli_failed_apply_writes_nothing(tmp_path: Path, two_releases: Upstream)
     res = imgbuild(root, "patches", "apply", "--into", str(out))
     assert res.returncode == 5
     assert "0002-b does not apply" in res.stderr
-    assert not out.exists() and not list(tmp_path.glob(".tree.staging-*"))
+    assert not out.exists() and not list(tmp_path.glob(".tree*staging*"))
     check = imgbuild(root, "patches", "check")
     assert check.returncode == 1 and "conflict" in check.stdout
 

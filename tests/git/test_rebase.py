@@ -12,7 +12,7 @@ import pytest
 from imgbuild.errors import StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.workflows import rebase
+from imgbuild.workflows import rebase, rebase_replay
 from imgbuild.workflows import writeback as export
 from imgbuild.workflows.rebase import RebaseStopped
 from imgbuild.workflows.workspace import state_dir
@@ -194,11 +194,28 @@ def test_abort_restores_everything(tmp_path: Path, world: Upstream) -> None:
         rebase.resume(root, "continue")
 
 
+def test_a_state_this_imgbuild_cannot_read_is_named(tmp_path: Path, world: Upstream) -> None:
+    root = project(tmp_path / "p", world, ["0003-config.patch", "0001-cuda-sm121.patch"], tag="v2")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3")
+    path = state_dir(root, "rebase") / "state.json"
+    data = json.loads(path.read_text())
+    del data["ref"]  # as an older imgbuild wrote it
+    path.write_text(json.dumps(data))
+    assert f"{path} is not a rebase state this imgbuild can read" in (rebase.in_progress_message(root) or "")
+    with pytest.raises(StateError) as refused:
+        rebase.resume(root, "continue")
+    assert (
+        "`imgbuild patches rebase --abort`" in refused.value.hint
+        and str(state_dir(root, "rebase")) in refused.value.hint
+    )
+
+
 def test_crash_mid_replay_is_detected_and_resumed(
     tmp_path: Path, world: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0003-config.patch", "0002-arch-sm121.patch"])
-    real = rebase.carry_patch
+    real = rebase_replay.carry_patch
     calls = {"n": 0}
 
     def crashing(*args: object, **kwargs: object) -> object:
@@ -207,10 +224,10 @@ def test_crash_mid_replay_is_detected_and_resumed(
             raise KeyboardInterrupt  # the process dies half-way
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rebase, "carry_patch", crashing)
+    monkeypatch.setattr(rebase_replay, "carry_patch", crashing)
     with pytest.raises(KeyboardInterrupt):
         rebase.start(root, "v2", date=DATE)
-    monkeypatch.setattr(rebase, "carry_patch", real)
+    monkeypatch.setattr(rebase_replay, "carry_patch", real)
     with pytest.raises(StateError, match="interrupted at patch 2 of 3") as refused:
         rebase.start(root, "v2")
     assert str(state_dir(root, "rebase") / "tree") in refused.value.message

@@ -29,15 +29,16 @@ def matrix_markdown(m: Matrix) -> str:
         cells = [f"**{m.verdict(stack, r.ref)}**" for r in refs]
         lines.append(f"| **{stack}** | ({len(names)} patches) | " + " | ".join(cells) + " |")
         for n in names:
-            row = []
-            for r in refs:
-                c = m.cell(stack, r.ref, n)
-                row.append("(stays on its pin)" if c is None else f"{MARK.get(c.outcome, '')} {m.label(c)}".strip())
+            row = [
+                "(stays on its pin)" if c is None else f"{MARK.get(c.outcome, '')} {m.label(c)}".strip()
+                for c in (m.cell(stack, r.ref, n) for r in refs)
+            ]
             lines.append(f"| {stack} | `{n}` | " + " | ".join(row) + " |")
-    problems = []
-    for (stack, ref, name), c in m.cells.items():
-        if not m.passes(c) and c.reason:
-            problems.append(f"- {stack} on `{ref}`: `{name}`: {c.reason}")
+    problems = [
+        f"- {stack} on `{ref}`: `{name}`: {c.reason}"
+        for (stack, ref, name), c in m.cells.items()
+        if not m.passes(c) and c.reason
+    ]
     if problems:
         lines += ["", "<details><summary>why</summary>", "", *sorted(set(problems)), "", "</details>"]
     return "\n".join(lines) + "\n"
@@ -58,13 +59,9 @@ def matrix_table(m: Matrix) -> Table:
             *[f"[{look[m.verdict(stack, r.ref)]}]{m.verdict(stack, r.ref)}[/]" for r in m.refs],
         )
         for n in names:
-            cells = []
-            for r in m.refs:
-                c = m.cell(stack, r.ref, n)
-                if c is None:
-                    cells.append("[dim](stays on its pin)[/]")
-                    continue
-                s = style.get(c.outcome, "cyan")
-                cells.append(f"[{s}]{m.label(c)}[/]")
+            cells = [
+                "[dim](stays on its pin)[/]" if c is None else f"[{style.get(c.outcome, 'cyan')}]{m.label(c)}[/]"
+                for c in (m.cell(stack, r.ref, n) for r in m.refs)
+            ]
             table.add_row("", n, *cells)
     return table

@@ -1,1 +1,1 @@
-"""The patch author's workflows: check, rebase, bump, edit/refresh, check --onto, write-back, import."""
+"""The patch author's workflows: check, rebase, bump, edit/refresh, check --onto, write-back."""

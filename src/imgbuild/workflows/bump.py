@@ -8,7 +8,6 @@ smoke-tested (builder/runner.py), and the rebase's review report is extended (re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,25 +22,17 @@ from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
 from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase import Log, RebaseStopped, load, quiet, session
-from imgbuild.workflows.rebase_state import Pin
-from imgbuild.workflows.workspace import work_root
+from imgbuild.workflows.rebase_state import Log, Pin, RebaseStopped, load, quiet, session
 
 if TYPE_CHECKING:
     from imgbuild.builder.runner import BuildOptions
 
 Status = Literal["current", "carried", "conflict", "build-failed"]
 PREFIX = "imgbuild/bump-"
-SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def default_branch(tag: str) -> str:
-    return PREFIX + SAFE.sub("_", tag)
-
-
-def report_path(root: Path, tag: str, report_dir: Path | None = None) -> Path:
-    """The bump's Markdown report (its JSON is beside it, `.json`)."""
-    return (report_dir or work_root(root) / "reports") / f"bump-{SAFE.sub('_', tag)}.md"
+    return PREFIX + review.SAFE.sub("_", tag)
 
 
 @dataclass
@@ -101,7 +92,7 @@ def bump(
     target = resolve_ref(project.pin, onto)
     new = Pin(target.tag, target.commit)
     name = branch or default_branch(new.tag)
-    md = report_path(root, new.tag, report_dir.resolve() if report_dir else None)
+    md = review.report_md(root, f"bump-{new.tag}", report_dir.resolve() if report_dir else None)
     current = _current_branch(repo)
     if new.commit == old.commit:
         if current == name and repo.status("patches").strip():

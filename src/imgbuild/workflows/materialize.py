@@ -3,61 +3,20 @@ one writer at a time (a lock beside it; a killed run's staging is removed by the
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import io
 import os
 import shutil
 import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from imgbuild.errors import StateError, write_error
 from imgbuild.upstream.git import GitRepo
+from imgbuild.workflows.workspace import flocked
 
 
 def staging_path(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.imgbuild-staging"
-
-
-@contextlib.contextmanager
-def dest_lock(dest: Path) -> Iterator[None]:
-    """Hold the lock of `dest`, or refuse (exit 10) when another imgbuild holds it."""
-    path = dest.parent / f".{dest.name}.imgbuild-lock"
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise StateError(
-                f"another imgbuild is writing {dest} (pid {holder})",
-                hint="wait for it to finish, or choose another DIR",
-            ) from None
-        # The holder before us may have removed the file after we opened it: lock the file that is there now.
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        os.close(fd)
-
-
-def _remove_stale(dest: Path) -> None:
-    """Staging left by a run that was killed (our known name, and the random names of older versions)."""
-    for stale in [staging_path(dest), *dest.parent.glob(f".{dest.name}.staging-*")]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale)
 
 
 def write_tree(
@@ -74,13 +33,16 @@ def write_tree(
     dest = Path(os.path.abspath(dest))
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with dest_lock(dest):
+        busy, hint = f"another imgbuild is writing {dest}", "wait for it to finish, or choose another DIR"
+        with flocked(dest.parent / f".{dest.name}.imgbuild-lock", busy, hint, unlink=True):
             if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
                 raise StateError(
                     f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
                 )
-            _remove_stale(dest)
-            return _write(dest, staging_path(dest), [(repo, commit), *more], changed, only_changed)
+            staging = staging_path(dest)
+            if staging.is_dir() and not staging.is_symlink():  # left by a run that was killed
+                shutil.rmtree(staging)
+            return _write(dest, staging, [(repo, commit), *more], changed, only_changed)
     except OSError as exc:
         raise write_error(dest, exc) from exc
 

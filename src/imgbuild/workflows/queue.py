@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from imgbuild.atomic import write_json
-from imgbuild.errors import ApplyError, PatchError, StateError
+from imgbuild.errors import PatchError, StateError
 from imgbuild.patches.apply import apply_stack
-from imgbuild.patches.carry import replay_series
 from imgbuild.patches.hunks import decode, encode
 from imgbuild.patches.patchfile import Patch, parse_header
 from imgbuild.project import Project
 from imgbuild.upstream.commits import (
     CommitInfo,
     checkout_branch,
-    commit_files,
     commit_raw,
     diff_commits,
     head_commit,
@@ -40,6 +38,7 @@ from imgbuild.workflows.writeback import (
     Journal,
     bump_last_update,
     check_unchanged,
+    commit_series,
     context_of,
     export_patch,
     parse_text,
@@ -84,8 +83,7 @@ class Refreshed:
 def to_message(header: str, filename: str) -> str:
     if not header:
         return f"{TRAILER}: {filename}\n"
-    body = header if header.endswith("\n") else header + "\n"
-    return f"{body}\n{TRAILER}: {filename}\n"
+    return f"{_ensure_nl(header)}\n{TRAILER}: {filename}\n"
 
 
 def from_message(message: str) -> tuple[str | None, str]:
@@ -118,7 +116,7 @@ def same_header(edited: str, original: str) -> bool:
 def new_header(message: str, author: str, date: str) -> str:
     """A DEP-3 header for a commit that has no patch yet."""
     if parse_header(message).get("Description") or parse_header(message).get("Subject"):
-        return message if message.endswith("\n") else message + "\n"
+        return _ensure_nl(message)
     lines = message.strip("\n").splitlines() or ["(no description)"]
     trailers: dict[str, str] = {}
     while lines and (m := re.match(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$", lines[-1])):
@@ -178,17 +176,12 @@ def open_queue(root: Path) -> Opened:
         entries: list[dict[str, Any]] = []
 
         def fill(scratch: GitRepo, staging: Path) -> None:
-            head = upstream.commit
             mine = project.patches_of(project.pin.name)  # the first pin's; the others stay as they are
-            for step in replay_series(mine, CommitTree(scratch, upstream.commit)):
-                if not step.outcome.ok or step.outcome.method == "fuzz":
-                    raise ApplyError(
-                        f"{step.patch.filename} does not apply to the pinned release {project.pin.tag} "
-                        f"({step.outcome.method})",
-                        hint="fix the series first: `imgbuild patches check`, or rebase it",
-                    )
-                head = commit_files(scratch, head, step.own, to_message(step.patch.header, step.patch.filename))
-                entries.append({"filename": step.patch.filename, "commit": head})
+            steps = commit_series(
+                scratch, upstream.commit, mine, project.pin.tag, lambda p: to_message(p.header, p.filename)
+            )
+            entries.extend({"filename": step.patch.filename, "commit": commit} for step, _, commit in steps)
+            head = entries[-1]["commit"] if entries else upstream.commit
             checkout_branch(scratch, BRANCH, head)
             state = {"kind": KIND, "version": 1, "token": token, "base": upstream.commit, "tag": project.pin.tag}
             write_json(staging / "state.json", {**state, "patches": entries, "inputs": _inputs(work, entries)})

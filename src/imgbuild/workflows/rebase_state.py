@@ -1,18 +1,24 @@
-"""The typed state of `patches rebase`: what `state.json` holds, and the results it reports.
+"""The typed state of `patches rebase`: what `state.json` holds, the results it reports, and the session
+(`.imgbuild-work/rebase`) that the start, the replay and the end share.
 
 Frozen records per patch and one mutable `RebaseState` (saved after every patch), validated from and
-dumped to JSON by pydantic. The JSON keys are those state.json always had, so an interrupted rebase
-from an older imgbuild resumes.
+dumped to JSON by pydantic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import field, replace
+from pathlib import Path
 from typing import Any, Literal, Self, cast
 
 from pydantic import TypeAdapter
 from pydantic.dataclasses import dataclass
+
+from imgbuild.config.models import UpstreamPin, load_pins
+from imgbuild.errors import ApplyError, StateError
+from imgbuild.workflows.workspace import Session
 
 # Records the replay already reports as JSON (moves, dropped hunks, upstreamed checks, files):
 # carried through as they are, never read here.
@@ -24,6 +30,8 @@ Outcome = Literal["exact", "offset", "3way", "partly-upstreamed", "upstreamed", 
 # What the end of the rebase did with it; a dormant patch (one in patches/upstreamed/) has its own words.
 Final = Literal[Outcome, "reinstated", "still upstreamed", "left in patches/upstreamed"]
 LEFT = "left in patches/upstreamed"
+KIND = "rebase"
+Log = Callable[[str], None]
 
 
 class Json:
@@ -120,11 +128,6 @@ class Row:
         """The row of the review report: the whole result, the file and the range-diff."""
         return {**self.result.to_json(), "outcome": self.shown, "file": self.file, "range_diff": self.range_diff}
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], result: PatchResult) -> Row:
-        shown = str(data["outcome"])
-        return cls(result, cast(Final, LEFT if shown.startswith(f"{LEFT} (") else shown), file=data["file"])
-
 
 @dataclass(frozen=True)
 class Unresolved(Json):
@@ -164,10 +167,10 @@ class RebaseState(Json):
     next: int = 0
     results: list[PatchResult] = field(default_factory=list)
     stopped: Stopped | None = None
-    written: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # written, warnings, rows: once the end is computed
     warnings: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
-    upstream: str = ""  # the pin that moves (its patches are the items); "" in a state from before: the first
+    upstream: str = ""  # the pin that moves (its patches are the items); "": the only one
     pending: list[str] = field(default_factory=list)  # further `--onto NAME=REF`, rebased one after the other
     done_before: list[str] = field(default_factory=list)  # pins this run already rebased (written to patches/)
 
@@ -186,14 +189,84 @@ class RebaseState(Json):
         self.items[index] = replace(self.items[index], **changes)
 
     def to_json(self) -> dict[str, Any]:
-        later = {"written", "warnings", "rows"}  # only while the end is being written
-        data = TypeAdapter(RebaseState).dump_python(self, mode="json", exclude=later)
-        if self.status == "committing":
-            data |= {"written": self.written, "warnings": self.warnings, "rows": [r.to_json() for r in self.rows]}
-        return {"kind": "rebase", "version": 1, **data}
+        return {"kind": KIND, "version": 1, **super().to_json()}
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        state = super().from_json({**data, "ref": data.get("ref") or data["onto"]["tag"], "rows": []})
-        state.rows = [Row.from_json(r, res) for r, res in zip(data.get("rows") or (), state.results, strict=False)]
-        return state
+
+# -- the session: .imgbuild-work/rebase ---------------------------------------------------
+def session(root: Path) -> Session:
+    return Session(root, KIND)
+
+
+class RebaseStopped(ApplyError):
+    """The rebase stopped at a conflict; the work tree holds it."""
+
+    def __init__(self, message: str, hint: str, stopped: Stopped) -> None:
+        super().__init__(message, hint, {"stopped": stopped.to_json()})
+        self.stopped = stopped
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseDone:
+    old: Pin
+    onto: Pin
+    results: list[Row]
+    written: list[str] = dataclasses.field(default_factory=list)
+    report: Path | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    upstream: str = ""  # the pin that moved ("": the only one)
+    earlier: list[RebaseDone] = dataclasses.field(default_factory=list)  # the pins rebased before it in one run
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": True,
+            "old": self.old.to_json(),
+            "onto": self.onto.to_json(),
+            "patches": [r.to_json() for r in self.results],
+            "written": self.written,
+            "report": str(self.report) if self.report else None,
+            "warnings": self.warnings,
+            "upstream": self.upstream,
+            "earlier": [d.to_json() for d in self.earlier],
+        }
+
+
+def read(root: Path) -> RebaseState | None:
+    """The open rebase's state, None when there is none."""
+    work = session(root)
+    data = work.read()
+    if data is None:
+        return None
+    try:
+        return RebaseState.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(
+            f"{work.directory / 'state.json'} is not a rebase state this imgbuild can read ({exc})",
+            hint="finish or abort it with the imgbuild that started it (`imgbuild patches rebase --abort`), "
+            f"or delete {work.directory}",
+        ) from exc
+
+
+def load(root: Path) -> RebaseState:
+    state = read(root)
+    if state is None:
+        raise StateError("no rebase is in progress", hint="start one with `imgbuild patches rebase --onto REF`")
+    return state
+
+
+def save(root: Path, state: RebaseState) -> None:
+    session(root).save(state.to_json())
+
+
+def moving_pin(root: Path, state: RebaseState) -> UpstreamPin:
+    """The pin the rebase moves: the one its state names, else the first."""
+    pins = load_pins(root / "patches" / "upstream.yaml")
+    return next((p for p in pins if p.name == state.upstream), pins[0])
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def message(filename: str) -> str:
+    """The same message on both sides, so range-diffs show only the patch's change."""
+    return f"{filename}\n"

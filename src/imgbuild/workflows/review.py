@@ -20,13 +20,14 @@ if TYPE_CHECKING:
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def report_md(root: Path, name: str, directory: Path | None = None) -> Path:
+    """Where a review report goes by default (`.imgbuild-work/reports/NAME.md`; its JSON is beside it)."""
+    return (directory or work_root(root) / "reports") / f"{SAFE.sub('_', name)}.md"
+
+
 def report_paths(root: Path, state: RebaseState) -> tuple[Path, Path]:
-    if state.report:
-        md = Path(state.report)
-        return md, md.with_suffix(".json")
-    name = f"rebase-{SAFE.sub('_', state.old.tag)}-to-{SAFE.sub('_', state.onto.tag)}"
-    base = work_root(root) / "reports"
-    return base / f"{name}.md", base / f"{name}.json"
+    md = Path(state.report) if state.report else report_md(root, f"rebase-{state.old.tag}-to-{state.onto.tag}")
+    return md, md.with_suffix(".json")
 
 
 def _fence(text: str, lang: str = "diff") -> str:

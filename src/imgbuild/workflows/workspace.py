@@ -34,6 +34,36 @@ def state_dir(root: Path, kind: str) -> Path:
     return work_root(root) / kind
 
 
+@contextlib.contextmanager
+def flocked(path: Path, busy: str, hint: str, *, unlink: bool = False) -> Iterator[None]:
+    """Hold an flock on `path` (our pid written in it), or refuse with `busy (pid N)` when another holds it.
+    With `unlink` the file goes when released, so a waiter that opened it before locks the one there now."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StateError(f"{busy} (pid {holder})", hint=hint) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        if unlink:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Session:
     """One state dir of `.imgbuild-work/` (a rebase or a `patches edit`): its lock, `state.json`, the
@@ -60,21 +90,9 @@ class Session:
         """Hold the project's patch-state lock (one for every session), or refuse if another command holds it."""
         base = work_root(self.root)
         base.mkdir(parents=True, exist_ok=True)
-        fd = os.open(base / "patches.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                raise StateError(
-                    f"another imgbuild command is changing the patch state of {self.root} (pid {holder})",
-                    hint="wait for it to finish",
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        busy = f"another imgbuild command is changing the patch state of {self.root}"
+        with flocked(base / "patches.lock", busy, "wait for it to finish"):
             yield
-        finally:
-            os.close(fd)
 
     def read(self) -> dict[str, Any] | None:
         """The state, None if there is none; StateError if the directory is not imgbuild's."""

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ import yaml
 from imgbuild.atomic import write_json
 from imgbuild.config.models import UpstreamPin
 from imgbuild.digests import sha256_file_or_none
-from imgbuild.errors import ConfigError, StateError
+from imgbuild.errors import ApplyError, ConfigError, StateError
+from imgbuild.patches.carry import OldStep, replay_series
 from imgbuild.patches.hunks import encode
 from imgbuild.patches.patchfile import Patch, parse_patch
-from imgbuild.upstream.commits import diff_commits
-from imgbuild.upstream.git import GitRepo
+from imgbuild.upstream.commits import commit_files, diff_commits
+from imgbuild.upstream.git import CommitTree, GitRepo
 
 LAST_UPDATE_RE = re.compile(r"^(Last-Update:[ \t]*)([^\r\n]*)", re.MULTILINE)
 DORMANT_RE = re.compile(r"^#\s*upstreamed in (\S+):\s+(\S+)\s*$")
@@ -106,6 +107,24 @@ def export_patch(
     return first
 
 
+def commit_series(
+    scratch: GitRepo, base: str, patches: Sequence[Patch], tag: str, message: Callable[[Patch], str]
+) -> Iterator[tuple[OldStep, str, str]]:
+    """Commit each patch in turn on the pinned release `base` (tagged `tag`): (its step, parent, commit).
+    The series must apply there exactly or at an offset."""
+    head = base
+    for step in replay_series(patches, CommitTree(scratch, base)):
+        if not step.outcome.ok or step.outcome.method == "fuzz":
+            bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
+            raise ApplyError(
+                f"{step.patch.filename} does not apply to the pinned release {tag} ({bad or step.outcome.method})",
+                hint="the series must apply where it is first: run `imgbuild patches check`",
+            )
+        commit = commit_files(scratch, head, step.own, message(step.patch))
+        yield step, head, commit
+        head = commit
+
+
 # -- patches/series ---------------------------------------------------------------
 def _entry_name(line: str) -> str | None:
     body = line.split("#", 1)[0].strip()
@@ -167,17 +186,14 @@ def rewrite_pin(text: str, pin: UpstreamPin, values: Mapping[str, str | None], s
         out = _set_key(out, key, value, indent="")
     for key, value in source.items():
         out = _set_key(out, key, value, indent=r"[ \t]+")
-    try:
-        data = yaml.safe_load(out)
-        check = UpstreamPin.model_validate(data)
-    except (yaml.YAMLError, pydantic.ValidationError) as exc:  # the in-place edit broke it: full rewrite below
-        check = None
-        problem = str(exc)
-    else:
-        problem = ""
     expect = {**values, **{f"source.{k}": v for k, v in source.items()}}
-    if check is not None and all(_get(check, k) == v for k, v in expect.items()):
-        return out
+    problem = ""
+    try:
+        check = UpstreamPin.model_validate(yaml.safe_load(out))
+        if all(_get(check, k) == v for k, v in expect.items()):
+            return out
+    except (yaml.YAMLError, pydantic.ValidationError) as exc:  # the in-place edit broke it: full rewrite below
+        problem = str(exc)
     data = pin.model_dump(mode="json", by_alias=True, exclude_none=True)
     data.update({k: v for k, v in values.items() if v is not None})
     for k, v in source.items():
