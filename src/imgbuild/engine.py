@@ -1,9 +1,5 @@
-"""Every docker call goes through this module: the docker SDK for the engine, the buildx CLI for builds.
-
-One engine is supported: Docker 26+ with the containerd image store, where a loaded image's id is its
-manifest digest and a push keeps it. `Engine.build` is the one place that runs `docker buildx build`.
-With IMGBUILD_ECHO=1 each operation is echoed as the docker command it amounts to.
-"""
+"""Every docker call: the docker SDK for the engine, the buildx CLI for builds (Docker 26+, containerd image
+store, so an image id is its manifest digest). IMGBUILD_ECHO=1 echoes each as the docker command it amounts to."""
 
 from __future__ import annotations
 

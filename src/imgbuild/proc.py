@@ -1,7 +1,5 @@
-"""Every external process imgbuild starts goes through here (git, pip, docker, cosign have their funnels on top).
-
-With `IMGBUILD_ECHO=1` each command is printed on stderr as one `+ <shlex.join(argv)>` line before it runs; a missing
-executable or a timeout becomes a typed error (`ToolNotFound`, `ToolTimeout`) that the caller maps to its own."""
+"""Every external process goes through here: IMGBUILD_ECHO=1 prints `+ argv` on stderr before it runs; a missing
+executable or a timeout becomes `ToolNotFound` or `ToolTimeout`."""
 
 from __future__ import annotations
 

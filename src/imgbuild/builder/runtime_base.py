@@ -1,10 +1,5 @@
-"""The runtime base: a stand-in base that can `import vllm`. Per platform: a bookworm rootfs with python3
-and libstdc++6 (mmdebstrap, cached), then one layer of every wheel of `images/runtime-lock/<platform>.txt`,
-pip-installed on the host (`--target --platform --no-deps --require-hashes`, so nothing runs under qemu)
-into the stock image's site-packages, made a site directory by a .pth. No byte code is compiled: it saves
-nothing on `import vllm` and costs minutes. Tagged by a digest of the lock, the rootfs recipe and FORMAT;
-wheels are cached by sha256, moved in only once checked, under a lock.
-"""
+"""The runtime base: a stand-in that can `import vllm`: a bookworm rootfs plus every wheel of the platform's
+lock, pip-installed on the host (`--target --platform`, nothing under qemu); tagged by a digest of its inputs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The runtime base's lock (pure): per platform, `images/runtime-lock/<platform>.txt` pins the vllm wheel's
-requirements in pip's `--require-hashes` format, and `exclude.yaml` names packages left out, with reasons.
-pip evaluates markers for the host, not `--platform` (pypa/pip#11664), so `lock_from_report` walks the
-requirements again from vllm under the target's markers.
-"""
+"""The runtime base's lock files (pure). pip evaluates markers for the host, not `--platform` (pypa/pip#11664), so
+`lock_from_report` walks vllm's requirements again under the target's markers."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""An offline stand-in for the stock vLLM base: a Debian rootfs with python3 (mmdebstrap, cached) plus the
-pinned release's `.py` tree where the stock image has it, and its ENTRYPOINT ["vllm", "serve"]. It has no
-torch, so smoke commands that need the real runtime are replaced (smoke.skeleton_commands). The tag is keyed
-by a digest of every input."""
+"""An offline stand-in for the stock vLLM base: a Debian rootfs with python3 plus the pinned release's `.py` tree,
+no torch (smoke.skeleton_commands stand in); tagged by a digest of every input."""
 
 from __future__ import annotations
 

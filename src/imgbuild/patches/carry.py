@@ -1,10 +1,5 @@
-"""Carry one patch onto another release, the step `rebase` and `check --onto` share: follow moved files, apply
-(exact, offset, then a 3-way merge from the patch's original blobs; never fuzz), and classify the result as
-exact/offset/3way, partly-upstreamed, upstreamed or conflict.
-
-A hunk is called upstreamed only when it reverse-applies to the release, its added lines are there, and the
-patch-id of the hunk as written equals that of the same change regenerated from the release; if any check
-disagrees the outcome is a conflict, so a patch is never dropped by mistake."""
+"""Carry one patch onto another release (`rebase`, `check --onto`): follow moved files, apply exact, offset or
+3-way (never fuzz), and classify; a hunk is upstreamed only when three independent checks agree, else a conflict."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Follow files that moved between two upstream releases, so that a patch is rewritten to the new paths: git's
-rename detection between the two commits (limited to the files that matter), and directory renames inferred from
-the files that left a directory, as `git merge` does."""
+"""Follow files that moved between two releases: git's rename detection limited to the files that matter, and
+directory renames inferred as `git merge` does."""
 
 from __future__ import annotations
 

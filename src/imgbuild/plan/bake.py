@@ -1,10 +1,5 @@
-"""`buildkit/docker-bake.json`: one buildx bake target per variant (pure rendering).
-
-Each target: the variant's platforms, tags, labels (from the inputs only), GitHub Actions cache, and
-`imgbuild build`'s Dockerfile with `ARG BASE=<base locked in images.lock>`, on the shared context
-`buildkit/context/` (generated, not committed) whose layer directories are named by a digest of their files,
-so a stale context fails the build. A target's `imgbuild.inputs` hashes its platforms, base and Dockerfile.
-"""
+"""`buildkit/docker-bake.json` (pure): one buildx bake target per variant, with `imgbuild build`'s Dockerfile
+(`ARG BASE` from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest."""
 
 from __future__ import annotations
 

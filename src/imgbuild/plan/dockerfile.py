@@ -1,7 +1,5 @@
-"""Dockerfiles and build contexts (pure). A variant image: FROM its base, one COPY per layer (images sharing
-a layer share one BuildKit snapshot), ENV, LABEL, the cleared ENTRYPOINT/CMD. A join: one FROM per platform's
-image, picked by TARGETARCH. No RUN, so no emulation. Contexts are deterministic tars.
-"""
+"""Dockerfiles and deterministic build contexts (pure): a variant image is FROM its base plus one COPY per layer,
+no RUN (so no emulation); a join picks each platform's image by TARGETARCH."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""All git access goes through upstream/: git commands through `run_git` (the process funnel, so IMGBUILD_ECHO=1
-shows them), objects read and written with gitpython (`GitRepo.repo`). Commit stacks live in upstream/commits.py,
-the cache mirror in upstream/mirror.py."""
+"""All git access: commands through `run_git` (the process funnel), objects through gitpython (`GitRepo.repo`)."""
 
 from __future__ import annotations
 
