@@ -313,7 +313,7 @@ class Engine:
         cid = None
         try:
             with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
-                cid = self._call(api.create_container, ref, labels=_owner(), **kwargs)["Id"]
+                cid = self._call(api.create_container, ref, labels={CONTAINER_LABEL: str(os.getpid())}, **kwargs)["Id"]
             yield cid
         finally:
             with held_interrupts(), contextlib.suppress(*SdkErrors):
@@ -393,10 +393,6 @@ def held_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _owner() -> dict[str, str]:
-    return {CONTAINER_LABEL: str(os.getpid())}
 
 
 def _alive(pid: int) -> bool:

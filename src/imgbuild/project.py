@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pins, load_variant, parse_platforms
+from imgbuild.config.models import UpstreamPin, VariantConfig, load_pins, load_variant, parse_platforms
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.patches.apply import StackResult
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
@@ -190,10 +190,6 @@ class Project:
             raise ConfigError(unknown_name("variant", name, self.variants), hint="variants are the files in images/")
         return self.variants[name]
 
-    def chain_order(self) -> tuple[str, ...]:
-        """Every variant, parents before children (then by name)."""
-        return tuple(sorted(self.variants, key=lambda n: (len(self.variants[n].chain), n)))
-
     def select(
         self,
         names: Sequence[str] | None = None,
@@ -201,15 +197,12 @@ class Project:
         *,
         default: Literal["first", "declared"] = "first",
     ) -> Selection:
-        """The CLI's variant names (none: every variant, in chain order) and its --platform: None (each
-        variant's first declared platform, or every declared one with default="declared"), "all" (every
-        declared platform) or a comma list (those, for every variant). Unknown names and unsupported
-        platforms raise here (ConfigError with "did you mean", UsageError), before any work."""
-        check_platform(platform, allow_all=True)
-        chosen = tuple(names) if names else self.chain_order()
+        """The CLI's variant names (none: all, parents first) and --platform: None (each variant's first declared
+        platform; every one with default="declared"), "all", or a comma list; bad values raise before any work."""
+        wanted = () if platform in (None, ALL_PLATFORMS) else parse_platforms(platform, allow_all=True)
+        chosen = tuple(names or sorted(self.variants, key=lambda n: (len(self.variants[n].chain), n)))
         for name in chosen:
             self.variant(name)
-        wanted = () if platform in (None, ALL_PLATFORMS) else parse_platforms(platform, allow_all=True)
         every = platform == ALL_PLATFORMS or default == "declared"
         per = []
         for name, v in self.variants.items():

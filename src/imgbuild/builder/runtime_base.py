@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from imgbuild.atomic import write_text
 from imgbuild.builder import runtime_lock as rl
 from imgbuild.builder.skeleton import (
     BASE_EPOCH,
@@ -242,9 +243,5 @@ def relock(root: Path, platform: str, vllm_version: str, *, verbose: bool = Fals
         log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with pip (a few minutes)")
         _pip([*args, *_target_args(platform)], verbose=verbose, what=f"resolve for {platform}")
         lock = rl.lock_from_report(json.loads(report.read_text()), platform, exclusions)
-    path = root / rl.LOCK_DIR / rl.lock_name(platform)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_name(f".{path.name}.tmp")
-    tmp_path.write_text(lock.text())
-    os.replace(tmp_path, path)
+    write_text(root / rl.LOCK_DIR / rl.lock_name(platform), lock.text())
     return lock

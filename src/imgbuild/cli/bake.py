@@ -14,10 +14,6 @@ if TYPE_CHECKING:
     from imgbuild.plan import bake as bakemod
 
 
-class BakeStale(CheckFailed):
-    """`bake --check` found the committed file out of date (exit 1)."""
-
-
 def bake(
     check: Annotated[
         bool, typer.Option("--check", help="Fail (exit 1) when the bake file (or a present context) is out of date.")
@@ -73,7 +69,7 @@ def bake(
         if as_json:
             print_json("bake-check", {"ok": not problems, "problems": problems})
         if problems:
-            raise BakeStale(
+            raise CheckFailed(
                 "\n  ".join(["the bake file is stale:", *problems]),
                 hint="run `imgbuild bake` and commit buildkit/docker-bake.json",
                 reported=as_json,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imgbuild.atomic import write_text
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
@@ -186,10 +187,7 @@ def write_bake(root: Path, bake: Bake) -> bool:
     path = root / BAKE_FILE
     if path.is_file() and path.read_text() == bake.text:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(bake.text)
-    tmp.replace(path)
+    write_text(path, bake.text)
     return True
 
 
