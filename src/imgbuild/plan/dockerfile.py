@@ -56,7 +56,8 @@ def render_image(
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
-    lines.extend(_label_lines(labels))
+    if labels:
+        lines.append("LABEL " + " \\\n      ".join(f"{_key(k)}={quote(v)}" for k, v in sorted(labels.items())))
     lines += ["CMD []"] if keep_entrypoint else ["ENTRYPOINT []", "CMD []"]
     return "\n".join(lines) + "\n"
 
@@ -64,12 +65,6 @@ def render_image(
 def layer_context(layers: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
     """The context files of `layers` (name -> site-packages path -> bytes): `layers/<name>/<path>`."""
     return {f"{LAYERS}/{name}/{path}": data for name, files in layers.items() for path, data in files.items()}
-
-
-def _label_lines(labels: Mapping[str, str]) -> list[str]:
-    if not labels:
-        return []
-    return ["LABEL " + " \\\n      ".join(f"{_key(k)}={quote(v)}" for k, v in sorted(labels.items()))]
 
 
 @dataclass(frozen=True)
@@ -97,20 +92,16 @@ def listing(context: bytes) -> list[ContextEntry]:
         return [ContextEntry(m.name, "dir" if m.isdir() else "file", m.mode, m.size) for m in tar.getmembers()]
 
 
-def _parents(path: PurePosixPath) -> list[str]:
-    return [str(p) for p in reversed(path.parents) if str(p) not in (".", "/")]
-
-
 def tar_files(files: Mapping[str, bytes], mtime: int) -> bytes:
     """A build context tar of `files` (relative paths without a leading /) and their parent directories:
     sorted, root-owned, 0755 dirs, 0644 files, one mtime."""
     entries: dict[str, bytes | None] = {}
     for name, data in files.items():
         pure = PurePosixPath(name.lstrip("/"))
-        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        if ".." in pure.parts or not pure.parts:
             raise ValueError(f"bad context path {name!r}")
-        for parent in _parents(pure):
-            entries.setdefault(parent, None)
+        for parent in pure.parents[:-1]:  # not "."
+            entries.setdefault(str(parent), None)
         entries[str(pure)] = data
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
