@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import PurePosixPath
 
 import git
 
@@ -33,12 +34,7 @@ class Move:
 
 def _parents(path: str) -> list[str]:
     """Ancestor directories of `path`, deepest first."""
-    out = []
-    d = posixpath.dirname(path)
-    while d:
-        out.append(d)
-        d = posixpath.dirname(d)
-    return out
+    return [str(d) for d in PurePosixPath(path).parents[:-1]]
 
 
 def _is_dir(tree: CommitTree, path: str) -> bool:
