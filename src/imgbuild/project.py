@@ -60,9 +60,8 @@ ALL_PLATFORMS = "all"
 
 @dataclass(frozen=True)
 class Selection:
-    """What a command asked for, resolved once (`Project.select`): the variants by name, in order, and
-    the platforms each variant of the project is made for in this run. Every variant has an entry,
-    not only the named ones: layers are planned over all of them."""
+    """What a command asked for (`Project.select`): the named variants, and the platforms of every variant in this
+    run (not only the named ones: layers are planned over all of them)."""
 
     names: tuple[str, ...]
     platforms: tuple[tuple[str, tuple[Platform, ...]], ...]  # (variant, its platforms), in the project's order
@@ -72,9 +71,8 @@ class Selection:
 
 
 class PinnedTrees:
-    """The pinned releases of several upstreams as one tree: each path goes to the release whose package
-    root is its first component (`vllm/...`, `flashinfer/...`), so a patch's paths, the layers' and the
-    images' are the same site-packages-relative paths whatever upstream they belong to."""
+    """The pinned releases of several upstreams as one tree: each path is read from the release whose package root
+    is its first component, so paths are site-packages-relative whatever upstream they belong to."""
 
     def __init__(self, trees: Mapping[str, CommitTree]) -> None:
         self.trees = dict(trees)  # package root -> its release

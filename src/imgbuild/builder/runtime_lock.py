@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,10 +174,6 @@ def load_exclusions(root: Path) -> tuple[Exclusion, ...]:
     return parse_exclusions(path.read_text(), path)
 
 
-def excluded(exclusions: Iterable[Exclusion], platform: str) -> dict[str, str]:
-    return {e.name: e.reason for e in exclusions if platform in e.platforms}
-
-
 def _requirements(meta: Mapping[str, Any]) -> list[Requirement]:
     out = []
     for text in meta.get("requires_dist") or []:
@@ -191,7 +187,7 @@ def _requirements(meta: Mapping[str, Any]) -> list[Requirement]:
 def lock_from_report(report: Mapping[str, Any], platform: str, exclusions: Sequence[Exclusion]) -> Lock:
     """The lock for `platform` from pip's installation report: vllm's closure under the target's markers."""
     env = marker_env(platform)
-    skip = excluded(exclusions, platform)
+    skip = {e.name for e in exclusions if platform in e.platforms}
     items: dict[str, Mapping[str, Any]] = {}
     for item in report.get("install", []):
         items[canonicalize_name(item["metadata"]["name"])] = item

@@ -220,11 +220,8 @@ def check(root: Path, bake: Bake) -> list[str]:
 
 # -- CI matrix -----------------------------------------------------------------------
 def matrix(targets: Sequence[BakeTarget], registry: str, present: Mapping[str, bool]) -> dict[str, object]:
-    """GitHub Actions matrices: one build per (changed variant, platform), one merge per changed variant.
-
-    `present[variant]` says the registry already has the variant's immutable tag.
-    Native runners for amd64 and arm64; any other platform runs under QEMU.
-    """
+    """GitHub Actions matrices: one build per (variant, platform) and one merge per variant whose immutable tag
+    the registry lacks (`present`); native runners for amd64 and arm64, QEMU for any other platform."""
     builds, merges = [], []
     for t in targets:
         if present.get(t.variant):

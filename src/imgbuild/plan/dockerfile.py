@@ -45,11 +45,8 @@ def render_image(
     keep_entrypoint: bool = False,
     base_arg: bool = False,
 ) -> str:
-    """A variant image: its base, one COPY per imgbuild layer (the context's `layers/<name>/`, which holds
-    the layer's files under their site-packages paths), then ENV, LABEL and the cleared ENTRYPOINT and CMD.
-
-    `keep_entrypoint` (image.entrypoint: keep) leaves the base's passthrough ENTRYPOINT; CMD is cleared
-    always. `base_arg` names the base through `ARG BASE` (the bake file, whose CI overrides it)."""
+    """A variant image: its base, one COPY per layer (`layers/<name>/`), ENV, LABEL, cleared CMD and (unless
+    `keep_entrypoint`) ENTRYPOINT. `base_arg`: the base through `ARG BASE`, which the bake file's CI overrides."""
     lines = ["# imgbuild image: its base, one COPY per imgbuild layer, then its metadata"]
     lines += [f"ARG BASE={base}", "FROM ${BASE}"] if base_arg else [f"FROM {base}"]
     lines += [f"COPY {LAYERS}/{name}/ {site_packages.rstrip('/')}/" for name in layers]
