@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed, UsageError
-
-if TYPE_CHECKING:
-    from imgbuild.plan import bake as bakemod
 
 
 def bake(
@@ -61,7 +58,12 @@ def bake(
     if matrix:
         if registry is None:
             raise UsageError("--matrix needs --registry", hint="e.g. --registry ghcr.io/acme")
-        present = {} if all_variants else _present(result.targets, registry)
+        from imgbuild.registry import reference, tools
+
+        present = {
+            t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
+            for t in ([] if all_variants else result.targets)
+        }
         print(json.dumps(bakemod.matrix(result.targets, registry, present), separators=(",", ":")))
         return
     if check:
@@ -104,12 +106,3 @@ def bake(
         console.print(
             f"  {t.variant}: {', '.join(t.platforms)}; layers {', '.join(t.layers) or '-'}; {t.immutable_tag}"
         )
-
-
-def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
-    from imgbuild.registry import reference, tools
-
-    return {
-        t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
-        for t in targets
-    }
