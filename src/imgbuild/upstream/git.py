@@ -76,11 +76,6 @@ class GitRepo:
         # (smoke's worker threads read the release too).
         self.lock = threading.RLock()
 
-    @property
-    def bare(self) -> bool:
-        """No work tree: the path is the git directory itself (what `init_bare` makes)."""
-        return bool(self.repo.bare)
-
     @classmethod
     def init_bare(cls, path: Path) -> GitRepo:
         git.Repo.init(path, bare=True)
@@ -308,7 +303,3 @@ def ls_remote_tags(url: str) -> list[str]:
     if done.returncode != 0:
         raise failed(f"git ls-remote {url}", done)
     return [line.split("refs/tags/", 1)[1] for line in done.stdout.decode().splitlines() if "refs/tags/" in line]
-
-
-def tags_at(repo: GitRepo, commit: str) -> list[str]:
-    return repo.run("tag", "--points-at", commit).split()

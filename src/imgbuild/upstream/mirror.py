@@ -86,7 +86,7 @@ class Mirror:
         if self.path.exists():
             try:
                 repo = self._git_repo()
-                if repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
+                if repo.repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
                     return repo
             except GitError:
                 pass
