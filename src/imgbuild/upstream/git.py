@@ -144,9 +144,6 @@ class GitRepo:
             except NOT_THERE as exc:
                 raise GitError(f"no commit {commit} in {self.path}") from exc
 
-    def remote_url(self, name: str = "origin") -> str:
-        return self.run("remote", "get-url", name).strip()
-
     def status(self, *paths: str) -> str:
         """`git status --porcelain` of `paths` ('' when they are clean)."""
         return self.run("status", "--porcelain", "--", *paths)
