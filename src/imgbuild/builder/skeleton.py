@@ -56,15 +56,8 @@ class RootfsRecipe:
     sources: Path | None = field(default_factory=host_sources)
 
     def key(self) -> str:
-        sources = self.sources.read_bytes() if self.sources and self.sources.is_file() else b""
-        parts = [
-            FORMAT,
-            self.arch,
-            self.suite,
-            self.variant,
-            ",".join(self.include),
-            hashlib.sha256(sources).hexdigest(),
-        ]
+        sources = hashlib.sha256(self.sources.read_bytes() if self.sources and self.sources.is_file() else b"")
+        parts = [FORMAT, self.arch, self.suite, self.variant, ",".join(self.include), sources.hexdigest()]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def command(self, out: Path) -> list[str]:
