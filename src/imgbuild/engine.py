@@ -1,9 +1,5 @@
-"""Every docker call goes through this module: the docker SDK for the engine, the buildx CLI for builds.
-
-One engine is supported: Docker 26+ with the containerd image store, where a loaded image's id is its
-manifest digest and a push keeps it. `Engine.build` is the one place that runs `docker buildx build`.
-With IMGBUILD_ECHO=1 each operation is echoed as the docker command it amounts to.
-"""
+"""Every docker call: the docker SDK for the engine, the buildx CLI for builds (Docker 26+, containerd image
+store, so an image id is its manifest digest). IMGBUILD_ECHO=1 echoes each as the docker command it amounts to."""
 
 from __future__ import annotations
 
@@ -164,10 +160,6 @@ class Engine:
         engine.remove_leftovers()
         return engine
 
-    def close(self) -> None:
-        with contextlib.suppress(*SdkErrors):
-            self.client.close()
-
     @property
     def arch(self) -> Platform:
         """The daemon's own platform."""
@@ -188,17 +180,14 @@ class Engine:
                 ) from exc
             raise DockerError(f"docker: {_short(exc)}") from exc
 
-    def remove_leftovers(self) -> list[str]:
+    def remove_leftovers(self) -> None:
         """Remove containers an imgbuild created and could not remove itself (it was killed)."""
-        removed = []
         with contextlib.suppress(*SdkErrors):
             for c in self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}):
                 owner = (c.get("Labels") or {}).get(CONTAINER_LABEL, "")
                 if owner.isdigit() and _alive(int(owner)):
                     continue
                 self.client.api.remove_container(c["Id"], force=True)
-                removed.append(str(c["Id"]))
-        return removed
 
     # -- images -----------------------------------------------------------
     def image(self, ref: str) -> ImageInfo | None:
@@ -253,9 +242,8 @@ class Engine:
         builder: str | None = None,
         compress: bool = True,
     ) -> str:
-        """Build `context` (a tar for stdin, or a directory) under `tags`, `--provenance=false` and
-        SOURCE_DATE_EPOCH so equal inputs give equal digests; its image id. Several platforms only for a join.
-        `compress=False`: the stand-in bases' layers, never pushed, where gzip is most of the build's time."""
+        """Build `context` (a tar for stdin, or a directory) under `tags` so that equal inputs give equal digests;
+        its image id. `compress=False`: the stand-ins' layers, never pushed, where gzip is most of the time."""
         args = [self.cli, *self._builder_args(builder), "build", "--progress", "plain", "--provenance=false"]
         args += ["--platform", ",".join(str(p) for p in platforms)]
         args += ["--load"] if compress else ["--output", "type=docker,compression=uncompressed,force-compression=true"]
@@ -317,7 +305,7 @@ class Engine:
         cid = None
         try:
             with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
-                cid = self._call(api.create_container, ref, labels=_owner(), **kwargs)["Id"]
+                cid = self._call(api.create_container, ref, labels={CONTAINER_LABEL: str(os.getpid())}, **kwargs)["Id"]
             yield cid
         finally:
             with held_interrupts(), contextlib.suppress(*SdkErrors):
@@ -397,10 +385,6 @@ def held_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _owner() -> dict[str, str]:
-    return {CONTAINER_LABEL: str(os.getpid())}
 
 
 def _alive(pid: int) -> bool:

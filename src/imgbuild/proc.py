@@ -1,7 +1,5 @@
-"""Every external process imgbuild starts goes through here (git, pip, docker, cosign have their funnels on top).
-
-With `IMGBUILD_ECHO=1` each command is printed on stderr as one `+ <shlex.join(argv)>` line before it runs; a missing
-executable or a timeout becomes a typed error (`ToolNotFound`, `ToolTimeout`) that the caller maps to its own."""
+"""Every external process goes through here: IMGBUILD_ECHO=1 prints `+ argv` on stderr before it runs; a missing
+executable or a timeout becomes `ToolNotFound` or `ToolTimeout`."""
 
 from __future__ import annotations
 
@@ -14,10 +12,8 @@ from pathlib import Path
 from typing import IO, Any
 
 ECHO = "IMGBUILD_ECHO"
-ECHO_ALIASES = ("IMGBUILD_ECHO_GIT", "IMGBUILD_ECHO_REGISTRY")  # older spellings, kept working
 
 PIPE = subprocess.PIPE
-DEVNULL = subprocess.DEVNULL
 STDOUT = subprocess.STDOUT
 CompletedProcess = subprocess.CompletedProcess
 
@@ -41,13 +37,9 @@ class ToolTimeout(Exception):
         self.seconds = seconds
 
 
-def echoing() -> bool:
-    return any(os.environ.get(name) for name in (ECHO, *ECHO_ALIASES))
-
-
 def echo(argv: Iterable[str]) -> None:
     """Print `+ argv` on stderr when echoing (also for what is not a process: SDK calls)."""
-    if echoing():  # one write per line: two builds echo from two threads
+    if os.environ.get(ECHO):  # one write per line: two builds echo from two threads
         sys.stderr.write("+ " + shlex.join(argv) + "\n")
         sys.stderr.flush()
 
@@ -80,13 +72,8 @@ def run(
             stderr=PIPE if capture else stderr,
         )
     except FileNotFoundError as exc:
-        if _cwd_missing(exc, cwd):
-            raise
+        if cwd is not None and exc.filename is not None and str(exc.filename) == str(cwd):
+            raise  # a missing `cwd` stays the OSError it is
         raise ToolNotFound(argv[0]) from exc
     except subprocess.TimeoutExpired as exc:
         raise ToolTimeout(argv, timeout or 0) from exc
-
-
-def _cwd_missing(exc: FileNotFoundError, cwd: Path | str | None) -> bool:
-    """A missing `cwd` stays the OSError it is; only a missing executable is ToolNotFound."""
-    return cwd is not None and exc.filename is not None and str(exc.filename) == str(cwd)

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from imgbuild.config.models import UpstreamPin, VariantConfig, check_platform, load_pins, load_variant, parse_platforms
+from imgbuild.config.models import UpstreamPin, VariantConfig, load_pins, load_variant, parse_platforms
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.patches.apply import StackResult
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
@@ -60,9 +60,8 @@ ALL_PLATFORMS = "all"
 
 @dataclass(frozen=True)
 class Selection:
-    """What a command asked for, resolved once (`Project.select`): the variants by name, in order, and
-    the platforms each variant of the project is made for in this run. Every variant has an entry,
-    not only the named ones: layers are planned over all of them."""
+    """What a command asked for (`Project.select`): the named variants, and the platforms of every variant in this
+    run (not only the named ones: layers are planned over all of them)."""
 
     names: tuple[str, ...]
     platforms: tuple[tuple[str, tuple[Platform, ...]], ...]  # (variant, its platforms), in the project's order
@@ -72,9 +71,8 @@ class Selection:
 
 
 class PinnedTrees:
-    """The pinned releases of several upstreams as one tree: each path goes to the release whose package
-    root is its first component (`vllm/...`, `flashinfer/...`), so a patch's paths, the layers' and the
-    images' are the same site-packages-relative paths whatever upstream they belong to."""
+    """The pinned releases of several upstreams as one tree: each path is read from the release whose package root
+    is its first component, so paths are site-packages-relative whatever upstream they belong to."""
 
     def __init__(self, trees: Mapping[str, CommitTree]) -> None:
         self.trees = dict(trees)  # package root -> its release
@@ -190,10 +188,6 @@ class Project:
             raise ConfigError(unknown_name("variant", name, self.variants), hint="variants are the files in images/")
         return self.variants[name]
 
-    def chain_order(self) -> tuple[str, ...]:
-        """Every variant, parents before children (then by name)."""
-        return tuple(sorted(self.variants, key=lambda n: (len(self.variants[n].chain), n)))
-
     def select(
         self,
         names: Sequence[str] | None = None,
@@ -201,15 +195,12 @@ class Project:
         *,
         default: Literal["first", "declared"] = "first",
     ) -> Selection:
-        """The CLI's variant names (none: every variant, in chain order) and its --platform: None (each
-        variant's first declared platform, or every declared one with default="declared"), "all" (every
-        declared platform) or a comma list (those, for every variant). Unknown names and unsupported
-        platforms raise here (ConfigError with "did you mean", UsageError), before any work."""
-        check_platform(platform, allow_all=True)
-        chosen = tuple(names) if names else self.chain_order()
+        """The CLI's variant names (none: all, parents first) and --platform: None (each variant's first declared
+        platform; every one with default="declared"), "all", or a comma list; bad values raise before any work."""
+        wanted = () if platform in (None, ALL_PLATFORMS) else parse_platforms(platform, allow_all=True)
+        chosen = tuple(names or sorted(self.variants, key=lambda n: (len(self.variants[n].chain), n)))
         for name in chosen:
             self.variant(name)
-        wanted = () if platform in (None, ALL_PLATFORMS) else parse_platforms(platform, allow_all=True)
         every = platform == ALL_PLATFORMS or default == "declared"
         per = []
         for name, v in self.variants.items():

@@ -46,7 +46,7 @@ def skeleton_base(engine: Engine, synth_upstream: Upstream) -> str:
     commit = GitRepo(synth_upstream.path).resolve_commit("v1.0.0")
     assert commit is not None
     spec = skeleton.SkeletonSpec("linux/arm64", commit)
-    skeleton.ensure_skeleton(engine, spec, GitRepo(synth_upstream.path), cache_dir())
+    skeleton.ensure_skeleton(engine, spec, [GitRepo(synth_upstream.path)], cache_dir())
     return spec.tag
 
 

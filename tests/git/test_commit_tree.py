@@ -72,8 +72,8 @@ def test_objects_by_id_or_revision(tmp_path: Path) -> None:
 
 def test_what_is_not_a_repository_is_refused(tmp_path: Path) -> None:
     repo, _ = make_repo(tmp_path / "r")
-    assert not repo.bare
-    assert GitRepo.init_bare(tmp_path / "bare.git").bare
+    assert not repo.repo.bare
+    assert GitRepo.init_bare(tmp_path / "bare.git").repo.bare
     (tmp_path / "plain").mkdir()
     for path in (tmp_path / "plain", tmp_path / "missing"):
         with pytest.raises(GitError, match="is not a git repository"):

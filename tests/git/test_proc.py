@@ -32,8 +32,7 @@ def echoed(capsys: pytest.CaptureFixture[str]) -> list[str]:
 def test_a_git_command_is_echoed_as_one_shell_line(
     repo: GitRepo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for name in ("IMGBUILD_ECHO", *proc.ECHO_ALIASES):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("IMGBUILD_ECHO", raising=False)
     repo.run("config", "imgbuild.note", "two words")
     assert echoed(capsys) == []  # off by default
     monkeypatch.setenv("IMGBUILD_ECHO", "1")
@@ -43,17 +42,6 @@ def test_a_git_command_is_echoed_as_one_shell_line(
     line = echoed(capsys)
     assert line == ["+ git config imgbuild.note 'it'\"'\"'s here'"]
     assert shlex.split(line[0][2:]) == ["git", "config", "imgbuild.note", "it's here"]  # pastes back into a shell
-
-
-def test_the_old_git_switch_still_echoes(
-    repo: GitRepo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.delenv("IMGBUILD_ECHO", raising=False)
-    monkeypatch.setenv("IMGBUILD_ECHO_GIT", "1")
-    repo.run("config", "imgbuild.note", "hello")
-    assert echoed(capsys) == ["+ git config imgbuild.note hello"]
-    repo.run("config", "imgbuild.note", "again")
-    assert echoed(capsys) == ["+ git config imgbuild.note again"]
 
 
 def test_pip_is_echoed_through_its_funnel(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

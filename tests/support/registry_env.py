@@ -111,7 +111,7 @@ def docker(*args: str, check: bool = True, env: dict[str, str] | None = None) ->
 
 def push_skeleton_bases(project_root: Path, registry: str, name: str, tag: str, cache: Path) -> str:
     """Skeleton bases for amd64 and arm64 in `registry/name`, joined under `tag`; returns the ref."""
-    from imgbuild.builder.bases import skeleton_spec
+    from imgbuild.builder.bases import pin_repos, skeleton_spec
     from imgbuild.builder.skeleton import ensure_skeleton
     from imgbuild.engine import Engine
     from imgbuild.project import Project
@@ -121,7 +121,7 @@ def push_skeleton_bases(project_root: Path, registry: str, name: str, tag: str, 
     refs = []
     for platform in ("linux/amd64", "linux/arm64"):
         spec = skeleton_spec(project, None, platform)
-        info = ensure_skeleton(engine, spec, project.upstream.repo, cache)
+        info = ensure_skeleton(engine, spec, pin_repos(project), cache)
         ref = f"{registry}/{name}:{tag}-{spec.arch}"
         engine.tag(info.id, ref)
         docker("push", ref)

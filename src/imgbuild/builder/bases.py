@@ -50,9 +50,9 @@ def skeleton_spec(project: Project, site_packages: str | None, platform: str) ->
     )
 
 
-def more_repos(project: Project) -> list[GitRepo]:
-    """The mirrors of the further pins, in `skeleton_spec(...).more`'s order."""
-    return [project.resolved(p.name).repo for p in project.pins[1:]]
+def pin_repos(project: Project) -> list[GitRepo]:
+    """The mirror of each pin, in the pins' order (what `skeleton_spec` names)."""
+    return [project.resolved(p.name).repo for p in project.pins]
 
 
 def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
@@ -128,10 +128,8 @@ class Bases:
 
     def _stand_in(self, spec: skeleton.SkeletonSpec | runtime_base.RuntimeSpec) -> ImageInfo:
         if isinstance(spec, skeleton.SkeletonSpec):
-            repos = more_repos(self.project)
-            return skeleton.ensure_skeleton(
-                self.engine, spec, self.project.upstream.repo, cache_dir(), verbose=self.verbose, more_repos=repos
-            )
+            repos = pin_repos(self.project)
+            return skeleton.ensure_skeleton(self.engine, spec, repos, cache_dir(), verbose=self.verbose)
         from imgbuild.builder import runtime_base
 
         return runtime_base.ensure_runtime(self.engine, spec, cache_dir(), verbose=self.verbose).info

@@ -1,10 +1,5 @@
-"""The runtime base: a stand-in base that can `import vllm`. Per platform: a bookworm rootfs with python3
-and libstdc++6 (mmdebstrap, cached), then one layer of every wheel of `images/runtime-lock/<platform>.txt`,
-pip-installed on the host (`--target --platform --no-deps --require-hashes`, so nothing runs under qemu)
-into the stock image's site-packages, made a site directory by a .pth. No byte code is compiled: it saves
-nothing on `import vllm` and costs minutes. Tagged by a digest of the lock, the rootfs recipe and FORMAT;
-wheels are cached by sha256, moved in only once checked, under a lock.
-"""
+"""The runtime base: a stand-in that can `import vllm`: a bookworm rootfs plus every wheel of the platform's
+lock, pip-installed on the host (`--target --platform`, nothing under qemu); tagged by a digest of its inputs."""
 
 from __future__ import annotations
 
@@ -20,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from imgbuild.atomic import write_text
 from imgbuild.builder import runtime_lock as rl
 from imgbuild.builder.skeleton import (
     BASE_EPOCH,
@@ -247,9 +243,5 @@ def relock(root: Path, platform: str, vllm_version: str, *, verbose: bool = Fals
         log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with pip (a few minutes)")
         _pip([*args, *_target_args(platform)], verbose=verbose, what=f"resolve for {platform}")
         lock = rl.lock_from_report(json.loads(report.read_text()), platform, exclusions)
-    path = root / rl.LOCK_DIR / rl.lock_name(platform)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_name(f".{path.name}.tmp")
-    tmp_path.write_text(lock.text())
-    os.replace(tmp_path, path)
+    write_text(root / rl.LOCK_DIR / rl.lock_name(platform), lock.text())
     return lock

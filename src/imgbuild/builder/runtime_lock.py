@@ -1,14 +1,11 @@
-"""The runtime base's lock (pure): per platform, `images/runtime-lock/<platform>.txt` pins the vllm wheel's
-requirements in pip's `--require-hashes` format, and `exclude.yaml` names packages left out, with reasons.
-pip evaluates markers for the host, not `--platform` (pypa/pip#11664), so `lock_from_report` walks the
-requirements again from vllm under the target's markers.
-"""
+"""The runtime base's lock files (pure). pip evaluates markers for the host, not `--platform` (pypa/pip#11664), so
+`lock_from_report` walks vllm's requirements again under the target's markers."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,8 +75,7 @@ def lock_name(platform: str) -> str:
 def machine(platform: str) -> str:
     if platform not in MACHINES:
         raise ConfigError(
-            f"the runtime base has no lock for platform {platform!r}",
-            hint=f"use one of: {', '.join(MACHINES)}",
+            f"the runtime base has no lock for platform {platform!r}", hint=f"use one of: {', '.join(MACHINES)}"
         )
     return MACHINES[platform]
 
@@ -177,10 +173,6 @@ def load_exclusions(root: Path) -> tuple[Exclusion, ...]:
     return parse_exclusions(path.read_text(), path)
 
 
-def excluded(exclusions: Iterable[Exclusion], platform: str) -> dict[str, str]:
-    return {e.name: e.reason for e in exclusions if platform in e.platforms}
-
-
 def _requirements(meta: Mapping[str, Any]) -> list[Requirement]:
     out = []
     for text in meta.get("requires_dist") or []:
@@ -194,7 +186,7 @@ def _requirements(meta: Mapping[str, Any]) -> list[Requirement]:
 def lock_from_report(report: Mapping[str, Any], platform: str, exclusions: Sequence[Exclusion]) -> Lock:
     """The lock for `platform` from pip's installation report: vllm's closure under the target's markers."""
     env = marker_env(platform)
-    skip = excluded(exclusions, platform)
+    skip = {e.name for e in exclusions if platform in e.platforms}
     items: dict[str, Mapping[str, Any]] = {}
     for item in report.get("install", []):
         items[canonicalize_name(item["metadata"]["name"])] = item

@@ -1,7 +1,5 @@
-"""An offline stand-in for the stock vLLM base: a Debian rootfs with python3 (mmdebstrap, cached) plus the
-pinned release's `.py` tree where the stock image has it, and its ENTRYPOINT ["vllm", "serve"]. It has no
-torch, so smoke commands that need the real runtime are replaced (smoke.skeleton_commands). The tag is keyed
-by a digest of every input."""
+"""An offline stand-in for the stock vLLM base: a Debian rootfs with python3 plus the pinned release's `.py` tree,
+no torch (smoke.skeleton_commands stand in); tagged by a digest of every input."""
 
 from __future__ import annotations
 
@@ -58,15 +56,8 @@ class RootfsRecipe:
     sources: Path | None = field(default_factory=host_sources)
 
     def key(self) -> str:
-        sources = self.sources.read_bytes() if self.sources and self.sources.is_file() else b""
-        parts = [
-            FORMAT,
-            self.arch,
-            self.suite,
-            self.variant,
-            ",".join(self.include),
-            hashlib.sha256(sources).hexdigest(),
-        ]
+        sources = hashlib.sha256(self.sources.read_bytes() if self.sources and self.sources.is_file() else b"")
+        parts = [FORMAT, self.arch, self.suite, self.variant, ",".join(self.include), sources.hexdigest()]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def command(self, out: Path) -> list[str]:
@@ -175,22 +166,19 @@ BASE_EPOCH = 0  # the stand-ins' config dates: fixed, as the stock image's do no
 def ensure_skeleton(
     engine: Engine,
     spec: SkeletonSpec,
-    repo: GitRepo,
+    repos: Sequence[GitRepo],
     cache: Path,
     *,
     force: bool = False,
     verbose: bool = False,
-    more_repos: Sequence[GitRepo] = (),
 ) -> ImageInfo:
-    """The skeleton image for `spec`, built if the daemon lacks it; `more_repos` hold `spec.more`'s commits."""
+    """The skeleton image for `spec`, built if the daemon lacks it; `repos`: each pin's mirror, in the pins' order."""
     info = engine.image(spec.tag)
     if info is not None and info.labels.get(SKELETON) == spec.key() and not force:
         return info
     rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
-    shown = ", ".join(
-        f"{root}/ of {commit[:12]}" for commit, root in [(spec.upstream_commit, spec.package_root), *spec.more]
-    )
-    log(f"building {spec.tag} (rootfs + {shown})")
+    pins = [(spec.upstream_commit, spec.package_root), *spec.more]
+    log(f"building {spec.tag} (rootfs + {', '.join(f'{root}/ of {commit[:12]}' for commit, root in pins)})")
     labels = {
         SKELETON: spec.key(),
         "imgbuild.site-packages": spec.site_packages,
@@ -200,8 +188,7 @@ def ensure_skeleton(
     with tempfile.TemporaryDirectory(prefix=".context-", dir=rootfs.parent) as tmp:  # beside it: a hard link
         context = Path(tmp)
         rootfs_into(context, rootfs)
-        trees = [(repo, spec.upstream_commit, spec.package_root)]
-        trees += [(r, commit, root) for r, (commit, root) in zip(more_repos, spec.more, strict=True)]
+        trees = [(repo, commit, root) for repo, (commit, root) in zip(repos, pins, strict=True)]
         (context / "vllm.tar").write_bytes(packages_layer(trees, spec.site_packages))
         (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
         platforms = [Platform.parse(spec.platform)]

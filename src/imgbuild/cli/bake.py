@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed, UsageError
-
-if TYPE_CHECKING:
-    from imgbuild.plan import bake as bakemod
-
-
-class BakeStale(CheckFailed):
-    """`bake --check` found the committed file out of date (exit 1)."""
 
 
 def bake(
@@ -65,7 +58,12 @@ def bake(
     if matrix:
         if registry is None:
             raise UsageError("--matrix needs --registry", hint="e.g. --registry ghcr.io/acme")
-        present = {} if all_variants else _present(result.targets, registry)
+        from imgbuild.registry import reference, tools
+
+        present = {
+            t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
+            for t in ([] if all_variants else result.targets)
+        }
         print(json.dumps(bakemod.matrix(result.targets, registry, present), separators=(",", ":")))
         return
     if check:
@@ -73,7 +71,7 @@ def bake(
         if as_json:
             print_json("bake-check", {"ok": not problems, "problems": problems})
         if problems:
-            raise BakeStale(
+            raise CheckFailed(
                 "\n  ".join(["the bake file is stale:", *problems]),
                 hint="run `imgbuild bake` and commit buildkit/docker-bake.json",
                 reported=as_json,
@@ -108,12 +106,3 @@ def bake(
         console.print(
             f"  {t.variant}: {', '.join(t.platforms)}; layers {', '.join(t.layers) or '-'}; {t.immutable_tag}"
         )
-
-
-def _present(targets: tuple[bakemod.BakeTarget, ...], registry: str) -> dict[str, bool]:
-    from imgbuild.registry import reference, tools
-
-    return {
-        t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
-        for t in targets
-    }

@@ -34,16 +34,7 @@ def quickstart(
     if not as_json:
         console.print(f"[bold]imgbuild quickstart[/]: every variant on the skeleton base ({platform})")
     build_cmd.build(
-        variants=None,
-        base="skeleton",
-        repository=repository,
-        platform=platform,
-        force=False,
-        dry_run=False,
-        no_smoke=False,
-        junit=junit,
-        verbose=verbose,
-        as_json=as_json,
+        base="skeleton", repository=repository, platform=platform, junit=junit, verbose=verbose, as_json=as_json
     )
     if not as_json:
         repo = repository or "vllm-dsv41"

@@ -96,15 +96,8 @@ def skeleton(
             print(rspec.tag)
         return
     spec = bases.skeleton_spec(project, site_packages, platform)
-    info = skel.ensure_skeleton(
-        Engine.connect(),
-        spec,
-        project.upstream.repo,
-        cache_dir(),
-        force=force,
-        verbose=verbose,
-        more_repos=bases.more_repos(project),
-    )
+    repos = bases.pin_repos(project)
+    info = skel.ensure_skeleton(Engine.connect(), spec, repos, cache_dir(), force=force, verbose=verbose)
     if as_json:
         print_json(
             "skeleton",

@@ -1,14 +1,10 @@
-"""Carry one patch onto another release, the step `rebase` and `check --onto` share: follow moved files, apply
-(exact, offset, then a 3-way merge from the patch's original blobs; never fuzz), and classify the result as
-exact/offset/3way, partly-upstreamed, upstreamed or conflict.
-
-A hunk is called upstreamed only when it reverse-applies to the release, its added lines are there, and the
-patch-id of the hunk as written equals that of the same change regenerated from the release; if any check
-disagrees the outcome is a conflict, so a patch is never dropped by mistake."""
+"""Carry one patch onto another release (`rebase`, `check --onto`): follow moved files, apply exact, offset or
+3-way (never fuzz), and classify; a hunk is upstreamed only when three independent checks agree, else a conflict."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -106,22 +102,9 @@ class MemoTree:
     """A Tree that remembers what it read: stacks that share files read each once."""
 
     def __init__(self, tree: Tree) -> None:
-        self.tree = tree
-        self._read: dict[str, bytes | None] = {}
-        self._links: dict[str, str | None] = {}
-
-    def read(self, path: str) -> bytes | None:
-        if path not in self._read:
-            self._read[path] = self.tree.read(path)
-        return self._read[path]
-
-    def blob(self, sha: str) -> bytes | None:
-        return self.tree.blob(sha)
-
-    def symlink_prefix(self, path: str) -> str | None:
-        if path not in self._links:
-            self._links[path] = self.tree.symlink_prefix(path)
-        return self._links[path]
+        self.read = functools.cache(tree.read)
+        self.blob = tree.blob
+        self.symlink_prefix = functools.cache(tree.symlink_prefix)
 
 
 # -- the original blobs: replay the series on the release it was written for --

@@ -217,9 +217,8 @@ def _check_hunk_lengths(name: str, diff: str, first: int) -> None:
 
 
 def hunk_body(lines: list[str], i: int, want: tuple[int, int]) -> tuple[int, tuple[int, int], bool]:
-    """Count the hunk body that starts at `lines[i]`: (the index after it, (old, new), whether the file ended).
-    Counting goes on past the header's counts while body lines follow (an @@, `diff --git`, `-- ` or the end
-    of the file ends a complete hunk)."""
+    """(the index after the hunk body at `lines[i]`, its (old, new) counts, whether the file ended); counting goes
+    on past the header's counts while body lines follow, so that a wrong count can be reported."""
     old = new = 0
     while i < len(lines):
         line = lines[i]

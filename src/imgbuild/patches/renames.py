@@ -1,6 +1,5 @@
-"""Follow files that moved between two upstream releases, so that a patch is rewritten to the new paths: git's
-rename detection between the two commits (limited to the files that matter), and directory renames inferred from
-the files that left a directory, as `git merge` does."""
+"""Follow files that moved between two releases: git's rename detection limited to the files that matter, and
+directory renames inferred as `git merge` does."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import PurePosixPath
 
 import git
 
@@ -34,12 +34,7 @@ class Move:
 
 def _parents(path: str) -> list[str]:
     """Ancestor directories of `path`, deepest first."""
-    out = []
-    d = posixpath.dirname(path)
-    while d:
-        out.append(d)
-        d = posixpath.dirname(d)
-    return out
+    return [str(d) for d in PurePosixPath(path).parents[:-1]]
 
 
 def _is_dir(tree: CommitTree, path: str) -> bool:

@@ -233,9 +233,8 @@ def apply_selection(
     merge3: Merge3 | None = None,
     full: StackResult | None = None,
 ) -> StackResult:
-    """The variant's patches applied to pristine `tree` (derived from `full` when given, as in
-    plan_variant); ApplyError when one of them does not apply on its own or needs a 3-way merge.
-    This is all of plan_variant that can fail: `patches check` stops here, without hashing every file."""
+    """The variant's patches applied to `tree` (derived from `full`, as in plan_variant); ApplyError when one does
+    not apply on its own or needs a 3-way merge. `patches check` stops here, without hashing every file."""
     result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
     failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
     if failed:

@@ -1,10 +1,5 @@
-"""`buildkit/docker-bake.json`: one buildx bake target per variant (pure rendering).
-
-Each target: the variant's platforms, tags, labels (from the inputs only), GitHub Actions cache, and
-`imgbuild build`'s Dockerfile with `ARG BASE=<base locked in images.lock>`, on the shared context
-`buildkit/context/` (generated, not committed) whose layer directories are named by a digest of their files,
-so a stale context fails the build. A target's `imgbuild.inputs` hashes its platforms, base and Dockerfile.
-"""
+"""`buildkit/docker-bake.json` (pure): one buildx bake target per variant, with `imgbuild build`'s Dockerfile
+(`ARG BASE` from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest."""
 
 from __future__ import annotations
 
@@ -18,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imgbuild.atomic import write_text
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
@@ -138,10 +134,7 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
 
 def render_json(targets: Sequence[BakeTarget]) -> str:
     doc = {
-        "variable": {
-            "REGISTRY": {"default": DEFAULT_REGISTRY},
-            "CACHE_PREFIX": {"default": ""},
-        },
+        "variable": {"REGISTRY": {"default": DEFAULT_REGISTRY}, "CACHE_PREFIX": {"default": ""}},
         "group": {"default": {"targets": [t.variant for t in targets]}},
         "target": {
             t.variant: {
@@ -191,10 +184,7 @@ def write_bake(root: Path, bake: Bake) -> bool:
     path = root / BAKE_FILE
     if path.is_file() and path.read_text() == bake.text:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(bake.text)
-    tmp.replace(path)
+    write_text(path, bake.text)
     return True
 
 
@@ -227,11 +217,8 @@ def check(root: Path, bake: Bake) -> list[str]:
 
 # -- CI matrix -----------------------------------------------------------------------
 def matrix(targets: Sequence[BakeTarget], registry: str, present: Mapping[str, bool]) -> dict[str, object]:
-    """GitHub Actions matrices: one build per (changed variant, platform), one merge per changed variant.
-
-    `present[variant]` says the registry already has the variant's immutable tag.
-    Native runners for amd64 and arm64; any other platform runs under QEMU.
-    """
+    """GitHub Actions matrices: one build per (variant, platform) and one merge per variant whose immutable tag
+    the registry lacks (`present`); native runners for amd64 and arm64, QEMU for any other platform."""
     builds, merges = [], []
     for t in targets:
         if present.get(t.variant):

@@ -1,7 +1,5 @@
-"""From file plans and resolved bases to exact builds (pure): Dockerfiles, contexts, labels, tags. An image's
-inputs digest hashes its platform, its base's id and its Dockerfile (which names each layer by a digest of
-its files); it is the `imgbuild.inputs` label and the tail of the immutable tag.
-"""
+"""From file plans and resolved bases to exact builds (pure). An image's inputs digest hashes its platform, base id
+and Dockerfile; it is the `imgbuild.inputs` label and the tail of the immutable tag."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Dockerfiles and build contexts (pure). A variant image: FROM its base, one COPY per layer (images sharing
-a layer share one BuildKit snapshot), ENV, LABEL, the cleared ENTRYPOINT/CMD. A join: one FROM per platform's
-image, picked by TARGETARCH. No RUN, so no emulation. Contexts are deterministic tars.
-"""
+"""Dockerfiles and deterministic build contexts (pure): a variant image is FROM its base plus one COPY per layer,
+no RUN (so no emulation); a join picks each platform's image by TARGETARCH."""
 
 from __future__ import annotations
 
@@ -47,18 +45,16 @@ def render_image(
     keep_entrypoint: bool = False,
     base_arg: bool = False,
 ) -> str:
-    """A variant image: its base, one COPY per imgbuild layer (the context's `layers/<name>/`, which holds
-    the layer's files under their site-packages paths), then ENV, LABEL and the cleared ENTRYPOINT and CMD.
-
-    `keep_entrypoint` (image.entrypoint: keep) leaves the base's passthrough ENTRYPOINT; CMD is cleared
-    always. `base_arg` names the base through `ARG BASE` (the bake file, whose CI overrides it)."""
+    """A variant image: its base, one COPY per layer (`layers/<name>/`), ENV, LABEL, cleared CMD and (unless
+    `keep_entrypoint`) ENTRYPOINT. `base_arg`: the base through `ARG BASE`, which the bake file's CI overrides."""
     lines = ["# imgbuild image: its base, one COPY per imgbuild layer, then its metadata"]
     lines += [f"ARG BASE={base}", "FROM ${BASE}"] if base_arg else [f"FROM {base}"]
     lines += [f"COPY {LAYERS}/{name}/ {site_packages.rstrip('/')}/" for name in layers]
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))
-    lines.extend(_label_lines(labels))
+    if labels:
+        lines.append("LABEL " + " \\\n      ".join(f"{_key(k)}={quote(v)}" for k, v in sorted(labels.items())))
     lines += ["CMD []"] if keep_entrypoint else ["ENTRYPOINT []", "CMD []"]
     return "\n".join(lines) + "\n"
 
@@ -66,12 +62,6 @@ def render_image(
 def layer_context(layers: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
     """The context files of `layers` (name -> site-packages path -> bytes): `layers/<name>/<path>`."""
     return {f"{LAYERS}/{name}/{path}": data for name, files in layers.items() for path, data in files.items()}
-
-
-def _label_lines(labels: Mapping[str, str]) -> list[str]:
-    if not labels:
-        return []
-    return ["LABEL " + " \\\n      ".join(f"{_key(k)}={quote(v)}" for k, v in sorted(labels.items()))]
 
 
 @dataclass(frozen=True)
@@ -99,20 +89,16 @@ def listing(context: bytes) -> list[ContextEntry]:
         return [ContextEntry(m.name, "dir" if m.isdir() else "file", m.mode, m.size) for m in tar.getmembers()]
 
 
-def _parents(path: PurePosixPath) -> list[str]:
-    return [str(p) for p in reversed(path.parents) if str(p) not in (".", "/")]
-
-
 def tar_files(files: Mapping[str, bytes], mtime: int) -> bytes:
     """A build context tar of `files` (relative paths without a leading /) and their parent directories:
     sorted, root-owned, 0755 dirs, 0644 files, one mtime."""
     entries: dict[str, bytes | None] = {}
     for name, data in files.items():
         pure = PurePosixPath(name.lstrip("/"))
-        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        if ".." in pure.parts or not pure.parts:
             raise ValueError(f"bad context path {name!r}")
-        for parent in _parents(pure):
-            entries.setdefault(parent, None)
+        for parent in pure.parents[:-1]:  # not "."
+            entries.setdefault(str(parent), None)
         entries[str(pure)] = data
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:

@@ -35,7 +35,7 @@ def project_source(root: Path) -> labels.Source:
     except GitError:
         return labels.Source()
     try:
-        remote = repo.remote_url("origin")
+        remote = repo.run("remote", "get-url", "origin").strip()
     except GitError:
         remote = ""
     return labels.Source(labels.source_url(remote) if remote else None, revision or None)

@@ -1,7 +1,5 @@
-"""Image labels (pure): OCI keys plus `imgbuild.*` (the pin, the series, each patch's and file's state).
-OCI `source`/`revision` name this project's repository and commit, absent when unknown. Everything, `created`
-included, derives from the inputs, so equal inputs give byte-equal image configs.
-"""
+"""Image labels (pure): OCI keys plus `imgbuild.*`, all derived from the inputs (`created` too), so equal inputs give
+byte-equal image configs."""
 
 from __future__ import annotations
 

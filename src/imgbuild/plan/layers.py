@@ -1,10 +1,5 @@
-"""Choose the image layers for a set of variants (pure).
-
-Each image is its base plus the files it carries patched (the original ones are the base's, checked for
-drift), so no layer reverts a file. `plan_layers` puts the files common to a group of variants into one layer
-below them all, then splits the rest the same way, most-shared file first. When no layering serves every
-variant (A={a,b}, B={b,c}, C={a,c}), a file is copied into several layers and `notes` says so.
-"""
+"""Choose the image layers for a set of variants (pure): files shared by a group of variants go into one layer
+below them all, most-shared first; a file that no layering can share is copied into several layers (`notes`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Commit stacks in scratch repositories, for `patches rebase`, the patch queue (`patches edit/refresh`) and
-the patch import: a scratch repository borrowing the cache's objects, commits read and written, and the diffs and
-ranges between them."""
+"""Commit stacks in scratch repositories that borrow the cache's objects (rebase, the patch queue, the import)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""All git access goes through upstream/: git commands through `run_git` (the process funnel, so IMGBUILD_ECHO=1
-shows them), objects read and written with gitpython (`GitRepo.repo`). Commit stacks live in upstream/commits.py,
-the cache mirror in upstream/mirror.py."""
+"""All git access: commands through `run_git` (the process funnel), objects through gitpython (`GitRepo.repo`)."""
 
 from __future__ import annotations
 
@@ -78,11 +76,6 @@ class GitRepo:
         # (smoke's worker threads read the release too).
         self.lock = threading.RLock()
 
-    @property
-    def bare(self) -> bool:
-        """No work tree: the path is the git directory itself (what `init_bare` makes)."""
-        return bool(self.repo.bare)
-
     @classmethod
     def init_bare(cls, path: Path) -> GitRepo:
         git.Repo.init(path, bare=True)
@@ -150,9 +143,6 @@ class GitRepo:
                 return int(self.repo.commit(commit).committed_date)
             except NOT_THERE as exc:
                 raise GitError(f"no commit {commit} in {self.path}") from exc
-
-    def remote_url(self, name: str = "origin") -> str:
-        return self.run("remote", "get-url", name).strip()
 
     def status(self, *paths: str) -> str:
         """`git status --porcelain` of `paths` ('' when they are clean)."""
@@ -310,7 +300,3 @@ def ls_remote_tags(url: str) -> list[str]:
     if done.returncode != 0:
         raise failed(f"git ls-remote {url}", done)
     return [line.split("refs/tags/", 1)[1] for line in done.stdout.decode().splitlines() if "refs/tags/" in line]
-
-
-def tags_at(repo: GitRepo, commit: str) -> list[str]:
-    return repo.run("tag", "--points-at", commit).split()

@@ -1,7 +1,5 @@
-"""The pinned upstream release, kept in a bare git mirror in the user cache, one per source, created atomically
-and checked before use. A `git` source is fetched only when the pinned commit is missing (offline once cached); a
-`wheel` source has the text files of its `<package_root>/` committed with a fixed author, date and message, so the
-commit id depends on the wheel alone."""
+"""The pinned upstream release in a bare git mirror in the user cache, one per source: a git source is fetched only
+when its commit is missing; a wheel's text files are committed with a fixed author and date (an id of the wheel)."""
 
 from __future__ import annotations
 
@@ -88,7 +86,7 @@ class Mirror:
         if self.path.exists():
             try:
                 repo = self._git_repo()
-                if repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
+                if repo.repo.bare and repo.run("config", "--get", "imgbuild.source").strip() == source_key(self.source):
                     return repo
             except GitError:
                 pass

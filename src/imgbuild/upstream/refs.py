@@ -10,7 +10,7 @@ from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
 from imgbuild.upstream import pip
-from imgbuild.upstream.git import GitError, GitRepo, ls_remote_tags, tags_at
+from imgbuild.upstream.git import GitError, GitRepo, ls_remote_tags
 from imgbuild.upstream.mirror import SHA_RE, Mirror, Resolved
 
 RELEASE_RE = re.compile(r"^v?(\d+(?:\.\d+)*)$")
@@ -105,7 +105,7 @@ def _resolve_git(mirror: Mirror, ref: str) -> Resolved:
 
 
 def _tag_for(repo: GitRepo, commit: str) -> str | None:
-    tags = tags_at(repo, commit)
+    tags = repo.run("tag", "--points-at", commit).split()
     return newest(tags) or (sorted(tags)[0] if tags else None)
 
 
@@ -119,11 +119,7 @@ def wheel_pin_fields(pin: UpstreamPin, tag: str) -> dict[str, str | None]:
         return {}
     mirror = Mirror(source, pin.package_root)
     wheel: Path = mirror.fetch_wheel(version)
-    fields: dict[str, str | None] = {
-        "version": version,
-        "filename": wheel.name,
-        "sha256": sha256_file(wheel),
-    }
+    fields: dict[str, str | None] = {"version": version, "filename": wheel.name, "sha256": sha256_file(wheel)}
     if source.url is not None:
         fields["url"] = None  # it named the old release's wheel
     return fields
