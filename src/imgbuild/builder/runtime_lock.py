@@ -75,7 +75,8 @@ def lock_name(platform: str) -> str:
 def machine(platform: str) -> str:
     if platform not in MACHINES:
         raise ConfigError(
-            f"the runtime base has no lock for platform {platform!r}", hint=f"use one of: {', '.join(MACHINES)}"
+            f"the runtime base has no lock for platform {platform!r}",
+            hint=f"use one of: {', '.join(MACHINES)}",
         )
     return MACHINES[platform]
 

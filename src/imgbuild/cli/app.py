@@ -9,7 +9,19 @@ from typing import Annotated
 import typer
 
 from imgbuild import __version__
-from imgbuild.cli import bake, build, inspect, lock, patches, plan, publish, quickstart, recipe, skeleton, smoke
+from imgbuild.cli import (
+    bake,
+    build,
+    inspect,
+    lock,
+    patches,
+    plan,
+    publish,
+    quickstart,
+    recipe,
+    skeleton,
+    smoke,
+)
 
 app = typer.Typer(
     name="imgbuild",

@@ -66,7 +66,8 @@ class WheelSource(Strict):
     filename: str
     sha256: Annotated[str, Field(pattern=HEX64.pattern)]
     url: str | None = Field(
-        default=None, description="local path or file:// URL of the wheel; default: download with pip"
+        default=None,
+        description="local path or file:// URL of the wheel; default: download with pip",
     )
 
 
@@ -97,7 +98,8 @@ class ImageSpec(Strict):
     base: str | None = None
     platforms: list[str] | None = None
     site_packages: str | None = Field(
-        default=None, description="directory holding vllm/ in the base; null = ask the base's python3"
+        default=None,
+        description="directory holding vllm/ in the base; null = ask the base's python3",
     )
     env: dict[str, str | None] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
@@ -131,7 +133,8 @@ class VariantConfig(Strict):
     description: str = ""
     from_: str | None = Field(default=None, alias="from")
     patches: Literal["all"] | list[str] | None = Field(
-        default=None, description="groups or patch names to include; 'all' (default for a root variant)"
+        default=None,
+        description="groups or patch names to include; 'all' (default for a root variant)",
     )
     revert: list[str] = Field(default_factory=list, description="groups or patch names to leave out")
     image: ImageSpec = Field(default_factory=ImageSpec)
@@ -150,7 +153,8 @@ def load_pins(path: Path) -> tuple[UpstreamPin, ...]:
             value = getattr(pin, key)
             if value in seen:
                 raise ConfigError(
-                    f"{path}: two upstreams have {key} {value!r}", hint=f"give each pin under also: its own {key}"
+                    f"{path}: two upstreams have {key} {value!r}",
+                    hint=f"give each pin under also: its own {key}",
                 )
             seen.add(value)
     return pins

@@ -215,7 +215,12 @@ def apply_patch(
 
 
 def apply_stack(
-    patches: Sequence[Patch], tree: Tree, *, max_fuzz: int = 0, merge3: Merge3 | None = None, keep_going: bool = True
+    patches: Sequence[Patch],
+    tree: Tree,
+    *,
+    max_fuzz: int = 0,
+    merge3: Merge3 | None = None,
+    keep_going: bool = True,
 ) -> StackResult:
     """Apply `patches` in order. A patch that fails changes nothing."""
     result = StackResult(max_fuzz=max_fuzz)

@@ -134,7 +134,10 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
 
 def render_json(targets: Sequence[BakeTarget]) -> str:
     doc = {
-        "variable": {"REGISTRY": {"default": DEFAULT_REGISTRY}, "CACHE_PREFIX": {"default": ""}},
+        "variable": {
+            "REGISTRY": {"default": DEFAULT_REGISTRY},
+            "CACHE_PREFIX": {"default": ""},
+        },
         "group": {"default": {"targets": [t.variant for t in targets]}},
         "target": {
             t.variant: {

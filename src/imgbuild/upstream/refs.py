@@ -119,7 +119,11 @@ def wheel_pin_fields(pin: UpstreamPin, tag: str) -> dict[str, str | None]:
         return {}
     mirror = Mirror(source, pin.package_root)
     wheel: Path = mirror.fetch_wheel(version)
-    fields: dict[str, str | None] = {"version": version, "filename": wheel.name, "sha256": sha256_file(wheel)}
+    fields: dict[str, str | None] = {
+        "version": version,
+        "filename": wheel.name,
+        "sha256": sha256_file(wheel),
+    }
     if source.url is not None:
         fields["url"] = None  # it named the old release's wheel
     return fields
