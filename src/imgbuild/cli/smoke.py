@@ -39,9 +39,8 @@ def smoke_cmd(
 ) -> None:
     """Smoke-test images: config, file states, then runtime (under qemu if the arch differs).
 
-    A VARIANT is checked against the current plan (its labels must agree with it) and
-    must have been built (`imgbuild build VARIANT`). An IMAGE is checked against its own
-    labels. Exit status 8 when a check fails.
+    A VARIANT is checked against the current plan (build it first), an IMAGE against its
+    own labels. Exit status 8 when a check fails.
 
     Examples:
 

@@ -1,13 +1,5 @@
-"""`imgbuild recipe VARIANT --profile NAME`: a variant + a launch profile -> a sparkrun recipe.
-
-The recipe pins the image by a repository reference sparkrun's distribution can tag on a node, never a
-moving tag or a bare image id: the immutable `REPO:<version>-<inputs digest>` tag of the local image, a
-given `REF@sha256:`, or (--registry) the published index digest; with --builder, `builder: imgbuild` makes
-the builder plugin (`imgbuild.deploy.sparkrun_builder`) replace `container:` at launch. It carries the
-variant's env plus the profile's, the container limits, and the `vllm serve` arguments as sparkrun's
-`defaults:` keys, and passes `sparkrun recipe validate --strict`: the node range is `min_nodes`/`max_nodes`,
-and the variables sparkrun detects per cluster (SPARKRUN_MANAGED_ENV) are left to it.
-"""
+"""`imgbuild recipe VARIANT --profile NAME`: a variant + a launch profile -> a sparkrun recipe that passes
+`sparkrun recipe validate --strict`, pinning the image by an immutable tag or digest, never a moving tag."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""cosign, the only module that runs it: sign an index, attest an SPDX SBOM per platform image, verify both.
-
-Key-based and offline: a key pair from `cosign generate-key-pair` (its password in COSIGN_PASSWORD), nothing
-sent to a transparency log. Loopback registries speak plain HTTP (`--allow-http-registry`). Keyless signing
-needs an OIDC identity and Rekor, neither reachable here, so it is not offered.
-"""
+"""cosign, key-based and offline (no transparency log): sign an index, attest an SPDX SBOM per platform image,
+verify both. Keyless signing needs OIDC and Rekor, so it is not offered."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Image references as docker spells them (pure): `[host[:port]/]path[:tag][@sha256:hex]`.
-
-The docker SDK splits a reference (the registry is Docker Hub unless the first component has a dot or a
-colon or is `localhost`); each part is then checked, and a one-component Docker Hub path gets `library/`.
-Loopback registries speak plain HTTP (docker treats them as insecure; cosign needs telling).
-"""
+"""Image references as docker spells them (pure), split by the docker SDK and each part checked."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Smoke tests of a built image: its config, its files, then what runs in it.
-
-config: platform; ENTRYPOINT (unless `image.entrypoint: keep`) and CMD empty; the required labels (and a
-variant's equal to the plan's); integrity.py's layers, ENV and labels. files: each planned file's sha256.
-runtime (under qemu when the arch differs): one container runs probe.py's program as `python3 -c` with no
-entrypoint override (so ENTRYPOINT must be clear), then launchcheck.py's launcher checks. On a skeleton base
-(no torch) `smoke.skeleton_commands` run instead, and the commands and imports are reported as skipped.
-"""
+"""Smoke tests of a built image: its config (platform, ENTRYPOINT/CMD, labels, layers, ENV), its files' sha256,
+then one container running probe.py's program and launchcheck.py's checks (skeleton bases: `skeleton_commands`)."""
 
 from __future__ import annotations
 

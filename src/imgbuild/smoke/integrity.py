@@ -1,10 +1,5 @@
-"""Is the image exactly what imgbuild built: the base's layers plus imgbuild's own, and the planned config?
-
-An image edited after the build (`docker commit`, a later RUN, LABEL or ENV) still carries imgbuild's
-labels, so they prove nothing alone. This compares the layers by diff id, in order, with the base's
-followed by as many as imgbuild made (what those hold, the files checks prove), and ENV and labels with
-the plan's (or the `imgbuild.config` label's), naming each difference. Pure but for `reference`.
-"""
+"""Is the image exactly what imgbuild built: the base's layers plus imgbuild's own, ENV and labels as planned
+(an image edited after the build still carries imgbuild's labels). Pure but for `reference`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Image references for `smoke` and `inspect`: local names as they are, registry references pulled by digest.
-
-A registry reference (an index or one manifest) is resolved to the platform's manifest digest with
-`imagetools inspect`, that digest pulled, and `host/repo@sha256:...` returned. A local name of another
-platform is refused: each platform of an imgbuild image has its own immutable tag.
-"""
+"""Image references for `smoke` and `inspect`: a local name as it is, a registry reference pulled by the
+platform's manifest digest."""
 
 from __future__ import annotations
 
