@@ -53,7 +53,7 @@ def smoke_cmd(
     from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import expected_from_labels, smoke, summary
-    from imgbuild.smoke.pull import localize
+    from imgbuild.smoke.inspect import localize
 
     if junit is not None:
         check_junit_path(junit)
