@@ -11,9 +11,9 @@ from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.plan import labels as lbl
 from imgbuild.platforms import Platform
 from imgbuild.registry import reference, tools
-from imgbuild.smoke import integrity
 from imgbuild.smoke.checks import (
     FileRow,
+    base_reference,
     config_checks,
     expected_from_labels,
     file_rows,
@@ -90,7 +90,7 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
             )
     checks = config_checks(info, expected)
     if lbl.INPUTS in info.labels:  # layers, ENV and labels as imgbuild wrote them
-        against = integrity.reference(engine, expected.base_ref, None, len(expected.layers), info.platform)
+        against = base_reference(engine, expected.base_ref, None, len(expected.layers), info.platform)
         checks += integrity_checks(info, expected, against)
     report.disagreements += [f"{c.name}: {c.detail}" for c in checks if c.status == "fail"]
     report.notes += [f"{c.name}: {c.detail}" for c in checks if c.status == "skip"]
