@@ -31,11 +31,6 @@ class Reference:
         """host/repository, the part before the tag."""
         return f"{self.host}/{self.repository}"
 
-    @property
-    def ref(self) -> str:
-        """The tag or digest to ask the registry for (digest wins)."""
-        return self.digest or self.tag or "latest"
-
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 

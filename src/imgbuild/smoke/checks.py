@@ -111,19 +111,6 @@ class SmokeReport:
 NOTED = 3  # differences named per check; the rest are counted
 
 
-@dataclass(frozen=True)
-class Reference:
-    """What an image must sit on: its base (and imgbuild's layers on top: `own` of them)."""
-
-    base_ref: str
-    base: ImageInfo | None  # None: not in the local store
-    own: int
-
-    def describe(self) -> str:
-        base = f"{len(self.base.layers)} base" if self.base else "? base"
-        return f"{base} + {self.own} imgbuild layer{'s' if self.own != 1 else ''}"
-
-
 def _short(diff_id: str | None) -> str:
     return "?" if diff_id is None else diff_id.removeprefix("sha256:")[:12]
 
@@ -199,10 +186,10 @@ def config_label_problems(
     return _noted(problems)
 
 
-def base_reference(engine: Engine, base_ref: str, base_id: str | None, own: int, platform: Platform) -> Reference:
+def find_base(engine: Engine, base_ref: str, base_id: str | None, platform: Platform) -> ImageInfo | None:
     """The base (by id when known, else by name), when it is in the store for `platform`."""
     base = (engine.image(base_id) if base_id else None) or (engine.image(base_ref) if base_ref else None)
-    return Reference(base_ref, base if base is not None and base.platform == platform else None, own)
+    return base if base is not None and base.platform == platform else None
 
 
 def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[FileRow]:
@@ -255,15 +242,16 @@ def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
     return checks
 
 
-def integrity_checks(info: ImageInfo, expected: Expected, ref: Reference) -> list[Check]:
+def integrity_checks(info: ImageInfo, expected: Expected, base: ImageInfo | None) -> list[Check]:
     """The layers, ENV and labels against the base and the plan (or the imgbuild.config label); pure."""
     out = []
-    base = ref.base
-    where = f"base {ref.base_ref or '(unnamed)'} is not in the local store for {info.platform}"
+    where = f"base {expected.base_ref or '(unnamed)'} is not in the local store for {info.platform}"
     if base is None:
         out.append(Check("config", "layers", "skip", f"{where}; layers not compared"))
     else:
-        out.append(_verdict("layers", layer_problems(info.layers, base.layers, ref.own), ref.describe()))
+        own = len(expected.layers)
+        ok = f"{len(base.layers)} base + {own} imgbuild layer{'s' if own != 1 else ''}"
+        out.append(_verdict("layers", layer_problems(info.layers, base.layers, own), ok))
     config: lbl.ConfigLabel | None = None
     if expected.env is None or expected.labels is None:
         raw = info.labels.get(lbl.CONFIG)
@@ -398,7 +386,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     info = engine.require(ref)
     report = SmokeReport(ref, info.id, expected.variant, str(expected.platform))
     report.checks.extend(config_checks(info, expected))
-    base = base_reference(engine, expected.base_ref, expected.base_id, len(expected.layers), info.platform)
+    base = find_base(engine, expected.base_ref, expected.base_id, info.platform)
     report.checks.extend(integrity_checks(info, expected, base))
     run_checks: list[Check] = []
     result = None

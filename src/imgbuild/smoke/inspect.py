@@ -13,10 +13,10 @@ from imgbuild.platforms import Platform
 from imgbuild.registry import reference, tools
 from imgbuild.smoke.checks import (
     FileRow,
-    base_reference,
     config_checks,
     expected_from_labels,
     file_rows,
+    find_base,
     integrity_checks,
     read_digests,
 )
@@ -90,8 +90,7 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
             )
     checks = config_checks(info, expected)
     if lbl.INPUTS in info.labels:  # layers, ENV and labels as imgbuild wrote them
-        against = base_reference(engine, expected.base_ref, None, len(expected.layers), info.platform)
-        checks += integrity_checks(info, expected, against)
+        checks += integrity_checks(info, expected, find_base(engine, expected.base_ref, None, info.platform))
     report.disagreements += [f"{c.name}: {c.detail}" for c in checks if c.status == "fail"]
     report.notes += [f"{c.name}: {c.detail}" for c in checks if c.status == "skip"]
     return report
