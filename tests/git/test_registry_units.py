@@ -31,7 +31,7 @@ def test_reference_parse(text: str, host: str, repo: str, tag: str | None, loopb
 def test_reference_digest_and_errors() -> None:
     d = "sha256:" + "a" * 64
     ref = reference.parse(f"127.0.0.1:5000/x/y:t@{d}")
-    assert ref.ref == d and str(ref) == f"127.0.0.1:5000/x/y:t@{d}"
+    assert ref.digest == d and str(ref) == f"127.0.0.1:5000/x/y:t@{d}"
     assert reference.join("ghcr.io/acme", "vllm-dsv41", "latest").name == "ghcr.io/acme/vllm-dsv41"
     for bad in ("UPPER/case", "x@sha256:zz", "a/b:bad tag"):
         with pytest.raises(ConfigError):

@@ -9,7 +9,7 @@ from pathlib import Path
 from imgbuild.engine import RunResult
 from imgbuild.plan import labels as lbl
 from imgbuild.smoke import checks as smoke
-from imgbuild.smoke import integrity, probe
+from imgbuild.smoke import probe
 from imgbuild.smoke.importcheck import (
     candidate,
     imported_names,
@@ -147,25 +147,25 @@ OWN = ("sha256:" + "c" * 64,)
 
 
 def test_layers_must_be_the_base_then_imgbuilds() -> None:
-    assert integrity.layer_problems([*BASE, *OWN], BASE, 1) == []
-    extra = integrity.layer_problems([*BASE, *OWN, "sha256:" + "d" * 64], BASE, 1)
+    assert smoke.layer_problems([*BASE, *OWN], BASE, 1) == []
+    extra = smoke.layer_problems([*BASE, *OWN, "sha256:" + "d" * 64], BASE, 1)
     assert extra == [
         "layer 3 (dddddddddddd) is neither the base's nor imgbuild's "
         "(added after the build: a `docker commit` or a later RUN/COPY?)"
     ]
-    swapped = integrity.layer_problems([BASE[0], "sha256:" + "e" * 64, *OWN], BASE, 1)
+    swapped = smoke.layer_problems([BASE[0], "sha256:" + "e" * 64, *OWN], BASE, 1)
     assert swapped == ["layer 1: expected base layer 1 bbbbbbbbbbbb, image has eeeeeeeeeeee"]
-    assert integrity.layer_problems([*BASE], BASE, 1) == ["layer 2 missing: expected imgbuild layer 0 ?"]
-    assert integrity.layer_problems([*BASE, "sha256:" + "f" * 64], BASE, 1) == []  # imgbuild's: counted
-    many = integrity.layer_problems(["sha256:" + "0" * 64] * 6, BASE, 1)
-    assert len(many) == integrity.NOTED + 1 and many[-1] == "and 2 more"
+    assert smoke.layer_problems([*BASE], BASE, 1) == ["layer 2 missing: expected imgbuild layer 0 ?"]
+    assert smoke.layer_problems([*BASE, "sha256:" + "f" * 64], BASE, 1) == []  # imgbuild's: counted
+    many = smoke.layer_problems(["sha256:" + "0" * 64] * 6, BASE, 1)
+    assert len(many) == smoke.NOTED + 1 and many[-1] == "and 2 more"
 
 
 def test_env_is_the_base_env_with_the_variant_over_it() -> None:
-    expected = integrity.expected_env(["PATH=/bin", "A=1"], {"A": "2", "DSV41_ENGRAM_DISK": "1"})
+    expected = {**smoke.env_dict(["PATH=/bin", "A=1"]), "A": "2", "DSV41_ENGRAM_DISK": "1"}
     assert expected == {"PATH": "/bin", "A": "2", "DSV41_ENGRAM_DISK": "1"}
-    assert integrity.env_problems(["PATH=/bin", "A=2", "DSV41_ENGRAM_DISK=1"], expected) == []
-    problems = integrity.env_problems(["PATH=/bin", "A=3", "EXTRA=x"], expected)
+    assert smoke.exact("ENV", smoke.env_dict(["PATH=/bin", "A=2", "DSV41_ENGRAM_DISK=1"]), expected) == []
+    problems = smoke.exact("ENV", smoke.env_dict(["PATH=/bin", "A=3", "EXTRA=x"]), expected)
     assert problems == [
         "ENV A: image has '3', plan says '2'",
         "ENV DSV41_ENGRAM_DISK: missing, plan says '1'",
@@ -175,24 +175,24 @@ def test_env_is_the_base_env_with_the_variant_over_it() -> None:
 
 def test_labels_exact_and_against_the_config_label() -> None:
     plan = {"imgbuild.variant": "latest", "org.opencontainers.image.description": "d"}
-    assert integrity.label_problems({**plan}, plan) == []
-    assert integrity.label_problems({**plan, "x": "1"}, plan) == ["label x='1': not in the plan (nor the base)"]
-    changed = integrity.label_problems({**plan, "imgbuild.variant": "other"}, plan)
+    assert smoke.exact("label", {**plan}, plan) == []
+    assert smoke.exact("label", {**plan, "x": "1"}, plan) == ["label x='1': not in the plan (nor the base)"]
+    changed = smoke.exact("label", {**plan, "imgbuild.variant": "other"}, plan)
     assert changed == ["label imgbuild.variant: image has 'other', plan says 'latest'"]
 
     config = lbl.parse_config(lbl.config_label(plan, (("K", "v"),)))
     assert config.env == {"K": "v"}
     base = {"vendor": "x"}
     image = {**plan, **base, lbl.CONFIG: "...", lbl.INPUTS: "..."}
-    assert integrity.config_label_problems(image, config, base) == []
+    assert smoke.config_label_problems(image, config, base) == []
     bad = {**image, "org.opencontainers.image.description": "edited", "vendor": "y", "new": "1"}
-    assert integrity.config_label_problems(bad, config, base) == [
+    assert smoke.config_label_problems(bad, config, base) == [
         "label org.opencontainers.image.description: changed after the build (imgbuild wrote sha256 "
         f"{config.labels['org.opencontainers.image.description']}..., image has 'edited')",
         "label new='1': set by neither imgbuild nor the base",
         "label vendor: image has 'y', the base 'x'",
     ]
-    assert integrity.config_label_problems(bad, config, None)[1:] == []  # without the base: imgbuild's keys only
+    assert smoke.config_label_problems(bad, config, None)[1:] == []  # without the base: imgbuild's keys only
 
 
 def test_needles_name_the_package_from_outside_and_the_module_inside() -> None:

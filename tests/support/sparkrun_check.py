@@ -25,9 +25,6 @@ print(
             "max_nodes": recipe.max_nodes,
             "issues": recipe.validate(),
             "command": runtime.generate_command(recipe, {}, is_cluster=False),
-            "node1_command": runtime.generate_node_command(recipe, {}, "10.0.0.1", recipe.min_nodes, 1)
-            if recipe.min_nodes > 1
-            else None,
             "executor": {"ulimit": executor.ulimit, "cap_add": executor.cap_add, "memory_limit": executor.memory_limit},
         }
     )

@@ -39,8 +39,7 @@ def inspect(
     from imgbuild.publish import signing
     from imgbuild.report.images import file_matrix
     from imgbuild.report.tables import console, print_json
-    from imgbuild.smoke.inspect import inspect_image
-    from imgbuild.smoke.pull import is_registry_ref, localize
+    from imgbuild.smoke.inspect import inspect_image, is_registry_ref, localize
 
     if pub_key is not None and not is_registry_ref(image):
         raise UsageError(f"--key checks what a registry holds; {image!r} is a local name", hint="pass host/repo:tag")

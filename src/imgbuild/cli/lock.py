@@ -22,10 +22,7 @@ def lock(
 ) -> None:
     """Resolve each variant's base tag to a digest per platform and write images.lock.
 
-    Asks each base's registry (credentials from the docker config) for the
-    tag's index, and records its digest and every platform's manifest digest,
-    plus the pinned upstream commit and the series digest. Builds and
-    publishes take the base by digest from the lock.
+    Builds and publishes take the base by digest from the lock.
 
     Examples:
 

@@ -50,10 +50,8 @@ def publish(
 ) -> None:
     """Build each variant's images locally and push them as they are, one digest everywhere.
 
-    The images are built and smoke-tested as `imgbuild build` does, then pushed: each platform image
-    under its immutable tag, a multi-platform variant's local index under its own, and only then the
-    moving tags (on the containerd image store the registry keeps the local digests). Publishing again
-    pushes nothing. Credentials are docker's own (`docker login`).
+    Built and smoke-tested as `imgbuild build` does; the moving tags are pushed last. Publishing
+    again pushes nothing. Credentials are docker's own (`docker login`).
 
     Examples:
 

@@ -1,4 +1,4 @@
-"""`imgbuild recipe VARIANT --profile NAME`: forwards to recipes.py."""
+"""`imgbuild recipe VARIANT --profile NAME`."""
 
 from __future__ import annotations
 
@@ -35,10 +35,7 @@ def recipe(
 ) -> None:
     """Write a sparkrun recipe for VARIANT with a launch profile.
 
-    The image is pinned, never by a moving tag: the immutable REPO:<version>-<digest> tag of the
-    variant's local image or of --image (or its REF@sha256:...), or the index digest published in
-    --registry; with --builder, sparkrun builds it through imgbuild at launch (see docs/launching.md).
-    Env, container limits and `vllm serve` arguments come from the image spec and the profile.
+    The image is pinned by an immutable tag or digest, never a moving tag (see docs/launching.md).
 
     Examples:
 

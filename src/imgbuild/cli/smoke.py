@@ -13,17 +13,7 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError, UsageError
 
 if TYPE_CHECKING:
-    from imgbuild.project import Project
     from imgbuild.smoke.checks import SmokeReport
-
-
-def _project() -> Project | None:
-    from imgbuild.project import load_project
-
-    try:
-        return load_project()
-    except ConfigError:
-        return None
 
 
 def smoke_cmd(
@@ -39,9 +29,8 @@ def smoke_cmd(
 ) -> None:
     """Smoke-test images: config, file states, then runtime (under qemu if the arch differs).
 
-    A VARIANT is checked against the current plan (its labels must agree with it) and
-    must have been built (`imgbuild build VARIANT`). An IMAGE is checked against its own
-    labels. Exit status 8 when a check fails.
+    A VARIANT is checked against the current plan (build it first), an IMAGE against its
+    own labels. Exit status 8 when a check fails.
 
     Examples:
 
@@ -50,17 +39,20 @@ def smoke_cmd(
       imgbuild smoke vllm-dsv41:latest --json
     """
     from imgbuild.builder import runner as engine
+    from imgbuild.config.models import check_platform  # image references take --platform too, without a project
     from imgbuild.engine import Engine
+    from imgbuild.project import Project, load_project
     from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import expected_from_labels, smoke, summary
-    from imgbuild.smoke.pull import localize
+    from imgbuild.smoke.inspect import localize
 
     if junit is not None:
         check_junit_path(junit)
-    from imgbuild.config.models import check_platform  # image references take --platform too, without a project
-
-    project = _project()
+    try:
+        project: Project | None = load_project()
+    except ConfigError:  # image references need no project
+        project = None
     check_platform(platform, allow_all=True)
     opts = options(base, repository)
     eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon

@@ -1,8 +1,4 @@
-"""Launch profiles, `deploy/profiles.yaml`: how a variant is run on a cluster.
-
-A profile is `common:` with the profile's own keys on top (maps merge key by key, everything else
-replaces). Loading goes through yamlsrc: a typo is reported at file:line:col with a "did you mean".
-"""
+"""Launch profiles, `deploy/profiles.yaml`: `common:` with each profile's keys on top (maps merge by key)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""`imgbuild recipe VARIANT --profile NAME`: a variant + a launch profile -> a sparkrun recipe.
-
-The recipe pins the image by a repository reference sparkrun's distribution can tag on a node, never a
-moving tag or a bare image id: the immutable `REPO:<version>-<inputs digest>` tag of the local image, a
-given `REF@sha256:`, or (--registry) the published index digest; with --builder, `builder: imgbuild` makes
-the builder plugin (`imgbuild.deploy.sparkrun_builder`) replace `container:` at launch. It carries the
-variant's env plus the profile's, the container limits, and the `vllm serve` arguments as sparkrun's
-`defaults:` keys, and passes `sparkrun recipe validate --strict`: the node range is `min_nodes`/`max_nodes`,
-and the variables sparkrun detects per cluster (SPARKRUN_MANAGED_ENV) are left to it.
-"""
+"""`imgbuild recipe VARIANT --profile NAME`: a variant + a launch profile -> a sparkrun recipe that passes
+`sparkrun recipe validate --strict`, pinning the image by an immutable tag or digest, never a moving tag."""
 
 from __future__ import annotations
 
@@ -85,16 +77,9 @@ def flag_args(defaults: dict[str, Any]) -> list[str]:
     return args
 
 
-def serve_args(p: Profile) -> list[str]:
-    return ["vllm", "serve", p.model, *flag_args(serve_defaults(p))]
-
-
 def immutable_ref(repository: str | None, tags: tuple[str, ...], inputs: str | None) -> str | None:
-    """The image's `REPO:<version>-<inputs digest>` tag among its tags (in `repository` when given).
-
-    With the image's `imgbuild.inputs` label the digest in the tag must be the label's: a tag that
-    only looks immutable is not taken.
-    """
+    """The image's `REPO:<version>-<inputs digest>` tag (in `repository` when given) whose digest is the
+    `imgbuild.inputs` label's: a tag that only looks immutable is not taken."""
     want = (inputs or "").removeprefix("sha256:")[:12] or None
     for ref in sorted(tags):
         repo, _, tag = ref.rpartition(":")
@@ -147,7 +132,7 @@ class Recipe:
             "recipe_env": self.recipe_env(),
             "left_to_sparkrun": self.left_to_sparkrun(),
             "builder": self.builder,
-            "serve": serve_args(self.profile),
+            "serve": ["vllm", "serve", self.profile.model, *flag_args(serve_defaults(self.profile))],
             "recipe": str(self.path),
         }
 
@@ -161,9 +146,10 @@ class Recipe:
             "shm_size": limits.shm_size,
             "volumes": list(p.volumes),
         }
-        meta = {"variant": self.variant, "profile": p.name, "image": self.image.ref, "image_id": self.image.image_id,
-                "found": self.image.source, "platform": self.platform,
-                "left_to_sparkrun": self.left_to_sparkrun()}  # fmt: skip
+        summary = self.to_json()
+        meta = {
+            k: summary[k] for k in ("variant", "profile", "image", "image_id", "found", "platform", "left_to_sparkrun")
+        }
         return {
             "recipe_version": "2",
             "description": f"{self.variant} image, profile {p.name}" + (f": {p.description}" if p.description else ""),

@@ -1,15 +1,5 @@
-"""imgbuild as a sparkrun builder: `builder: imgbuild` in a sparkrun recipe (loaded by sparkrun only).
-
-sparkrun (>= 3.12) finds it through the `sparkrun.plugins` entry point once enabled (`sparkrun plugins enable
-imgbuild`); imgbuild itself never imports it. `prepare()` runs the stable interface, `imgbuild -C PROJECT
-build VARIANT --json [--platform P] [--dry-run]`, and hands sparkrun the immutable tag it printed, which
-sparkrun distributes to the hosts. A failure is an ImgbuildBuildError with imgbuild's message, hint and exit
-code; a `--json` document of another name or version (another imgbuild) is refused.
-
-`builder_config`: `project` (a directory, or a git URL with `revision`, cloned under
-~/.cache/imgbuild/sparkrun-projects/), `variant` (default: `metadata.imgbuild.variant`), `platform`,
-`command` (default `$IMGBUILD_COMMAND` or `imgbuild`).
-"""
+"""imgbuild as a sparkrun builder (`builder: imgbuild`, a `sparkrun.plugins` entry point; imgbuild never imports
+it): runs `imgbuild -C PROJECT build VARIANT --json` and hands sparkrun the immutable tag it printed."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""`imgbuild publish`: build the variants locally, then push their tags as they are.
-
-`build.runner.build` makes (or finds current) and smoke-tests every image, as `imgbuild build` does. Then
-`docker push` puts each platform's image under its immutable tag, then the join (the local index over a
-variant's platforms), then the moving tags, last (a join's copied from the pushed index with `imagetools
-create`, one write that keeps its digest). On the containerd image store a push keeps the local digest, so
-every tag in the registry names the digest it names locally (a push that says otherwise is an error); a tag
-the registry already has at that digest is not pushed again. SBOMs and signatures are attached afterwards.
-"""
+"""`imgbuild publish`: build and smoke-test locally, then `docker push` each platform image, the join, and the
+moving tags last. On the containerd store a push keeps the local digest (anything else is an error)."""
 
 from __future__ import annotations
 
@@ -137,13 +130,10 @@ class Outcome:
     pushed: list[str]
     moved: list[str]
 
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
 
 def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
-    """Push `push`'s local image as `target` unless the registry has it at its digest; whether it pushed.
-    A moving tag of a join (`name`: where the join was pushed) is copied from the pushed index instead."""
+    """Push `push` as `target` unless the registry has it at its digest (a join's moving tag is copied from
+    the index pushed to `name`, one write); whether it pushed."""
     have = tools.inspect(target)
     if have is not None and have.digest == push.digest:
         return False
@@ -169,8 +159,7 @@ def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
 
 
 def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
-    """After the push: an SPDX SBOM attested on each platform's manifest, then a signature on what the moving
-    tags name (the image, or the join)."""
+    """An SPDX SBOM attested on each platform's manifest, then a signature on what the moving tags name."""
     done = []
     for vp in plan:
         for p in vp.images if sbom else ():
@@ -188,8 +177,7 @@ def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool,
 
 @dataclass
 class PublishResult:
-    """What a publish did (or, `outcomes` None, would do): the plan, each variant's outcome, what was
-    attached (SBOMs, signatures) and how long it took."""
+    """What a publish did (or, `outcomes` None, would do)."""
 
     plan: list[VariantPublish]
     outcomes: list[Outcome] | None = None
@@ -200,7 +188,7 @@ class PublishResult:
         if self.outcomes is None:
             return {"dry_run": True, "variants": [vp.to_json() for vp in self.plan]}
         return {
-            "variants": [{**vp.to_json(), **o.to_json()} for vp, o in zip(self.plan, self.outcomes, strict=True)],
+            "variants": [{**vp.to_json(), **asdict(o)} for vp, o in zip(self.plan, self.outcomes, strict=True)],
             "attached": self.attached,
             "seconds": round(self.seconds, 3),
         }
@@ -219,8 +207,7 @@ def publish(
     dry_run: bool = False,
     say: Say = _stderr,
 ) -> PublishResult:
-    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`).
-    A dry run says where each image would go, from the build plan, and builds and pushes nothing."""
+    """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
     t0 = time.perf_counter()
     # built under the configured repository: --repository changes where an image goes, not what it is
     configured = all(project.variants[n].image.repository for n in selection.names)

@@ -1,9 +1,5 @@
-"""An SPDX 2.3 SBOM of one published platform image, from its labels (pure).
-
-It says what imgbuild put in the image: the overlay files with their sha256 (patched or original), the
-vLLM release they come from, and the base by digest (what the base holds is the base's own SBOM's
-business). Everything, `created` too, comes from the labels, so equal labels give byte-equal documents.
-"""
+"""An SPDX 2.3 SBOM of one published platform image, from its labels only (equal labels, byte-equal documents):
+the overlay files with their sha256, the vLLM release, and the base by digest."""
 
 from __future__ import annotations
 

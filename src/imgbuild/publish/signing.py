@@ -1,9 +1,5 @@
-"""cosign, the only module that runs it: sign an index, attest an SPDX SBOM per platform image, verify both.
-
-Key-based and offline: a key pair from `cosign generate-key-pair` (its password in COSIGN_PASSWORD), nothing
-sent to a transparency log. Loopback registries speak plain HTTP (`--allow-http-registry`). Keyless signing
-needs an OIDC identity and Rekor, neither reachable here, so it is not offered.
-"""
+"""cosign, key-based and offline (no transparency log): sign an index, attest an SPDX SBOM per platform image,
+verify both. Keyless signing needs OIDC and Rekor, so it is not offered."""
 
 from __future__ import annotations
 
@@ -77,11 +73,6 @@ def attest_sbom(ref: str, document: bytes, key: Path) -> None:
         _write("attest", ["attest", "--key", str(key), "--type", "spdxjson", "--predicate", fh.name], ref)
 
 
-def verify_signature(ref: str, pub: Path) -> Verified:
-    done = _run(["verify", "--key", str(pub), *VERIFY, "--output", "json"], ref)
-    return Verified(done.returncode == 0, f"signed, verified with {pub}" if done.returncode == 0 else _last(done))
-
-
 def verify_sbom(ref: str, pub: Path) -> Verified:
     """The SPDX attestation on `ref`, verified; its predicate is the SBOM."""
     done = _run(["verify-attestation", "--key", str(pub), *VERIFY, "--type", "spdxjson"], ref)
@@ -118,6 +109,8 @@ class SupplyChain:
 
 def check_published(tag_ref: str, platform_ref: str, pub: Path, labels: Mapping[str, str]) -> SupplyChain:
     """The signature of what `tag_ref` names (the index) and the SBOM of `platform_ref`, checked against `labels`."""
+    done = _run(["verify", "--key", str(pub), *VERIFY, "--output", "json"], tag_ref)
+    signed = Verified(done.returncode == 0, f"signed, verified with {pub}" if done.returncode == 0 else _last(done))
     found = verify_sbom(platform_ref, pub)
     problems = sbom.check(found.predicate, labels) if found.predicate is not None else []
-    return SupplyChain(verify_signature(tag_ref, pub), found, tuple(problems))
+    return SupplyChain(signed, found, tuple(problems))

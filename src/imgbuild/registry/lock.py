@@ -1,10 +1,5 @@
-"""`images.lock`: each variant's base, resolved to a digest per platform.
-
-`imgbuild lock` asks each base's registry (`imagetools inspect`) for the tag's index (or one manifest) and
-records its digest and each platform's manifest digest, with the pinned upstream commit and the series
-digest; the bake file takes the base by digest from here. `check` compares the lock with the project and,
-unless offline, with the registries. Rendering is deterministic: an unchanged lock is rewritten byte-equal.
-"""
+"""`images.lock`: each variant's base resolved to a digest per platform (`imagetools inspect`), with the
+upstream pin and series digest; rendering is deterministic (an unchanged lock is rewritten byte-equal)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Image references as docker spells them (pure): `[host[:port]/]path[:tag][@sha256:hex]`.
-
-The docker SDK splits a reference (the registry is Docker Hub unless the first component has a dot or a
-colon or is `localhost`); each part is then checked, and a one-component Docker Hub path gets `library/`.
-Loopback registries speak plain HTTP (docker treats them as insecure; cosign needs telling).
-"""
+"""Image references as docker spells them (pure), split by the docker SDK and each part checked."""
 
 from __future__ import annotations
 
@@ -35,11 +30,6 @@ class Reference:
     def name(self) -> str:
         """host/repository, the part before the tag."""
         return f"{self.host}/{self.repository}"
-
-    @property
-    def ref(self) -> str:
-        """The tag or digest to ask the registry for (digest wins)."""
-        return self.digest or self.tag or "latest"
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")

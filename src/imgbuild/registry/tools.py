@@ -1,10 +1,5 @@
-"""The registry, through the engine's own tools (`docker push`, `docker buildx imagetools`) and `proc.run`.
-
-`push` tags and pushes a local image (on the containerd image store the registry gets the local manifest,
-so the digest it reports is the local id); `copy_tag` points a tag at an index unchanged, in one write;
-`inspect` reads a manifest or index byte for byte (its digest is the sha256 of those bytes). Credentials,
-TLS and retries are docker's (`docker login`). Every failure is a RegistryError naming the reference.
-"""
+"""The registry through docker's own tools (`docker push`, `docker buildx imagetools`); credentials, TLS
+and retries are docker's. Every failure is a RegistryError naming the reference."""
 
 from __future__ import annotations
 

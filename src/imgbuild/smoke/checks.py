@@ -1,11 +1,5 @@
-"""Smoke tests of a built image: its config, its files, then what runs in it.
-
-config: platform; ENTRYPOINT (unless `image.entrypoint: keep`) and CMD empty; the required labels (and a
-variant's equal to the plan's); integrity.py's layers, ENV and labels. files: each planned file's sha256.
-runtime (under qemu when the arch differs): one container runs probe.py's program as `python3 -c` with no
-entrypoint override (so ENTRYPOINT must be clear), then launchcheck.py's launcher checks. On a skeleton base
-(no torch) `smoke.skeleton_commands` run instead, and the commands and imports are reported as skipped.
-"""
+"""Smoke tests of a built image: its config (platform, ENTRYPOINT/CMD, labels, layers, ENV), its files' sha256,
+then one container running probe.py's program and launchcheck.py's checks (skeleton bases: `skeleton_commands`)."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ from imgbuild.engine import BINFMT_FIX, Engine, ImageInfo, RunResult, check_binf
 from imgbuild.errors import DockerError
 from imgbuild.plan import labels as lbl
 from imgbuild.platforms import Platform
-from imgbuild.smoke import integrity, launchcheck, probe, runtime_run
+from imgbuild.smoke import launchcheck, probe, runtime_run
 from imgbuild.smoke.importcheck import modules_to_import
 from imgbuild.upstream.mirror import cache_dir
 
@@ -113,6 +107,91 @@ class SmokeReport:
         }
 
 
+# -- integrity: is the image exactly what imgbuild built (an image edited after the build keeps its labels) --
+NOTED = 3  # differences named per check; the rest are counted
+
+
+def _short(diff_id: str | None) -> str:
+    return "?" if diff_id is None else diff_id.removeprefix("sha256:")[:12]
+
+
+def cut(value: str | None, n: int = 60) -> str:
+    """`value` for a message: quoted, at most `n` characters."""
+    if value is None:
+        return "nothing"
+    return repr(value if len(value) <= n else value[:n] + "...")
+
+
+def _noted(problems: list[str]) -> list[str]:
+    return problems if len(problems) <= NOTED else [*problems[:NOTED], f"and {len(problems) - NOTED} more"]
+
+
+def layer_problems(actual: Sequence[str], base: Sequence[str], own: int) -> list[str]:
+    """Each layer where the image is not `base` followed by `own` layers of imgbuild's (any diff id)."""
+    expected: list[tuple[str, str | None]] = [(f"base layer {i}", d) for i, d in enumerate(base)]
+    expected += [(f"imgbuild layer {j}", None) for j in range(own)]
+    problems = []
+    for i in range(max(len(actual), len(expected))):
+        if i >= len(expected):
+            problems.append(
+                f"layer {i} ({_short(actual[i])}) is neither the base's nor imgbuild's "
+                "(added after the build: a `docker commit` or a later RUN/COPY?)"
+            )
+        elif i >= len(actual):
+            problems.append(f"layer {i} missing: expected {expected[i][0]} {_short(expected[i][1])}")
+        elif expected[i][1] is not None and expected[i][1] != actual[i]:
+            problems.append(
+                f"layer {i}: expected {expected[i][0]} {_short(expected[i][1])}, image has {_short(actual[i])}"
+            )
+    return _noted(problems)
+
+
+def env_dict(entries: Sequence[str]) -> dict[str, str]:
+    """An image's ENV (`KEY=value` entries) as a dict."""
+    return dict(e.partition("=")[::2] for e in entries)
+
+
+def exact(what: str, have: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
+    """Each key where `have` is not exactly `expected`: every key with its value, and no other key."""
+    problems = []
+    for key in sorted(set(have) | set(expected)):
+        if key not in have:
+            problems.append(f"{what} {key}: missing, plan says {cut(expected[key])}")
+        elif key not in expected:
+            problems.append(f"{what} {key}={cut(have[key])}: not in the plan (nor the base)")
+        elif have[key] != expected[key]:
+            problems.append(f"{what} {key}: image has {cut(have[key])}, plan says {cut(expected[key])}")
+    return _noted(problems)
+
+
+def config_label_problems(
+    actual: Mapping[str, str], config: lbl.ConfigLabel, base: Mapping[str, str] | None
+) -> list[str]:
+    """Labels against the `imgbuild.config` label (no plan at hand); extra keys only when the base is known."""
+    problems = []
+    for key in sorted(config.labels):
+        if key not in actual:
+            problems.append(f"label {key}: missing (imgbuild set it)")
+        elif not config.matches(key, actual[key]):
+            problems.append(
+                f"label {key}: changed after the build (imgbuild wrote sha256 {config.labels[key]}..., "
+                f"image has {cut(actual[key])})"
+            )
+    if base is not None:
+        for key in sorted(set(actual) - set(config.labels) - {lbl.INPUTS, lbl.CONFIG}):
+            if key not in base:
+                problems.append(f"label {key}={cut(actual[key])}: set by neither imgbuild nor the base")
+            elif base[key] != actual[key]:
+                problems.append(f"label {key}: image has {cut(actual[key])}, the base {cut(base[key])}")
+    return _noted(problems)
+
+
+def find_base(engine: Engine, base_ref: str, base_id: str | None, platform: Platform) -> ImageInfo | None:
+    """The base (by id when known, else by name), when it is in the store for `platform`."""
+    base = (engine.image(base_id) if base_id else None) or (engine.image(base_ref) if base_ref else None)
+    return base if base is not None and base.platform == platform else None
+
+
 def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[FileRow]:
     """Each planned file's state in the image, from the sha256 of what the image holds at its path."""
     rows = []
@@ -155,7 +234,7 @@ def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
     checks.append(Check("config", "labels-present", "fail" if missing else "pass", detail))
     if expected.labels is not None:
         wrong = [
-            f"{k}: image has {integrity.cut(info.labels.get(k), 80)}, plan says {integrity.cut(v, 80)}"
+            f"{k}: image has {cut(info.labels.get(k), 80)}, plan says {cut(v, 80)}"
             for k, v in expected.labels.items()
             if info.labels.get(k) != v
         ]
@@ -163,15 +242,16 @@ def config_checks(info: ImageInfo, expected: Expected) -> list[Check]:
     return checks
 
 
-def integrity_checks(info: ImageInfo, expected: Expected, ref: integrity.Reference) -> list[Check]:
+def integrity_checks(info: ImageInfo, expected: Expected, base: ImageInfo | None) -> list[Check]:
     """The layers, ENV and labels against the base and the plan (or the imgbuild.config label); pure."""
     out = []
-    base = ref.base
-    where = f"base {ref.base_ref or '(unnamed)'} is not in the local store for {info.platform}"
+    where = f"base {expected.base_ref or '(unnamed)'} is not in the local store for {info.platform}"
     if base is None:
         out.append(Check("config", "layers", "skip", f"{where}; layers not compared"))
     else:
-        out.append(_verdict("layers", integrity.layer_problems(info.layers, base.layers, ref.own), ref.describe()))
+        own = len(expected.layers)
+        ok = f"{len(base.layers)} base + {own} imgbuild layer{'s' if own != 1 else ''}"
+        out.append(_verdict("layers", layer_problems(info.layers, base.layers, own), ok))
     config: lbl.ConfigLabel | None = None
     if expected.env is None or expected.labels is None:
         raw = info.labels.get(lbl.CONFIG)
@@ -183,18 +263,18 @@ def integrity_checks(info: ImageInfo, expected: Expected, ref: integrity.Referen
             why = f"no {lbl.CONFIG} label (built by an older imgbuild) and no plan"
             return [*out, Check("config", "env", "skip", why)]
     env = dict(expected.env) if expected.env is not None else (config.env if config else {})
+    have = env_dict(info.env)
     if base is None:  # each planned variable at least
-        have = dict(e.partition("=")[::2] for e in info.env)
-        wrong = [f"ENV {k}: image has {have.get(k)!r}, plan says {v!r}" for k, v in env.items() if have.get(k) != v]
+        wrong = exact("ENV", {k: have[k] for k in env if k in have}, env)
         out.append(_verdict("env", wrong, f"{len(env)} planned variables ({where})"))
-    else:
-        wrong = integrity.env_problems(info.env, integrity.expected_env(base.env, env))
+    else:  # the base's ENV with the variant's set over it (as Dockerfile `ENV` does)
+        wrong = exact("ENV", have, {**env_dict(base.env), **env})
         out.append(_verdict("env", wrong, f"base ENV + {len(env)} planned"))
     if expected.labels is not None and base is not None:  # without the base, labels-match-plan compares the plan's
-        problems = integrity.label_problems(info.labels, {**base.labels, **expected.labels})
+        problems = exact("label", info.labels, {**base.labels, **expected.labels})
         out.append(_verdict("labels", problems, "exactly the base's and the plan's"))
     elif expected.labels is None and config is not None:
-        problems = integrity.config_label_problems(info.labels, config, base.labels if base else None)
+        problems = config_label_problems(info.labels, config, base.labels if base else None)
         ok = f"{len(config.labels)} labels as imgbuild wrote them" + ("" if base else " (extra keys not checked)")
         out.append(_verdict("labels", problems, ok))
     return out
@@ -306,7 +386,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     info = engine.require(ref)
     report = SmokeReport(ref, info.id, expected.variant, str(expected.platform))
     report.checks.extend(config_checks(info, expected))
-    base = integrity.reference(engine, expected.base_ref, expected.base_id, len(expected.layers), info.platform)
+    base = find_base(engine, expected.base_ref, expected.base_id, info.platform)
     report.checks.extend(integrity_checks(info, expected, base))
     run_checks: list[Check] = []
     result = None

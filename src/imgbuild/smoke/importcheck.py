@@ -1,8 +1,5 @@
-"""Which modules smoke imports: the planned files, and the release's modules that import them.
-
-Found statically: each import statement of a release file is resolved to absolute module names (relative
-ones against the file's package); dynamic imports (`importlib.import_module`) are not followed.
-"""
+"""Which modules smoke imports: the planned files, and the release's modules importing them (static `ast`
+resolution of import statements; dynamic imports are not followed)."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ def module_name(path: str) -> str | None:
 
 
 def imported_names(source: bytes, path: str) -> set[str]:
-    """Every module an import statement of `path` may load (`from X import n`: `X` and `X.n`); a file that
-    does not parse imports nothing here (byte-compiling reports it)."""
+    """Every module an import statement of `path` may load (`from X import n`: `X` and `X.n`)."""
     module = module_name(path)
     if module is None:
         return set()
@@ -79,15 +75,6 @@ def _resolve(name: str | None, level: int, package: str) -> str | None:
     return ".".join([*anchor, *([name] if name else [])])
 
 
-def imports_any(names: Iterable[str], targets: set[str]) -> bool:
-    """Whether loading `names` loads one of `targets` (a submodule loads its packages first)."""
-    for name in names:
-        parts = name.split(".")
-        if any(".".join(parts[:i]) in targets for i in range(1, len(parts) + 1)):
-            return True
-    return False
-
-
 def importers(sources: Mapping[str, bytes], targets: Sequence[str]) -> list[str]:
     """Modules of `sources` (path -> bytes) that import one of `targets` directly, sorted; the targets excluded."""
     wanted = set(targets)
@@ -96,17 +83,16 @@ def importers(sources: Mapping[str, bytes], targets: Sequence[str]) -> list[str]
         name = module_name(path)
         if name is None or name in wanted:
             continue
-        if imports_any(imported_names(data, path), wanted):
+        # a submodule loads its packages first
+        loaded = {n.rsplit(".", i)[0] for n in imported_names(data, path) for i in range(n.count(".") + 1)}
+        if loaded & wanted:
             found.add(name)
     return sorted(found)
 
 
 def needles(path: str) -> tuple[str, dict[str, str]]:
-    """(leaf, directory -> word): what a direct importer of the planned file `path` must contain.
-
-    Every import of a module spells its last name; from outside a package directory also that package's
-    name after the common ancestor (from outside `a/b/`, `a/b/c/mod.py` is `b.c.mod`, relative or not).
-    """
+    """(leaf, directory -> word): what a direct importer of `path` must spell (from outside `a/b/`,
+    `a/b/c/mod.py` is imported as `b.c.mod`, relative or not)."""
     parts = path.removesuffix(".py").split("/")
     if parts[-1] == "__init__":
         parts = parts[:-1]

@@ -1,5 +1,5 @@
-"""`imgbuild inspect IMAGE`: what an image says about itself (its labels), checked against what it holds:
-its files re-hashed, its layers, ENV and labels against the base and the `imgbuild.config` label."""
+"""`imgbuild inspect IMAGE`: an image's labels checked against what it holds (smoke's static checks), and the
+image references `smoke` and `inspect` take: a local name as it is, a registry one pulled by digest."""
 
 from __future__ import annotations
 
@@ -7,9 +7,19 @@ import json
 from dataclasses import dataclass, field
 
 from imgbuild.engine import Engine, ImageInfo
+from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.plan import labels as lbl
-from imgbuild.smoke import integrity
-from imgbuild.smoke.checks import FileRow, expected_from_labels, file_rows, integrity_checks, read_digests
+from imgbuild.platforms import Platform
+from imgbuild.registry import reference, tools
+from imgbuild.smoke.checks import (
+    FileRow,
+    config_checks,
+    expected_from_labels,
+    file_rows,
+    find_base,
+    integrity_checks,
+    read_digests,
+)
 
 
 @dataclass
@@ -32,8 +42,7 @@ class InspectReport:
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def upstreams(self) -> list[dict[str, object]]:
-        """Every pinned upstream the image names, each with the patches applied to it: `imgbuild.upstreams`
-        when the project pins several, else the one `imgbuild.upstream.*` pin with every applied patch."""
+        """Every pinned upstream with the patches applied to it: `imgbuild.upstreams`, else the one pin's labels."""
         lab = self.info.labels
         if lab.get(lbl.UPSTREAMS):
             try:
@@ -67,11 +76,9 @@ class InspectReport:
 
 
 def inspect_image(engine: Engine, ref: str) -> InspectReport:
+    """The files re-hashed, then smoke's config checks (and, for an imgbuild image, its layers, ENV, labels)."""
     info = engine.require(ref)
     report = InspectReport(ref, info)
-    missing = lbl.missing_required(info.labels)
-    if missing:
-        report.disagreements.append(f"labels missing: {', '.join(missing)}")
     expected = expected_from_labels(info)
     if expected.files and expected.site_packages:
         report.files = file_rows(expected, read_digests(engine, info.id, expected))
@@ -81,17 +88,49 @@ def inspect_image(engine: Engine, ref: str) -> InspectReport:
             report.disagreements.append(
                 f"{row.path}: labels say {row.expected} ({row.expected_sha256[:12]}), the image holds {have}"
             )
-    kept = info.labels.get(lbl.ENTRYPOINT) == "keep"  # the base's passthrough ENTRYPOINT, kept on purpose
-    if (info.entrypoint and not kept) or info.cmd:
-        report.disagreements.append(
-            f"ENTRYPOINT {list(info.entrypoint or ())} / CMD {list(info.cmd or ())}: imgbuild images clear both"
-            + (" (the ENTRYPOINT is kept: image.entrypoint: keep; CMD is cleared)" if kept else "")
-        )
+    checks = config_checks(info, expected)
     if lbl.INPUTS in info.labels:  # layers, ENV and labels as imgbuild wrote them
-        against = integrity.reference(engine, expected.base_ref, None, len(expected.layers), info.platform)
-        for c in integrity_checks(info, expected, against):
-            if c.status == "fail":
-                report.disagreements.append(f"{c.name}: {c.detail}")
-            elif c.status == "skip":
-                report.notes.append(f"{c.name}: {c.detail}")
+        checks += integrity_checks(info, expected, find_base(engine, expected.base_ref, None, info.platform))
+    report.disagreements += [f"{c.name}: {c.detail}" for c in checks if c.status == "fail"]
+    report.notes += [f"{c.name}: {c.detail}" for c in checks if c.status == "skip"]
     return report
+
+
+def is_registry_ref(text: str) -> bool:
+    first, _, rest = text.partition("/")
+    return bool(rest) and ("." in first or ":" in first or first == "localhost")
+
+
+def localize(engine: Engine, text: str, platform: str | None = None) -> str:
+    """A reference the daemon has for `platform` (default: the daemon's); a registry one pulled by digest."""
+    want = Platform.parse(platform) if platform else None
+    local = engine.image(text)
+    if local is not None and (want is None or local.platform == want):
+        return text
+    if not is_registry_ref(text):
+        if local is not None and want is not None:
+            raise DockerError(
+                f"{text} in the local store is {local.platform}, not {want}",
+                hint="name that platform's own image: `imgbuild build --json` lists each platform's immutable tag",
+            )
+        return text
+    try:
+        ref = reference.parse(text)
+    except ConfigError:
+        return text
+    plat = want or engine.arch
+    top = tools.inspect_required(str(ref))  # the platform's manifest: the one, or the index's entry
+    found = [digest for p, digest in top.entries() if p == str(plat)] if top.is_index else [top.digest]
+    if not found:
+        have = ", ".join(p or "unknown" for p, _ in top.entries()) or "none"
+        raise RegistryError(f"{ref} has no {plat} image (it has {have})")
+    pinned = f"{ref.name}@{found[0]}"
+    if engine.image(pinned) is None:
+        try:
+            engine.pull(pinned, plat)
+        except DockerError as exc:
+            raise DockerError(
+                f"cannot pull {pinned} ({plat}) for checking: {exc.message}",
+                hint="the daemon pulls with its own credentials: `docker login " + ref.host + "`",
+            ) from exc
+    return pinned

@@ -1,12 +1,5 @@
-"""What a launcher (sparkrun) needs from an image, checked the way sparkrun checks it.
-
-sparkrun 0.4.2 runs every workload as `docker run IMAGE bash -c <command>`, so the ENTRYPOINT must be empty
-or a passthrough wrapper ending in `exec "$@"` (NGC's nvidia_entrypoint.sh); a consuming one such as
-["vllm","serve"] eats the command. Its health check runs `docker exec CONTAINER kill -0 PID`, so `kill` must
-be an executable on PATH. Like sparkrun's own probe, one container runs `bash -c SCRIPT` under the ENTRYPOINT
-and looks for a computed sentinel (an entrypoint echoing its argv cannot print it); only when that fails, a
-second run with the ENTRYPOINT cleared tells a consuming ENTRYPOINT from a missing bash.
-"""
+"""What a launcher (sparkrun) needs from an image: `docker run IMAGE bash -c CMD` must run under the ENTRYPOINT
+(empty, or a passthrough ending in `exec "$@"`), and a standalone `kill` on PATH for its health check."""
 
 from __future__ import annotations
 
@@ -100,15 +93,12 @@ def base_kind(entrypoint: Sequence[str] | None, first: Probe | None) -> str:
 
 
 def known_consuming(entrypoint: Sequence[str]) -> bool:
-    """The stock vLLM images' ["vllm", "serve"] (any path to vllm): consuming, known without a container
-    (running it would start a server for a model named `bash`)."""
+    """The stock vLLM images' ["vllm", "serve"]: consuming, known without a container (it would start a server)."""
     return bool(entrypoint) and entrypoint[0].rsplit("/", 1)[-1] == "vllm"
 
 
 def probe_base(engine: Engine, info: ImageInfo, platform: Platform, *, timeout: int = 300) -> str:
-    """What the base's ENTRYPOINT does with an appended command: one container, none for an empty
-    ENTRYPOINT or a `vllm ...` one (known_consuming: the stock images and imgbuild's stand-in bases; not
-    the stand-in's label, which an image built FROM it with its own ENTRYPOINT inherits)."""
+    """base_kind of the base's ENTRYPOINT: one container at most (none for empty or known_consuming)."""
     if not info.entrypoint:
         return "none"
     if known_consuming(info.entrypoint):
@@ -119,8 +109,7 @@ def probe_base(engine: Engine, info: ImageInfo, platform: Platform, *, timeout: 
 def check_decision(
     variant: str, base_ref: str, entrypoint: Sequence[str] | None, kind: str, decision: str | None
 ) -> None:
-    """Refuse, before any build, a passthrough ENTRYPOINT the config did not decide about, and `keep` of a
-    consuming one (pure; ConfigError)."""
+    """Refuse a passthrough ENTRYPOINT the config did not decide about, and `keep` of a consuming one (pure)."""
     where = f"images/{variant}.yaml: image.entrypoint"
     ep = list(entrypoint or [])
     if kind == "passthrough" and decision is None:

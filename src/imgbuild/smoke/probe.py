@@ -1,11 +1,5 @@
-"""The one program smoke runs in an image (in_image/smoke_probe.py), and the reading of what it prints.
-
-One container per image and platform (each start under qemu costs ~0.6 s, python ~0.55 s more): it hashes
-and byte-compiles every planned file, runs each smoke command, imports each module asked for and runs
-`CLI --version` in the same process. The image may only have python3-minimal (no json), so the job is a
-Python literal and each result one flushed `imgbuild-probe <repr(tuple)>` line: what it printed before a
-crash (torch segfaulting under qemu, say) is still read. `parse` is pure.
-"""
+"""The one program smoke runs in an image (in_image/smoke_probe.py) and the reading of its `imgbuild-probe` lines
+(one flushed line per result, so what it printed before a crash is still read)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""What `docker run` needs to run the runtime base's torch: per platform, mounts and env.
-
-Under qemu-user an arm64 container sees the host's (x86) /proc/cpuinfo and no midr_el1, and torch's oneDNN
-(xbyak_aarch64) crashes with SIGSEGV at `import torch` reading them; no ISA cap variable helps, as the probe
-runs when the library loads. So an aarch64 cpuinfo (a DGX Spark GB10's Cortex-X925 cores), written into the
-imgbuild cache once, is bind-mounted over it. Everywhere `VLLM_TARGET_DEVICE=cpu` is set: without a GPU
-vLLM's CLI (smoke's `vllm --version`) stops with "Failed to infer device type"; the same modules import,
-or fail, with and without it.
-"""
+"""What `docker run` needs to run the runtime base's torch: `VLLM_TARGET_DEVICE=cpu` (vLLM's CLI needs a
+device), and under qemu an aarch64 cpuinfo bind-mounted over /proc/cpuinfo (oneDNN segfaults reading the host's)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The smoke probe: runs INSIDE the image as `python3 -c`, never on the host (smoke/probe.py reads its lines).
-
-The image may have only python3-minimal (no json), so the job is a Python literal. Under qemu every module
-import costs, so only built-in modules are imported until more are needed. Commands run through /bin/sh.
-"""
+"""The smoke probe: runs INSIDE the image as `python3 -c` (maybe python3-minimal: no json; few imports under
+qemu). smoke/probe.py reads its lines."""
 
 import sys
 
