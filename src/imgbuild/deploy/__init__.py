@@ -1,1 +1,1 @@
-"""From image to cluster: launch profiles, sparkrun recipes and compose files, and the sparkrun builder plugin."""
+"""From image to cluster: launch profiles, sparkrun recipes, and the sparkrun builder plugin."""
