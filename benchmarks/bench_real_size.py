@@ -427,26 +427,15 @@ class Bench:
         return Row("noop", sides, sides[-1], None, notes)  # the reference: OLD, or NEW itself without OLD
 
     def pair_smoke(self) -> Row:
-        out = sh(
-            self.imgbuild(
-                "new",
-                "build",
-                "latest",
-                "--base",
-                "runtime",
-                "--platform",
-                PLATFORM,
-                "--repository",
-                self.repo["new"],
-                "--no-smoke",
-                "--json",
-            ),
-            env=self.env["new"],
-        ).stdout
-        found = [i["immutable"] for i in json.loads(out)["images"] if i["variant"] == "latest"]
-        if not found:
-            raise SystemExit(f"no image named in the build's --json:\n{out[-800:]}")
-        image = found[0]
+        images = {}
+        for who in ("new", "old"):  # each smokes the image its own build made (before run 11, OLD had none: exit 8)
+            cmd = self.build_cmd(who, "runtime", "--no-smoke", "--json")
+            out = sh(cmd, env=self.env[who]).stdout
+            found = [i["immutable"] for i in json.loads(out)["images"] if i["variant"] == "latest"]
+            if not found:
+                raise SystemExit(f"{who}: no image named in the build's --json:\n{out[-800:]}")
+            images[who] = found[0]
+        image = images["new"]
         failing: dict[str, str] = {}
         bare_cmd = [
             "docker",
