@@ -63,6 +63,8 @@ PACKAGES=(
     mmdebstrap arch-test gpg libdpkg-perl mount uidmap xz-utils
     docker-registry apache2-utils
     ca-certificates curl python3
+    # the workflows' jq steps (.github/workflows/images.yml's plan, patches-check.yml's summary), run by tests
+    jq
     # tests/docker/test_interrupts.py: a static sleep binary for its test image (gcc -static)
     gcc libc6-dev
 )

@@ -18,14 +18,17 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from imgbuild.registry import tools
 from imgbuild.registry.lock import load_lock
 from tests.support import needs
 from tests.support.jsonschema_check import load_json
 from tests.support.registry_env import (
+    REPO_ROOT,
     RegistryProcess,
     docker,
     free_port,
@@ -279,6 +282,22 @@ def test_lock_resolves_bases_with_imagetools_and_notices_a_moved_tag(world: Worl
     assert proc.returncode == 9 and f"{world.registry.host}/vllm/nothing:v1 is not in the registry" in proc.stderr
 
 
+def plan_step(project: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The step of .github/workflows/images.yml that computes the build and merge matrices, run in `project`
+    as CI runs it on its checkout (REGISTRY in its environment): the process and its GITHUB_OUTPUT values."""
+    needs.tool("jq", "docker", "the images workflow's plan step reads buildx's listing with it")
+    workflow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "images.yml").read_text())
+    step = next(s for s in workflow["jobs"]["plan"]["steps"] if s.get("id") == "matrix")
+    output = project / "github-output"
+    output.write_text("")
+    given = {"ALL": "", "RUNNERS": step["env"]["RUNNERS"], "GITHUB_OUTPUT": str(output), **env}
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=project, env={**os.environ, **given}, capture_output=True, text=True
+    )
+    values = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    return done, {k: json.loads(v) for k, v in values.items()}
+
+
 def test_bake_file_builds_both_variants_with_a_shared_layer(world: World, tmp_path: Path) -> None:
     project = Path(shutil.copytree(world.project, tmp_path / "p"))
     assert imgbuild(project, "bake").returncode == 0
@@ -320,10 +339,28 @@ def test_bake_file_builds_both_variants_with_a_shared_layer(world: World, tmp_pa
     assert mem["Architecture"] == latest["Architecture"] == "arm64"
     m, lat = mem["RootFS"]["Layers"], latest["RootFS"]["Layers"]
     assert lat[: len(m)] == m and len(lat) == len(m) + 1
-    # bake --matrix asks the registry (imagetools) which immutable tags it lacks
-    proc = imgbuild(project, "bake", "--matrix", "-r", world.registry.host)
-    assert proc.returncode == 0, proc.stderr
-    assert "engram-mem" in proc.stdout
+    # CI's plan (images.yml) asks the registry for each immutable tag: engram-mem's is there, latest's is not
+    immutable = resolved["target"]["engram-mem"]["tags"][0].rsplit(":", 1)[1]
+    image = f"{world.registry.host}/{world.repo}"
+    docker("tag", f"imgbuild-test-bake/{world.repo}:{immutable}", f"{image}:{immutable}")
+    docker("push", "-q", f"{image}:{immutable}")
+    done, out = plan_step(project, REGISTRY=world.registry.host)
+    assert done.returncode == 0, done.stderr
+    assert f"{image}:{immutable}: in the registry" in done.stdout
+    assert out["build"] == [
+        {"variant": "latest", "platform": p, "arch": p.split("/")[1], "runner": runner, "qemu": False, "image": image}
+        for p, runner in zip(PLATFORMS, ["ubuntu-24.04", "ubuntu-24.04-arm"], strict=True)
+    ]
+    tags = resolved["target"]["latest"]["tags"]  # under the bake file's default REGISTRY
+    assert out["merge"] == [
+        {"variant": "latest", "image": image, "tags": " ".join(f"{image}:{t.rsplit(':', 1)[1]}" for t in tags)}
+    ]
+    assert out["changed"] is True
+    done, out = plan_step(project, REGISTRY=world.registry.host, ALL="true")  # workflow_dispatch's `all`
+    assert done.returncode == 0 and [m["variant"] for m in out["merge"]] == ["engram-mem", "latest"]
+    # a registry that does not answer is no answer: the step fails rather than guess
+    done, _ = plan_step(project, REGISTRY=f"127.0.0.1:{free_port()}")
+    assert done.returncode != 0 and "dial tcp" in done.stderr
 
 
 def test_the_committed_bake_file_is_accepted_by_buildx() -> None:

@@ -486,17 +486,3 @@ def test_ctrl_c_in_a_weakref_callback_still_stops_the_command() -> None:
     assert "the command ran on" not in proc.stderr
     assert "interrupted; nothing was changed" in proc.stderr
     assert one_json(proc.stdout)["error"]["exit_code"] == 130  # type: ignore[index]
-
-
-# -- --junit ---------------------------------------------------------------------------------------
-def test_an_unwritable_junit_path_is_refused_before_building(tmp_path: Path, upstream: Upstream) -> None:
-    root = small_project(tmp_path, upstream)
-    (tmp_path / "plain").write_text("a file\n")
-    out = imgbuild(
-        root, "build", "--base", "skeleton", "--junit", str(tmp_path / "plain" / "smoke.xml"), DOCKER_HOST=NO_DAEMON
-    )
-    assert out.returncode == 10 and "Traceback" not in out.stderr
-    assert f"cannot write the JUnit report to {tmp_path}/plain/smoke.xml" in out.stderr
-    with tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
-        out = imgbuild(root, "smoke", "latest", "--junit", str(ro / "smoke.xml"), DOCKER_HOST=NO_DAEMON)
-    assert out.returncode == 10 and "Read-only file system" in out.stderr

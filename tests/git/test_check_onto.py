@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
-from imgbuild.report.matrix import matrix_markdown
 from imgbuild.workflows.matrix import check_onto
+from tests.support import needs
 from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import PATCHES, build_upstream, project, snapshot
 from tests.support.runner import imgbuild_captured as cli
 from tests.support.synth import Upstream
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -47,8 +52,6 @@ def test_matrix_over_variants_and_refs(tmp_path: Path, world: Upstream) -> None:
     ]
     guard = variants["engram-mem"]["results"]["v1"]["patches"]["0006-sm121-engram-guard.patch"]
     assert guard["patch"] == "0006-sm121-engram-guard.patch" and guard["method"] == "conflict"
-    md = matrix_markdown(matrix)
-    assert "| **engram-mem** |" in md and "❌ conflict" in md and "⬆️ upstreamed" in md
 
 
 def test_check_is_in_memory(tmp_path: Path, world: Upstream) -> None:
@@ -59,18 +62,12 @@ def test_check_is_in_memory(tmp_path: Path, world: Upstream) -> None:
     assert not (root / ".imgbuild-work" / "rebase").exists()
 
 
-def test_cli_exit_codes_json_and_markdown(tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exit_codes_and_json(tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
-    summary = tmp_path / "summary.md"
-    summary.write_text("# earlier step\n")
-    code, out, _ = cli(
-        capsys, "-C", str(root), "patches", "check", "--onto", "v2", "v1", "--json", "--markdown", str(summary)
-    )
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "v1", "--json")
     assert code == 0
     data = load_json(out)
     assert data["ok"] is True and [r["ref"] for r in data["refs"]] == ["v2", "v1"]
-    text = summary.read_text()
-    assert text.startswith("# earlier step\n") and "all variants carry" in text  # appended
     code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v3")
     assert code == 1 and "FAIL" in out  # 0001 conflicts on v3
     code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "--strict")
@@ -120,3 +117,36 @@ def test_a_release_version_means_its_v_tag_for_a_git_source(tmp_path: Path, worl
     assert [(r.ref, r.tag) for r in matrix.refs] == [("2", "v2")]
     with pytest.raises(UpstreamError, match="neither v9 nor 9 is a tag"):
         check_onto(proj, ["9"])
+
+
+def test_the_scheduled_workflow_summarises_the_json_document(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """.github/workflows/patches-check.yml keeps this --json document and puts each variant's verdict per
+    ref in the job summary with jq: its step, run on what the CLI printed."""
+    needs.tool("jq", "fast", "the patches-check workflow's job summary is written with it")
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "patches-check.yml").read_text())
+    step = next(s for s in workflow["jobs"]["matrix"]["steps"] if "GITHUB_STEP_SUMMARY" in str(s.get("run", "")))
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
+    code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "latest", "--json")
+    assert code == 1  # 0001 conflicts on v3
+    (tmp_path / "patches-check.json").write_text(out)
+    summary = tmp_path / "summary.md"
+    summary.write_text("# an earlier step\n")
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary)}
+    subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, check=True)
+    assert summary.read_text() == (
+        "# an earlier step\n"  # appended, as GitHub expects
+        "## imgbuild patches check: ❌ not every variant carries\n\n"
+        "| variant | v2 | latest (v3) |\n"
+        "|---|---|---|\n"
+        "| series | PASS | FAIL: 0001-cuda-sm121.patch |\n"
+        "| latest | PASS | FAIL: 0001-cuda-sm121.patch |\n"
+    )
+    # a failure before any matrix: its error document
+    (tmp_path / "patches-check.json").write_text(
+        cli(capsys, "-C", str(root), "patches", "check", "--onto", "nope", "--json")[1]
+    )
+    subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, check=True)
+    last = summary.read_text().splitlines()[-1]
+    assert last.startswith("**imgbuild patches check failed**: 'nope' is not a tag or commit of ")

@@ -98,11 +98,6 @@ def test_lock_check_cli_without_a_lock_fails(root: Path) -> None:
     }
 
 
-def test_bake_matrix_without_registry_is_a_usage_error(root: Path) -> None:
-    proc = imgbuild(root, "bake", "--matrix")
-    assert proc.returncode == 2 and "--matrix needs --registry" in proc.stderr
-
-
 def _bake(root: Path) -> bakemod.Bake:
     project = Project.load(root)
     return bakemod.make_bake(project_inputs(project), project.plan(), lockmod.load_lock(root))
@@ -155,21 +150,3 @@ def test_bake_is_deterministic_and_check_catches_staleness(root: Path) -> None:
     victim = next(p for p in ctx.rglob("*.py"))
     victim.write_text("tampered\n")
     assert bakemod.check(root, _bake(root)) == [f"{bakemod.CONTEXT_DIR}/{victim.relative_to(ctx)}: content differs"]
-
-
-def test_bake_matrix_builds_only_what_changed(root: Path) -> None:
-    bake = _bake(root)
-    m = bakemod.matrix(bake.targets, "ghcr.io/acme", {"latest": True})
-    assert m["changed"] is True
-    assert m["build"] == [
-        {
-            "variant": "engram-mem",
-            "platform": "linux/arm64",
-            "arch": "arm64",
-            "runner": "ubuntu-24.04-arm",
-            "qemu": False,
-            "image": "ghcr.io/acme/vllm-dsv41",
-        }
-    ]
-    assert [x["variant"] for x in m["merge"]] == ["engram-mem"]
-    assert bakemod.matrix(bake.targets, "ghcr.io/acme", {"latest": True, "engram-mem": True})["changed"] is False

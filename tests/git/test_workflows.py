@@ -83,6 +83,10 @@ def _step(job: Job, uses: str) -> dict[str, Any]:
     return next(s for s in _steps(job) if str(s.get("uses", "")).split("@")[0] == uses)
 
 
+def _step_named(job: Job, name: str) -> dict[str, Any]:
+    return next(s for s in _steps(job) if s.get("name") == name)
+
+
 def _matrix(job: Job) -> dict[str, Any] | None:
     strategy = job.get("strategy")
     return strategy["matrix"] if strategy else None
@@ -134,7 +138,11 @@ def test_patches_check_runs_daily_on_the_newest_release() -> None:
     assert data["concurrency"]["cancel-in-progress"] is True
     assert list(jobs) == ["matrix"] and _matrix(jobs["matrix"]) is None
     check = next(c for c in _runs(jobs["matrix"]) if c[:3] == ["imgbuild", "patches", "check"])
-    assert check[3:5] == ["--onto", "$REFS"] and "--markdown" in check and "--json" in check
+    assert check[3:] == ["--onto", "$REFS", "--json"]
+    steps = _steps(jobs["matrix"])
+    summary = next(s for s in steps if "$GITHUB_STEP_SUMMARY" in str(s.get("run", "")))  # jq on the --json document
+    assert steps.index(summary) > next(i for i, s in enumerate(steps) if "imgbuild patches check" in str(s))
+    assert summary["if"] == "always() && hashFiles('patches-check.json') != ''"
     assert _step(jobs["matrix"], "actions/upload-artifact")["if"] == "always()"
 
 
@@ -155,7 +163,11 @@ def test_images_workflow_is_the_multi_arch_recipe() -> None:
     assert build["permissions"] == merge["permissions"] == {"contents": "read", "packages": "write"}
     runs = _runs(plan)
     assert ["imgbuild", "lock", "--check"] in runs and ["imgbuild", "bake", "--check"] in runs
-    assert any(c[:3] == ["imgbuild", "bake", "--matrix"] for c in runs)
+    # what to build: buildx's listing of the bake file's targets, and the registry asked for each immutable tag
+    assert ["docker", "buildx", "bake", "-f", "buildkit/docker-bake.json", "--print"] in runs
+    assert (
+        "docker buildx imagetools inspect --raw" in _step_named(plan, "Variants whose immutable tag is missing")["run"]
+    )
     # one job per (variant, platform) on the platform's own runner; QEMU only when asked for
     assert build["runs-on"] == "${{ matrix.runner }}"
     assert _step(build, "docker/setup-qemu-action")["if"] == "matrix.qemu"

@@ -21,6 +21,7 @@ HOW = {
     "docker-registry": "`bash .ci/setup-dev.sh` installs it (.ci/setup-host.sh: Debian's docker-registry package)",
     "cosign": "`bash .ci/setup-dev.sh` installs it (.ci/setup-host.sh: trixie's cosign 2.5)",
     "gcc": "`bash .ci/setup-dev.sh` installs it (.ci/setup-host.sh: Debian's gcc and libc6-dev)",
+    "jq": "`bash .ci/setup-dev.sh` installs it (.ci/setup-host.sh: Debian's jq)",
 }
 GPU_HOW = (
     "on the GPU machine, install a CUDA build of torch (it brings triton) and numpy; .ci/setup-dev.sh installs "

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import CheckFailed, UsageError
+from imgbuild.errors import CheckFailed
 
 
 def bake(
     check: Annotated[
         bool, typer.Option("--check", help="Fail (exit 1) when the bake file (or a present context) is out of date.")
     ] = False,
-    matrix: Annotated[
-        bool,
-        typer.Option("--matrix", help="Print GitHub Actions matrices (JSON) of the variants whose tag REGISTRY lacks."),
-    ] = False,
-    registry: Annotated[
-        str | None, typer.Option("--registry", "-r", help="With --matrix: the registry to look in, e.g. ghcr.io/acme.")
-    ] = None,
-    all_variants: Annotated[bool, typer.Option("--all", help="With --matrix: every variant, changed or not.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Generate buildkit/docker-bake.json (committed) and buildkit/context/ (generated).
@@ -37,7 +28,7 @@ def bake(
 
       imgbuild bake --check                      # CI and tests: fail when stale
 
-      imgbuild bake --matrix -r ghcr.io/acme     # what CI must build
+      docker buildx bake -f buildkit/docker-bake.json --print   # the targets as buildx reads them
     """
     from imgbuild.plan import bake as bakemod
     from imgbuild.plan.inputs import project_inputs
@@ -49,23 +40,12 @@ def bake(
     lock = load_lock(project.root)
     result = bakemod.make_bake(project_inputs(project), project.plan(), lock)
     unlocked = [t.variant for t in result.targets if not t.locked]
-    if unlocked and not matrix:
+    if unlocked:
         err_console.print(
             f"warning: images.lock does not pin the base of {', '.join(unlocked)}; "
             "the bake file names the bare tag (run `imgbuild lock`)",
             soft_wrap=True,
         )
-    if matrix:
-        if registry is None:
-            raise UsageError("--matrix needs --registry", hint="e.g. --registry ghcr.io/acme")
-        from imgbuild.registry import reference, tools
-
-        present = {
-            t.variant: tools.inspect(str(reference.join(registry, t.repository, t.immutable_tag))) is not None
-            for t in ([] if all_variants else result.targets)
-        }
-        print(json.dumps(bakemod.matrix(result.targets, registry, present), separators=(",", ":")))
-        return
     if check:
         problems = bakemod.check(project.root, result)
         if as_json:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -36,7 +35,6 @@ PlatformOpt = Annotated[
         "multi-platform image that takes the moving tags.",
     ),
 ]
-JunitOpt = Annotated[Path | None, typer.Option("--junit", help="Write the smoke results as JUnit XML to FILE.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the buildx and mmdebstrap output.")]
 
 
@@ -78,7 +76,6 @@ def build(
         bool,
         typer.Option("--no-smoke", help="Build and tag the immutable tag only; moving tags need a smoke-tested image."),
     ] = False,
-    junit: JunitOpt = None,
     verbose: VerboseOpt = False,
     builder: BuilderOpt = None,
     as_json: JsonOpt = False,
@@ -104,11 +101,9 @@ def build(
     from imgbuild.engine import Engine
     from imgbuild.project import load_project
     from imgbuild.report.build import print_dry_run, print_result
-    from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
+    from imgbuild.report.images import checks_table, file_matrix
     from imgbuild.report.tables import console, print_json
 
-    if junit is not None:
-        check_junit_path(junit)
     project = load_project()
     project.refuse_bad_headers()
     selection = project.select(variants, platform)
@@ -130,8 +125,6 @@ def build(
     try:
         result = engine.build(Engine.connect(), project, selection, opts, on_smoke=on_smoke)
     finally:
-        if junit is not None:
-            write_junit(junit, reports)
         if reports and not as_json:
             console.print(file_matrix([(r.title, r.files) for r in reports]))
     if as_json:

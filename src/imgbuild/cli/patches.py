@@ -73,10 +73,6 @@ def check(
         ),
     ] = None,
     more_refs: Annotated[list[str] | None, typer.Argument(metavar="REF", help="More refs, after --onto.")] = None,
-    markdown: Annotated[
-        Path | None,
-        typer.Option("--markdown", help="With --onto: append the matrix as markdown to FILE ('-': stdout)."),
-    ] = None,
     strict: Annotated[
         bool, typer.Option("--strict", help="With --onto: fail on anything but exact or offset.")
     ] = False,
@@ -90,22 +86,22 @@ def check(
 
     With --onto REF [REF...] (CI mode): carry the full series and each variant's
     selection onto each ref in memory, following moved files, never with fuzz,
-    and print the variant x ref x patch matrix (--json, --markdown FILE for
-    $GITHUB_STEP_SUMMARY). Exit status 1 when a variant does not carry to a ref.
+    and print the variant x ref x patch matrix (or --json). Exit status 1 when a
+    variant does not carry to a ref.
     """
     from imgbuild.project import load_project
     from imgbuild.report import tables
     from imgbuild.report.tables import outcomes_table, print_json
     from imgbuild.workflows.checkstack import check_series
 
-    across = bool(onto or more_refs or markdown is not None or strict)
+    across = bool(onto or more_refs or strict)
     project = load_project()
     project.refuse_bad_headers()
     if across:
         refs = split_refs(onto, more_refs)
         if not refs:
-            raise UsageError("--markdown and --strict go with --onto REF")
-        _check_onto(project, refs, as_json=as_json, markdown=markdown, strict=strict, allow_fuzz=allow_fuzz)
+            raise UsageError("--strict goes with --onto REF")
+        _check_onto(project, refs, as_json=as_json, strict=strict, allow_fuzz=allow_fuzz)
         return
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
@@ -259,29 +255,20 @@ def note_rebase(root: Path) -> None:
         tables.err_console.print(f"[yellow]note[/]: {busy}; `imgbuild patches rebase --continue` or `--abort`")
 
 
-def _check_onto(
-    project: Project, refs: list[str], *, as_json: bool, markdown: Path | None, strict: bool, allow_fuzz: int
-) -> None:
+def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: bool, allow_fuzz: int) -> None:
     from imgbuild.report import tables
     from imgbuild.report.tables import print_json
 
     if allow_fuzz:
         raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
-    from imgbuild.report.matrix import matrix_markdown, matrix_table  # rich and the carry machinery: only with --onto
+    from imgbuild.report.matrix import matrix_table  # rich and the carry machinery: only with --onto
     from imgbuild.workflows.matrix import check_onto
 
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
-    if markdown is not None:
-        text = matrix_markdown(matrix)
-        if str(markdown) == "-":
-            print(text, end="")
-        else:
-            with markdown.open("a", encoding="utf-8") as fh:  # appended, as GitHub expects for $GITHUB_STEP_SUMMARY
-                fh.write(text)
     if as_json:
         print_json("patches-check-onto", matrix.to_json())
-    elif markdown is None or str(markdown) != "-":
+    else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:
             tables.console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from imgbuild.cli import build as build_cmd
-from imgbuild.cli.build import JunitOpt, RepoOpt, VerboseOpt
+from imgbuild.cli.build import RepoOpt, VerboseOpt
 from imgbuild.cli.options import JsonOpt
 
 
@@ -16,7 +16,6 @@ def quickstart(
     platform: Annotated[
         str, typer.Option("--platform", help="Platform of the stand-in base and the images.")
     ] = "linux/arm64",
-    junit: JunitOpt = None,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -33,9 +32,7 @@ def quickstart(
 
     if not as_json:
         console.print(f"[bold]imgbuild quickstart[/]: every variant on the skeleton base ({platform})")
-    build_cmd.build(
-        base="skeleton", repository=repository, platform=platform, junit=junit, verbose=verbose, as_json=as_json
-    )
+    build_cmd.build(base="skeleton", repository=repository, platform=platform, verbose=verbose, as_json=as_json)
     if not as_json:
         repo = repository or "vllm-dsv41"
         console.print(f"next: `imgbuild inspect {repo}:latest`, `imgbuild smoke engram-mem --base skeleton`")

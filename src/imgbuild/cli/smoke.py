@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from imgbuild.cli.build import BaseOpt, JunitOpt, PlatformOpt, RepoOpt, options
+from imgbuild.cli.build import BaseOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError, UsageError
 
@@ -24,7 +24,6 @@ def smoke_cmd(
     static: Annotated[
         bool, typer.Option("--static", help="Config and file checks only; run nothing in the image.")
     ] = False,
-    junit: JunitOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test images: config, file states, then runtime (under qemu if the arch differs).
@@ -34,7 +33,7 @@ def smoke_cmd(
 
     Examples:
 
-      imgbuild smoke latest engram-mem --base skeleton --junit smoke.xml
+      imgbuild smoke latest engram-mem --base skeleton
 
       imgbuild smoke vllm-dsv41:latest --json
     """
@@ -42,13 +41,11 @@ def smoke_cmd(
     from imgbuild.config.models import check_platform  # image references take --platform too, without a project
     from imgbuild.engine import Engine
     from imgbuild.project import Project, load_project
-    from imgbuild.report.images import check_junit_path, checks_table, file_matrix, write_junit
+    from imgbuild.report.images import checks_table, file_matrix
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import expected_from_labels, smoke, summary
     from imgbuild.smoke.inspect import localize
 
-    if junit is not None:
-        check_junit_path(junit)
     try:
         project: Project | None = load_project()
     except ConfigError:  # image references need no project
@@ -89,8 +86,6 @@ def smoke_cmd(
             importers = functools.partial(finder, tuple(f.path for f in expected.files))
             expected = dataclasses.replace(expected, smoke=known.smoke, importers=importers)
         reports.append(smoke(eng, ref, expected, runtime=not static))
-    if junit is not None:
-        write_junit(junit, reports)
     if as_json:
         print_json("smoke", {"ok": all(r.ok for r in reports), "reports": [r.to_json() for r in reports]})
     else:

@@ -28,7 +28,6 @@ BAKE_FORMAT = "imgbuild-bake/1"
 # A loopback registry: pushable when one runs (.ci/start-registry.sh), never a namespace of
 # somebody else; CI and users set REGISTRY (e.g. ghcr.io/OWNER).
 DEFAULT_REGISTRY = "localhost:5000"
-RUNNERS = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
 
 
 @dataclass(frozen=True)
@@ -216,28 +215,3 @@ def check(root: Path, bake: Bake) -> list[str]:
         problems.append(f"{BAKE_FILE} is out of date (patches/, images/ or images.lock changed)")
     problems += context_problems(root, bake) or []
     return problems
-
-
-# -- CI matrix -----------------------------------------------------------------------
-def matrix(targets: Sequence[BakeTarget], registry: str, present: Mapping[str, bool]) -> dict[str, object]:
-    """GitHub Actions matrices: one build per (variant, platform) and one merge per variant whose immutable tag
-    the registry lacks (`present`); native runners for amd64 and arm64, QEMU for any other platform."""
-    builds, merges = [], []
-    for t in targets:
-        if present.get(t.variant):
-            continue
-        image = f"{registry.rstrip('/')}/{t.repository}"
-        for platform in t.platforms:
-            arch = platform.split("/")[1]
-            builds.append(
-                {
-                    "variant": t.variant,
-                    "platform": platform,
-                    "arch": arch,
-                    "runner": RUNNERS.get(platform, "ubuntu-24.04"),
-                    "qemu": platform not in RUNNERS,
-                    "image": image,
-                }
-            )
-        merges.append({"variant": t.variant, "image": image, "tags": " ".join(f"{image}:{tag}" for tag in t.tags)})
-    return {"build": builds, "merge": merges, "changed": bool(merges)}

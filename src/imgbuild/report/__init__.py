@@ -1,1 +1,1 @@
-"""Rendering apart from logic: tables, JSON and JUnit of every command's results."""
+"""Rendering apart from logic: tables and JSON of every command's results."""
