@@ -28,7 +28,7 @@ def bake(
 
       imgbuild bake --check                      # CI and tests: fail when stale
 
-      docker buildx bake -f buildkit/docker-bake.json --print   # the targets as buildx reads them
+      docker buildx bake -f buildkit/docker-bake.json --print   # the targets
     """
     from imgbuild.plan import bake as bakemod
     from imgbuild.plan.inputs import project_inputs
