@@ -189,9 +189,12 @@ def ensure_runtime(
 
 
 def relock(root: Path, platform: Platform, vllm_version: str, *, verbose: bool = False) -> rl.Lock:
-    """Resolve vllm==VERSION for `platform` with uv (network) and write its lock file."""
+    """Resolve vllm==VERSION for `platform` with uv (network), under `constraints.txt` beside the locks if there is
+    one, and write its lock file."""
     log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with uv")
     args = ["pip", "compile", "-", "--generate-hashes", "--no-header", "--no-annotate", *_target_args(platform)]
+    constraints = root / rl.LOCK_DIR / "constraints.txt"
+    args += ["--constraint", str(constraints)] if constraints.is_file() else []
     text = rl.header(platform) + _uv(args, verbose=verbose, what=f"resolve for {platform}",
                                      stdin=f"{rl.ROOT}=={vllm_version}\n")  # fmt: skip
     path = root / rl.LOCK_DIR / rl.lock_name(platform)
