@@ -73,10 +73,11 @@ def test_missing_lock(tmp_path: Path) -> None:
         rl.load_lock(tmp_path, AMD64)
 
 
-def wheel(where: Path, name: str, requires: list[str]) -> Path:
-    """A minimal pure-python wheel `name` 1.0 with these Requires-Dist lines."""
-    dist = f"{name}-1.0.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+def wheel(where: Path, name: str, requires: list[str], version: str = "1.0") -> Path:
+    """A minimal pure-python wheel with these Requires-Dist lines."""
+    dist = f"{name}-{version}.dist-info"
+    head = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta = head + "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
         f"{name}/__init__.py": b"X = 1\n",
         f"{dist}/METADATA": meta.encode(),
@@ -86,7 +87,7 @@ def wheel(where: Path, name: str, requires: list[str]) -> Path:
         f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
         for p, d in files.items()
     )
-    path = where / f"{name}-1.0-py3-none-any.whl"
+    path = where / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for p, d in [*files.items(), (f"{dist}/RECORD", f"{record}{dist}/RECORD,,\n".encode())]:
             zf.writestr(p, d)
@@ -101,6 +102,7 @@ def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     wheel(links, "vllm", ["armonly; platform_machine == 'aarch64'", "xonly; platform_machine == 'x86_64'", "common"])
     for name in ("armonly", "xonly", "common"):
         wheel(links, name, [])
+    wheel(links, "common", [], version="2.0")
     for key, value in {"UV_OFFLINE": "1", "UV_FIND_LINKS": str(links), "UV_CACHE_DIR": str(tmp_path / "uv")}.items():
         monkeypatch.setenv(key, value)
     return links
@@ -115,6 +117,9 @@ def test_relock_resolves_markers_for_the_target_not_the_host(tmp_path: Path, loc
     assert vllm is not None and vllm.hashes == (sha256_file(local_index / "vllm-1.0-py3-none-any.whl"),)
     written = root / rl.LOCK_DIR / "linux-arm64.txt"
     assert written.read_text().startswith(rl.header(ARM64)) and rl.load_lock(root, ARM64) == arm
+    assert [p.version for p in arm.pins if p.name == "common"] == ["2.0"]
+    (root / rl.LOCK_DIR / "constraints.txt").write_text("# why\ncommon<2\n")
+    assert [p.version for p in rb.relock(root, ARM64, "1.0").pins if p.name == "common"] == ["1.0"]
 
 
 @pytest.mark.usefixtures("local_index")
