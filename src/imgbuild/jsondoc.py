@@ -31,7 +31,7 @@ VERSIONS: dict[str, int] = {
     "smoke": 1,
     "inspect": 1,
     "skeleton": 1,
-    "skeleton-runtime": 1,
+    "skeleton-runtime": 2,
     "lock": 1,
     "lock-check": 1,
     "bake": 1,

@@ -1,14 +1,19 @@
-"""The runtime base's lock, exclusions, tree layout and run options (fast tier: no docker, no network)."""
+"""The runtime base's lock, its resolution and install by uv (offline, on a local find-links folder), the tree
+layout and run options (fast tier: no docker, no network)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from imgbuild.builder import runtime_base as rb
 from imgbuild.builder import runtime_lock as rl
-from imgbuild.errors import ConfigError
+from imgbuild.digests import sha256_file
+from imgbuild.errors import ConfigError, UpstreamError
 from imgbuild.platforms import Platform
 from imgbuild.smoke import runtime_run
 
@@ -16,33 +21,21 @@ ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 64
 
 
-def item(name: str, version: str, requires: list[str], sha: str = SHA) -> dict[str, object]:
-    return {
-        "metadata": {"name": name, "version": version, "requires_dist": requires},
-        "download_info": {"url": f"https://example.invalid/{name}.whl", "archive_info": {"hashes": {"sha256": sha}}},
-    }
-
-
-def report(*items: dict[str, object]) -> dict[str, object]:
-    return {"version": "1", "install": list(items)}
-
-
-ARM64 = Platform.parse("linux/arm64")
+AMD64, ARM64 = Platform.parse("linux/amd64"), Platform.parse("linux/arm64")
 
 
 def test_shipped_locks_parse_and_pin_the_project_vllm() -> None:
     from imgbuild.project import Project
 
     project = Project.load(ROOT)
-    for platform in rl.MACHINES:
+    for platform in (AMD64, ARM64):
         lock = rl.load_lock(ROOT, platform)
         vllm = lock.pin("vllm")
         assert vllm is not None and vllm.version == project.pin.version
         assert lock.pin("torch") is not None
         assert len({p.name for p in lock.pins}) == len(lock.pins)
-    arm = rl.load_lock(ROOT, "linux/arm64").pin("vllm")
-    assert arm is not None and arm.sha256 == project.pin.source.sha256  # type: ignore[union-attr]
-    rl.load_exclusions(ROOT)  # the shipped exclusions file is valid
+    arm = rl.load_lock(ROOT, ARM64).pin("vllm")
+    assert arm is not None and project.pin.source.sha256 in arm.hashes  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -51,82 +44,96 @@ def test_shipped_locks_parse_and_pin_the_project_vllm() -> None:
         ("vllm==0.33.0 --hash=sha256:" + SHA + "\ntorch>=2 --hash=sha256:" + SHA, ":2: not a locked requirement"),
         ("vllm==0.33.0\n", ":1: not a locked requirement"),
         ("vllm==0.33.0 --hash=sha256:abc\n", ":1: not a locked requirement"),
+        (f"# c\nvllm==1 \\\n  --hash=sha256:{SHA}\nbad \\\n  --hash=sha256:{SHA}", ":4: not a locked requirement"),
         ("# c\nvllm==1 --hash=sha256:" + SHA + "\nVLLM==1 --hash=sha256:" + SHA, ":3: vllm is locked twice"),
-        ("# only comments\n", "the lock is empty"),
+        ("vllm==1 \\\n  --hash=sha256:" + SHA + " \\\n", ":1: the last requirement ends in a line continuation"),
+        ("# only comments\n", "does not pin vllm"),
         ("torch==2 --hash=sha256:" + SHA, "does not pin vllm"),
     ],
 )
 def test_a_bad_lock_names_file_and_line(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "linux-amd64.txt"
     with pytest.raises(ConfigError) as err:
-        rl.parse_lock(text, path, "linux/amd64")
+        rl.parse_lock(text, path, AMD64)
     assert str(path) in err.value.message and needle in err.value.message
-    assert err.value.exit_code == 3 and "--relock" in (err.value.hint or "")
+    assert err.value.exit_code == 3 and "--relock --platform linux/amd64" in (err.value.hint or "")
 
 
-def test_missing_lock_and_unknown_platform(tmp_path: Path) -> None:
+def test_uv_output_parses_with_every_hash_and_its_digest_is_the_text(tmp_path: Path) -> None:
+    lines = ["# h", "Torch==2.14.0 \\", f"  --hash=sha256:{SHA} \\", f"  --hash=sha256:{'b' * 64}", "vllm==0.33.0 \\"]
+    text = "\n".join([*lines, f"  --hash=sha256:{SHA}", ""])
+    lock = rl.parse_lock(text, tmp_path / "x.txt", AMD64)
+    assert lock.pins == (rl.Pin("torch", "2.14.0", (SHA, "b" * 64)), rl.Pin("vllm", "0.33.0", (SHA,)))
+    assert lock.digest() == hashlib.sha256(text.encode()).hexdigest()
+    assert rl.parse_lock(text + "\n", tmp_path / "x.txt", AMD64).digest() != lock.digest()
+
+
+def test_missing_lock(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no runtime lock for linux/amd64"):
-        rl.load_lock(tmp_path, "linux/amd64")
-    with pytest.raises(ConfigError, match="no lock for platform 'linux/s390x'"):
-        rl.load_lock(tmp_path, "linux/s390x")
+        rl.load_lock(tmp_path, AMD64)
 
 
-def test_lock_text_round_trips_and_its_digest_moves_with_it(tmp_path: Path) -> None:
-    lock = rl.Lock("linux/amd64", (rl.Pin("torch", "2.14.0", SHA), rl.Pin("vllm", "0.33.0", "b" * 64)))
-    again = rl.parse_lock(lock.text(), tmp_path / "x.txt", "linux/amd64")
-    assert again == lock and again.digest() == lock.digest()
-    other = rl.Lock("linux/amd64", (rl.Pin("torch", "2.14.1", SHA), rl.Pin("vllm", "0.33.0", "b" * 64)))
-    assert other.digest() != lock.digest()
-
-
-def test_markers_are_evaluated_for_the_target_not_the_host() -> None:
-    rep = report(
-        item("vllm", "1", ["torch==2", "xonly; platform_machine == 'x86_64'", "big[gpu]", "gpuonly"]),
-        item("torch", "2", ["setuptools; python_version > '3.11'", "typing-extensions"]),
-        item("xonly", "1", []),
-        item("big", "1", ["extra-dep; extra == 'gpu'", "not-asked; extra == 'other'"]),
-        item("extra-dep", "1", []),
-        item("not-asked", "1", []),
-        item("typing_extensions", "4", []),
-        item("setuptools", "80", []),
-        item("gpuonly", "1", ["cuda-thing"]),
-        item("cuda-thing", "1", []),
+def wheel(where: Path, name: str, requires: list[str], version: str = "1.0") -> Path:
+    """A minimal pure-python wheel with these Requires-Dist lines."""
+    dist = f"{name}-{version}.dist-info"
+    head = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta = head + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {
+        f"{name}/__init__.py": b"X = 1\n",
+        f"{dist}/METADATA": meta.encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+        for p, d in files.items()
     )
-    excl = (rl.Exclusion("gpuonly", ("linux/arm64",), "GPU only"),)
-    amd = {p.name for p in rl.lock_from_report(rep, "linux/amd64", excl).pins}
-    arm = {p.name for p in rl.lock_from_report(rep, "linux/arm64", excl).pins}
-    assert amd == {"vllm", "torch", "xonly", "big", "extra-dep", "typing-extensions", "gpuonly", "cuda-thing"}
-    assert arm == {"vllm", "torch", "big", "extra-dep", "typing-extensions"}
+    path = where / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for p, d in [*files.items(), (f"{dist}/RECORD", f"{record}{dist}/RECORD,,\n".encode())]:
+            zf.writestr(p, d)
+    return path
 
 
-def test_a_requirement_pip_did_not_resolve_is_named() -> None:
-    rep = report(item("vllm", "1", ["armonly; platform_machine == 'aarch64'"]))
-    assert rl.lock_from_report(rep, "linux/amd64", ()).pins == (rl.Pin("vllm", "1", SHA),)
-    with pytest.raises(ConfigError, match=r"vllm needs armonly.*on linux/arm64"):
-        rl.lock_from_report(rep, "linux/arm64", ())
+@pytest.fixture
+def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """uv offline, with an empty cache, on a find-links folder: vllm 1.0 needs one package per machine."""
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel(links, "vllm", ["armonly; platform_machine == 'aarch64'", "xonly; platform_machine == 'x86_64'", "common"])
+    for name in ("armonly", "xonly", "common"):
+        wheel(links, name, [])
+    wheel(links, "common", [], version="2.0")
+    for key, value in {"UV_OFFLINE": "1", "UV_FIND_LINKS": str(links), "UV_CACHE_DIR": str(tmp_path / "uv")}.items():
+        monkeypatch.setenv(key, value)
+    return links
 
 
-@pytest.mark.parametrize(
-    ("text", "needle"),
-    [
-        ("a: [\n", "invalid YAML: unclosed flow collection"),
-        ("- a\n", "expected a mapping"),
-        ("foo:\n  platforms: [linux/amd64]\n", "exactly the keys platforms and reason"),
-        ("foo:\n  platforms: [linux/ppc]\n  reason: x\n", "platforms must be a list"),
-        ("ok:\n  platforms: [linux/amd64]\n  reason: y\nfoo:\n  platforms: [linux/amd64]\n  reason: ''\n", ":4: foo"),
-    ],
-)
-def test_bad_exclusions_name_the_file(tmp_path: Path, text: str, needle: str) -> None:
-    path = tmp_path / "exclude.yaml"
-    with pytest.raises(ConfigError) as err:
-        rl.parse_exclusions(text, path)
-    assert str(path) in err.value.message and needle in err.value.message
+def test_relock_resolves_markers_for_the_target_not_the_host(tmp_path: Path, local_index: Path) -> None:
+    root = tmp_path / "project"
+    arm, amd = rb.relock(root, ARM64, "1.0"), rb.relock(root, AMD64, "1.0")
+    assert [p.name for p in arm.pins] == ["armonly", "common", "vllm"]
+    assert [p.name for p in amd.pins] == ["common", "vllm", "xonly"]
+    vllm = arm.pin("vllm")
+    assert vllm is not None and vllm.hashes == (sha256_file(local_index / "vllm-1.0-py3-none-any.whl"),)
+    written = root / rl.LOCK_DIR / "linux-arm64.txt"
+    assert written.read_text().startswith(rl.header(ARM64)) and rl.load_lock(root, ARM64) == arm
+    assert [p.version for p in arm.pins if p.name == "common"] == ["2.0"]
+    (root / rl.LOCK_DIR / "constraints.txt").write_text("# why\ncommon<2\n")
+    assert [p.version for p in rb.relock(root, ARM64, "1.0").pins if p.name == "common"] == ["1.0"]
 
 
-def test_platform_tags_cover_older_manylinux() -> None:
-    tags = rl.platform_tags("linux/arm64")
-    assert tags[0] == "manylinux_2_36_aarch64" and "manylinux_2_17_aarch64" in tags and "manylinux2014_aarch64" in tags
-    assert "manylinux1_x86_64" in rl.platform_tags("linux/amd64")
+@pytest.mark.usefixtures("local_index")
+def test_install_tree_installs_the_lock_and_refuses_a_wrong_hash(tmp_path: Path) -> None:
+    lock = rb.relock(tmp_path / "project", ARM64, "1.0")
+    (tmp_path / "ok").mkdir()
+    rb.install_tree(lock, tmp_path / "ok" / "tree")
+    assert sorted(p.name for p in (tmp_path / "ok" / "tree").iterdir() if not p.name.endswith(".dist-info")) == [
+        "armonly", "common", "vllm"
+    ]  # fmt: skip
+    bad = rl.parse_lock(lock.text.replace(lock.pins[0].hashes[0], SHA), tmp_path / "bad.txt", ARM64)
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(UpstreamError, match="uv install for linux/arm64 failed"):
+        rb.install_tree(bad, tmp_path / "bad" / "tree")
 
 
 def test_shebangs_point_at_the_image_python(tmp_path: Path) -> None:

@@ -59,18 +59,18 @@ def runtime_spec(project: Project, site_packages: str | None, platform: str) -> 
     """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
     from imgbuild.builder import runtime_base, runtime_lock
 
-    lock = runtime_lock.load_lock(project.root, platform)
+    lock = runtime_lock.load_lock(project.root, Platform.parse(platform))
     wanted = [(runtime_lock.ROOT, project.pin.version)]  # and each further pin's wheel, at its pinned release
     wanted += [(p.source.project, p.source.version) for p in project.pins[1:] if isinstance(p.source, WheelSource)]
     for name, version in wanted:
         locked = lock.pin(name)
         if locked is None or locked.version != version:
             raise UpstreamError(
-                f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(platform)} locks {name} "
+                f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(lock.platform)} locks {name} "
                 f"{locked.version if locked else '(none)'}, but patches/upstream.yaml pins {version}",
                 hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
             )
-    return runtime_base.RuntimeSpec(platform, lock, site_packages or skeleton.SITE_PACKAGES)
+    return runtime_base.RuntimeSpec(lock.platform, lock, site_packages or skeleton.SITE_PACKAGES)
 
 
 STAND_INS: dict[str, Callable[[Project, str | None, str], skeleton.SkeletonSpec | runtime_base.RuntimeSpec]] = {

@@ -1,12 +1,12 @@
 """The runtime base: a stand-in that can `import vllm`: a bookworm rootfs plus every wheel of the platform's
-lock, pip-installed on the host (`--target --platform`, nothing under qemu); tagged by a digest of its inputs."""
+lock, installed on the host by `uv pip install --target --python-platform` (nothing under qemu; uv's cache keeps
+the wheels), then built by BuildKit; tagged by a digest of its inputs."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -27,66 +27,62 @@ from imgbuild.builder.skeleton import (
     log,
     rootfs_into,
 )
-from imgbuild.digests import sha256_file
 from imgbuild.engine import Engine, ImageInfo
 from imgbuild.errors import StateError, UpstreamError
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
 REPOSITORY = "imgbuild-runtime"
-FORMAT = "imgbuild-runtime/2"
+FORMAT = "imgbuild-runtime/3"  # 3: installed by uv
 LABEL = "imgbuild.runtime-base"
 INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, which sparkrun's health check runs
 IMAGE_PYTHON = "/usr/bin/python3"
 BIN = "usr/local/bin"
-PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    platform: str
+    platform: Platform
     lock: rl.Lock
     site_packages: str = SITE_PACKAGES
 
     @property
-    def arch(self) -> str:
-        return self.platform.split("/")[1]
-
-    @property
     def rootfs(self) -> RootfsRecipe:
-        return RootfsRecipe(self.arch, include=INCLUDE)
+        return RootfsRecipe(self.platform.arch, include=INCLUDE)
 
     def key(self) -> str:
-        parts = [FORMAT, self.platform, self.rootfs.key(), self.lock.digest(), self.site_packages]
+        parts = [FORMAT, str(self.platform), self.rootfs.key(), self.lock.digest(), self.site_packages]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     @property
     def tag(self) -> str:
-        return f"{REPOSITORY}:{self.arch}-{self.key()[:12]}"
+        return f"{REPOSITORY}:{self.platform.arch}-{self.key()[:12]}"
 
 
 @dataclass(frozen=True)
 class RuntimeResult:
     info: ImageInfo
     built: bool
-    downloaded: int  # wheels fetched this run
-    download_bytes: int  # bytes of every wheel in the lock
     seconds: float
 
 
-# -- the wheel cache ---------------------------------------------------------
-def wheel_dir(cache: Path) -> Path:
-    return cache / "runtime" / "wheels"
+def _uv(args: list[str], *, verbose: bool, what: str, stdin: str | None = None) -> str:
+    """uv's stdout; a failure is an UpstreamError with the end of uv's log."""
+    done = pip.run_uv(args, verbose=verbose, stdin=stdin)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or "").strip().splitlines()[-15:])
+        raise UpstreamError(f"uv {what} failed (exit {done.returncode}):\n{tail}")
+    return done.stdout or ""
 
 
-def cached_wheel(cache: Path, pin: rl.Pin) -> Path | None:
-    found = sorted((wheel_dir(cache) / pin.sha256).glob("*.whl"))
-    return found[0] if found else None
+def _target_args(platform: Platform) -> list[str]:
+    return ["--python-platform", rl.uv_platform(platform), "--python-version", rl.PYTHON_VERSION,
+            "--only-binary", ":all:"]  # fmt: skip
 
 
 @contextlib.contextmanager
 def cache_lock(cache: Path) -> Iterator[None]:
-    """One imgbuild at a time fills the runtime cache; staging a killed run left is removed under it."""
+    """One imgbuild at a time builds a runtime base; staging a killed run left is removed under it."""
     base = cache / "runtime"
     base.mkdir(parents=True, exist_ok=True)
     fd = os.open(base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -105,39 +101,8 @@ def cache_lock(cache: Path) -> Iterator[None]:
 
 
 def _staging(cache: Path, what: str) -> tempfile.TemporaryDirectory[str]:
-    """A staging directory in the runtime cache (so its files move in by rename), removed after."""
+    """A staging directory in the runtime cache, removed after."""
     return tempfile.TemporaryDirectory(prefix=f".staging-{what}-", dir=cache / "runtime", ignore_cleanup_errors=True)
-
-
-def _pip(args: list[str], *, verbose: bool, what: str) -> None:
-    proc = pip.run_logged(args, env=PIP_ENV, verbose=verbose)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout or "").strip().splitlines()[-15:])
-        raise UpstreamError(f"pip {what} failed (exit {proc.returncode}):\n{tail}")
-
-
-def _target_args(platform: str) -> list[str]:
-    plats = [a for tag in rl.platform_tags(platform) for a in ("--platform", tag)]
-    return [*plats, "--python-version", rl.PYTHON_VERSION, "--implementation", "cp", "--only-binary", ":all:"]
-
-
-def fetch_wheels(lock: rl.Lock, cache: Path) -> int:
-    """Download the lock's wheels missing from the cache; returns how many were fetched."""
-    missing = [p for p in lock.pins if cached_wheel(cache, p) is None]
-    if not missing:
-        return 0
-    log(f"downloading {len(missing)} of {len(lock.pins)} locked wheels for {lock.platform} (once; cached by sha256)")
-    with _staging(cache, "download") as tmp:
-        req = Path(tmp) / "requirements.txt"
-        req.write_text("".join(p.line() + "\n" for p in missing))
-        out = Path(tmp) / "wheels"
-        args = ["download", "--no-deps", "--require-hashes", "-d", str(out), "-r", str(req)]
-        _pip([*args, *_target_args(lock.platform)], verbose=True, what=f"download for {lock.platform}")
-        for path in sorted(out.iterdir()):  # pip checked each against the lock's hashes
-            final = wheel_dir(cache) / sha256_file(path)
-            final.mkdir(parents=True, exist_ok=True)
-            os.replace(path, final / path.name)
-    return len(missing)
 
 
 # -- the installed tree -----------------------------------------------------
@@ -155,20 +120,15 @@ def fix_shebangs(bin_dir: Path, python: str = IMAGE_PYTHON) -> list[str]:
     return fixed
 
 
-def install_tree(lock: rl.Lock, cache: Path, target: Path, *, verbose: bool = False) -> None:
-    """pip-install every locked wheel into `target` for the lock's platform (nothing is run from them)."""
-    req = target.parent / "install.txt"
-    lines = []
-    for pin in lock.pins:
-        wheel = cached_wheel(cache, pin)
-        if wheel is None:
-            raise UpstreamError(f"{pin.name}=={pin.version} is not in the wheel cache")
-        lines.append(f"{wheel} --hash=sha256:{pin.sha256}\n")
-    req.write_text("".join(lines))
-    log(f"installing {len(lock.pins)} wheels for {lock.platform} on the host (pip --target; a few minutes)")
-    args = ["install", "--no-index", "--no-deps", "--require-hashes", "--no-compile", "--no-warn-script-location"]
-    args += ["--target", str(target), "-r", str(req)]
-    _pip([*args, *_target_args(lock.platform)], verbose=verbose, what=f"install for {lock.platform}")
+def install_tree(lock: rl.Lock, target: Path, *, verbose: bool = False) -> None:
+    """Install every locked wheel into `target` for the lock's platform (nothing is run from them); uv
+    downloads what its cache lacks and checks every file against the lock's hashes."""
+    req = target.parent / "lock.txt"
+    req.write_text(lock.text)
+    log(f"installing {len(lock.pins)} locked wheels for {lock.platform} on the host (uv; downloads once)")
+    args = ["pip", "install", "--require-hashes", "--no-deps", "--link-mode", "copy", "--target", str(target)]
+    _uv([*args, "-r", str(req), *_target_args(lock.platform)], verbose=verbose, what=f"install for {lock.platform}")
+    (target / ".lock").unlink(missing_ok=True)  # uv's lock on the target, not part of the tree
     fix_shebangs(target / "bin")
 
 
@@ -212,36 +172,32 @@ def ensure_runtime(
 ) -> RuntimeResult:
     """The runtime base for `spec`, built if the daemon lacks it."""
     start = time.monotonic()
-    size = 0
     info = engine.image(spec.tag)
     if info is not None and info.labels.get(LABEL) == spec.key() and not force:
-        return RuntimeResult(info, False, 0, size, time.monotonic() - start)
+        return RuntimeResult(info, False, time.monotonic() - start)
     with cache_lock(cache):
-        fetched = fetch_wheels(spec.lock, cache)
-        size = sum(w.stat().st_size for p in spec.lock.pins if (w := cached_wheel(cache, p)))
         rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
         with _staging(cache, "build") as tmp:
             target = Path(tmp) / "tree"
-            install_tree(spec.lock, cache, target, verbose=verbose)
+            install_tree(spec.lock, target, verbose=verbose)
             log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
             context = build_context(target, rootfs, spec.site_packages, labels_of(spec))
-            platforms = [Platform.parse(spec.platform)]
             engine.build(
-                context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose
+                context, tags=[spec.tag], platforms=[spec.platform], epoch=BASE_EPOCH, compress=False, verbose=verbose
             )
-    return RuntimeResult(engine.require(spec.tag), True, fetched, size, time.monotonic() - start)
+    return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
 
 
-# -- relocking ----------------------------------------------------------------
-def relock(root: Path, platform: str, vllm_version: str, *, verbose: bool = False) -> rl.Lock:
-    """Resolve vllm==VERSION for `platform` with pip (network) and write its lock file."""
-    exclusions = rl.load_exclusions(root)
-    with tempfile.TemporaryDirectory(prefix="imgbuild-relock-") as tmp:
-        report = Path(tmp) / "report.json"
-        args = ["install", "--dry-run", "--ignore-installed", "--use-feature=fast-deps", "--report", str(report)]
-        args += ["--target", str(Path(tmp) / "t"), f"{rl.ROOT}=={vllm_version}"]
-        log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with pip (a few minutes)")
-        _pip([*args, *_target_args(platform)], verbose=verbose, what=f"resolve for {platform}")
-        lock = rl.lock_from_report(json.loads(report.read_text()), platform, exclusions)
-    write_text(root / rl.LOCK_DIR / rl.lock_name(platform), lock.text())
+def relock(root: Path, platform: Platform, vllm_version: str, *, verbose: bool = False) -> rl.Lock:
+    """Resolve vllm==VERSION for `platform` with uv (network), under `constraints.txt` beside the locks if there is
+    one, and write its lock file."""
+    log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with uv")
+    args = ["pip", "compile", "-", "--generate-hashes", "--no-header", "--no-annotate", *_target_args(platform)]
+    constraints = root / rl.LOCK_DIR / "constraints.txt"
+    args += ["--constraint", str(constraints)] if constraints.is_file() else []
+    text = rl.header(platform) + _uv(args, verbose=verbose, what=f"resolve for {platform}",
+                                     stdin=f"{rl.ROOT}=={vllm_version}\n")  # fmt: skip
+    path = root / rl.LOCK_DIR / rl.lock_name(platform)
+    lock = rl.parse_lock(text, path, platform)
+    write_text(path, text)
     return lock

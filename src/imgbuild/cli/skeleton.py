@@ -28,13 +28,13 @@ def skeleton(
         typer.Option(
             "--runtime",
             help="Build the runtime base instead: the skeleton plus every wheel of images/runtime-lock/<platform>.txt "
-            "(torch, vLLM's requirements), so `import vllm` works. Downloads once (GBs), cached by sha256.",
+            "(torch, vLLM's requirements), so `import vllm` works. uv downloads them once (GBs) into its cache.",
         ),
     ] = False,
     relock: Annotated[
         bool,
         typer.Option(
-            "--relock", help="With --runtime: resolve the pinned vllm's requirements again with pip (network) first."
+            "--relock", help="With --runtime: resolve the pinned vllm's requirements again with uv (network) first."
         ),
     ] = False,
     verbose: VerboseOpt = False,
@@ -45,7 +45,7 @@ def skeleton(
     Offline after the first run (the rootfs is cached; the image is tagged by a digest of its inputs). Build
     variants on it with `imgbuild build --base skeleton`. It has no torch: smoke commands marked for real bases
     are skipped on it. With --runtime it builds the runtime base (`imgbuild build --base runtime`): the locked
-    wheels pip-installed on the host, tagged by the lock's digest; a warm run downloads and builds nothing.
+    wheels installed on the host by uv, tagged by the lock's digest; a warm run downloads and builds nothing.
 
     Examples:
       imgbuild skeleton --platform linux/arm64
@@ -58,6 +58,7 @@ def skeleton(
     from imgbuild.builder import skeleton as skel
     from imgbuild.config.models import check_platform
     from imgbuild.engine import Engine
+    from imgbuild.platforms import Platform
     from imgbuild.project import load_project
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir
@@ -71,7 +72,7 @@ def skeleton(
         raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
     if runtime:
         if relock:
-            rb.relock(project.root, platform, project.pin.version, verbose=verbose)
+            rb.relock(project.root, Platform.parse(platform), project.pin.version, verbose=verbose)
         rspec = bases.runtime_spec(project, site_packages, platform)
         res = rb.ensure_runtime(Engine.connect(), rspec, cache_dir(), force=force, verbose=verbose)
         if as_json:
@@ -82,12 +83,10 @@ def skeleton(
                     "image_id": res.info.id,
                     "platform": str(res.info.platform),
                     "site_packages": rspec.site_packages,
-                    "lock": str(rl.LOCK_DIR / rl.lock_name(platform)),
+                    "lock": str(rl.LOCK_DIR / rl.lock_name(rspec.platform)),
                     "lock_digest": rspec.lock.digest(),
                     "wheels": len(rspec.lock.pins),
                     "built": res.built,
-                    "downloaded": res.downloaded,
-                    "download_bytes": res.download_bytes,
                     "image_bytes": res.info.size,
                     "seconds": round(res.seconds, 1),
                 },

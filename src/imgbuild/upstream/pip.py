@@ -1,11 +1,10 @@
-"""All pip runs: `python -m pip` of the interpreter imgbuild runs on, through the process funnel (imgbuild/proc.py);
-the exit status is the caller's to turn into its error."""
+"""All pip and uv runs, through the process funnel (imgbuild/proc.py): pip is `python -m pip` of the interpreter
+imgbuild runs on, uv the binary of the `uv` package; the exit status is the caller's to turn into its error."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from imgbuild import proc
 
@@ -19,14 +18,16 @@ def run(args: Sequence[str]) -> proc.CompletedProcess[str]:
     return proc.run(command(args), text=True)
 
 
-def run_logged(args: Sequence[str], *, env: Mapping[str, str], verbose: bool) -> proc.CompletedProcess[str]:
-    """pip with `env` added, stdout and stderr as one text: shown on our stderr with `verbose` (so that `--json`
-    keeps stdout to itself), else captured in `.stdout` for the caller's error."""
+def run_uv(args: Sequence[str], *, verbose: bool, stdin: str | None = None) -> proc.CompletedProcess[str]:
+    """uv with no user or project config; its log on our stderr with `verbose` (so that `--json` keeps stdout to
+    itself), else captured with its stderr in `.stderr` for the caller's error. stdout is always captured."""
+    from uv import find_uv_bin
+
     return proc.run(
-        command(args),
-        env={**os.environ, **env},
+        [find_uv_bin(), *args, "--no-config", "--no-progress", "--python", sys.executable],
+        input=stdin,
         text=True,
         capture=False,
-        stdout=sys.stderr if verbose else proc.PIPE,
-        stderr=proc.STDOUT,
+        stdout=proc.PIPE,
+        stderr=sys.stderr if verbose else proc.PIPE,
     )
