@@ -4,6 +4,7 @@ store, so an image id is its manifest digest). IMGBUILD_ECHO=1 echoes each as th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import re
@@ -312,14 +313,14 @@ class Engine:
                 if cid is not None:
                     api.remove_container(cid, force=True)
 
-    def read_files(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, bytes | None]:
-        """The bytes of each absolute path in the image (None: missing or not a regular file); the container
+    def file_digests(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, str | None]:
+        """The sha256 of each absolute path in the image (None: missing or not a regular file); the container
         is never started, so no emulation is needed."""
         echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
         with self._container(ref, command=["imgbuild-read-only"], platform=str(platform) if platform else None) as cid:
-            return {path: self._read_one(cid, path) for path in paths}
+            return {path: self._sha256(cid, path) for path in paths}
 
-    def _read_one(self, cid: str, path: str) -> bytes | None:
+    def _sha256(self, cid: str, path: str) -> str | None:
         try:
             stream, _ = self._call(self.client.api.get_archive, cid, path)
         except docker.errors.NotFound:
@@ -328,7 +329,7 @@ class Engine:
             for member in tar.getmembers():
                 if member.isfile():
                     fh = tar.extractfile(member)
-                    return fh.read() if fh else None
+                    return hashlib.sha256(fh.read()).hexdigest() if fh else None
         return None
 
     def run(
