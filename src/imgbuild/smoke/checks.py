@@ -406,7 +406,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     return report
 
 
-def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -> Expected:
+def expected_from_labels(info: ImageInfo) -> Expected:
     """What an image claims about itself (for `smoke IMAGE` and `inspect`)."""
     try:
         files = tuple(lbl.parse_files(info.labels.get(f"{lbl.PREFIX}files") or "{}"))
@@ -420,7 +420,6 @@ def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -
         platform=info.platform,
         files=files,
         site_packages=info.labels.get(f"{lbl.PREFIX}site-packages", ""),
-        smoke=smoke_spec,
         variant=info.labels.get(f"{lbl.PREFIX}variant"),
         base_ref=info.labels.get(f"{lbl.OCI}base.name", ""),
         layers=layers,
