@@ -95,10 +95,6 @@ class PinnedTrees:
         for path in paths:
             self.read(path)
 
-    def grep(self, words: Iterable[str], under: str) -> list[str]:
-        tree = self._of(under)
-        return tree.grep(words, under) if tree is not None else []
-
 
 @dataclass
 class Project:
