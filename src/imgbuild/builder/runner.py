@@ -30,7 +30,7 @@ BUILDS_AT_ONCE = 2
 ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
 
 
-def _stderr(msg: str) -> None:
+def to_stderr(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
@@ -324,7 +324,7 @@ def prepare(
     project: Project,
     selection: Selection,
     options: BuildOptions,
-    say: Say = _stderr,
+    say: Say = to_stderr,
     inputs: ProjectInputs | None = None,
 ) -> BuildPlan:
     """Plan, resolve bases, check entrypoints and drift: everything before the first tag or build. The checks
@@ -368,7 +368,7 @@ def build(
     project: Project,
     selection: Selection,
     options: BuildOptions,
-    say: Say = _stderr,
+    say: Say = to_stderr,
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     inputs = project_inputs(project)
