@@ -43,10 +43,6 @@ CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
 MIN_VERSION = (26, 0)
 
 
-def _not_found(cli: str) -> DockerError:
-    return DockerError(f"docker CLI {cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER")
-
-
 @dataclass(frozen=True)
 class ImageInfo:
     id: str
@@ -265,18 +261,21 @@ class Engine:
         docker context as `--builder`; the CLI's `--context` selects its docker-driver builder instead)."""
         if not builder:
             return ["buildx"]
-        try:
-            done = proc.run([self.cli, "context", "inspect", builder], text=True)
-        except proc.ToolNotFound as exc:
-            raise _not_found(self.cli) from exc
+        done = self._cli([self.cli, "context", "inspect", builder], text=True)
         return ["--context", builder, "buildx"] if done.returncode == 0 else ["buildx", "--builder", builder]
+
+    def _cli(self, argv: list[str], **kwargs: Any) -> proc.CompletedProcess[Any]:
+        """`argv` (the docker CLI and its arguments) run through proc.run."""
+        try:
+            return proc.run(argv, **kwargs)
+        except proc.ToolNotFound as exc:
+            raise DockerError(
+                f"docker CLI {self.cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER"
+            ) from exc
 
     def _buildx(self, args: list[str], stdin: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
         """Run buildx to the end (proc.run kills it on an interrupt); a DockerError says why it failed."""
-        try:
-            done = proc.run(args, input=stdin, env=env, capture=not verbose)  # --verbose: its log on the terminal
-        except proc.ToolNotFound as exc:
-            raise _not_found(self.cli) from exc
+        done = self._cli(args, input=stdin, env=env, capture=not verbose)  # --verbose: its log on the terminal
         if done.returncode == 0:
             return
         text = ((done.stdout or b"") + (done.stderr or b"")).decode(errors="replace")
