@@ -250,10 +250,8 @@ class Engine:
         if builder:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins
         what = f"docker buildx build for {', '.join(map(str, platforms))} ({', '.join(tags)})"
-        if isinstance(context, Path):
-            self._buildx([*args, str(context)], b"", env, verbose, what)
-        else:
-            self._buildx([*args, "-"], context, env, verbose, what)
+        source, stdin = (str(context), b"") if isinstance(context, Path) else ("-", context)
+        self._buildx([*args, source], stdin, env, verbose, what)
         return self.require(tags[0]).id  # on the containerd store: the manifest (or index) digest
 
     def _builder_args(self, builder: str | None) -> list[str]:
