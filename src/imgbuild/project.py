@@ -122,10 +122,7 @@ class Project:
                     hint="add the file or remove the line from patches/series",
                 )
             patches.append(parse_patch(path, roots))
-        variants: dict[str, VariantConfig] = {}
-        for path in sorted((root / "images").glob("*.yaml")):
-            v = load_variant(path)
-            variants[v.name] = v
+        variants = {path.stem: load_variant(path) for path in sorted((root / "images").glob("*.yaml"))}  # name == stem
         return cls(root, pins[0], series, patches, variants, pins)
 
     @property
