@@ -20,6 +20,7 @@ from typing import Any
 import docker
 import docker.errors
 import requests
+from docker.utils import parse_repository_tag
 
 from imgbuild import proc
 from imgbuild.errors import DockerError
@@ -201,11 +202,9 @@ class Engine:
         return info
 
     def tag(self, image_id: str, ref: str) -> None:
-        repo, _, tag = ref.rpartition(":")
-        if not repo or "/" in tag:
-            repo, tag = ref, "latest"
+        repo, tag = parse_repository_tag(ref)
         echo(["docker", "tag", image_id, ref])
-        if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
+        if not self._call(self.client.api.tag, image_id, repo, tag or "latest", force=True):
             raise DockerError(f"could not tag {image_id} as {ref}")
 
     def untag(self, ref: str) -> None:
