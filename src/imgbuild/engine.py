@@ -4,6 +4,7 @@ store, so an image id is its manifest digest). IMGBUILD_ECHO=1 echoes each as th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import re
@@ -19,6 +20,7 @@ from typing import Any
 import docker
 import docker.errors
 import requests
+from docker.utils import parse_repository_tag
 
 from imgbuild import proc
 from imgbuild.errors import DockerError
@@ -40,10 +42,6 @@ BINFMT_FIX = (
 CONTAINER_LABEL = "imgbuild.container-of"  # on every container imgbuild creates: the pid that created it
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
 MIN_VERSION = (26, 0)
-
-
-def _not_found(cli: str) -> DockerError:
-    return DockerError(f"docker CLI {cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER")
 
 
 @dataclass(frozen=True)
@@ -204,11 +202,9 @@ class Engine:
         return info
 
     def tag(self, image_id: str, ref: str) -> None:
-        repo, _, tag = ref.rpartition(":")
-        if not repo or "/" in tag:
-            repo, tag = ref, "latest"
+        repo, tag = parse_repository_tag(ref)
         echo(["docker", "tag", image_id, ref])
-        if not self._call(self.client.api.tag, image_id, repo, tag, force=True):
+        if not self._call(self.client.api.tag, image_id, repo, tag or "latest", force=True):
             raise DockerError(f"could not tag {image_id} as {ref}")
 
     def untag(self, ref: str) -> None:
@@ -253,10 +249,8 @@ class Engine:
         if builder:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins
         what = f"docker buildx build for {', '.join(map(str, platforms))} ({', '.join(tags)})"
-        if isinstance(context, Path):
-            self._buildx([*args, str(context)], b"", env, verbose, what)
-        else:
-            self._buildx([*args, "-"], context, env, verbose, what)
+        source, stdin = (str(context), b"") if isinstance(context, Path) else ("-", context)
+        self._buildx([*args, source], stdin, env, verbose, what)
         return self.require(tags[0]).id  # on the containerd store: the manifest (or index) digest
 
     def _builder_args(self, builder: str | None) -> list[str]:
@@ -264,18 +258,21 @@ class Engine:
         docker context as `--builder`; the CLI's `--context` selects its docker-driver builder instead)."""
         if not builder:
             return ["buildx"]
-        try:
-            done = proc.run([self.cli, "context", "inspect", builder], text=True)
-        except proc.ToolNotFound as exc:
-            raise _not_found(self.cli) from exc
+        done = self._cli([self.cli, "context", "inspect", builder], text=True)
         return ["--context", builder, "buildx"] if done.returncode == 0 else ["buildx", "--builder", builder]
+
+    def _cli(self, argv: list[str], **kwargs: Any) -> proc.CompletedProcess[Any]:
+        """`argv` (the docker CLI and its arguments) run through proc.run."""
+        try:
+            return proc.run(argv, **kwargs)
+        except proc.ToolNotFound as exc:
+            raise DockerError(
+                f"docker CLI {self.cli!r} not found", hint="install docker.io, or set IMGBUILD_DOCKER"
+            ) from exc
 
     def _buildx(self, args: list[str], stdin: bytes, env: dict[str, str], verbose: bool, what: str) -> None:
         """Run buildx to the end (proc.run kills it on an interrupt); a DockerError says why it failed."""
-        try:
-            done = proc.run(args, input=stdin, env=env, capture=not verbose)  # --verbose: its log on the terminal
-        except proc.ToolNotFound as exc:
-            raise _not_found(self.cli) from exc
+        done = self._cli(args, input=stdin, env=env, capture=not verbose)  # --verbose: its log on the terminal
         if done.returncode == 0:
             return
         text = ((done.stdout or b"") + (done.stderr or b"")).decode(errors="replace")
@@ -312,14 +309,14 @@ class Engine:
                 if cid is not None:
                     api.remove_container(cid, force=True)
 
-    def read_files(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, bytes | None]:
-        """The bytes of each absolute path in the image (None: missing or not a regular file); the container
+    def file_digests(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, str | None]:
+        """The sha256 of each absolute path in the image (None: missing or not a regular file); the container
         is never started, so no emulation is needed."""
         echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
         with self._container(ref, command=["imgbuild-read-only"], platform=str(platform) if platform else None) as cid:
-            return {path: self._read_one(cid, path) for path in paths}
+            return {path: self._sha256(cid, path) for path in paths}
 
-    def _read_one(self, cid: str, path: str) -> bytes | None:
+    def _sha256(self, cid: str, path: str) -> str | None:
         try:
             stream, _ = self._call(self.client.api.get_archive, cid, path)
         except docker.errors.NotFound:
@@ -328,7 +325,7 @@ class Engine:
             for member in tar.getmembers():
                 if member.isfile():
                     fh = tar.extractfile(member)
-                    return fh.read() if fh else None
+                    return hashlib.sha256(fh.read()).hexdigest() if fh else None
         return None
 
     def run(

@@ -95,10 +95,6 @@ class PinnedTrees:
         for path in paths:
             self.read(path)
 
-    def grep(self, words: Iterable[str], under: str) -> list[str]:
-        tree = self._of(under)
-        return tree.grep(words, under) if tree is not None else []
-
 
 @dataclass
 class Project:
@@ -126,10 +122,7 @@ class Project:
                     hint="add the file or remove the line from patches/series",
                 )
             patches.append(parse_patch(path, roots))
-        variants: dict[str, VariantConfig] = {}
-        for path in sorted((root / "images").glob("*.yaml")):
-            v = load_variant(path)
-            variants[v.name] = v
+        variants = {path.stem: load_variant(path) for path in sorted((root / "images").glob("*.yaml"))}  # name == stem
         return cls(root, pins[0], series, patches, variants, pins)
 
     @property
@@ -210,15 +203,10 @@ class Project:
 
     def lint(self) -> list[str]:
         """Problems that do not stop an apply but that review should catch."""
-        problems = []
-        for p in self.patches:
-            for f in missing_fields(p):
-                problems.append(f"{p.filename}: DEP-3 header lacks {f}")
+        lacking = [f"{p.filename}: DEP-3 header lacks {f}" for p in self.patches for f in missing_fields(p)]
         listed = {e.filename for e in self.series}
-        for path in sorted(self.patches_dir.glob("*.patch")):
-            if path.name not in listed:
-                problems.append(f"{path.name}: not listed in patches/series")
-        return problems
+        unlisted = [path.name for path in sorted(self.patches_dir.glob("*.patch")) if path.name not in listed]
+        return lacking + [f"{name}: not listed in patches/series" for name in unlisted]
 
     def refuse_bad_headers(self) -> None:
         """`patches check` and `build` refuse a patch whose header cannot say what it is and where it stands,

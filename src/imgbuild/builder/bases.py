@@ -193,8 +193,7 @@ def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: BaseMap, ca
         if marker.is_file():
             continue
         paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
-        found = engine.read_files(image_id, list(paths), platform)
-        have = {full: None if data is None else hashlib.sha256(data).hexdigest() for full, data in found.items()}
+        have = engine.file_digests(image_id, list(paths), platform)
         bad = [
             f"{refs[(image_id, platform, site)]}: {full}: base has {have[full] or 'no such file'}, "
             f"the pinned release has {wanted[rel] or 'no such file'}"

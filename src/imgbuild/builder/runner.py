@@ -30,7 +30,7 @@ BUILDS_AT_ONCE = 2
 ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
 
 
-def _stderr(msg: str) -> None:
+def to_stderr(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
@@ -183,10 +183,9 @@ class Runner:
         eng = self.engine
         moving = join.moving_refs if join else ib.moving_refs
         result = ImageResult(ib.variant, ib.platform, image_id, ib.immutable_ref, moving, ib.inputs_digest,
-                             built=built, moved=False, layers=eng.require(image_id).layers)  # fmt: skip
-        result.base_layers = len(eng.require(ib.base.image_id).layers)
-        if join:
-            result.index_ref = join.immutable_ref
+                             built=built, moved=False, layers=eng.require(image_id).layers,
+                             base_layers=len(eng.require(ib.base.image_id).layers),
+                             index_ref=join.immutable_ref if join else "")  # fmt: skip
         target = _image_id(eng, join.immutable_ref) if join else image_id  # what the moving tags should name
         stale = built or target is None or any(_image_id(eng, r) != target for r in moving)
         if not self.options.smoke:
@@ -325,7 +324,7 @@ def prepare(
     project: Project,
     selection: Selection,
     options: BuildOptions,
-    say: Say = _stderr,
+    say: Say = to_stderr,
     inputs: ProjectInputs | None = None,
 ) -> BuildPlan:
     """Plan, resolve bases, check entrypoints and drift: everything before the first tag or build. The checks
@@ -369,7 +368,7 @@ def build(
     project: Project,
     selection: Selection,
     options: BuildOptions,
-    say: Say = _stderr,
+    say: Say = to_stderr,
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     inputs = project_inputs(project)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from imgbuild.atomic import write_text
 from imgbuild.deploy import profiles as deploy
 from imgbuild.deploy.profiles import Profile
 from imgbuild.engine import Engine
@@ -264,8 +264,5 @@ def write_recipe(
     config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
     path = out / f"{variant.name}-{profile.name.lower()}.yaml"
     recipe = Recipe(variant.name, profile, pinned, platform, env, config, path)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(recipe.text(), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, recipe.text())
     return recipe

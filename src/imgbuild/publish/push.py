@@ -3,10 +3,8 @@ moving tags last. On the containerd store a push keeps the local digest (anythin
 
 from __future__ import annotations
 
-import functools
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,10 +26,7 @@ STORE_HINT = (
     '({"features": {"containerd-snapshotter": true}} in daemon.json), where a push keeps the local digest'
 )
 NOT_BUILT = "(not built)"
-Say = Callable[[str], None]
-
-
-_stderr: Say = functools.partial(print, file=sys.stderr)
+Say = build.Say
 
 
 def split_ref(local: str) -> tuple[str, str]:
@@ -149,7 +144,7 @@ def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
     return True
 
 
-def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
+def push_variant(vp: VariantPublish, say: Say) -> Outcome:
     """Each platform's image, then the join (several platforms), then the moving tags, last."""
     immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
     pushed = [p.target for p in immutable if _push(p, p.target, say)]
@@ -158,7 +153,7 @@ def push_variant(vp: VariantPublish, say: Say = _stderr) -> Outcome:
     return Outcome(vp.top.digest, "published" if pushed else "retagged" if moved else "unchanged", pushed, moved)
 
 
-def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say = _stderr) -> list[str]:
+def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say) -> list[str]:
     """An SPDX SBOM attested on each platform's manifest, then a signature on what the moving tags name."""
     done = []
     for vp in plan:
@@ -205,7 +200,7 @@ def publish(
     sbom: bool = False,
     sign: bool = False,
     dry_run: bool = False,
-    say: Say = _stderr,
+    say: Say = build.to_stderr,
 ) -> PublishResult:
     """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
     t0 = time.perf_counter()

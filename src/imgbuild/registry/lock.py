@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from imgbuild.atomic import write_text
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.registry import tools
@@ -199,7 +200,5 @@ def write_lock(root: Path, lock: Lock) -> bool:
     text = lock.render()
     if path.is_file() and path.read_text() == text:
         return False
-    tmp = path.with_name(f".{FILENAME}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text(path, text)
     return True

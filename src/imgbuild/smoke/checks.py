@@ -3,7 +3,6 @@ then one container running probe.py's program and launchcheck.py's checks (skele
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -209,8 +208,7 @@ def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[Fil
 
 def read_digests(engine: Engine, ref: str, expected: Expected) -> dict[str, str | None]:
     """The planned files' sha256, read from a created, never started, container (no emulation needed)."""
-    data = engine.read_files(ref, expected.paths, expected.platform) if expected.files else {}
-    return {p: None if d is None else hashlib.sha256(d).hexdigest() for p, d in data.items()}
+    return engine.file_digests(ref, expected.paths, expected.platform) if expected.files else {}
 
 
 def _verdict(name: str, problems: Sequence[str], ok: str) -> Check:
@@ -408,7 +406,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     return report
 
 
-def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -> Expected:
+def expected_from_labels(info: ImageInfo) -> Expected:
     """What an image claims about itself (for `smoke IMAGE` and `inspect`)."""
     try:
         files = tuple(lbl.parse_files(info.labels.get(f"{lbl.PREFIX}files") or "{}"))
@@ -422,7 +420,6 @@ def expected_from_labels(info: ImageInfo, smoke_spec: SmokeSpec | None = None) -
         platform=info.platform,
         files=files,
         site_packages=info.labels.get(f"{lbl.PREFIX}site-packages", ""),
-        smoke=smoke_spec,
         variant=info.labels.get(f"{lbl.PREFIX}variant"),
         base_ref=info.labels.get(f"{lbl.OCI}base.name", ""),
         layers=layers,

@@ -4,6 +4,7 @@ resolution of import statements; dynamic imports are not followed)."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -38,12 +39,12 @@ def imported_names(source: bytes, path: str) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = _resolve(node.module, node.level, package)
-            if base is None:
+            try:  # `from <level dots><module> import ...` in `package`
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            except ImportError:  # it climbs out of the tree
                 continue
-            if base:
-                out.add(base)
-            out.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names if alias.name != "*")
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
     return out
 
 
@@ -62,17 +63,6 @@ def _executed(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
                 yield from _executed(part)
         elif isinstance(node, ast.ClassDef | ast.With):
             yield from _executed(node.body)
-
-
-def _resolve(name: str | None, level: int, package: str) -> str | None:
-    """The absolute module of `from <level dots><name> import ...` in `package`; None if it climbs too far."""
-    if level == 0:
-        return name or None
-    parts = package.split(".") if package else []
-    if level - 1 > len(parts):
-        return None
-    anchor = parts[: len(parts) - (level - 1)]
-    return ".".join([*anchor, *([name] if name else [])])
 
 
 def importers(sources: Mapping[str, bytes], targets: Sequence[str]) -> list[str]:

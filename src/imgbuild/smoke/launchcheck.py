@@ -99,10 +99,8 @@ def known_consuming(entrypoint: Sequence[str]) -> bool:
 
 def probe_base(engine: Engine, info: ImageInfo, platform: Platform, *, timeout: int = 300) -> str:
     """base_kind of the base's ENTRYPOINT: one container at most (none for empty or known_consuming)."""
-    if not info.entrypoint:
-        return "none"
-    if known_consuming(info.entrypoint):
-        return "consuming"
+    if not info.entrypoint or known_consuming(info.entrypoint):
+        return base_kind(info.entrypoint, None)
     return base_kind(info.entrypoint, parse(engine.run(info.id, ARGV, platform=platform, timeout=timeout).stdout))
 
 

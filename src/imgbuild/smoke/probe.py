@@ -32,7 +32,6 @@ class Job:
 
 @dataclass(frozen=True)
 class CommandResult:
-    command: str
     exit_code: int
     timed_out: bool
     stdout: str
@@ -41,7 +40,6 @@ class CommandResult:
 
 @dataclass(frozen=True)
 class ImportResult:
-    module: str
     ok: bool
     error: str  # "ExceptionType: message"
     where: str  # file:line where it was raised
@@ -85,7 +83,7 @@ def parse(stdout: str) -> ProbeResult:
                 res.compiles[name] = (bool(rest[0]), str(rest[1]))
             elif kind in ("command", "cli"):
                 code, timed_out, out, err = rest
-                result = CommandResult(name, int(code), bool(timed_out), str(out), str(err))
+                result = CommandResult(int(code), bool(timed_out), str(out), str(err))
                 if kind == "cli":
                     res.cli = result
                 else:
@@ -94,7 +92,7 @@ def parse(stdout: str) -> ProbeResult:
                 res.importing = name
             elif kind == "import":
                 ok, error, where, files = rest
-                res.imports[name] = ImportResult(name, bool(ok), str(error), str(where), tuple(map(str, files)))
+                res.imports[name] = ImportResult(bool(ok), str(error), str(where), tuple(map(str, files)))
                 res.importing = None
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, IndexError):
             continue  # a line cut off, or not the probe's
