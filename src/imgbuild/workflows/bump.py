@@ -101,12 +101,7 @@ def bump(
             return _finish(root, repo, _pin_at_head(repo) or old, new, name, md, build, log)
         newest = "the newest release " if onto.strip() == "latest" else ""
         return Bump("current", f"already at {newest}{new.tag}", old, new)
-    dirty = repo.status("patches").strip()
-    if dirty:
-        raise StateError(
-            f"patches/ has uncommitted changes:\n{dirty}",
-            hint="commit or stash them first: the bump commits patches/ on its own branch",
-        )
+    rebase.refuse_dirty_patches(root)  # before the branch: the rebase would refuse it there
     head = repo.verify("HEAD")
     created = _switch(repo, name, current)
     log(f"on branch {name}: rebasing from {old.tag} onto {new.tag}")

@@ -67,7 +67,7 @@ def start(
                 hint="give one --onto per upstream: `--onto NAME=REF --onto OTHER=REF`",
             )
         if not done_before:  # a later pin of the same run starts on what the earlier one wrote
-            _refuse_dirty_patches(root)
+            refuse_dirty_patches(root)
         name, ref = project.target(ref)
         pin = project.pin_named(name)
         old = project.resolved(name)
@@ -216,10 +216,10 @@ def refuse_if_busy(root: Path) -> None:
         )
 
 
-def _refuse_dirty_patches(root: Path) -> None:
+def refuse_dirty_patches(root: Path) -> None:
+    """Refuse a patches/ with uncommitted changes (a rebase, or a bump before its branch, writes patches/)."""
     try:
-        repo = GitRepo(root)
-        out = repo.status("patches")
+        out = GitRepo(root).status("patches")
     except GitError:
         return  # not a git checkout: nothing to compare with
     if out.strip():
