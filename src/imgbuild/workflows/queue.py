@@ -18,8 +18,8 @@ from typing import Any
 from imgbuild.atomic import write_json
 from imgbuild.errors import PatchError, StateError
 from imgbuild.patches.apply import apply_stack
-from imgbuild.patches.hunks import decode, encode
-from imgbuild.patches.patchfile import Patch, parse_header
+from imgbuild.patches.hunks import encode
+from imgbuild.patches.patchfile import Patch, parse_bytes, parse_header
 from imgbuild.project import Project
 from imgbuild.upstream.commits import (
     CommitInfo,
@@ -41,7 +41,6 @@ from imgbuild.workflows.writeback import (
     commit_series,
     context_of,
     export_patch,
-    parse_text,
     reorder_series,
     today,
 )
@@ -329,7 +328,7 @@ def _export(
             data = encode(bump_last_update(new_header(header, info.author, date), date) + diff)
             journal.write(f"patches/{name}", data)
             result.added.append(name)
-        patch = parse_text(name, decode(data), package_root)
+        patch = parse_bytes(name, data, package_root)
         stack.append(patch)
         order.append(name)
         commits.append((info, name, patch.header))

@@ -12,8 +12,7 @@ from imgbuild.config.models import UpstreamPin, load_pins, load_variant
 from imgbuild.errors import ImgbuildError, StateError
 from imgbuild.patches import backport
 from imgbuild.patches.apply import apply_stack
-from imgbuild.patches.hunks import decode
-from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.patches.patchfile import Patch, parse_bytes, parse_patch
 from imgbuild.patches.series import parse_series
 from imgbuild.patches.variants import resolve_variants
 from imgbuild.upstream.commits import range_diff
@@ -37,7 +36,6 @@ from imgbuild.workflows.writeback import (
     check_unchanged,
     dormant_line,
     export_patch,
-    parse_text,
     rewrite_pin_named,
     rewrite_series_lines,
 )
@@ -75,7 +73,7 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
             if data is not None:
                 journal.write(f"patches/{filename}", data)
                 file = "reinstated" if dormant else "re-exported"
-            new_stack.append(parse_text(filename, decode(data or orig_bytes), pin.package_root))
+            new_stack.append(parse_bytes(filename, data or orig_bytes, pin.package_root))
             if item.old_commit and data is not None:
                 range_text = _range_diff(scratch, item, res)
         elif res.outcome == "upstreamed" and not dormant:
