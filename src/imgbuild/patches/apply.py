@@ -26,6 +26,7 @@ class Tree(Protocol):
 
 
 Merge3 = Callable[[bytes, bytes, bytes], tuple[bytes, int]]
+Blobs = Callable[[str], bytes | None]  # original blobs by id, asked before the tree (None: not known there)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def _apply_file(
     tree: Tree,
     max_fuzz: int,
     merge3: Merge3 | None,
-    blobs: Mapping[str, bytes],
+    blobs: Blobs | None,
 ) -> tuple[FileOutcome, dict[str, bytes | None], bytes | None]:
     """Returns the outcome, the changes to make, and conflict-marked content if any; `read` sees the stack's
     changes so far."""
@@ -141,7 +142,8 @@ def _apply_file(
 
     # Hunks failed: a 3-way merge between the patch's original blob, the
     # patched original, and what the tree has now.
-    base = None if fd.old_blob is None else blobs[fd.old_blob] if fd.old_blob in blobs else tree.blob(fd.old_blob)
+    known = blobs(fd.old_blob) if blobs is not None and fd.old_blob is not None else None
+    base = known if known is not None or fd.old_blob is None else tree.blob(fd.old_blob)
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
         why = fuzz_note(split_lines(decode(current)), fd, max_fuzz) or why
@@ -190,12 +192,11 @@ def apply_patch(
     *,
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
-    blobs: Mapping[str, bytes] | None = None,
+    blobs: Blobs | None = None,
 ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, bytes]]:
     """Apply one patch on top of `changed`; `blobs`: original blobs by id, beside the tree's. Returns its outcome,
     its own changes and the files a 3-way merge left conflict markers in."""
     view = dict(changed)
-    known = blobs if blobs is not None else {}  # not `or`: that would load lazy blobs
 
     def read(path: str) -> bytes | None:
         return view[path] if path in view else tree.read(path)
@@ -204,7 +205,7 @@ def apply_patch(
     marked: dict[str, bytes] = {}
     files: list[FileOutcome] = []
     for fd in patch.files:
-        outcome, changes, conflict = _apply_file(fd, read, tree, max_fuzz, merge3, known)
+        outcome, changes, conflict = _apply_file(fd, read, tree, max_fuzz, merge3, blobs)
         files.append(outcome)
         own.update(changes)
         view.update(changes)

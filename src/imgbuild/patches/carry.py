@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.errors import ImgbuildError
-from imgbuild.patches.apply import FileOutcome, PatchOutcome, Tree, apply_patch, combined
+from imgbuild.patches.apply import Blobs, FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
 from imgbuild.patches.renames import Move, RenameFinder, rewrite
@@ -134,43 +134,19 @@ def replay_series(patches: Sequence[Patch], tree: Tree) -> list[OldStep]:
     return steps
 
 
-class LazyBlobs:
-    """Original blobs per patch, computed on first use (needs the pinned release)."""
+def lazy_blobs(patches: Sequence[Patch], tree: Callable[[], Tree]) -> Callable[[str, str], bytes | None]:
+    """(patch name, blob id) -> that patch's original blob, from the series replayed on the pinned release
+    (`tree`) on first use."""
 
-    def __init__(self, patches: Sequence[Patch], tree: Callable[[], Tree | None]) -> None:
-        self._patches = patches
-        self._tree = tree
-        self._by_patch: dict[str, dict[str, bytes]] | None = None
+    @functools.cache
+    def by_patch() -> dict[str, dict[str, bytes]]:
+        try:
+            pinned = tree()
+        except (ImgbuildError, GitError):  # no pinned release: 3-way merges use what the cache has
+            return {}
+        return {s.patch.name: s.pre for s in replay_series(patches, pinned)}
 
-    def for_patch(self, name: str) -> Mapping[str, bytes]:
-        return _LazyMap(self, name)
-
-    def _load(self) -> dict[str, dict[str, bytes]]:
-        if self._by_patch is None:
-            try:
-                tree = self._tree()
-            except (ImgbuildError, GitError):  # no pinned release: 3-way merges use what the cache has
-                tree = None
-            steps = replay_series(self._patches, tree) if tree is not None else []
-            self._by_patch = {s.patch.name: s.pre for s in steps}
-        return self._by_patch
-
-
-class _LazyMap(Mapping[str, bytes]):
-    def __init__(self, owner: LazyBlobs, name: str) -> None:
-        self.owner, self.name = owner, name
-
-    def _map(self) -> dict[str, bytes]:
-        return self.owner._load().get(self.name, {})
-
-    def __getitem__(self, key: str) -> bytes:
-        return self._map()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map())
-
-    def __len__(self) -> int:
-        return len(self._map())
+    return lambda name, sha: by_patch().get(name, {}).get(sha)
 
 
 # -- raw patch text, for patch-ids of the hunks exactly as written -------------
@@ -249,7 +225,7 @@ def carry_patch(
     *,
     finder: RenameFinder | None = None,
     raw: str | None = None,
-    blobs: Mapping[str, bytes] | None = None,
+    blobs: Blobs | None = None,
     label: str = "upstream",
 ) -> Carry:
     """Apply `patch` on `tree` overlaid with `changed`, and classify the result."""

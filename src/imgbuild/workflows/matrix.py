@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from imgbuild.patches.backport import is_backport
-from imgbuild.patches.carry import Carry, LazyBlobs, MemoTree, carry_patch
+from imgbuild.patches.carry import Carry, MemoTree, carry_patch, lazy_blobs
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree
@@ -144,7 +144,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
         p.name: (project.patches_dir / p.filename).read_bytes().decode("utf-8", errors="surrogateescape")
         for p in project.patches
     }
-    blobs = LazyBlobs(project.patches, project.tree)
+    blobs = lazy_blobs(project.patches, project.tree)
 
     for ref, upstream, res in resolved:
         started = time.perf_counter()
@@ -166,7 +166,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
                         changed,
                         finder=finder,
                         raw=raws[name],
-                        blobs=blobs.for_patch(name),
+                        blobs=functools.partial(blobs, name),
                         label=f"upstream {res.tag}",
                     )
                     carry = recognise(carry, raws[name], res.repo, pinned, res.commit, res.tag)

@@ -78,7 +78,7 @@ def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
             {},
             finder=finder,
             raw=decode(raw),
-            blobs=blobs,
+            blobs=blobs.get,
             label=f"upstream {onto.tag}",
         )
         carry = backport_check.recognise(carry, decode(raw), scratch, old_commit, onto.commit, onto.tag)
