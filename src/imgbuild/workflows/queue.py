@@ -26,7 +26,6 @@ from imgbuild.upstream.commits import (
     checkout_branch,
     commit_raw,
     diff_commits,
-    head_commit,
     is_ancestor,
     read_commit,
     rev_list,
@@ -204,7 +203,7 @@ def discard(root: Path, *, force: bool = False) -> str:
         if not force:
             dirty = status_porcelain(scratch)
             synced = state.get("synced") or (state["patches"][-1]["commit"] if state["patches"] else state["base"])
-            if dirty or head_commit(scratch) != synced:
+            if dirty or scratch.resolve_commit("HEAD") != synced:
                 raise StateError(
                     f"the work tree {work.tree} has work that is not in patches/ yet",
                     hint="run `imgbuild patches refresh` first, or pass --force to throw it away",
@@ -242,7 +241,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
                 f"the work tree {tree} has uncommitted changes:\n" + "\n".join(dirty[:20]),
                 hint="commit them (`git commit --amend` changes a patch, `git commit` adds one), or discard them",
             )
-        head = head_commit(scratch)
+        head = scratch.resolve_commit("HEAD")
         if head is None or not is_ancestor(scratch, state["base"], head):
             raise StateError(
                 f"HEAD of {tree} does not descend from the pinned release {state['tag']} ({state['base'][:12]})",
@@ -257,7 +256,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         renamed = _sync_messages(scratch, state["base"], commits)
         state["patches"] = [{"filename": name, "commit": sha} for name, sha in renamed]
         state["inputs"] = _inputs(work, state["patches"])
-        state["synced"] = head_commit(scratch)
+        state["synced"] = scratch.resolve_commit("HEAD")
         work.save(state)
         if close:
             work.remove()
@@ -379,7 +378,7 @@ def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tu
             out.append((name, sha))
         parent = sha
     if rewriting:
-        scratch.move_ref("HEAD", parent, "imgbuild patches refresh")
+        scratch.run("update-ref", "-m", "imgbuild patches refresh", "HEAD", parent)
     return out
 
 

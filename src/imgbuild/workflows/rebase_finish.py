@@ -15,7 +15,6 @@ from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.patchfile import Patch, parse_bytes, parse_patch
 from imgbuild.patches.series import parse_series
 from imgbuild.patches.variants import resolve_variants
-from imgbuild.upstream.commits import range_diff
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import wheel_pin_fields
 from imgbuild.workflows.rebase_state import (
@@ -142,7 +141,8 @@ def commit(root: Path, state: RebaseState) -> RebaseDone:
 
 def _range_diff(scratch: GitRepo, item: Item, res: PatchResult) -> str:
     try:
-        return range_diff(scratch, f"{item.old_parent}..{item.old_commit}", f"{res.parent}..{res.commit}")
+        old, new = f"{item.old_parent}..{item.old_commit}", f"{res.parent}..{res.commit}"
+        return scratch.run("range-diff", "--no-color", "--creation-factor=999", old, new)
     except GitError as exc:
         return f"(range-diff failed: {exc})"
 

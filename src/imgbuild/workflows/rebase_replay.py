@@ -14,7 +14,7 @@ from imgbuild.patches.hunks import decode
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
-from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, head_commit, is_ancestor, tree_id
+from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
 from imgbuild.upstream.git import CommitTree, GitRepo
 from imgbuild.workflows import backport_check
 from imgbuild.workflows.rebase_finish import finish
@@ -167,21 +167,26 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
     scratch = work.scratch()
     head = state.head
     item = state.current
-    current = head_commit(scratch)
+    current = scratch.resolve_commit("HEAD")
     if current is None or not is_ancestor(scratch, head, current):
         raise StateError(
             f"the work tree {tree} is no longer on the rebase (HEAD {current} does not descend from {head[:12]})",
             hint="check out the rebase branch again, or `imgbuild patches rebase --abort`",
         )
-    untracked = scratch.untracked()
+    untracked = [p for p in scratch.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
     if untracked:
         raise StateError(
             f"new file(s) in the work tree that are not added to git: {', '.join(untracked[:10])}; "
             f"--continue would leave them out of {item.filename}",
             hint=f"`git -C {tree} add FILE` to put a file in the patch, or delete it; then run --continue again",
         )
-    scratch.stage_tracked()
-    changed = scratch.staged_paths(head)
+    scratch.run("add", "-u")
+    changed = [p for p in scratch.run("diff", "--cached", "--name-only", "-z", head).split("\0") if p]
+    if not changed:
+        raise StateError(
+            f"the work tree {tree} holds no change for {item.filename}",
+            hint="make the change (and `git add` new files), or drop the patch with `imgbuild patches rebase --skip`",
+        )
     left = []
     for path in changed:
         file = tree / path
@@ -192,13 +197,7 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
             f"conflict markers are still in the work tree: {', '.join(left[:10])}",
             hint=f"resolve them in {tree}, then run --continue again",
         )
-    new_tree = scratch.write_tree()
-    if new_tree == tree_id(scratch, head):
-        raise StateError(
-            f"the work tree {tree} holds no change for {item.filename}",
-            hint="make the change (and `git add` new files), or drop the patch with `imgbuild patches rebase --skip`",
-        )
-    commit = commit_raw(scratch, new_tree, [head], message(item.filename))
+    commit = commit_raw(scratch, scratch.run("write-tree").strip(), [head], message(item.filename))
     stopped = state.stopped
     result = PatchResult.of(
         item,
