@@ -26,31 +26,21 @@ class Verification:
     path: str
     hunks: tuple[int, ...]
     reverse_apply: bool
-    added_present: bool
+    added_lines_present: bool
     patch_id: bool | None  # None: not checked (no hunks, e.g. a created file that already exists)
     note: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.reverse_apply and self.added_present and self.patch_id is not False
+        return self.reverse_apply and self.added_lines_present and self.patch_id is not False
 
     def failed(self) -> str:
         checks = (
             ("reverse-apply", self.reverse_apply),
-            ("added lines present", self.added_present),
+            ("added lines present", self.added_lines_present),
             ("patch-id", self.patch_id is not False),
         )
         return ", ".join(name for name, passed in checks if not passed)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "hunks": list(self.hunks),
-            "reverse_apply": self.reverse_apply,
-            "added_lines_present": self.added_present,
-            "patch_id": self.patch_id,
-            "note": self.note,
-        }
 
 
 @dataclass(frozen=True)
@@ -59,9 +49,6 @@ class DroppedHunk:
     hunk: int
     header: str
     line: int  # where the release already has it
-
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -91,9 +78,9 @@ class Carry:
         return {
             **detail,
             "reason": self.reason,
-            "moves": [m.to_json() for m in self.moves],
-            "dropped_hunks": [d.to_json() for d in self.dropped],
-            "upstreamed_checks": [c.to_json() for c in self.checks],
+            "moves": [dataclasses.asdict(m) for m in self.moves],
+            "dropped_hunks": [dataclasses.asdict(d) for d in self.dropped],
+            "upstreamed_checks": [dataclasses.asdict(c) for c in self.checks],
             "conflicts": sorted(self.conflicts),
         }
 

@@ -28,9 +28,6 @@ class Move:
     new: str
     how: str  # "file" (git rename detection) or "directory" (inferred directory rename)
 
-    def to_json(self) -> dict[str, str]:
-        return {"old": self.old, "new": self.new, "how": self.how}
-
 
 def _parents(path: str) -> list[str]:
     """Ancestor directories of `path`, deepest first."""

@@ -36,6 +36,7 @@ from imgbuild.workflows.rebase_state import (
 from imgbuild.workflows.writeback import commit_series
 
 BRANCH = "imgbuild-rebase"
+RECORDS = ("moves", "dropped_hunks", "upstreamed_checks", "files")  # what a PatchResult keeps of Carry.to_json
 
 
 def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState) -> None:
@@ -48,16 +49,9 @@ def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState
 
 
 def _result(item: Item, carry: Carry) -> PatchResult:
-    files = cast("list[Record]", carry.to_json()["files"])  # the per-hunk report, as `patches check` has it
-    return PatchResult.of(
-        item,
-        carry.outcome,
-        carry.reason,
-        moves=tuple(m.to_json() for m in carry.moves),
-        dropped_hunks=tuple(d.to_json() for d in carry.dropped),
-        upstreamed_checks=tuple(c.to_json() for c in carry.checks),
-        files=tuple(files),
-    )
+    """The patch's result with the carry's report (as `patches check --onto` has it; files: per hunk)."""
+    data = carry.to_json()
+    return PatchResult.of(item, carry.outcome, carry.reason, **{k: data[k] for k in RECORDS})
 
 
 def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
@@ -129,6 +123,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     unresolved = tuple(
         Unresolved(f.path, f.reason) for f in carry.files if f.method == "conflict" and f.path not in carry.conflicts
     )
+    report = carry.to_json()
     stopped = Stopped(
         filename=item.filename,
         work_tree=str(tree),
@@ -137,8 +132,8 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
         unresolved=unresolved,
         applied=tuple(clean),
         reason=carry.reason,
-        moves=tuple(m.to_json() for m in carry.moves),
-        files=tuple(cast("list[Record]", carry.to_json()["files"])),
+        moves=tuple(cast("list[Record]", report["moves"])),
+        files=tuple(cast("list[Record]", report["files"])),
     )
     state.status = "stopped"
     state.stopped = stopped
