@@ -5,6 +5,7 @@ per-hunk report of a conflict, the images built."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,9 +298,7 @@ def with_kinds(patches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def tally(patches: Sequence[Mapping[str, Any]]) -> str:
     """`2 carried, 1 upstreamed`: how many patches got each word."""
-    counts: dict[str, int] = {}
-    for p in with_kinds(patches):
-        counts[p["kind"]] = counts.get(p["kind"], 0) + 1
+    counts = Counter(p["kind"] for p in with_kinds(patches))
     return ", ".join(f"{n} {w}" for w, n in counts.items())
 
 
