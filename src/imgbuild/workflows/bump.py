@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from imgbuild.builder.runner import BuildOptions
 
 Status = Literal["current", "carried", "conflict", "build-failed"]
-PREFIX = "imgbuild/bump-"
-
-
-def default_branch(tag: str) -> str:
-    return PREFIX + review.SAFE.sub("_", tag)
 
 
 @dataclass
@@ -91,7 +86,7 @@ def bump(
     old = Pin(project.pin.tag, project.pin.commit)
     target = resolve_ref(project.pin, onto)
     new = Pin(target.tag, target.commit)
-    name = branch or default_branch(new.tag)
+    name = branch or "imgbuild/bump-" + review.SAFE.sub("_", new.tag)
     md = review.report_md(root, f"bump-{new.tag}", report_dir.resolve() if report_dir else None)
     current = _current_branch(repo)
     if new.commit == old.commit:
@@ -160,10 +155,6 @@ def _pin_at_head(repo: GitRepo) -> Pin | None:
         return None
 
 
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
-
-
 def _stopped(root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: Path) -> Bump:
     """The rebase stopped at a conflict: the per-hunk report; the rebase stays in progress."""
     state = load(root)
@@ -171,8 +162,7 @@ def _stopped(root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: 
     item = state.current
     patch = parse_patch(root / item.path, Project.load(root).pin.package_root)
     release = CommitTree(session(root).scratch(), state.head)
-    tree = Path(stopped.work_tree)
-    hunks = review.conflict_hunks(stopped, patch, release.read, lambda p: _read(tree / p))
+    hunks = review.conflict_hunks(stopped, patch, release.read)
     text, data = review.render_conflict(state, stopped, hunks, patch.fields.get("Description", ""))
     files = sorted({h["file"] for h in hunks})
     message = (

@@ -153,11 +153,11 @@ def conflict_hunks(
     stopped: Stopped,
     patch: Patch,
     read_release: Callable[[str], bytes | None],
-    read_work: Callable[[str], bytes | None],
 ) -> list[dict[str, Any]]:
     """Per conflicting hunk of the patch the rebase stopped at: the file, the hunk (number and @@ header), the
     lines on each side (what the patch expects, what the release has there, what the patch wants), the
-    conflict markers' ours/theirs when a 3-way merge left some, and the release's code around the spot."""
+    conflict markers' ours/theirs when a 3-way merge left some (in the stop's work tree), and the release's
+    code around the spot."""
     out: list[dict[str, Any]] = []
     files = list(stopped.files)
     moved = {str(m.get("old")): str(m.get("new")) for m in stopped.moves}
@@ -172,8 +172,8 @@ def conflict_hunks(
         landed = {int(h["hunk"]): int(h.get("offset", 0)) for h in record.get("hunks", ()) if h.get("line")}
         data = read_release(path)
         release = split_lines(decode(data)) if data is not None else []
-        work = read_work(path)
-        blocks = marker_blocks(decode(work)) if work is not None else []
+        work = Path(stopped.work_tree) / path
+        blocks = marker_blocks(decode(work.read_bytes())) if work.is_file() else []
         for hunk in hunks:
             offset = max((o for i, o in landed.items() if i < hunk.index), default=0)
             near = (hunk.old_start - 1 if hunk.old else hunk.old_start) + offset
@@ -208,14 +208,6 @@ def conflict_hunks(
     return out
 
 
-def resume_commands(stopped: Stopped) -> list[str]:
-    return [
-        f"cd {stopped.work_tree}  # resolve the conflict markers (by intent: docs/rebase-runbook.md)",
-        "imgbuild patches rebase --continue",
-        "imgbuild patches bump",
-    ]
-
-
 def render_conflict(
     state: RebaseState, stopped: Stopped, hunks: Sequence[Mapping[str, Any]], description: str
 ) -> tuple[str, dict[str, Any]]:
@@ -239,7 +231,11 @@ def render_conflict(
             )
         else:
             patches.append({"filename": item.filename, "outcome": "pending", "kind": "pending"})
-    commands = resume_commands(stopped)
+    commands = [
+        f"cd {stopped.work_tree}  # resolve the conflict markers (by intent: docs/rebase-runbook.md)",
+        "imgbuild patches rebase --continue",
+        "imgbuild patches bump",
+    ]
     lines = [
         f"# Rebase of the patch series: {old['tag']} → {onto['tag']}: stopped at a conflict",
         "",
