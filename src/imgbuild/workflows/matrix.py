@@ -150,7 +150,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
         started = time.perf_counter()
         pinned = project.resolved(upstream).commit
         tree = MemoTree(CommitTree(res.repo, res.commit))
-        finder = RenameFinder(res.repo, functools.partial(str, pinned), res.commit)
+        finder = RenameFinder(res.repo, pinned, res.commit)
         memo: dict[tuple[str, ...], tuple[Carry, dict[str, bytes | None]]] = {}
         for stack, names in stacks:
             changed: dict[str, bytes | None] = {}

@@ -58,7 +58,7 @@ def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     scratch = session(root).scratch()
     package_root = moving_pin(root, state).package_root
     old_commit, onto = state.old.commit, state.onto
-    finder = RenameFinder(scratch, lambda: old_commit, onto.commit)
+    finder = RenameFinder(scratch, old_commit, onto.commit)
     while state.next < len(state.items):
         item = state.current
         path = root / item.path
