@@ -151,7 +151,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
         pinned = project.resolved(upstream).commit
         tree = MemoTree(CommitTree(res.repo, res.commit))
         finder = RenameFinder(res.repo, pinned, res.commit)
-        memo: dict[tuple[str, ...], tuple[Carry, dict[str, bytes | None]]] = {}
+        memo: dict[tuple[str, ...], Carry] = {}
         for stack, names in stacks:
             changed: dict[str, bytes | None] = {}
             applied: tuple[str, ...] = ()
@@ -169,12 +169,11 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
                         blobs=functools.partial(blobs, name),
                         label=f"upstream {res.tag}",
                     )
-                    carry = recognise(carry, raws[name], res.repo, pinned, res.commit, res.tag)
-                    memo[key] = (carry, dict(carry.changes))
-                carry, own = memo[key]
+                    memo[key] = recognise(carry, raws[name], res.repo, pinned, res.commit, res.tag)
+                carry = memo[key]
                 matrix.cells[(stack, ref, name)] = carry
                 if carry.ok:
-                    changed.update(own)
+                    changed.update(carry.changes)
                     applied = (*applied, name)
         matrix.seconds[ref] = time.perf_counter() - started
     return matrix

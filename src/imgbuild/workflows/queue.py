@@ -275,7 +275,6 @@ def _export(
     originals = {p.filename: p for p in project.patches_of(project.pin.name)}
     journal = Journal(root, work.txn)
     result = Refreshed()
-    order: list[str] = []
     commits: list[Final] = []
     stack: list[Patch] = []
     for sha in rev_list(scratch, state["base"], head):
@@ -285,14 +284,13 @@ def _export(
         filename, header = from_message(info.message)
         if filename is not None and (("/" in filename) or not filename.endswith((".patch", ".diff"))):
             raise PatchError(f"commit {sha[:12]}: {TRAILER}: {filename!r} is not a patch file name")
-        if filename in order:
+        if any(p.filename == filename for p in stack):
             raise StateError(f"commits {sha[:12]} and an earlier one both say {TRAILER}: {filename}", hint="rename one")
         original = originals.get(filename) if filename else None
         diff = diff_commits(scratch, info.parents[0], sha, context=context_of(original) if original else 3)
         if not diff:
             if original is not None:
                 result.warnings.append(f"{filename}: its commit is empty; patches/{filename} is left as it was")
-                order.append(original.filename)
                 commits.append((info, original.filename, original.header))
                 stack.append(original)
             else:
@@ -322,15 +320,15 @@ def _export(
             name = original.filename
         else:
             subject = (header.strip().splitlines() or ["patch"])[0]
-            taken = set(originals) | set(order) | {p.filename for p in project.patches}
+            taken = {p.filename for p in [*project.patches, *stack]}
             name = filename or new_filename(subject.removeprefix("Description:").strip(), taken)
             data = encode(bump_last_update(new_header(header, info.author, date), date) + diff)
             journal.write(f"patches/{name}", data)
             result.added.append(name)
         patch = parse_bytes(name, data, package_root)
         stack.append(patch)
-        order.append(name)
         commits.append((info, name, patch.header))
+    order = [p.filename for p in stack]
     for name in originals:
         if name not in order:
             journal.delete(f"patches/{name}")

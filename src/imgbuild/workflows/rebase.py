@@ -16,7 +16,6 @@ from typing import Any, Literal
 from imgbuild.atomic import write_json
 from imgbuild.errors import ImgbuildError, StateError, UsageError
 from imgbuild.patches.patchfile import parse_patch
-from imgbuild.patches.series import parse_series
 from imgbuild.project import Project
 from imgbuild.upstream.git import GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
@@ -231,12 +230,11 @@ def refuse_dirty_patches(root: Path) -> None:
 
 def _items(root: Path, project: Project, upstream: str) -> list[Item]:
     """The series' patches of the pin `upstream` (and its dormant ones in patches/upstreamed/), in order."""
-    series_path = root / "patches" / "series"
-    entries = parse_series(series_path)
+    entries = project.series  # as Project.load parsed it
     mine = {p.filename for p in project.patches_of(upstream)}
     items = [Item(e.filename, e.line, False, None, f"patches/{e.filename}") for e in entries if e.filename in mine]
     listed = {e.filename for e in entries}
-    for line, tag, filename in dormant_markers(series_path.read_text(encoding="utf-8")):
+    for line, tag, filename in dormant_markers((root / "patches" / "series").read_text(encoding="utf-8")):
         path = root / "patches" / "upstreamed" / filename
         if filename not in listed and path.is_file() and _dormant_upstream(project, path) == upstream:
             items.append(Item(filename, line, True, tag, f"patches/upstreamed/{filename}"))
