@@ -83,11 +83,6 @@ class GitRepo:
         repo.run("config", "gc.auto", "0")
         return repo
 
-    @classmethod
-    def init(cls, path: Path) -> GitRepo:
-        git.Repo.init(path)
-        return cls(path)
-
     def run(self, *args: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> str:
         """Run one git command in this repository and return its stdout."""
         done = run_git(args, stdin, self.path, env)
