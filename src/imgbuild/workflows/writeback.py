@@ -271,8 +271,7 @@ class Journal:
 
     def prepare(self) -> None:
         """Stage new contents and back up old ones; after this, apply and rollback both work."""
-        if self.work.exists():
-            shutil.rmtree(self.work)
+        self.discard()
         (self.work / "staged").mkdir(parents=True)
         (self.work / "backup").mkdir(parents=True)
         record = []
