@@ -187,11 +187,9 @@ def verify_upstreamed(
 
 
 # -- the step itself ------------------------------------------------------------
-def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder | None) -> dict[str, Move]:
+def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder) -> dict[str, Move]:
     """Paths of `patch` that are gone from the tree but moved in the release."""
     moves: dict[str, Move] = {}
-    if finder is None:
-        return moves
     for fd in patch.files:
         if fd.old_path is not None and fd.old_path not in moves and read(fd.old_path) is None:
             m = finder.follow(fd.old_path)
@@ -210,12 +208,12 @@ def carry_patch(
     tree: Tree,
     changed: Mapping[str, bytes | None],
     *,
-    finder: RenameFinder | None = None,
-    raw: str | None = None,
-    blobs: Blobs | None = None,
-    label: str = "upstream",
+    finder: RenameFinder,
+    raw: str,
+    blobs: Blobs,
+    label: str,
 ) -> Carry:
-    """Apply `patch` on `tree` overlaid with `changed`, and classify the result."""
+    """Apply `patch` (`raw`: its file's text) on `tree` overlaid with `changed`, and classify the result."""
 
     def read(path: str) -> bytes | None:
         return changed[path] if path in changed else tree.read(path)
@@ -228,7 +226,7 @@ def carry_patch(
 
     outcome, own, marked = apply_patch(moved, tree, changed, merge3=merge3, blobs=blobs)
     files = list(outcome.files)
-    sections = raw_sections(raw) if raw is not None else None
+    sections = raw_sections(raw)
     checks: list[Verification] = []
     dropped: list[DroppedHunk] = []
     for i, (fd, fo) in enumerate(zip(moved.files, files, strict=True)):
@@ -245,7 +243,7 @@ def carry_patch(
             continue
         current = read(fd.old_path) or b""
         raw_hunks = None
-        if sections is not None and i < len(sections) and len(sections[i]) == len(fd.hunks):
+        if i < len(sections) and len(sections[i]) == len(fd.hunks):
             raw_hunks = [sections[i][h.index - 1] for h in chosen]
         checks.append(verify_upstreamed(fd.path, chosen, current, raw_hunks))
         lines = {o.hunk: o.line for o in fo.hunks}
