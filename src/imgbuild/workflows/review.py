@@ -31,11 +31,13 @@ def report_paths(root: Path, state: RebaseState) -> tuple[Path, Path]:
     return md, md.with_suffix(".json")
 
 
-def _fence(text: str, lang: str = "diff") -> str:
+def _fenced(title: str, lines: Sequence[str], lang: str = "text") -> list[str]:
+    """`title`, a blank line, and `lines` in a code fence longer than any run of backticks in them."""
+    text = "\n".join(lines)
     ticks = "```"
     while ticks in text:
         ticks += "`"
-    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}\n"
+    return [title, "", f"{ticks}{lang}\n{text.rstrip()}\n{ticks}\n"]
 
 
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -77,7 +79,7 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
                 f"added lines {'present' if c['added_lines_present'] else 'MISSING'}, patch-id {pid}"
             )
         if r.get("range_diff"):
-            lines += ["", "Range-diff (old patch → new patch):", "", _fence(r["range_diff"])]
+            lines += ["", *_fenced("Range-diff (old patch → new patch):", [r["range_diff"]], "diff")]
     md = "\n".join(lines).rstrip() + "\n"
     data = {
         "old": old,
@@ -256,21 +258,15 @@ def render_conflict(
         lines += ["", f"### `{h['file']}`{where}, hunk #{h['hunk']} `{h['header']}`", ""]
         if not h["release_has_file"]:
             lines += [f"The release has no `{h['file']}`: {h['reason']}", ""]
-        lines += ["The patch expects:", "", _fence("\n".join(h["sides"]["expected"]), "text")]
-        lines += [f"The release has (line {h['release_line']}):", "", _fence("\n".join(h["sides"]["release"]), "text")]
-        lines += ["The patch wants:", "", _fence("\n".join(h["sides"]["patch"]), "text")]
-        if h.get("markers"):
-            m = h["markers"]
-            lines += [f"Conflict markers at line {m['line']} of the work tree's file: ours (the release):", ""]
-            lines += [
-                _fence("\n".join(m["ours"]), "text"),
-                "theirs (the patch):",
-                "",
-                _fence("\n".join(m["theirs"]), "text"),
-            ]
+        lines += _fenced("The patch expects:", h["sides"]["expected"])
+        lines += _fenced(f"The release has (line {h['release_line']}):", h["sides"]["release"])
+        lines += _fenced("The patch wants:", h["sides"]["patch"])
+        if m := h.get("markers"):
+            ours = f"Conflict markers at line {m['line']} of the work tree's file: ours (the release):"
+            lines += [*_fenced(ours, m["ours"]), *_fenced("theirs (the patch):", m["theirs"])]
         ctx = h["context"]
-        lines += [f"The release around it (from line {ctx['start']}):", "", _fence("\n".join(ctx["lines"]), "text")]
-    lines += ["", "## To resume", "", _fence("\n".join(commands), "sh")]
+        lines += _fenced(f"The release around it (from line {ctx['start']}):", ctx["lines"])
+    lines += ["", *_fenced("## To resume", commands, "sh")]
     lines.append("Never drop a patch silently: `imgbuild patches rebase --skip` only with the reason recorded.")
     md = "\n".join(lines).rstrip() + "\n"
     data = {
