@@ -30,11 +30,8 @@ class Verification:
     patch_id: bool | None  # None: not checked (no hunks, e.g. a created file that already exists)
     note: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.reverse_apply and self.added_lines_present and self.patch_id is not False
-
     def failed(self) -> str:
+        """The names of the checks that failed ('' when the hunks are upstreamed)."""
         checks = (
             ("reverse-apply", self.reverse_apply),
             ("added lines present", self.added_lines_present),
@@ -250,7 +247,7 @@ def carry_patch(
         dropped.extend(DroppedHunk(fd.path, h.index, h.header, lines.get(h.index, 0)) for h in chosen)
     method = combined([f.method for f in files])
     reason = "; ".join(f"{f.path}: {f.reason}" for f in files if f.method == "conflict" and f.reason)
-    bad = [c for c in checks if not c.ok]
+    bad = [c for c in checks if c.failed()]
     if bad and method != "conflict":
         method = "conflict"
         reason = "; ".join(
