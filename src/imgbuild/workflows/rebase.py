@@ -232,12 +232,12 @@ def _items(root: Path, project: Project, upstream: str) -> list[Item]:
     """The series' patches of the pin `upstream` (and its dormant ones in patches/upstreamed/), in order."""
     entries = project.series  # as Project.load parsed it
     mine = {p.filename for p in project.patches_of(upstream)}
-    items = [Item(e.filename, e.line, False, None, f"patches/{e.filename}") for e in entries if e.filename in mine]
+    items = [Item(e.filename, e.line, False, f"patches/{e.filename}") for e in entries if e.filename in mine]
     listed = {e.filename for e in entries}
-    for line, tag, filename in dormant_markers((root / "patches" / "series").read_text(encoding="utf-8")):
+    for line, _, filename in dormant_markers((root / "patches" / "series").read_text(encoding="utf-8")):
         path = root / "patches" / "upstreamed" / filename
         if filename not in listed and path.is_file() and _dormant_upstream(project, path) == upstream:
-            items.append(Item(filename, line, True, tag, f"patches/upstreamed/{filename}"))
+            items.append(Item(filename, line, True, f"patches/upstreamed/{filename}"))
     return sorted(items, key=lambda i: i.line)
 
 
