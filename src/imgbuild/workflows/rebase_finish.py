@@ -57,7 +57,7 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     for item, res in zip(state.items, state.results, strict=True):
         filename, dormant = item.filename, item.dormant
         orig_bytes = (root / item.path).read_bytes()
-        orig = parse_patch(root / item.path, pin.package_root)
+        orig = parse_bytes(filename, orig_bytes, pin.package_root)
         final: Final = res.outcome
         file, range_text = "unchanged", ""
         if res.commit and res.parent:

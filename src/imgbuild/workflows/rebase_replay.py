@@ -11,7 +11,7 @@ from typing import cast
 from imgbuild.errors import StateError
 from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines
 from imgbuild.patches.hunks import decode
-from imgbuild.patches.patchfile import parse_patch
+from imgbuild.patches.patchfile import parse_bytes
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
@@ -61,9 +61,8 @@ def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     finder = RenameFinder(scratch, old_commit, onto.commit)
     while state.next < len(state.items):
         item = state.current
-        path = root / item.path
-        raw = path.read_bytes()
-        patch = parse_patch(path, package_root)
+        raw = (root / item.path).read_bytes()
+        patch, text = parse_bytes(item.filename, raw, package_root), decode(raw)
         blobs = {old: scratch.read_blob(sha) for old, sha in item.blobs.items()}
         head = state.head
         carry = carry_patch(
@@ -71,11 +70,11 @@ def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
             CommitTree(scratch, head),
             {},
             finder=finder,
-            raw=decode(raw),
+            raw=text,
             blobs=blobs.get,
             label=f"upstream {onto.tag}",
         )
-        carry = backport_check.recognise(carry, decode(raw), scratch, old_commit, onto.commit, onto.tag)
+        carry = backport_check.recognise(carry, text, scratch, old_commit, onto.commit, onto.tag)
         result = _result(item, carry)
         new_head = None
         if carry.carried and carry.changes:
