@@ -118,17 +118,12 @@ def name_status(
     """(status letter, path, renamed-to path or None) for each changed path."""
     flags = ["-M", "-l100000"] if renames else ["--no-renames"]
     out = repo.run("diff", "--name-status", "-z", *flags, old, new, "--", *paths, env=LITERAL)
-    fields = out.split("\0")
+    fields = iter(out.split("\0"))  # STATUS, PATH (and TO for a rename or a copy), ..., then ''
     result: list[tuple[str, str, str | None]] = []
-    i = 0
-    while i < len(fields) and fields[i]:
-        status = fields[i]
-        if status[0] in "RC":
-            result.append((status[0], fields[i + 1], fields[i + 2]))
-            i += 3
-        else:
-            result.append((status[0], fields[i + 1], None))
-            i += 2
+    for status in fields:
+        if not status:
+            break
+        result.append((status[0], next(fields), next(fields) if status[0] in "RC" else None))
     return result
 
 
