@@ -172,10 +172,6 @@ class VariantPlan:
         }
 
 
-def touched_paths(patches: Sequence[Patch]) -> list[str]:
-    return list(dict.fromkeys(path for p in patches for path in p.paths))
-
-
 def plan_variant(
     variant: ResolvedVariant,
     patches: Sequence[Patch],
@@ -194,7 +190,7 @@ def plan_variant(
         for path in p.paths:
             touching_by_path.setdefault(path, []).append(p)
     kept = set(variant.selected)
-    for path in touched_paths(patches):
+    for path in touching_by_path:  # every path a patch touches, in series order
         pristine = tree.read(path)
         data = result.changed.get(path, pristine)
         touching = tuple(p.name for p in touching_by_path[path] if p.name in kept)
