@@ -105,10 +105,10 @@ def commit_series(
     The series must apply there exactly or at an offset."""
     head = base
     for step in replay_series(patches, CommitTree(scratch, base)):
-        if not step.outcome.ok or step.outcome.method == "fuzz":
+        if not step.outcome.ok:  # a conflict: replay_series applies without fuzz or 3-way merges
             bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
             raise ApplyError(
-                f"{step.patch.filename} does not apply to the pinned release {tag} ({bad or step.outcome.method})",
+                f"{step.patch.filename} does not apply to the pinned release {tag} ({bad})",
                 hint="the series must apply where it is first: run `imgbuild patches check`",
             )
         commit = commit_files(scratch, head, step.own, message(step.patch))
