@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.patches.backport import is_backport
 from imgbuild.patches.carry import Carry, MemoTree, carry_patch, lazy_blobs
+from imgbuild.patches.hunks import decode
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree
@@ -140,10 +141,7 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
     by_name = {p.name: p for p in project.patches}
     upstream_of = {p.name: project.upstream_of(p).name for p in project.patches}
     matrix.filenames = {p.name: p.filename for p in project.patches}
-    raws = {
-        p.name: (project.patches_dir / p.filename).read_bytes().decode("utf-8", errors="surrogateescape")
-        for p in project.patches
-    }
+    raws = {p.name: decode((project.patches_dir / p.filename).read_bytes()) for p in project.patches}
     blobs = lazy_blobs(project.patches, project.tree)
 
     for ref, upstream, res in resolved:
