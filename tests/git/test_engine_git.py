@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.errors import ApplyError, PatchError, UpstreamError
-from imgbuild.patches.apply import apply_stack
+from imgbuild.patches.apply import apply_patch, apply_stack
 from imgbuild.project import Project, merge3
 from imgbuild.workflows.checkstack import check_series
 from tests.support.jsonschema_check import load_json
@@ -71,7 +71,8 @@ def test_real_conflict_keeps_markers_and_changes_nothing(tmp_path: Path, two_rel
     res = apply_stack(proj.patches, proj.tree(), merge3=merge3)
     assert res.outcomes[0].method == "conflict" and not res.ok
     assert res.changed == {}
-    assert b"<<<<<<< upstream" in res.conflicts["vllm/b.py"]
+    _, own, marked = apply_patch(proj.patches[0], proj.tree(), {}, merge3=merge3)
+    assert own == {} and b"<<<<<<< upstream" in marked["vllm/b.py"]
 
 
 def test_conflict_without_original_blob_says_so(tmp_path: Path, two_releases: Upstream) -> None:

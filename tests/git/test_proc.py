@@ -18,11 +18,13 @@ from imgbuild.publish import signing
 from imgbuild.registry import tools
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo
+from tests.support.synth import git
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> GitRepo:
-    return GitRepo.init(tmp_path / "repo")
+    git(tmp_path, "init", "-q", "repo")
+    return GitRepo(tmp_path / "repo")
 
 
 def echoed(capsys: pytest.CaptureFixture[str]) -> list[str]:

@@ -26,6 +26,7 @@ class Tree(Protocol):
 
 
 Merge3 = Callable[[bytes, bytes, bytes], tuple[bytes, int]]
+Blobs = Callable[[str], bytes | None]  # original blobs by id, asked before the tree (None: not known there)
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,19 @@ class PatchOutcome:
 class StackResult:
     outcomes: list[PatchOutcome] = field(default_factory=list)
     changed: dict[str, bytes | None] = field(default_factory=dict)  # None: deleted
-    conflicts: dict[str, bytes] = field(default_factory=dict)  # files with conflict markers
     own: list[dict[str, bytes | None]] = field(default_factory=list, repr=False)  # each patch's own changes
     max_fuzz: int = 0
 
     @property
     def ok(self) -> bool:
         return all(o.ok for o in self.outcomes)
+
+    def add(self, outcome: PatchOutcome, own: dict[str, bytes | None]) -> None:
+        """One more patch: its changes count only when it applied."""
+        self.outcomes.append(outcome)
+        self.own.append(own)
+        if outcome.ok:
+            self.changed.update(own)
 
 
 def combined(methods: Sequence[str]) -> str:
@@ -101,7 +108,7 @@ def _apply_file(
     tree: Tree,
     max_fuzz: int,
     merge3: Merge3 | None,
-    blobs: Mapping[str, bytes],
+    blobs: Blobs | None,
 ) -> tuple[FileOutcome, dict[str, bytes | None], bytes | None]:
     """Returns the outcome, the changes to make, and conflict-marked content if any; `read` sees the stack's
     changes so far."""
@@ -141,7 +148,8 @@ def _apply_file(
 
     # Hunks failed: a 3-way merge between the patch's original blob, the
     # patched original, and what the tree has now.
-    base = None if fd.old_blob is None else blobs[fd.old_blob] if fd.old_blob in blobs else tree.blob(fd.old_blob)
+    known = blobs(fd.old_blob) if blobs is not None and fd.old_blob is not None else None
+    base = known if known is not None or fd.old_blob is None else tree.blob(fd.old_blob)
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
         why = fuzz_note(split_lines(decode(current)), fd, max_fuzz) or why
@@ -190,12 +198,11 @@ def apply_patch(
     *,
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
-    blobs: Mapping[str, bytes] | None = None,
+    blobs: Blobs | None = None,
 ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, bytes]]:
     """Apply one patch on top of `changed`; `blobs`: original blobs by id, beside the tree's. Returns its outcome,
     its own changes and the files a 3-way merge left conflict markers in."""
     view = dict(changed)
-    known = blobs if blobs is not None else {}  # not `or`: that would load lazy blobs
 
     def read(path: str) -> bytes | None:
         return view[path] if path in view else tree.read(path)
@@ -204,7 +211,7 @@ def apply_patch(
     marked: dict[str, bytes] = {}
     files: list[FileOutcome] = []
     for fd in patch.files:
-        outcome, changes, conflict = _apply_file(fd, read, tree, max_fuzz, merge3, known)
+        outcome, changes, conflict = _apply_file(fd, read, tree, max_fuzz, merge3, blobs)
         files.append(outcome)
         own.update(changes)
         view.update(changes)
@@ -220,25 +227,13 @@ def apply_stack(
     *,
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
-    keep_going: bool = True,
 ) -> StackResult:
     """Apply `patches` in order. A patch that fails changes nothing."""
     result = StackResult(max_fuzz=max_fuzz)
     for patch in patches:
-        outcome, own, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
-        _record(result, outcome, own, marked)
-        if not outcome.ok and not keep_going:
-            break
+        outcome, own, _ = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
+        result.add(outcome, own)
     return result
-
-
-def _record(result: StackResult, outcome: PatchOutcome, own: dict[str, bytes | None], marked: dict[str, bytes]) -> None:
-    result.outcomes.append(outcome)
-    result.own.append(own)
-    if outcome.ok:
-        result.changed.update(own)
-    else:
-        result.conflicts.update(marked)
 
 
 def derive_stack(
@@ -250,7 +245,7 @@ def derive_stack(
     max_fuzz: int = 0,
     merge3: Merge3 | None = None,
 ) -> StackResult:
-    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, applied with keep_going)
+    """What `apply_stack` of the kept patches gives, reusing `full` (the whole series, as apply_stack ran it)
     for every kept patch whose files no left-out or re-applied patch has touched before it."""
     if full is None or len(full.own) != len(series) or full.max_fuzz != max_fuzz:
         return apply_stack([p for p in series if p.name in set(keep)], tree, max_fuzz=max_fuzz, merge3=merge3)
@@ -264,9 +259,9 @@ def derive_stack(
         # kept as is when its files are as in the full run and came from its hunks alone (no 3-way merge)
         merge_free = outcome.method not in ("3way", "conflict") and all(f.reason != NOOP_MERGE for f in outcome.files)
         if dirty.isdisjoint(patch.paths) and merge_free:
-            _record(result, outcome, own, {})
+            result.add(outcome, own)
             continue
-        again, own_again, marked = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
-        _record(result, again, own_again, marked)
+        again, own_again, _ = apply_patch(patch, tree, result.changed, max_fuzz=max_fuzz, merge3=merge3)
+        result.add(again, own_again)
         dirty.update(patch.paths)
     return result

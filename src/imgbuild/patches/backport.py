@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from imgbuild.patches.hunks import decode, encode
+
 APPLIED_RE = re.compile(r"^(Applied-Upstream:)[ \t]*([^\r\n]*)(\r?\n)", re.MULTILINE)
 
 
@@ -31,5 +33,4 @@ def applied_upstream_bytes(data: bytes, fields: dict[str, str], release: str) ->
     """A patch file's bytes with Applied-Upstream set, when it is a backport (else unchanged)."""
     if not is_backport(fields):
         return data
-    text = data.decode("utf-8", errors="surrogateescape")
-    return set_applied_upstream(text, release).encode("utf-8", errors="surrogateescape")
+    return encode(set_applied_upstream(decode(data), release))

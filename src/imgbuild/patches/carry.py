@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imgbuild.errors import ImgbuildError
-from imgbuild.patches.apply import FileOutcome, PatchOutcome, Tree, apply_patch, combined
+from imgbuild.patches.apply import Blobs, FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
 from imgbuild.patches.renames import Move, RenameFinder, rewrite
@@ -26,31 +26,18 @@ class Verification:
     path: str
     hunks: tuple[int, ...]
     reverse_apply: bool
-    added_present: bool
+    added_lines_present: bool
     patch_id: bool | None  # None: not checked (no hunks, e.g. a created file that already exists)
     note: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.reverse_apply and self.added_present and self.patch_id is not False
-
     def failed(self) -> str:
+        """The names of the checks that failed ('' when the hunks are upstreamed)."""
         checks = (
             ("reverse-apply", self.reverse_apply),
-            ("added lines present", self.added_present),
+            ("added lines present", self.added_lines_present),
             ("patch-id", self.patch_id is not False),
         )
         return ", ".join(name for name, passed in checks if not passed)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "hunks": list(self.hunks),
-            "reverse_apply": self.reverse_apply,
-            "added_lines_present": self.added_present,
-            "patch_id": self.patch_id,
-            "note": self.note,
-        }
 
 
 @dataclass(frozen=True)
@@ -59,9 +46,6 @@ class DroppedHunk:
     hunk: int
     header: str
     line: int  # where the release already has it
-
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -91,9 +75,9 @@ class Carry:
         return {
             **detail,
             "reason": self.reason,
-            "moves": [m.to_json() for m in self.moves],
-            "dropped_hunks": [d.to_json() for d in self.dropped],
-            "upstreamed_checks": [c.to_json() for c in self.checks],
+            "moves": [dataclasses.asdict(m) for m in self.moves],
+            "dropped_hunks": [dataclasses.asdict(d) for d in self.dropped],
+            "upstreamed_checks": [dataclasses.asdict(c) for c in self.checks],
             "conflicts": sorted(self.conflicts),
         }
 
@@ -134,43 +118,19 @@ def replay_series(patches: Sequence[Patch], tree: Tree) -> list[OldStep]:
     return steps
 
 
-class LazyBlobs:
-    """Original blobs per patch, computed on first use (needs the pinned release)."""
+def lazy_blobs(patches: Sequence[Patch], tree: Callable[[], Tree]) -> Callable[[str, str], bytes | None]:
+    """(patch name, blob id) -> that patch's original blob, from the series replayed on the pinned release
+    (`tree`) on first use."""
 
-    def __init__(self, patches: Sequence[Patch], tree: Callable[[], Tree | None]) -> None:
-        self._patches = patches
-        self._tree = tree
-        self._by_patch: dict[str, dict[str, bytes]] | None = None
+    @functools.cache
+    def by_patch() -> dict[str, dict[str, bytes]]:
+        try:
+            pinned = tree()
+        except (ImgbuildError, GitError):  # no pinned release: 3-way merges use what the cache has
+            return {}
+        return {s.patch.name: s.pre for s in replay_series(patches, pinned)}
 
-    def for_patch(self, name: str) -> Mapping[str, bytes]:
-        return _LazyMap(self, name)
-
-    def _load(self) -> dict[str, dict[str, bytes]]:
-        if self._by_patch is None:
-            try:
-                tree = self._tree()
-            except (ImgbuildError, GitError):  # no pinned release: 3-way merges use what the cache has
-                tree = None
-            steps = replay_series(self._patches, tree) if tree is not None else []
-            self._by_patch = {s.patch.name: s.pre for s in steps}
-        return self._by_patch
-
-
-class _LazyMap(Mapping[str, bytes]):
-    def __init__(self, owner: LazyBlobs, name: str) -> None:
-        self.owner, self.name = owner, name
-
-    def _map(self) -> dict[str, bytes]:
-        return self.owner._load().get(self.name, {})
-
-    def __getitem__(self, key: str) -> bytes:
-        return self._map()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map())
-
-    def __len__(self) -> int:
-        return len(self._map())
+    return lambda name, sha: by_patch().get(name, {}).get(sha)
 
 
 # -- raw patch text, for patch-ids of the hunks exactly as written -------------
@@ -224,11 +184,9 @@ def verify_upstreamed(
 
 
 # -- the step itself ------------------------------------------------------------
-def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder | None) -> dict[str, Move]:
+def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder) -> dict[str, Move]:
     """Paths of `patch` that are gone from the tree but moved in the release."""
     moves: dict[str, Move] = {}
-    if finder is None:
-        return moves
     for fd in patch.files:
         if fd.old_path is not None and fd.old_path not in moves and read(fd.old_path) is None:
             m = finder.follow(fd.old_path)
@@ -247,12 +205,12 @@ def carry_patch(
     tree: Tree,
     changed: Mapping[str, bytes | None],
     *,
-    finder: RenameFinder | None = None,
-    raw: str | None = None,
-    blobs: Mapping[str, bytes] | None = None,
-    label: str = "upstream",
+    finder: RenameFinder,
+    raw: str,
+    blobs: Blobs,
+    label: str,
 ) -> Carry:
-    """Apply `patch` on `tree` overlaid with `changed`, and classify the result."""
+    """Apply `patch` (`raw`: its file's text) on `tree` overlaid with `changed`, and classify the result."""
 
     def read(path: str) -> bytes | None:
         return changed[path] if path in changed else tree.read(path)
@@ -265,7 +223,7 @@ def carry_patch(
 
     outcome, own, marked = apply_patch(moved, tree, changed, merge3=merge3, blobs=blobs)
     files = list(outcome.files)
-    sections = raw_sections(raw) if raw is not None else None
+    sections = raw_sections(raw)
     checks: list[Verification] = []
     dropped: list[DroppedHunk] = []
     for i, (fd, fo) in enumerate(zip(moved.files, files, strict=True)):
@@ -282,14 +240,14 @@ def carry_patch(
             continue
         current = read(fd.old_path) or b""
         raw_hunks = None
-        if sections is not None and i < len(sections) and len(sections[i]) == len(fd.hunks):
+        if i < len(sections) and len(sections[i]) == len(fd.hunks):
             raw_hunks = [sections[i][h.index - 1] for h in chosen]
         checks.append(verify_upstreamed(fd.path, chosen, current, raw_hunks))
         lines = {o.hunk: o.line for o in fo.hunks}
         dropped.extend(DroppedHunk(fd.path, h.index, h.header, lines.get(h.index, 0)) for h in chosen)
     method = combined([f.method for f in files])
     reason = "; ".join(f"{f.path}: {f.reason}" for f in files if f.method == "conflict" and f.reason)
-    bad = [c for c in checks if not c.ok]
+    bad = [c for c in checks if c.failed()]
     if bad and method != "conflict":
         method = "conflict"
         reason = "; ".join(

@@ -3,6 +3,7 @@ then (only when allowed) with fuzz. A hunk whose new side is already there is `u
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,12 +20,8 @@ def encode(text: str) -> bytes:
 
 
 def split_lines(text: str) -> list[str]:
-    """Split on '\\n' only (str.splitlines also splits on form feeds)."""
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
+    """Split on '\\n' only, keeping it (str.splitlines also splits on form feeds); io's newline="\\n" does that."""
+    return list(io.StringIO(text, newline="\n"))
 
 
 @dataclass(frozen=True)

@@ -266,8 +266,17 @@ def upstream_of(name: str, header: str, roots: Roots) -> tuple[str, str]:
 
 def parse_patch(path: Path, package_root: Roots = "vllm") -> Patch:
     """Read and check a patch file; `package_root`: where it may write (with the pins: the one `Upstream:` names)."""
-    name = path.name
-    raw = _read(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise PatchError(f"{path}: patch file not found", hint="check patches/series") from exc
+    return parse_bytes(path.name, raw, package_root)
+
+
+def parse_bytes(name: str, raw: bytes, package_root: Roots = "vllm") -> Patch:
+    """`parse_patch` of the bytes of the patch file `name` (a patch made in memory is never written to parse it)."""
+    if b"\0" in raw:
+        raise PatchError(f"{name}: binary data in the patch file", hint="binary patches are refused")
     header, diff = _split(name, raw.decode("utf-8", errors="surrogateescape"))
     upstream, package_root = upstream_of(name, header, package_root)
     first = header.count("\n") + 1  # the file's line number of the diff's first line
@@ -276,24 +285,14 @@ def parse_patch(path: Path, package_root: Roots = "vllm") -> Patch:
     _check_lines(name, diff, first, package_root)
     files = _file_diffs(name, diff, first)
     return Patch(
-        name=path.name.removesuffix(".patch").removesuffix(".diff"),
-        filename=path.name,
+        name=name.removesuffix(".patch").removesuffix(".diff"),
+        filename=name,
         header=header,
         fields=parse_header(header),
         files=tuple(files),
         sha256=hashlib.sha256(raw).hexdigest(),
         upstream=upstream,
     )
-
-
-def _read(path: Path) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise PatchError(f"{path}: patch file not found", hint="check patches/series") from exc
-    if b"\0" in raw:
-        raise PatchError(f"{path.name}: binary data in the patch file", hint="binary patches are refused")
-    return raw
 
 
 def _split(name: str, text: str) -> tuple[str, str]:

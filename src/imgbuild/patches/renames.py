@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import PurePosixPath
 
 import git
 
-from imgbuild.errors import ImgbuildError
 from imgbuild.patches.patchfile import FileDiff, Patch
 from imgbuild.upstream.commits import name_status
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
@@ -27,9 +25,6 @@ class Move:
     old: str
     new: str
     how: str  # "file" (git rename detection) or "directory" (inferred directory rename)
-
-    def to_json(self) -> dict[str, str]:
-        return {"old": self.old, "new": self.new, "how": self.how}
 
 
 def _parents(path: str) -> list[str]:
@@ -54,11 +49,11 @@ def _dir_pair(old: str, new: str) -> tuple[str, str] | None:
 
 
 class RenameFinder:
-    """Moves between commit `old` (given lazily; None: unknown) and commit `new`, both in `repo`."""
+    """Moves between commit `old` and commit `new`, both in `repo`."""
 
-    def __init__(self, repo: GitRepo, old: Callable[[], str | None], new: str) -> None:
+    def __init__(self, repo: GitRepo, old: str, new: str) -> None:
         self.repo = repo
-        self._old_fn = old
+        self.old = old
         self.new = new
         self.new_tree = CommitTree(repo, new)
         self.files: dict[str, str] = {}
@@ -67,19 +62,12 @@ class RenameFinder:
         self._searched: set[str] = set()
 
     @cached_property
-    def old_tree(self) -> CommitTree | None:
-        try:
-            old = self._old_fn()
-        except (ImgbuildError, GitError):  # the pinned release cannot be opened: no rename data, no failure
-            return None
-        return CommitTree(self.repo, old) if old is not None else None
+    def old_tree(self) -> CommitTree:
+        return CommitTree(self.repo, self.old)
 
     def _search(self, path: str) -> None:
         """Run rename detection for the files around `path` (once per vanished directory)."""
-        old_tree = self.old_tree
-        if old_tree is None:
-            return
-        old = old_tree.commit
+        old, old_tree = self.old, self.old_tree
         top = posixpath.dirname(path)
         for d in _parents(path):
             if _is_dir(self.new_tree, d):
@@ -139,7 +127,7 @@ class RenameFinder:
         parent = posixpath.dirname(path)
         if not parent or _is_dir(self.new_tree, parent):
             return None
-        if self.old_tree is None or not _is_dir(self.old_tree, parent):
+        if not _is_dir(self.old_tree, parent):
             return None  # the directory is new with the patch; nothing to follow
         self._search(path)
         return self._via_dirs(path)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from imgbuild.config.models import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
-from imgbuild.patches.apply import Merge3, PatchOutcome, StackResult, Tree, derive_stack
+from imgbuild.patches.apply import PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
 from imgbuild.upstream.git import blob_id, sha256
 
@@ -172,21 +172,16 @@ class VariantPlan:
         }
 
 
-def touched_paths(patches: Sequence[Patch]) -> list[str]:
-    return list(dict.fromkeys(path for p in patches for path in p.paths))
-
-
 def plan_variant(
     variant: ResolvedVariant,
     patches: Sequence[Patch],
     tree: Tree,
     *,
     max_fuzz: int = 0,
-    merge3: Merge3 | None = None,
     full: StackResult | None = None,
 ) -> VariantPlan:
     """Apply the variant's patches to pristine `tree` and describe every touched file (`full`: as in derive_stack)."""
-    result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz, merge3=merge3, full=full)
+    result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz, full=full)
     files: list[PlannedFile] = []
     contents: dict[str, bytes] = {}
     touching_by_path: dict[str, list[Patch]] = {}
@@ -194,7 +189,7 @@ def plan_variant(
         for path in p.paths:
             touching_by_path.setdefault(path, []).append(p)
     kept = set(variant.selected)
-    for path in touched_paths(patches):
+    for path in touching_by_path:  # every path a patch touches, in series order
         pristine = tree.read(path)
         data = result.changed.get(path, pristine)
         touching = tuple(p.name for p in touching_by_path[path] if p.name in kept)
@@ -230,13 +225,12 @@ def apply_selection(
     tree: Tree,
     *,
     max_fuzz: int = 0,
-    merge3: Merge3 | None = None,
     full: StackResult | None = None,
 ) -> StackResult:
-    """The variant's patches applied to `tree` (derived from `full`, as in plan_variant); ApplyError when one does
-    not apply on its own or needs a 3-way merge. `patches check` stops here, without hashing every file."""
-    result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz, merge3=merge3)
-    failed = [o for o in result.outcomes if not o.ok or o.method == "3way"]
+    """The variant's patches applied to `tree` without 3-way merges (derived from `full`, as in plan_variant);
+    ApplyError when one does not apply on its own. `patches check` stops here, without hashing every file."""
+    result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz)
+    failed = [o for o in result.outcomes if not o.ok]
     if failed:
         raise _selection_error(variant, failed[0], patches)
     return result

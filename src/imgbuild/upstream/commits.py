@@ -50,10 +50,6 @@ def scratch_marker(path: Path) -> str | None:
     return (done.stdout.decode().strip() or None) if done.returncode == 0 else None
 
 
-def tree_id(repo: GitRepo, commit: str) -> str:
-    return repo.run("rev-parse", f"{commit}^{{tree}}").strip()
-
-
 def commit_raw(
     repo: GitRepo, tree: str, parents: Iterable[str], message: str, env: Mapping[str, str] | None = None
 ) -> str:
@@ -122,17 +118,12 @@ def name_status(
     """(status letter, path, renamed-to path or None) for each changed path."""
     flags = ["-M", "-l100000"] if renames else ["--no-renames"]
     out = repo.run("diff", "--name-status", "-z", *flags, old, new, "--", *paths, env=LITERAL)
-    fields = out.split("\0")
+    fields = iter(out.split("\0"))  # STATUS, PATH (and TO for a rename or a copy), ..., then ''
     result: list[tuple[str, str, str | None]] = []
-    i = 0
-    while i < len(fields) and fields[i]:
-        status = fields[i]
-        if status[0] in "RC":
-            result.append((status[0], fields[i + 1], fields[i + 2]))
-            i += 3
-        else:
-            result.append((status[0], fields[i + 1], None))
-            i += 2
+    for status in fields:
+        if not status:
+            break
+        result.append((status[0], next(fields), next(fields) if status[0] in "RC" else None))
     return result
 
 
@@ -140,16 +131,8 @@ def status_porcelain(repo: GitRepo) -> list[str]:
     return [line for line in repo.run("status", "--porcelain", "--untracked-files=all").splitlines() if line]
 
 
-def range_diff(repo: GitRepo, old_range: str, new_range: str) -> str:
-    return repo.run("range-diff", "--no-color", "--creation-factor=999", old_range, new_range)
-
-
 def checkout_branch(repo: GitRepo, branch: str, commit: str) -> None:
     """Point `branch` at `commit`, make it HEAD, and reset the index and work tree to it."""
     repo.run("update-ref", f"refs/heads/{branch}", commit)
     repo.run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
     repo.run("reset", "--hard", "-q", commit)
-
-
-def head_commit(repo: GitRepo) -> str | None:
-    return repo.resolve_commit("HEAD")

@@ -83,11 +83,6 @@ class GitRepo:
         repo.run("config", "gc.auto", "0")
         return repo
 
-    @classmethod
-    def init(cls, path: Path) -> GitRepo:
-        git.Repo.init(path)
-        return cls(path)
-
     def run(self, *args: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> str:
         """Run one git command in this repository and return its stdout."""
         done = run_git(args, stdin, self.path, env)
@@ -148,29 +143,9 @@ class GitRepo:
         """`git status --porcelain` of `paths` ('' when they are clean)."""
         return self.run("status", "--porcelain", "--", *paths)
 
-    def untracked(self) -> list[str]:
-        """Files in the work tree that git does not track and does not ignore."""
-        return [p for p in self.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
-
     def stage(self, *paths: str) -> None:
         """`git add -A` of `paths` (new, changed and deleted files alike)."""
         self.run("add", "-A", "--", *paths)
-
-    def stage_tracked(self) -> None:
-        """`git add -u`: every change to a tracked file."""
-        self.run("add", "-u")
-
-    def staged_paths(self, commit: str) -> list[str]:
-        """Paths whose staged content differs from `commit`."""
-        return [p for p in self.run("diff", "--cached", "--name-only", "-z", commit).split("\0") if p]
-
-    def write_tree(self) -> str:
-        """The tree of the index, written as an object."""
-        return self.run("write-tree").strip()
-
-    def move_ref(self, ref: str, commit: str, reason: str) -> None:
-        """Point `ref` (HEAD: the branch it names) at `commit`, with `reason` in the reflog."""
-        self.run("update-ref", "-m", reason, ref, commit)
 
 
 Item = git.Tree | git.Blob | git.Submodule  # an entry of a tree, as gitpython reads it

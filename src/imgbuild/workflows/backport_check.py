@@ -9,6 +9,7 @@ import re
 
 from imgbuild.patches.backport import is_backport
 from imgbuild.patches.carry import Carry
+from imgbuild.patches.hunks import encode
 from imgbuild.upstream.git import LITERAL, GitError, GitRepo, patch_id
 
 
@@ -24,7 +25,7 @@ def release_patch_ids(repo: GitRepo, old: str, new: str, paths: list[str]) -> di
             "log", "-p", "--no-merges", "--full-index", "--no-color", "--no-renames", "--format=commit %H",
             new, f"^{old}", "--", *paths, env=LITERAL,
         )  # fmt: skip
-        out = repo.run("patch-id", "--stable", stdin=log.encode("utf-8", errors="surrogateescape")) if log else ""
+        out = repo.run("patch-id", "--stable", stdin=encode(log)) if log else ""
     except GitError:
         return {}
     ids: dict[str, str] = {}

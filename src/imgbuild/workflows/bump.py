@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from imgbuild.builder.runner import BuildOptions
 
 Status = Literal["current", "carried", "conflict", "build-failed"]
-PREFIX = "imgbuild/bump-"
-
-
-def default_branch(tag: str) -> str:
-    return PREFIX + review.SAFE.sub("_", tag)
 
 
 @dataclass
@@ -91,7 +86,7 @@ def bump(
     old = Pin(project.pin.tag, project.pin.commit)
     target = resolve_ref(project.pin, onto)
     new = Pin(target.tag, target.commit)
-    name = branch or default_branch(new.tag)
+    name = branch or "imgbuild/bump-" + review.SAFE.sub("_", new.tag)
     md = review.report_md(root, f"bump-{new.tag}", report_dir.resolve() if report_dir else None)
     current = _current_branch(repo)
     if new.commit == old.commit:
@@ -101,12 +96,7 @@ def bump(
             return _finish(root, repo, _pin_at_head(repo) or old, new, name, md, build, log)
         newest = "the newest release " if onto.strip() == "latest" else ""
         return Bump("current", f"already at {newest}{new.tag}", old, new)
-    dirty = repo.status("patches").strip()
-    if dirty:
-        raise StateError(
-            f"patches/ has uncommitted changes:\n{dirty}",
-            hint="commit or stash them first: the bump commits patches/ on its own branch",
-        )
+    rebase.refuse_dirty_patches(root)  # before the branch: the rebase would refuse it there
     head = repo.verify("HEAD")
     created = _switch(repo, name, current)
     log(f"on branch {name}: rebasing from {old.tag} onto {new.tag}")
@@ -165,10 +155,6 @@ def _pin_at_head(repo: GitRepo) -> Pin | None:
         return None
 
 
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
-
-
 def _stopped(root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: Path) -> Bump:
     """The rebase stopped at a conflict: the per-hunk report; the rebase stays in progress."""
     state = load(root)
@@ -176,8 +162,7 @@ def _stopped(root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: 
     item = state.current
     patch = parse_patch(root / item.path, Project.load(root).pin.package_root)
     release = CommitTree(session(root).scratch(), state.head)
-    tree = Path(stopped.work_tree)
-    hunks = review.conflict_hunks(stopped, patch, release.read, lambda p: _read(tree / p))
+    hunks = review.conflict_hunks(stopped, patch, release.read)
     text, data = review.render_conflict(state, stopped, hunks, patch.fields.get("Description", ""))
     files = sorted({h["file"] for h in hunks})
     message = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from imgbuild.errors import ApplyError, ImgbuildError
 from imgbuild.patches.apply import PatchOutcome, StackResult, apply_stack
-from imgbuild.patches.variants import ResolvedVariant, apply_selection, touched_paths
+from imgbuild.patches.variants import ResolvedVariant, apply_selection
 from imgbuild.project import Project, merge3
 from imgbuild.workflows.materialize import write_tree
 
@@ -56,7 +56,6 @@ class SeriesCheck:
 def check_series(project: Project, max_fuzz: int = 0) -> SeriesCheck:
     project.refuse_bad_headers()
     tree = project.tree()
-    tree.prefetch(touched_paths(project.patches))
     full = apply_stack(project.patches, tree, max_fuzz=max_fuzz, merge3=merge3)
     variants: dict[str, ResolvedVariant] = {}
     errors: dict[str, str] = {}

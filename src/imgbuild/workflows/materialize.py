@@ -15,10 +15,6 @@ from imgbuild.upstream.git import GitRepo
 from imgbuild.workflows.workspace import flocked
 
 
-def staging_path(dest: Path) -> Path:
-    return dest.parent / f".{dest.name}.imgbuild-staging"
-
-
 def write_tree(
     dest: Path,
     repo: GitRepo,
@@ -39,7 +35,7 @@ def write_tree(
                 raise StateError(
                     f"{dest} exists and is not empty", hint="choose a new directory; imgbuild never overwrites one"
                 )
-            staging = staging_path(dest)
+            staging = dest.parent / f".{dest.name}.imgbuild-staging"
             if staging.is_dir() and not staging.is_symlink():  # left by a run that was killed
                 shutil.rmtree(staging)
             return _write(dest, staging, [(repo, commit), *more], changed, only_changed)

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 
 from imgbuild.patches.backport import is_backport
-from imgbuild.patches.carry import Carry, LazyBlobs, MemoTree, carry_patch
+from imgbuild.patches.carry import Carry, MemoTree, carry_patch, lazy_blobs
+from imgbuild.patches.hunks import decode
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree
@@ -140,18 +141,15 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
     by_name = {p.name: p for p in project.patches}
     upstream_of = {p.name: project.upstream_of(p).name for p in project.patches}
     matrix.filenames = {p.name: p.filename for p in project.patches}
-    raws = {
-        p.name: (project.patches_dir / p.filename).read_bytes().decode("utf-8", errors="surrogateescape")
-        for p in project.patches
-    }
-    blobs = LazyBlobs(project.patches, project.tree)
+    raws = {p.name: decode((project.patches_dir / p.filename).read_bytes()) for p in project.patches}
+    blobs = lazy_blobs(project.patches, project.tree)
 
     for ref, upstream, res in resolved:
         started = time.perf_counter()
         pinned = project.resolved(upstream).commit
         tree = MemoTree(CommitTree(res.repo, res.commit))
-        finder = RenameFinder(res.repo, functools.partial(str, pinned), res.commit)
-        memo: dict[tuple[str, ...], tuple[Carry, dict[str, bytes | None]]] = {}
+        finder = RenameFinder(res.repo, pinned, res.commit)
+        memo: dict[tuple[str, ...], Carry] = {}
         for stack, names in stacks:
             changed: dict[str, bytes | None] = {}
             applied: tuple[str, ...] = ()
@@ -166,15 +164,14 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
                         changed,
                         finder=finder,
                         raw=raws[name],
-                        blobs=blobs.for_patch(name),
+                        blobs=functools.partial(blobs, name),
                         label=f"upstream {res.tag}",
                     )
-                    carry = recognise(carry, raws[name], res.repo, pinned, res.commit, res.tag)
-                    memo[key] = (carry, dict(carry.changes))
-                carry, own = memo[key]
+                    memo[key] = recognise(carry, raws[name], res.repo, pinned, res.commit, res.tag)
+                carry = memo[key]
                 matrix.cells[(stack, ref, name)] = carry
                 if carry.ok:
-                    changed.update(own)
+                    changed.update(carry.changes)
                     applied = (*applied, name)
         matrix.seconds[ref] = time.perf_counter() - started
     return matrix

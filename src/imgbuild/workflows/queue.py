@@ -18,15 +18,14 @@ from typing import Any
 from imgbuild.atomic import write_json
 from imgbuild.errors import PatchError, StateError
 from imgbuild.patches.apply import apply_stack
-from imgbuild.patches.hunks import decode, encode
-from imgbuild.patches.patchfile import Patch, parse_header
+from imgbuild.patches.hunks import encode
+from imgbuild.patches.patchfile import Patch, parse_bytes, parse_header
 from imgbuild.project import Project
 from imgbuild.upstream.commits import (
     CommitInfo,
     checkout_branch,
     commit_raw,
     diff_commits,
-    head_commit,
     is_ancestor,
     read_commit,
     rev_list,
@@ -41,7 +40,6 @@ from imgbuild.workflows.writeback import (
     commit_series,
     context_of,
     export_patch,
-    parse_text,
     reorder_series,
     today,
 )
@@ -205,7 +203,7 @@ def discard(root: Path, *, force: bool = False) -> str:
         if not force:
             dirty = status_porcelain(scratch)
             synced = state.get("synced") or (state["patches"][-1]["commit"] if state["patches"] else state["base"])
-            if dirty or head_commit(scratch) != synced:
+            if dirty or scratch.resolve_commit("HEAD") != synced:
                 raise StateError(
                     f"the work tree {work.tree} has work that is not in patches/ yet",
                     hint="run `imgbuild patches refresh` first, or pass --force to throw it away",
@@ -243,7 +241,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
                 f"the work tree {tree} has uncommitted changes:\n" + "\n".join(dirty[:20]),
                 hint="commit them (`git commit --amend` changes a patch, `git commit` adds one), or discard them",
             )
-        head = head_commit(scratch)
+        head = scratch.resolve_commit("HEAD")
         if head is None or not is_ancestor(scratch, state["base"], head):
             raise StateError(
                 f"HEAD of {tree} does not descend from the pinned release {state['tag']} ({state['base'][:12]})",
@@ -258,7 +256,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         renamed = _sync_messages(scratch, state["base"], commits)
         state["patches"] = [{"filename": name, "commit": sha} for name, sha in renamed]
         state["inputs"] = _inputs(work, state["patches"])
-        state["synced"] = head_commit(scratch)
+        state["synced"] = scratch.resolve_commit("HEAD")
         work.save(state)
         if close:
             work.remove()
@@ -277,7 +275,6 @@ def _export(
     originals = {p.filename: p for p in project.patches_of(project.pin.name)}
     journal = Journal(root, work.txn)
     result = Refreshed()
-    order: list[str] = []
     commits: list[Final] = []
     stack: list[Patch] = []
     for sha in rev_list(scratch, state["base"], head):
@@ -287,14 +284,13 @@ def _export(
         filename, header = from_message(info.message)
         if filename is not None and (("/" in filename) or not filename.endswith((".patch", ".diff"))):
             raise PatchError(f"commit {sha[:12]}: {TRAILER}: {filename!r} is not a patch file name")
-        if filename in order:
+        if any(p.filename == filename for p in stack):
             raise StateError(f"commits {sha[:12]} and an earlier one both say {TRAILER}: {filename}", hint="rename one")
         original = originals.get(filename) if filename else None
         diff = diff_commits(scratch, info.parents[0], sha, context=context_of(original) if original else 3)
         if not diff:
             if original is not None:
                 result.warnings.append(f"{filename}: its commit is empty; patches/{filename} is left as it was")
-                order.append(original.filename)
                 commits.append((info, original.filename, original.header))
                 stack.append(original)
             else:
@@ -324,15 +320,15 @@ def _export(
             name = original.filename
         else:
             subject = (header.strip().splitlines() or ["patch"])[0]
-            taken = set(originals) | set(order) | {p.filename for p in project.patches}
+            taken = {p.filename for p in [*project.patches, *stack]}
             name = filename or new_filename(subject.removeprefix("Description:").strip(), taken)
             data = encode(bump_last_update(new_header(header, info.author, date), date) + diff)
             journal.write(f"patches/{name}", data)
             result.added.append(name)
-        patch = parse_text(name, decode(data), package_root)
+        patch = parse_bytes(name, data, package_root)
         stack.append(patch)
-        order.append(name)
         commits.append((info, name, patch.header))
+    order = [p.filename for p in stack]
     for name in originals:
         if name not in order:
             journal.delete(f"patches/{name}")
@@ -380,7 +376,7 @@ def _sync_messages(scratch: GitRepo, base: str, commits: list[Final]) -> list[tu
             out.append((name, sha))
         parent = sha
     if rewriting:
-        scratch.move_ref("HEAD", parent, "imgbuild patches refresh")
+        scratch.run("update-ref", "-m", "imgbuild patches refresh", "HEAD", parent)
     return out
 
 

@@ -16,7 +16,6 @@ from typing import Any, Literal
 from imgbuild.atomic import write_json
 from imgbuild.errors import ImgbuildError, StateError, UsageError
 from imgbuild.patches.patchfile import parse_patch
-from imgbuild.patches.series import parse_series
 from imgbuild.project import Project
 from imgbuild.upstream.git import GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
@@ -67,7 +66,7 @@ def start(
                 hint="give one --onto per upstream: `--onto NAME=REF --onto OTHER=REF`",
             )
         if not done_before:  # a later pin of the same run starts on what the earlier one wrote
-            _refuse_dirty_patches(root)
+            refuse_dirty_patches(root)
         name, ref = project.target(ref)
         pin = project.pin_named(name)
         old = project.resolved(name)
@@ -216,10 +215,10 @@ def refuse_if_busy(root: Path) -> None:
         )
 
 
-def _refuse_dirty_patches(root: Path) -> None:
+def refuse_dirty_patches(root: Path) -> None:
+    """Refuse a patches/ with uncommitted changes (a rebase, or a bump before its branch, writes patches/)."""
     try:
-        repo = GitRepo(root)
-        out = repo.status("patches")
+        out = GitRepo(root).status("patches")
     except GitError:
         return  # not a git checkout: nothing to compare with
     if out.strip():
@@ -231,15 +230,14 @@ def _refuse_dirty_patches(root: Path) -> None:
 
 def _items(root: Path, project: Project, upstream: str) -> list[Item]:
     """The series' patches of the pin `upstream` (and its dormant ones in patches/upstreamed/), in order."""
-    series_path = root / "patches" / "series"
-    entries = parse_series(series_path)
+    entries = project.series  # as Project.load parsed it
     mine = {p.filename for p in project.patches_of(upstream)}
-    items = [Item(e.filename, e.line, False, None, f"patches/{e.filename}") for e in entries if e.filename in mine]
+    items = [Item(e.filename, e.line, False, f"patches/{e.filename}") for e in entries if e.filename in mine]
     listed = {e.filename for e in entries}
-    for line, tag, filename in dormant_markers(series_path.read_text(encoding="utf-8")):
+    for line, _, filename in dormant_markers((root / "patches" / "series").read_text(encoding="utf-8")):
         path = root / "patches" / "upstreamed" / filename
         if filename not in listed and path.is_file() and _dormant_upstream(project, path) == upstream:
-            items.append(Item(filename, line, True, tag, f"patches/upstreamed/{filename}"))
+            items.append(Item(filename, line, True, f"patches/upstreamed/{filename}"))
     return sorted(items, key=lambda i: i.line)
 
 

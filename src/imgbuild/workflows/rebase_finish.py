@@ -12,11 +12,9 @@ from imgbuild.config.models import UpstreamPin, load_pins, load_variant
 from imgbuild.errors import ImgbuildError, StateError
 from imgbuild.patches import backport
 from imgbuild.patches.apply import apply_stack
-from imgbuild.patches.hunks import decode
-from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.patches.patchfile import Patch, parse_bytes, parse_patch
 from imgbuild.patches.series import parse_series
 from imgbuild.patches.variants import resolve_variants
-from imgbuild.upstream.commits import range_diff
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import wheel_pin_fields
 from imgbuild.workflows.rebase_state import (
@@ -37,7 +35,6 @@ from imgbuild.workflows.writeback import (
     check_unchanged,
     dormant_line,
     export_patch,
-    parse_text,
     rewrite_pin_named,
     rewrite_series_lines,
 )
@@ -60,7 +57,7 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     for item, res in zip(state.items, state.results, strict=True):
         filename, dormant = item.filename, item.dormant
         orig_bytes = (root / item.path).read_bytes()
-        orig = parse_patch(root / item.path, pin.package_root)
+        orig = parse_bytes(filename, orig_bytes, pin.package_root)
         final: Final = res.outcome
         file, range_text = "unchanged", ""
         if res.commit and res.parent:
@@ -75,7 +72,7 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
             if data is not None:
                 journal.write(f"patches/{filename}", data)
                 file = "reinstated" if dormant else "re-exported"
-            new_stack.append(parse_text(filename, decode(data or orig_bytes), pin.package_root))
+            new_stack.append(parse_bytes(filename, data or orig_bytes, pin.package_root))
             if item.old_commit and data is not None:
                 range_text = _range_diff(scratch, item, res)
         elif res.outcome == "upstreamed" and not dormant:
@@ -144,7 +141,8 @@ def commit(root: Path, state: RebaseState) -> RebaseDone:
 
 def _range_diff(scratch: GitRepo, item: Item, res: PatchResult) -> str:
     try:
-        return range_diff(scratch, f"{item.old_parent}..{item.old_commit}", f"{res.parent}..{res.commit}")
+        old, new = f"{item.old_parent}..{item.old_commit}", f"{res.parent}..{res.commit}"
+        return scratch.run("range-diff", "--no-color", "--creation-factor=999", old, new)
     except GitError as exc:
         return f"(range-diff failed: {exc})"
 

@@ -11,10 +11,10 @@ from typing import cast
 from imgbuild.errors import StateError
 from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines
 from imgbuild.patches.hunks import decode
-from imgbuild.patches.patchfile import parse_patch
+from imgbuild.patches.patchfile import parse_bytes
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
-from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, head_commit, is_ancestor, tree_id
+from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
 from imgbuild.upstream.git import CommitTree, GitRepo
 from imgbuild.workflows import backport_check
 from imgbuild.workflows.rebase_finish import finish
@@ -36,6 +36,7 @@ from imgbuild.workflows.rebase_state import (
 from imgbuild.workflows.writeback import commit_series
 
 BRANCH = "imgbuild-rebase"
+RECORDS = ("moves", "dropped_hunks", "upstreamed_checks", "files")  # what a PatchResult keeps of Carry.to_json
 
 
 def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState) -> None:
@@ -48,28 +49,20 @@ def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState
 
 
 def _result(item: Item, carry: Carry) -> PatchResult:
-    files = cast("list[Record]", carry.to_json()["files"])  # the per-hunk report, as `patches check` has it
-    return PatchResult.of(
-        item,
-        carry.outcome,
-        carry.reason,
-        moves=tuple(m.to_json() for m in carry.moves),
-        dropped_hunks=tuple(d.to_json() for d in carry.dropped),
-        upstreamed_checks=tuple(c.to_json() for c in carry.checks),
-        files=tuple(files),
-    )
+    """The patch's result with the carry's report (as `patches check --onto` has it; files: per hunk)."""
+    data = carry.to_json()
+    return PatchResult.of(item, carry.outcome, carry.reason, **{k: data[k] for k in RECORDS})
 
 
 def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     scratch = session(root).scratch()
     package_root = moving_pin(root, state).package_root
     old_commit, onto = state.old.commit, state.onto
-    finder = RenameFinder(scratch, lambda: old_commit, onto.commit)
+    finder = RenameFinder(scratch, old_commit, onto.commit)
     while state.next < len(state.items):
         item = state.current
-        path = root / item.path
-        raw = path.read_bytes()
-        patch = parse_patch(path, package_root)
+        raw = (root / item.path).read_bytes()
+        patch, text = parse_bytes(item.filename, raw, package_root), decode(raw)
         blobs = {old: scratch.read_blob(sha) for old, sha in item.blobs.items()}
         head = state.head
         carry = carry_patch(
@@ -77,11 +70,11 @@ def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
             CommitTree(scratch, head),
             {},
             finder=finder,
-            raw=decode(raw),
-            blobs=blobs,
+            raw=text,
+            blobs=blobs.get,
             label=f"upstream {onto.tag}",
         )
-        carry = backport_check.recognise(carry, decode(raw), scratch, old_commit, onto.commit, onto.tag)
+        carry = backport_check.recognise(carry, text, scratch, old_commit, onto.commit, onto.tag)
         result = _result(item, carry)
         new_head = None
         if carry.carried and carry.changes:
@@ -129,6 +122,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     unresolved = tuple(
         Unresolved(f.path, f.reason) for f in carry.files if f.method == "conflict" and f.path not in carry.conflicts
     )
+    report = carry.to_json()
     stopped = Stopped(
         filename=item.filename,
         work_tree=str(tree),
@@ -137,8 +131,8 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
         unresolved=unresolved,
         applied=tuple(clean),
         reason=carry.reason,
-        moves=tuple(m.to_json() for m in carry.moves),
-        files=tuple(cast("list[Record]", carry.to_json()["files"])),
+        moves=tuple(cast("list[Record]", report["moves"])),
+        files=tuple(cast("list[Record]", report["files"])),
     )
     state.status = "stopped"
     state.stopped = stopped
@@ -167,21 +161,26 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
     scratch = work.scratch()
     head = state.head
     item = state.current
-    current = head_commit(scratch)
+    current = scratch.resolve_commit("HEAD")
     if current is None or not is_ancestor(scratch, head, current):
         raise StateError(
             f"the work tree {tree} is no longer on the rebase (HEAD {current} does not descend from {head[:12]})",
             hint="check out the rebase branch again, or `imgbuild patches rebase --abort`",
         )
-    untracked = scratch.untracked()
+    untracked = [p for p in scratch.run("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
     if untracked:
         raise StateError(
             f"new file(s) in the work tree that are not added to git: {', '.join(untracked[:10])}; "
             f"--continue would leave them out of {item.filename}",
             hint=f"`git -C {tree} add FILE` to put a file in the patch, or delete it; then run --continue again",
         )
-    scratch.stage_tracked()
-    changed = scratch.staged_paths(head)
+    scratch.run("add", "-u")
+    changed = [p for p in scratch.run("diff", "--cached", "--name-only", "-z", head).split("\0") if p]
+    if not changed:
+        raise StateError(
+            f"the work tree {tree} holds no change for {item.filename}",
+            hint="make the change (and `git add` new files), or drop the patch with `imgbuild patches rebase --skip`",
+        )
     left = []
     for path in changed:
         file = tree / path
@@ -192,13 +191,7 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
             f"conflict markers are still in the work tree: {', '.join(left[:10])}",
             hint=f"resolve them in {tree}, then run --continue again",
         )
-    new_tree = scratch.write_tree()
-    if new_tree == tree_id(scratch, head):
-        raise StateError(
-            f"the work tree {tree} holds no change for {item.filename}",
-            hint="make the change (and `git add` new files), or drop the patch with `imgbuild patches rebase --skip`",
-        )
-    commit = commit_raw(scratch, new_tree, [head], message(item.filename))
+    commit = commit_raw(scratch, scratch.run("write-tree").strip(), [head], message(item.filename))
     stopped = state.stopped
     result = PatchResult.of(
         item,

@@ -58,7 +58,6 @@ class Item(Json):
     filename: str
     line: int
     dormant: bool
-    dormant_tag: str | None
     path: str  # relative to the project root
     old_commit: str | None = None
     old_parent: str | None = None

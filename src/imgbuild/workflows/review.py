@@ -5,6 +5,7 @@ per-hunk report of a conflict, the images built."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,13 @@ def report_paths(root: Path, state: RebaseState) -> tuple[Path, Path]:
     return md, md.with_suffix(".json")
 
 
-def _fence(text: str, lang: str = "diff") -> str:
+def _fenced(title: str, lines: Sequence[str], lang: str = "text") -> list[str]:
+    """`title`, a blank line, and `lines` in a code fence longer than any run of backticks in them."""
+    text = "\n".join(lines)
     ticks = "```"
     while ticks in text:
         ticks += "`"
-    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}\n"
+    return [title, "", f"{ticks}{lang}\n{text.rstrip()}\n{ticks}\n"]
 
 
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -76,7 +79,7 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
                 f"added lines {'present' if c['added_lines_present'] else 'MISSING'}, patch-id {pid}"
             )
         if r.get("range_diff"):
-            lines += ["", "Range-diff (old patch → new patch):", "", _fence(r["range_diff"])]
+            lines += ["", *_fenced("Range-diff (old patch → new patch):", [r["range_diff"]], "diff")]
     md = "\n".join(lines).rstrip() + "\n"
     data = {
         "old": old,
@@ -152,11 +155,11 @@ def conflict_hunks(
     stopped: Stopped,
     patch: Patch,
     read_release: Callable[[str], bytes | None],
-    read_work: Callable[[str], bytes | None],
 ) -> list[dict[str, Any]]:
     """Per conflicting hunk of the patch the rebase stopped at: the file, the hunk (number and @@ header), the
     lines on each side (what the patch expects, what the release has there, what the patch wants), the
-    conflict markers' ours/theirs when a 3-way merge left some, and the release's code around the spot."""
+    conflict markers' ours/theirs when a 3-way merge left some (in the stop's work tree), and the release's
+    code around the spot."""
     out: list[dict[str, Any]] = []
     files = list(stopped.files)
     moved = {str(m.get("old")): str(m.get("new")) for m in stopped.moves}
@@ -171,8 +174,8 @@ def conflict_hunks(
         landed = {int(h["hunk"]): int(h.get("offset", 0)) for h in record.get("hunks", ()) if h.get("line")}
         data = read_release(path)
         release = split_lines(decode(data)) if data is not None else []
-        work = read_work(path)
-        blocks = marker_blocks(decode(work)) if work is not None else []
+        work = Path(stopped.work_tree) / path
+        blocks = marker_blocks(decode(work.read_bytes())) if work.is_file() else []
         for hunk in hunks:
             offset = max((o for i, o in landed.items() if i < hunk.index), default=0)
             near = (hunk.old_start - 1 if hunk.old else hunk.old_start) + offset
@@ -207,14 +210,6 @@ def conflict_hunks(
     return out
 
 
-def resume_commands(stopped: Stopped) -> list[str]:
-    return [
-        f"cd {stopped.work_tree}  # resolve the conflict markers (by intent: docs/rebase-runbook.md)",
-        "imgbuild patches rebase --continue",
-        "imgbuild patches bump",
-    ]
-
-
 def render_conflict(
     state: RebaseState, stopped: Stopped, hunks: Sequence[Mapping[str, Any]], description: str
 ) -> tuple[str, dict[str, Any]]:
@@ -238,7 +233,11 @@ def render_conflict(
             )
         else:
             patches.append({"filename": item.filename, "outcome": "pending", "kind": "pending"})
-    commands = resume_commands(stopped)
+    commands = [
+        f"cd {stopped.work_tree}  # resolve the conflict markers (by intent: docs/rebase-runbook.md)",
+        "imgbuild patches rebase --continue",
+        "imgbuild patches bump",
+    ]
     lines = [
         f"# Rebase of the patch series: {old['tag']} → {onto['tag']}: stopped at a conflict",
         "",
@@ -259,21 +258,15 @@ def render_conflict(
         lines += ["", f"### `{h['file']}`{where}, hunk #{h['hunk']} `{h['header']}`", ""]
         if not h["release_has_file"]:
             lines += [f"The release has no `{h['file']}`: {h['reason']}", ""]
-        lines += ["The patch expects:", "", _fence("\n".join(h["sides"]["expected"]), "text")]
-        lines += [f"The release has (line {h['release_line']}):", "", _fence("\n".join(h["sides"]["release"]), "text")]
-        lines += ["The patch wants:", "", _fence("\n".join(h["sides"]["patch"]), "text")]
-        if h.get("markers"):
-            m = h["markers"]
-            lines += [f"Conflict markers at line {m['line']} of the work tree's file: ours (the release):", ""]
-            lines += [
-                _fence("\n".join(m["ours"]), "text"),
-                "theirs (the patch):",
-                "",
-                _fence("\n".join(m["theirs"]), "text"),
-            ]
+        lines += _fenced("The patch expects:", h["sides"]["expected"])
+        lines += _fenced(f"The release has (line {h['release_line']}):", h["sides"]["release"])
+        lines += _fenced("The patch wants:", h["sides"]["patch"])
+        if m := h.get("markers"):
+            ours = f"Conflict markers at line {m['line']} of the work tree's file: ours (the release):"
+            lines += [*_fenced(ours, m["ours"]), *_fenced("theirs (the patch):", m["theirs"])]
         ctx = h["context"]
-        lines += [f"The release around it (from line {ctx['start']}):", "", _fence("\n".join(ctx["lines"]), "text")]
-    lines += ["", "## To resume", "", _fence("\n".join(commands), "sh")]
+        lines += _fenced(f"The release around it (from line {ctx['start']}):", ctx["lines"])
+    lines += ["", *_fenced("## To resume", commands, "sh")]
     lines.append("Never drop a patch silently: `imgbuild patches rebase --skip` only with the reason recorded.")
     md = "\n".join(lines).rstrip() + "\n"
     data = {
@@ -297,9 +290,7 @@ def with_kinds(patches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def tally(patches: Sequence[Mapping[str, Any]]) -> str:
     """`2 carried, 1 upstreamed`: how many patches got each word."""
-    counts: dict[str, int] = {}
-    for p in with_kinds(patches):
-        counts[p["kind"]] = counts.get(p["kind"], 0) + 1
+    counts = Counter(p["kind"] for p in with_kinds(patches))
     return ", ".join(f"{n} {w}" for w, n in counts.items())
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from imgbuild.digests import sha256_file_or_none
 from imgbuild.errors import ApplyError, ConfigError, StateError
 from imgbuild.patches.carry import OldStep, replay_series
 from imgbuild.patches.hunks import encode
-from imgbuild.patches.patchfile import Patch, parse_patch
+from imgbuild.patches.patchfile import Patch, parse_bytes
 from imgbuild.upstream.commits import commit_files, diff_commits
 from imgbuild.upstream.git import CommitTree, GitRepo
 
@@ -73,13 +72,6 @@ def context_candidates(patch: Patch) -> list[int]:
     return list(dict.fromkeys([context_of(patch), 3, *edges]))
 
 
-def parse_text(filename: str, text: str, package_root: str) -> Patch:
-    with tempfile.TemporaryDirectory(prefix="imgbuild-patch-") as tmp:
-        path = Path(tmp) / filename
-        path.write_bytes(encode(text))
-        return parse_patch(path, package_root)
-
-
 def export_patch(
     repo: GitRepo,
     parent: str,
@@ -99,9 +91,8 @@ def export_patch(
         diff = diff_commits(repo, parent, commit, context=context)
         if not diff:
             return None
-        same = signature(parse_text(old.filename, header + diff, package_root)) == signature(old)
-        if same:
-            data = encode(header + diff)
+        data = encode(header + diff)
+        if signature(parse_bytes(old.filename, data, package_root)) == signature(old):
             return None if not header_changed or data == original else data
         first = first or encode(bump_last_update(header, date) + diff)
     return first
@@ -114,10 +105,10 @@ def commit_series(
     The series must apply there exactly or at an offset."""
     head = base
     for step in replay_series(patches, CommitTree(scratch, base)):
-        if not step.outcome.ok or step.outcome.method == "fuzz":
+        if not step.outcome.ok:  # a conflict: replay_series applies without fuzz or 3-way merges
             bad = "; ".join(f"{f.path}: {f.reason or f.method}" for f in step.outcome.files if f.method == "conflict")
             raise ApplyError(
-                f"{step.patch.filename} does not apply to the pinned release {tag} ({bad or step.outcome.method})",
+                f"{step.patch.filename} does not apply to the pinned release {tag} ({bad})",
                 hint="the series must apply where it is first: run `imgbuild patches check`",
             )
         commit = commit_files(scratch, head, step.own, message(step.patch))
@@ -280,8 +271,7 @@ class Journal:
 
     def prepare(self) -> None:
         """Stage new contents and back up old ones; after this, apply and rollback both work."""
-        if self.work.exists():
-            shutil.rmtree(self.work)
+        self.discard()
         (self.work / "staged").mkdir(parents=True)
         (self.work / "backup").mkdir(parents=True)
         record = []
