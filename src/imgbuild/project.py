@@ -12,7 +12,6 @@ from typing import Literal
 
 from imgbuild.config.models import UpstreamPin, VariantConfig, load_pins, load_variant, parse_platforms
 from imgbuild.errors import ConfigError, PatchError, unknown_name
-from imgbuild.patches.apply import StackResult
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
 from imgbuild.patches.series import SeriesEntry, parse_series
 from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
@@ -256,14 +255,11 @@ class Project:
             return self.pin_tree(self.pin.name)
         return PinnedTrees({p.package_root: self.pin_tree(p.name) for p in self.pins})
 
-    def plan(
-        self, names: list[str] | None = None, max_fuzz: int = 0, full: StackResult | None = None
-    ) -> list[VariantPlan]:
-        """`full`: the whole series already applied to `tree()` with this max_fuzz, to derive the variants from."""
+    def plan(self, names: list[str] | None = None, max_fuzz: int = 0) -> list[VariantPlan]:
         self.refuse_bad_headers()
         chosen = [self.variant(n) for n in names] if names else list(self.variants.values())
         tree = self.tree()
-        return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz, full=full) for v in chosen]
+        return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz) for v in chosen]
 
 
 def load_project() -> Project:

@@ -178,10 +178,9 @@ def plan_variant(
     tree: Tree,
     *,
     max_fuzz: int = 0,
-    full: StackResult | None = None,
 ) -> VariantPlan:
-    """Apply the variant's patches to pristine `tree` and describe every touched file (`full`: as in derive_stack)."""
-    result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz, full=full)
+    """Apply the variant's patches to pristine `tree` and describe every touched file."""
+    result = apply_selection(variant, patches, tree, max_fuzz=max_fuzz)
     files: list[PlannedFile] = []
     contents: dict[str, bytes] = {}
     touching_by_path: dict[str, list[Patch]] = {}
@@ -227,7 +226,7 @@ def apply_selection(
     max_fuzz: int = 0,
     full: StackResult | None = None,
 ) -> StackResult:
-    """The variant's patches applied to `tree` without 3-way merges (derived from `full`, as in plan_variant);
+    """The variant's patches applied to `tree` without 3-way merges (derived from `full`, as in derive_stack);
     ApplyError when one does not apply on its own. `patches check` stops here, without hashing every file."""
     result = derive_stack(full, patches, variant.selected, tree, max_fuzz=max_fuzz)
     failed = [o for o in result.outcomes if not o.ok]
