@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_help_lists_every_command() -> None:
     out = imgbuild(None, "--help")
     assert out.returncode == 0
-    for name in ("quickstart", "plan", "patches", "build", "smoke", "inspect", "skeleton", "lock", "bake", "publish"):
+    for name in ("plan", "patches", "build", "smoke", "inspect", "skeleton", "lock", "bake", "publish"):
         assert name in out.stdout
 
 

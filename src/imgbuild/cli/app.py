@@ -17,7 +17,6 @@ from imgbuild.cli import (
     patches,
     plan,
     publish,
-    quickstart,
     recipe,
     skeleton,
     smoke,
@@ -39,7 +38,6 @@ app = typer.Typer(
 )
 
 # One line per command, in the order `imgbuild --help` lists them.
-app.command("quickstart")(quickstart.quickstart)
 app.command("plan")(plan.plan)
 app.add_typer(patches.app, name="patches")
 app.command("build")(build.build)
