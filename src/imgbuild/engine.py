@@ -117,7 +117,7 @@ def check_binfmt(platform: Platform, daemon: Platform, root: Path = Path("/proc/
     """Refuse early when a `platform` container cannot run on this daemon (local daemons only)."""
     if platform.arch == daemon.arch or not _daemon_address().startswith("unix://"):
         return  # the same arch, or a remote daemon: `exec format error` is caught when running instead
-    entry = root / f"qemu-{platform.qemu}"
+    entry = root / f"qemu-{platform.machine}"
     try:
         enabled = entry.read_text().splitlines()[0].strip() == "enabled"
     except (OSError, IndexError):
@@ -126,7 +126,7 @@ def check_binfmt(platform: Platform, daemon: Platform, root: Path = Path("/proc/
         raise DockerError(
             f"cannot run {platform} containers on this {daemon} host: binfmt_misc has no enabled "
             f"{entry.name} entry ({entry})",
-            hint=BINFMT_FIX.format(qemu=platform.qemu),
+            hint=BINFMT_FIX.format(qemu=platform.machine),
         )
 
 

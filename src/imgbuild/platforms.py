@@ -45,13 +45,9 @@ class Platform:
 
     @property
     def machine(self) -> str:
-        """The machine name: `uname -m` in such a container, pip's and qemu's name for the arch."""
+        """The machine name: `uname -m` in such a container, pip's and qemu's name for the arch (its binfmt_misc
+        entry is `qemu-<machine>`)."""
         return ARCHES.get(self.arch, self.arch)
-
-    @property
-    def qemu(self) -> str:
-        """The binfmt_misc entry that runs it under emulation is `qemu-<this>`."""
-        return self.machine
 
     def __str__(self) -> str:
         return f"{self.os}/{self.arch}" + (f"/{self.variant}" if self.variant else "")

@@ -297,7 +297,7 @@ def runtime_checks(engine: Engine, info: ImageInfo, expected: Expected) -> tuple
     if "exec format error" in res.stderr:
         raise DockerError(
             f"{info.platform} binaries do not run on this {engine.arch} daemon (exec format error)",
-            hint=BINFMT_FIX.format(qemu=info.platform.qemu),
+            hint=BINFMT_FIX.format(qemu=info.platform.machine),
         )
     result = probe.parse(res.stdout)
     if result.ran:
