@@ -218,8 +218,9 @@ class Runner:
                 f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
                 + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
                 + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
-                hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
-                f"{image_id[:19]} for `imgbuild inspect`",
+                hint=f"the image is kept as {image_id[:19]}: `imgbuild smoke {image_id[:19]}` checks it again "
+                "(`--static`: only the checks that run nothing)",
+                details={"smoke": report.to_json()},
             )
 
     def join(self, join: JoinBuild, results: Sequence[ImageResult]) -> None:

@@ -35,4 +35,4 @@ def quickstart(
     build_cmd.build(base="skeleton", repository=repository, platform=platform, verbose=verbose, as_json=as_json)
     if not as_json:
         repo = repository or "vllm-dsv41"
-        console.print(f"next: `imgbuild inspect {repo}:latest`, `imgbuild smoke engram-mem --base skeleton`")
+        console.print(f"next: `imgbuild smoke {repo}:latest --static`, `imgbuild smoke engram-mem --base skeleton`")
