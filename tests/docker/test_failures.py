@@ -86,11 +86,17 @@ def test_failing_smoke_never_moves_the_moving_tag(
     report = error["smoke"]
     assert [(c["group"], c["name"]) for c in report["checks"] if c["status"] == "fail"] == [("command", wrong)]
     assert report["files"] and all(f["ok"] for f in report["files"])
-    kept = report["image_id"][:19]  # untagged now: the hint names the image by its id, and smoke finds it so
-    assert f"imgbuild smoke {kept}" in error["hint"]
-    again = cli(project, "smoke", kept, "--static", "--json")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert load_json(again.stdout)["reports"][0]["image_id"] == report["image_id"]
+    # the image is gone with its tag; the hint's two commands keep it and give the same report
+    same = ("latest", "--base", "skeleton", "--platform", "linux/arm64")
+    assert f"`imgbuild build {' '.join(same)} --no-smoke`" in error["hint"], error["hint"]
+    assert f"`imgbuild smoke {' '.join(same)}`" in error["hint"], error["hint"]
+    kept = cli(project, "build", *same, "--no-smoke")
+    assert kept.returncode == 0, kept.stderr
+    again = cli(project, "smoke", *same, "--json")
+    assert again.returncode == 8, again.stdout + again.stderr
+    (found,) = load_json(again.stdout)["reports"]
+    assert found["image_id"] == report["image_id"]  # the same image: equal inputs, equal digests
+    assert [c["name"] for c in found["checks"] if c["status"] == "fail"] == [wrong]
 
 
 def test_interrupted_build_leaves_no_half_tagged_image(
