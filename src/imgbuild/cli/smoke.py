@@ -127,8 +127,9 @@ def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], 
     else:
         for r in reports:
             console.print(checks_table(r))
-            for line in supply_chain_lines(chains[r.image]) if r.image in chains else []:
-                console.print(line, highlight=False)
+            if r.image in chains:
+                for line in supply_chain_lines(chains[r.image]):
+                    console.print(line, highlight=False)
         console.print(file_matrix([(r.title, r.files) for r in reports]))
         console.print(summary(reports))
     if failed and as_json:
