@@ -404,7 +404,7 @@ for c in docker "${DOCKER_CLIENTS[@]}"; do
 done
 log "plugins: 'docker buildx' works"
 
-# cosign (publish --sign/--sbom, inspect --key): trixie's 2.5 needs only libc.
+# cosign (publish --sign/--sbom, smoke --key): trixie's 2.5 needs only libc.
 if command -v cosign >/dev/null 2>&1 && cosign version >/dev/null 2>&1; then
     log "cosign: already installed ($(pkgver cosign))"
 else

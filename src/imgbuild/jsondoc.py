@@ -29,7 +29,6 @@ VERSIONS: dict[str, int] = {
     "build": 2,
     "build-plan": 2,  # build --dry-run
     "smoke": 1,
-    "inspect": 1,
     "skeleton": 1,
     "skeleton-runtime": 2,
     "lock": 1,

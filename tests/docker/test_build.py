@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from imgbuild.engine import Engine
@@ -40,18 +42,20 @@ def test_layers_are_shared_byte_for_byte(built: Built, engine: Engine, skeleton_
     assert latest[: len(mem)] == mem and len(latest) == len(mem) + 1  # that same layer + the engram layer
 
 
-def test_file_state_matrix_read_from_the_images(built: Built) -> None:
+def test_file_state_matrix_read_from_the_images(built: Built, engine: Engine) -> None:
     states = {}
     for tag in ("latest", "engram-mem"):
-        proc = built.cli("inspect", f"{built.repo}:{tag}", "--json")
+        proc = built.cli("smoke", f"{built.repo}:{tag}", "--static", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        report = load_json(proc.stdout)
-        assert report["ok"] and report["disagreements"] == []
+        (report,) = load_json(proc.stdout)["reports"]
+        assert report["ok"] and [c for c in report["checks"] if c["status"] != "pass"] == []
         states[tag] = {f["path"]: f["actual"] for f in report["files"]}
     assert states["latest"] == dict.fromkeys((*SM121, *ENGRAM), "patched")
     assert states["engram-mem"] == {**dict.fromkeys(SM121, "patched"), **dict.fromkeys(ENGRAM, "original")}
-    text = built.cli("inspect", f"{built.repo}:engram-mem").stdout
-    assert "labels and contents agree" in text and "0003-engram: reverted" in text
+    text = built.cli("smoke", f"{built.repo}:engram-mem", "--static").stdout
+    assert "image x file" in text and " 0 failed, 0 skipped" in text, text
+    patches = json.loads(engine.require(f"{built.repo}:engram-mem").labels["imgbuild.patches"])
+    assert patches["0003-engram"] == "reverted"  # what `docker image inspect` shows of the patches
 
 
 def test_unchanged_inputs_are_reused_without_any_build(built: Built, engine: Engine) -> None:

@@ -75,14 +75,28 @@ def test_tag_collision_with_a_foreign_image(
 def test_failing_smoke_never_moves_the_moving_tag(
     make_project: MakeProject, cli: Cli, engine: Engine, prefix: str
 ) -> None:
-    project = make_project(
-        "badsmoke", skeleton_commands=["python3 -c 'import vllm.attention as a; assert a.attn_3() == 4'"]
-    )
+    wrong = "python3 -c 'import vllm.attention as a; assert a.attn_3() == 4'"
+    project = make_project("badsmoke", skeleton_commands=[wrong])
     repo = f"{prefix}-badsmoke"
     proc = cli(project, "build", "latest", "--base", "skeleton", "--json")
     assert proc.returncode == 8, proc.stderr
     assert "failed its smoke test" in proc.stderr and f"{repo}:latest left unchanged" in proc.stderr
     assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
+    error = load_json(proc.stdout)["error"]  # the error document carries every check of the failing image
+    report = error["smoke"]
+    assert [(c["group"], c["name"]) for c in report["checks"] if c["status"] == "fail"] == [("command", wrong)]
+    assert report["files"] and all(f["ok"] for f in report["files"])
+    # the image is gone with its tag; the hint's two commands keep it and give the same report
+    same = ("latest", "--base", "skeleton", "--platform", "linux/arm64")
+    assert f"`imgbuild build {' '.join(same)} --no-smoke`" in error["hint"], error["hint"]
+    assert f"`imgbuild smoke {' '.join(same)}`" in error["hint"], error["hint"]
+    kept = cli(project, "build", *same, "--no-smoke")
+    assert kept.returncode == 0, kept.stderr
+    again = cli(project, "smoke", *same, "--json")
+    assert again.returncode == 8, again.stdout + again.stderr
+    (found,) = load_json(again.stdout)["reports"]
+    assert found["image_id"] == report["image_id"]  # the same image: equal inputs, equal digests
+    assert [c["name"] for c in found["checks"] if c["status"] == "fail"] == [wrong]
 
 
 def test_interrupted_build_leaves_no_half_tagged_image(
@@ -118,8 +132,15 @@ def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:
     assert {("files", "vllm/attention.py"), ("runtime", "compile vllm/attention.py")} <= failed
     assert {g for g, _ in failed} == {"config", "files", "runtime", "command"}  # the command imports the file too
     assert ("config", "layers") in failed  # the COPY after the build is a layer of its own
-    inspect = load_json(built.cli("inspect", broken, "--json").stdout)
-    assert not inspect["ok"] and "vllm/attention.py: labels say patched" in inspect["disagreements"][0]
+    static = built.cli("smoke", broken, "--static", "--json")  # the same file and layer, without running it
+    assert static.returncode == 8
+    (report,) = load_json(static.stdout)["reports"]
+    fails = {c["name"]: c["detail"] for c in report["checks"] if c["status"] == "fail"}
+    assert set(fails) == {"vllm/attention.py", "layers"}, fails
+    assert fails["vllm/attention.py"].startswith("expected patched "), fails
+    assert [(f["path"], f["expected"], f["actual"]) for f in report["files"] if not f["ok"]] == [
+        ("vllm/attention.py", "patched", "other")
+    ]
 
     entry = derived(engine, latest, f"{built.repo}:broken-entrypoint", ['ENTRYPOINT ["vllm", "serve"]'])
     proc = built.cli("smoke", entry, "--json")

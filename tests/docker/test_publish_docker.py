@@ -218,8 +218,8 @@ def _key_pair(directory: Path) -> tuple[Path, Path]:
     return directory / "cosign.key", directory / "cosign.pub"
 
 
-def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World, tmp_path: Path) -> None:
-    needs.tool("cosign", "docker", "publish --sign and inspect --key run it")
+def test_publish_with_sbom_and_signature_and_smoke_verifies_them(world: World, tmp_path: Path) -> None:
+    needs.tool("cosign", "docker", "publish --sign and smoke --key run it")
     key, pub_key = _key_pair(tmp_path / "keys")
     host, env = world.registry.host, {"COSIGN_PASSWORD": ""}
     args = ("engram-mem", "-r", host, "--repository", "t6/vllm-dsv41", "--platform", "linux/amd64")
@@ -228,14 +228,24 @@ def test_publish_with_sbom_and_signature_and_inspect_verifies_them(world: World,
     done = load_json(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)
     assert done["variants"][0]["state"] == "unchanged"
     ref = f"{host}/t6/vllm-dsv41:engram-mem"
-    proc = imgbuild(world.project, "inspect", ref, "--platform", "linux/amd64", "--key", str(pub_key), "--json")
+    check = ("smoke", ref, "--static", "--platform", "linux/amd64")
+    proc = imgbuild(world.project, *check, "--json", "--key", str(pub_key))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    chain = load_json(proc.stdout)["supply_chain"]
+    (report,) = load_json(proc.stdout)["reports"]
+    assert report["ok"] and report["files"] and report["platform"] == "linux/amd64", report
+    chain = report["supply_chain"]
     assert chain["ok"] and chain["signature"]["verified"] and chain["sbom"]["verified"], chain
     assert chain["sbom"]["problems"] == []  # its files and sha256 and its base match the image
     _, other = _key_pair(tmp_path / "other")
-    proc = imgbuild(world.project, "inspect", ref, "--platform", "linux/amd64", "--key", str(other), "--json")
-    assert proc.returncode == 1
+    proc = imgbuild(world.project, *check, "--json", "--key", str(other))
+    assert proc.returncode == 8, proc.stdout[-3000:] + proc.stderr
+    doc = load_json(proc.stdout)
+    chain = doc["reports"][0]["supply_chain"]
+    assert not doc["ok"] and doc["reports"][0]["ok"]  # the checks pass; the signature does not
+    assert not chain["ok"] and not chain["signature"]["verified"] and not chain["sbom"]["verified"], chain
+    text = imgbuild(world.project, *check, "--key", str(other))  # the same, as people read it
+    assert text.returncode == 8 and "missing or not verified" in text.stdout
+    assert "signature not verified; SBOM not verified" in text.stderr
     assert (
         f"signature {host}/t6/vllm-dsv41@{index}"
         in load_json(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)["attached"]

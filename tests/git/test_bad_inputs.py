@@ -293,6 +293,21 @@ def test_an_unsupported_platform_is_refused_naming_the_known_ones(tmp_path: Path
     assert out.returncode == 3 and "unsupported platform 'linux/s390x'; known: linux/arm64, linux/amd64" in out.stderr
 
 
+def test_smoke_key_is_refused_for_anything_but_a_registry_reference(tmp_path: Path, upstream: Upstream) -> None:
+    root = small_project(tmp_path, upstream)
+    key = str(tmp_path / "cosign.pub")  # refused before the key is read or the daemon asked
+    for target, what in (("latest", "a variant of this project"), ("vllm-dsv41:latest", "a local name")):
+        out = imgbuild(root, "smoke", target, "--key", key, DOCKER_HOST=NO_DAEMON)
+        assert out.returncode == 2, out.stderr
+        assert (
+            f"--key checks what a registry holds; {target!r} is {what}" in out.stderr and "host/repo:tag" in out.stderr
+        )
+    out = imgbuild(root, "smoke", "registry.example/vllm-dsv41:latest", "--key", key, DOCKER_HOST=NO_DAEMON)
+    assert (
+        out.returncode == 3 and f"--key {key} does not exist" in out.stderr and "cosign generate-key-pair" in out.stderr
+    )
+
+
 # -- apply --into: unwritable, full, under a file, raced, killed, interrupted -------------------------
 # 1500 files (about 3 MB): writing them takes about 0.8 s here (load 5), a hundred times the 5 ms that
 # wait_for_staging polls at; 3000 doubled the cost of the five tests below for no wider race.

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_help_lists_every_command() -> None:
     out = imgbuild(None, "--help")
     assert out.returncode == 0
-    for name in ("plan", "patches", "build", "smoke", "inspect", "skeleton", "lock", "bake", "publish"):
+    for name in ("plan", "patches", "build", "smoke", "skeleton", "lock", "bake", "publish"):
         assert name in out.stdout
+    assert "inspect" not in out.stdout  # `smoke IMAGE --static` does what it did
 
 
 def test_usage_error_is_exit_2_without_traceback() -> None:

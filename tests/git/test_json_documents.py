@@ -1,6 +1,6 @@
 """Every --json document a command prints without docker, on a synthetic project: each validated against
 its committed schema (docs/schema/) by name, success and failure. The docker tier validates the rest
-(build, smoke, inspect, skeleton, publish, recipe) where its tests read them."""
+(build, smoke, skeleton, publish, recipe) where its tests read them."""
 
 from __future__ import annotations
 

@@ -156,12 +156,12 @@ def test_layers_and_labels_hold_every_upstream(world: tuple[Upstream, Upstream, 
     assert [ln for ln in alone.images[0].dockerfile.splitlines() if ln.startswith("COPY")] == [
         f"COPY layers/{one}/ {site}/"
     ]
-    ups = labels.parse_upstreams(images["latest"].labels[labels.UPSTREAMS])
+    ups = json.loads(images["latest"].labels[labels.UPSTREAMS])
     assert [(u["name"], u["tag"], u["patches"]) for u in ups] == [
         ("vllm", "v1", ["0001-vllm"]),
         ("flashinfer", "0.1", ["0002-flashinfer"]),
     ]
-    no_fi = labels.parse_upstreams(images["no-fi"].labels[labels.UPSTREAMS])
+    no_fi = json.loads(images["no-fi"].labels[labels.UPSTREAMS])
     assert [u["patches"] for u in no_fi] == [["0001-vllm"], []]
     assert images["latest"].labels["imgbuild.upstream.tag"] == "v1"  # the first pin keeps the old keys
 

@@ -213,12 +213,15 @@ class Runner:
         if self.on_smoke is not None:
             self.on_smoke(report)
         if not report.ok:
+            flags = {"--base": self.options.base, "--repository": self.options.repository, "--platform": ib.platform}
+            same = " ".join([ib.variant, *(f"{flag} {value}" for flag, value in flags.items() if value)])
             raise SmokeError(
                 f"{ib.immutable_ref} failed its smoke test ({len(report.failures)} failing checks: "
                 + "; ".join(f"{c.group} {c.name}: {c.detail}" for c in report.failures[:4])
                 + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
-                hint=f"`imgbuild smoke {ib.variant}` for the full report; the image is kept as "
-                f"{image_id[:19]} for `imgbuild inspect`",
+                hint=f"the tags this run wrote are taken back, so an image it built is gone: `imgbuild build {same} "
+                f"--no-smoke` keeps it as {ib.immutable_ref}, then `imgbuild smoke {same}` reports every check",
+                details={"smoke": report.to_json()},
             )
 
     def join(self, join: JoinBuild, results: Sequence[ImageResult]) -> None:

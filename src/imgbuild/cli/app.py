@@ -12,7 +12,6 @@ from imgbuild import __version__
 from imgbuild.cli import (
     bake,
     build,
-    inspect,
     lock,
     patches,
     plan,
@@ -42,7 +41,6 @@ app.command("plan")(plan.plan)
 app.add_typer(patches.app, name="patches")
 app.command("build")(build.build)
 app.command("smoke")(smoke.smoke_cmd)
-app.command("inspect")(inspect.inspect)
 app.command("skeleton")(skeleton.skeleton)
 app.command("lock")(lock.lock)
 app.command("bake")(bake.bake)

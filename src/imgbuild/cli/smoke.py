@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,6 +14,7 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError, UsageError
 
 if TYPE_CHECKING:
+    from imgbuild.publish.signing import SupplyChain
     from imgbuild.smoke.checks import SmokeReport
 
 
@@ -24,27 +26,37 @@ def smoke_cmd(
     static: Annotated[
         bool, typer.Option("--static", help="Config and file checks only; run nothing in the image.")
     ] = False,
+    pub_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="cosign public key: also verify the signature of what a registry reference names and the "
+            "platform image's SPDX SBOM (registry references only; see `publish --sign --sbom`).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test images: config, file states, then runtime (under qemu if the arch differs).
 
     A VARIANT is checked against the current plan (build it first), an IMAGE against its
-    own labels. Exit status 8 when a check fails.
+    own labels. With --key, a registry image's signature and SBOM are verified too.
+    Exit status 8 when a check fails or the signature or the SBOM is not verified.
 
     Examples:
 
       imgbuild smoke latest engram-mem --base skeleton
 
       imgbuild smoke vllm-dsv41:latest --json
+
+      imgbuild smoke REG/vllm-dsv41:latest --static --platform linux/arm64 --key cosign.pub
     """
     from imgbuild.builder import runner as engine
     from imgbuild.config.models import check_platform  # image references take --platform too, without a project
     from imgbuild.engine import Engine
     from imgbuild.project import Project, load_project
-    from imgbuild.report.images import checks_table, file_matrix
-    from imgbuild.report.tables import console, print_json
-    from imgbuild.smoke.checks import expected_from_labels, smoke, summary
-    from imgbuild.smoke.inspect import localize
+    from imgbuild.publish import signing
+    from imgbuild.smoke.checks import expected_from_labels, smoke
+    from imgbuild.smoke.localize import is_registry_ref, localize
 
     try:
         project: Project | None = load_project()
@@ -52,10 +64,17 @@ def smoke_cmd(
         project = None
     check_platform(platform, allow_all=True)
     opts = options(base, repository)
+    variant_names = [t for t in targets if project is not None and t in project.variants]
+    if pub_key is not None:
+        for target in targets:
+            if target in variant_names or not is_registry_ref(target):
+                what = "a variant of this project" if target in variant_names else "a local name"
+                raise UsageError(f"--key checks what a registry holds; {target!r} is {what}", hint="pass host/repo:tag")
+        signing.key_file(pub_key, "--key")
     eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon
     reports: list[SmokeReport] = []
+    chains: dict[str, SupplyChain] = {}  # --key: each registry image's signature and SBOM, by its report's image
     finder = engine.importer_finder(project) if project is not None else None
-    variant_names = [t for t in targets if project is not None and t in project.variants]
     if variant_names:
         assert project is not None
         plan = engine.prepare(eng, project, project.select(variant_names, platform), opts)
@@ -86,18 +105,37 @@ def smoke_cmd(
             importers = functools.partial(finder, tuple(f.path for f in expected.files))
             expected = dataclasses.replace(expected, smoke=known.smoke, importers=importers)
         reports.append(smoke(eng, ref, expected, runtime=not static))
+        if pub_key is not None:
+            chains[ref] = signing.check_published(target, ref, pub_key, info.labels)
+    _print_and_exit(reports, chains, as_json=as_json)
+
+
+def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], *, as_json: bool) -> None:
+    """Every report (and --key's verdicts); exit 8 when a check failed or a signature or an SBOM is not verified."""
+    from imgbuild.report.images import checks_table, file_matrix, supply_chain_lines
+    from imgbuild.report.tables import console, print_json
+    from imgbuild.smoke.checks import summary
+
+    failed = [f"{r.image}: {len(r.failures)} failing checks" for r in reports if not r.ok]
+    failed += [f"{ref}: {'; '.join(chain.failures())}" for ref, chain in chains.items() if not chain.ok]
     if as_json:
-        print_json("smoke", {"ok": all(r.ok for r in reports), "reports": [r.to_json() for r in reports]})
+        documents = [
+            {**r.to_json(), **({"supply_chain": chains[r.image].to_json()} if r.image in chains else {})}
+            for r in reports
+        ]
+        print_json("smoke", {"ok": not failed, "reports": documents})
     else:
         for r in reports:
             console.print(checks_table(r))
+            if r.image in chains:
+                for line in supply_chain_lines(chains[r.image]):
+                    console.print(line, highlight=False)
         console.print(file_matrix([(r.title, r.files) for r in reports]))
         console.print(summary(reports))
-    bad = [r for r in reports if not r.ok]
-    if bad and as_json:
+    if failed and as_json:
         raise typer.Exit(ExitCode.SMOKE)  # the JSON above already says what failed
-    if bad:
+    if failed:
         raise SmokeError(
-            "smoke test failed: " + "; ".join(f"{r.image}: {len(r.failures)} failing checks" for r in bad),
+            "smoke test failed: " + "; ".join(failed),
             hint="see the table above (or --json) for each failing check",
         )

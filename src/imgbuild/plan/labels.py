@@ -21,7 +21,7 @@ OCI = "org.opencontainers.image."
 PREFIX = "imgbuild."
 FORMAT = "1"
 
-# Keys every image built by imgbuild carries; smoke and inspect rely on them.
+# Keys every image built by imgbuild carries; smoke relies on them.
 REQUIRED = (
     f"{OCI}version",
     f"{OCI}created",
@@ -87,13 +87,6 @@ def upstreams_label(plan: VariantPlan, upstreams: Sequence[Upstream], patch_upst
             for u in upstreams
         ]
     )
-
-
-def parse_upstreams(value: str) -> list[dict[str, object]]:
-    data = json.loads(value)
-    if not isinstance(data, list) or not all(isinstance(u, dict) and "name" in u for u in data):
-        raise ValueError("imgbuild.upstreams is not a JSON list of {name, url, tag, commit, ...}")
-    return data
 
 
 @dataclass(frozen=True)
@@ -254,7 +247,7 @@ def _short_sha(value: str) -> str:
 
 def config_label(labels: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str:
     """`imgbuild.config`: the variant's ENV and a short sha256 of each label imgbuild sets, so that
-    `inspect` can name a label or variable changed after the build without the plan."""
+    `smoke IMAGE` can name a label or variable changed after the build without the plan."""
     hashed = {k: _short_sha(v) for k, v in sorted(labels.items()) if k not in (INPUTS, CONFIG)}
     return compact({"env": dict(env), "labels": hashed})
 

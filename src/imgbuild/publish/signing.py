@@ -99,6 +99,13 @@ class SupplyChain:
     def ok(self) -> bool:
         return self.signature.ok and self.sbom.ok and not self.problems
 
+    def failures(self) -> list[str]:
+        """What is wrong, one line each: the signature or the SBOM not verified, where the SBOM disagrees."""
+        unverified = [
+            f"{what} not verified" for what, v in (("signature", self.signature), ("SBOM", self.sbom)) if not v.ok
+        ]
+        return [*unverified, *self.problems]
+
     def to_json(self) -> dict[str, object]:
         return {
             "ok": self.ok,

@@ -1,13 +1,18 @@
-"""Rendering of build, smoke and inspect results: rich tables."""
+"""Rendering of build and smoke results: rich tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from rich.table import Table
 
 from imgbuild.report.tables import short_name
 from imgbuild.smoke.checks import FileRow, SmokeReport
+
+if TYPE_CHECKING:
+    from imgbuild.publish.signing import SupplyChain
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
 
@@ -18,12 +23,10 @@ def _cell(row: FileRow) -> str:
     return f"[bold red]{row.actual}[/] (want {row.expected})"
 
 
-def file_matrix(
-    rows: Sequence[tuple[str, Sequence[FileRow]]], title: str = "image x file (read from the image)"
-) -> Table:
+def file_matrix(rows: Sequence[tuple[str, Sequence[FileRow]]]) -> Table:
     """One row per image, one column per file, like section 3 of the deployment report."""
     paths = list(dict.fromkeys(r.path for _, files in rows for r in files))
-    table = Table(title=title)
+    table = Table(title="image x file (read from the image)")
     table.add_column("image", no_wrap=True)
     for p in paths:
         table.add_column(short_name(p, paths))
@@ -50,3 +53,12 @@ def checks_table(report: SmokeReport) -> Table:
         "; ".join(f"{c.name}: {c.detail}" for c in bad) or "every sha256 matches its state",
     )
     return table
+
+
+def supply_chain_lines(chain: SupplyChain) -> list[str]:
+    """`smoke --key`: the signature and the SBOM, verified or not, then where the SBOM disagrees with the image."""
+    lines = []
+    for what, v in (("signature", chain.signature), ("sbom", chain.sbom)):
+        mark = "[green]verified[/]" if v.ok else "[bold red]missing or not verified[/]"
+        lines.append(f"{what:16} {mark}: {escape(v.detail)}")
+    return lines + [f"[bold red]disagree[/]: {escape(problem)}" for problem in chain.problems]

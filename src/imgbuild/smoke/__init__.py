@@ -1,1 +1,1 @@
-"""Checks on a built image: imports, integrity, what a launcher needs; `inspect`."""
+"""Checks on a built image: imports, integrity, what a launcher needs."""

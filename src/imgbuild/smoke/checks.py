@@ -407,7 +407,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
 
 
 def expected_from_labels(info: ImageInfo) -> Expected:
-    """What an image claims about itself (for `smoke IMAGE` and `inspect`)."""
+    """What an image claims about itself (for `smoke IMAGE`)."""
     try:
         files = tuple(lbl.parse_files(info.labels.get(f"{lbl.PREFIX}files") or "{}"))
     except ValueError as exc:
