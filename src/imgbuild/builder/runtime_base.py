@@ -107,7 +107,7 @@ def _staging(cache: Path, what: str) -> tempfile.TemporaryDirectory[str]:
 
 # -- the installed tree -----------------------------------------------------
 def fix_shebangs(bin_dir: Path, python: str = IMAGE_PYTHON) -> list[str]:
-    """Point console scripts pip wrote for the host's python at the image's."""
+    """Point console scripts the installer wrote for the host's python at the image's."""
     fixed = []
     for path in sorted(bin_dir.iterdir()) if bin_dir.is_dir() else []:
         if not path.is_file() or path.is_symlink():
@@ -195,8 +195,8 @@ def relock(root: Path, platform: Platform, vllm_version: str, *, verbose: bool =
     args = ["pip", "compile", "-", "--generate-hashes", "--no-header", "--no-annotate", *_target_args(platform)]
     constraints = root / rl.LOCK_DIR / "constraints.txt"
     args += ["--constraint", str(constraints)] if constraints.is_file() else []
-    text = rl.header(platform) + _uv(args, verbose=verbose, what=f"resolve for {platform}",
-                                     stdin=f"{rl.ROOT}=={vllm_version}\n")  # fmt: skip
+    stdin = f"{rl.ROOT}=={vllm_version}\n"
+    text = rl.header(platform) + _uv(args, verbose=verbose, what=f"resolve for {platform}", stdin=stdin)
     path = root / rl.LOCK_DIR / rl.lock_name(platform)
     lock = rl.parse_lock(text, path, platform)
     write_text(path, text)
