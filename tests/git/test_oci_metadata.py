@@ -96,3 +96,8 @@ def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Projec
     wrong["files"][0]["checksums"][0]["checksumValue"] = "0" * 64
     problems = sbom.check(wrong, {**ib.labels, f"{OCI}base.digest": "sha256:" + "b" * 64})
     assert len(problems) == 2 and "the base is not named by" in problems[1]
+    for written in ("docker.io/vllm/vllm-openai:v1", "docker.io/vllm/vllm-openai@sha256:" + "a" * 64):
+        pinned = sbom.spdx(*facts[:3], {**ib.labels, f"{OCI}base.name": written})
+        (base,) = [p for p in pinned["packages"] if p["SPDXID"] == "SPDXRef-Package-base"]  # type: ignore[attr-defined]
+        purl = base["externalRefs"][0]["referenceLocator"]
+        assert purl == f"pkg:oci/vllm-openai@sha256%3A{'a' * 64}?repository_url=docker.io/vllm/vllm-openai", purl

@@ -65,7 +65,7 @@ def spdx(name: str, platform: str, manifest_digest: str, labels: Mapping[str, st
         licenseDeclared=labels.get(f"{lbl.OCI}licenses", "NOASSERTION"),
     )  # fmt: skip
     base_name = labels.get(f"{lbl.OCI}base.name", "")
-    last = base_name.rsplit("/", 1)
+    last = base_name.split("@", 1)[0].rsplit("/", 1)  # neither a digest nor a tag is part of the name
     untagged = "/".join([*last[:-1], last[-1].split(":", 1)[0]])
     base = _package("SPDXRef-Package-base", base_name, base_digest(labels), _purl_oci(untagged, base_digest(labels)))
     rels = [
