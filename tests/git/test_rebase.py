@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from imgbuild.errors import StateError, UpstreamError
+from imgbuild.errors import PatchError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
 from imgbuild.workflows import rebase, rebase_replay
 from imgbuild.workflows import writeback as export
 from imgbuild.workflows.rebase import RebaseStopped
+from imgbuild.workflows.review import with_kinds
 from imgbuild.workflows.workspace import state_dir
 from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import D4, D41, PATCHES, build_upstream, project, snapshot
@@ -153,6 +155,53 @@ def test_conflict_stops_then_continue(tmp_path: Path, world: Upstream) -> None:
         "0003-config.patch"
     ]  # unchanged: not rewritten
     assert "tag: v3" in (root / "patches" / "upstream.yaml").read_text()
+
+
+def _resolve_cuda_conflict(tree: Path) -> None:
+    marked = (tree / "vllm/platforms/cuda.py").read_text()
+    resolved = (
+        marked.split("<<<<<<<")[0]
+        + "cuda 20 upstream style sm121\n"
+        + marked.split(">>>>>>> 0001-cuda-sm121.patch\n")[1]
+    )
+    (tree / "vllm/platforms/cuda.py").write_text(resolved)
+
+
+def test_a_header_rewritten_at_the_stop_becomes_the_patch_header(tmp_path: Path, world: Upstream) -> None:
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0003-config.patch"], tag="v2")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3", date=DATE)
+    work = state_dir(root, "rebase")
+    _resolve_cuda_conflict(work / "tree")
+    current = work / "current.patch"
+    text = current.read_text()
+    # A header without a required field is refused, naming the file and the field; nothing is committed.
+    current.write_text(text.replace("Group: ", "Grouping: ", 1))
+    with pytest.raises(PatchError, match=r"current\.patch: the header you edited lacks Group"):
+        rebase.resume(root, "continue")
+    new_description = "Description: SM 12.1 on v3, where upstream took half of it\n"
+    edited = re.sub(r"^Description: .*\n", new_description, text, count=1, flags=re.M)
+    edited = edited.replace("Group: ", "Applied-Upstream: v3, partly: the cuda 20 line\nGroup: ", 1)
+    current.write_text(edited)
+    done = rebase.resume(root, "continue")
+    assert [r.outcome for r in done.results] == ["resolved", "exact"]
+    header = header_of(root, "0001-cuda-sm121.patch")
+    assert new_description in header and "Applied-Upstream: v3, partly" in header
+    assert "+cuda 20 upstream style sm121\n" in (root / "patches" / "0001-cuda-sm121.patch").read_text()
+    report = json.loads(done.report.with_suffix(".json").read_text()) if done.report else {}
+    assert with_kinds(report["patches"])[0]["kind"] == "partly-upstreamed"
+
+
+def test_a_header_left_alone_at_the_stop_is_kept(tmp_path: Path, world: Upstream) -> None:
+    root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch"], tag="v2")
+    before = header_of(root, "0001-cuda-sm121.patch")
+    with pytest.raises(RebaseStopped):
+        rebase.start(root, "v3", date=DATE)
+    _resolve_cuda_conflict(state_dir(root, "rebase") / "tree")
+    done = rebase.resume(root, "continue")
+    assert header_without_date(header_of(root, "0001-cuda-sm121.patch")) == header_without_date(before)
+    report = json.loads(done.report.with_suffix(".json").read_text()) if done.report else {}
+    assert with_kinds(report["patches"])[0]["kind"] == "resolved"
 
 
 def test_conflict_with_nothing_changed_asks_for_skip(tmp_path: Path, world: Upstream) -> None:

@@ -295,6 +295,11 @@ def parse_bytes(name: str, raw: bytes, package_root: Roots = "vllm") -> Patch:
     )
 
 
+def header_of(name: str, raw: bytes) -> str:
+    """The DEP-3 header of a patch file's bytes (everything before its first `diff --git `)."""
+    return _split(name, raw.decode("utf-8", errors="surrogateescape"))[0]
+
+
 def _split(name: str, text: str) -> tuple[str, str]:
     """(the DEP-3 header, the diff): the diff starts at the first line that starts with `diff --git `."""
     start = text.find("diff --git ")

@@ -62,7 +62,15 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
         file, range_text = "unchanged", ""
         if res.commit and res.parent:
             data = export_patch(
-                scratch, res.parent, res.commit, orig_bytes, orig, orig.header, package_root=pin.package_root, date=date
+                scratch,
+                res.parent,
+                res.commit,
+                orig_bytes,
+                orig,
+                res.header or orig.header,  # a header the author rewrote at the stop replaces the old one
+                package_root=pin.package_root,
+                date=date,
+                header_changed=res.header is not None,
             )
             if dormant:
                 data = backport.applied_upstream_bytes(data or orig_bytes, orig.fields, "")

@@ -8,10 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
-from imgbuild.errors import StateError
+from imgbuild.errors import PatchError, StateError
 from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines
 from imgbuild.patches.hunks import decode
-from imgbuild.patches.patchfile import parse_bytes
+from imgbuild.patches.patchfile import REQUIRED_FIELDS, header_of, parse_bytes, parse_header
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
@@ -148,7 +148,9 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     lines.append(f"  the patch:   {current}")
     hint = (
         "edit the files in the work tree until they hold the patch as it should be on the new release "
-        "(no conflict markers left), then run `imgbuild patches rebase --continue`; "
+        "(no conflict markers left), and say in the DEP-3 header of the patch file above what the patch does "
+        "there (kept at --continue; `Applied-Upstream:` for what upstream took), "
+        "then run `imgbuild patches rebase --continue`; "
         "`--skip` drops this patch from the series; `--abort` puts patches/ and the pin back exactly as they were"
     )
     return RebaseStopped("\n".join(lines), hint, stopped)
@@ -191,6 +193,7 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
             f"conflict markers are still in the work tree: {', '.join(left[:10])}",
             hint=f"resolve them in {tree}, then run --continue again",
         )
+    header = _edited_header(root, item, work.directory / "current.patch")
     commit = commit_raw(scratch, scratch.run("write-tree").strip(), [head], message(item.filename))
     stopped = state.stopped
     result = PatchResult.of(
@@ -200,6 +203,29 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
         moves=stopped.moves if stopped else (),
         commit=commit,
         parent=head,
+        header=header,
     )
     state.record(result, commit)
     log(f"{item.filename}: resolved by hand")
+
+
+def _edited_header(root: Path, item: Item, current: Path) -> str | None:
+    """The DEP-3 header of `current.patch` when the author rewrote it at the stop (None when unchanged): it
+    becomes the patch's header, so a patch resolved by hand says what it does on the new release in the same
+    change. Its diff part is not read; the work tree is the patch. A header missing a required field is refused
+    here, before anything is committed."""
+    try:
+        header = header_of(current.name, current.read_bytes())
+    except FileNotFoundError:
+        return None
+    original = header_of(item.filename, (root / item.path).read_bytes())
+    if header == original:
+        return None
+    missing = [f for f in REQUIRED_FIELDS if not parse_header(header).get(f, "").strip()]
+    if missing:
+        raise PatchError(
+            f"{current}: the header you edited lacks {', '.join(missing)}",
+            hint="add the field(s) to the header above `diff --git` (DEP-3), or put the header back; "
+            "then run --continue again",
+        )
+    return header

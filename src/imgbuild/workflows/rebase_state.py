@@ -78,6 +78,7 @@ class PatchResult(Json):
     dropped_hunks: tuple[Record, ...] = ()
     upstreamed_checks: tuple[Record, ...] = ()
     files: tuple[Record, ...] = ()
+    header: str | None = None  # the DEP-3 header the author wrote in current.patch at the stop, when it changed
 
     @classmethod
     def of(cls, item: Item, outcome: str, reason: str = "", **more: Any) -> PatchResult:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imgbuild.patches.hunks import decode, split_lines
+from imgbuild.patches.patchfile import parse_header
 from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
@@ -97,10 +98,13 @@ CONTEXT = 3  # lines of the release shown around where a conflicting hunk should
 KIND = {"exact": "carried", "3way": "3-way", "still upstreamed": "upstreamed", "conflict": "conflicting"}
 
 
-def kind(outcome: str, moves: Sequence[object] = ()) -> str:
+def kind(outcome: str, moves: Sequence[object] = (), header: str | None = None) -> str:
     """carried | offset | 3-way | moved | partly-upstreamed | upstreamed | conflicting | resolved | skipped | ...:
-    the one word the bump's report gives a patch (a carried patch whose files moved is `moved`)."""
+    the one word the bump's report gives a patch (a carried patch whose files moved is `moved`; one resolved by
+    hand whose new header says what upstream took, in DEP-3's `Applied-Upstream:`, is `partly-upstreamed`)."""
     word = KIND.get(outcome, "left out" if outcome.startswith("left in") else outcome)
+    if word == "resolved" and header and parse_header(header).get("Applied-Upstream", "").strip():
+        return "partly-upstreamed"
     return "moved" if moves and word in ("carried", "offset", "3-way") else word
 
 
@@ -220,7 +224,7 @@ def render_conflict(
     for item in state.items:
         res = done.get(item.filename)
         if res is not None:
-            patches.append({**res.to_json(), "kind": kind(res.outcome, res.moves)})
+            patches.append({**res.to_json(), "kind": kind(res.outcome, res.moves, res.header)})
         elif item.filename == stopped.filename:
             patches.append(
                 {
@@ -285,7 +289,10 @@ def render_conflict(
 
 def with_kinds(patches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The report's patch rows, each with its one word (`kind`)."""
-    return [{**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or ())} for p in patches]
+    return [
+        {**p, "kind": p.get("kind") or kind(str(p.get("outcome", "")), p.get("moves") or (), p.get("header"))}
+        for p in patches
+    ]
 
 
 def tally(patches: Sequence[Mapping[str, Any]]) -> str:
