@@ -55,11 +55,12 @@ class VllmConfigHolder:
     config: Any = None
 
 
-def vllm_config(max_tokens: int, cpu_offload: bool = False, v2_runner: bool = True) -> SimpleNamespace:
+def vllm_config(max_tokens: int, cpu_offload: bool = False) -> SimpleNamespace:
+    """The fields engram.py reads (vLLM 0.34.0 has no `use_v2_model_runner`:
+    the V2 runner is the only GPU runner)."""
     return SimpleNamespace(
         scheduler_config=SimpleNamespace(max_num_batched_tokens=max_tokens),
         engram_config=SimpleNamespace(cpu_offload=cpu_offload, dp_shared_memory=False, use_thp=False),
-        use_v2_model_runner=v2_runner,
         lora_config=None,
     )
 
@@ -213,6 +214,9 @@ def install_vllm_stubs() -> None:
         "vllm.platforms": _module("vllm.platforms", current_platform=_CudaPlatform()),
         "vllm.triton_utils": _module("vllm.triton_utils", tl=tl, triton=triton),
         "vllm.utils": _module("vllm.utils"),
+        "vllm.utils.cpu_resource_utils": _module(
+            "vllm.utils.cpu_resource_utils", get_available_memory=_not_here("get_available_memory")
+        ),
         "vllm.utils.platform_utils": _module("vllm.utils.platform_utils", is_uva_available=lambda: True),
         "vllm.utils.torch_utils": _module(
             "vllm.utils.torch_utils", get_accelerator_view_from_cpu_tensor=get_accelerator_view_from_cpu_tensor
@@ -286,17 +290,15 @@ def layout_config(shape: Shape, mod: ModuleType) -> SimpleNamespace:
 
 
 def make_hash_state(mod: ModuleType, layout: Any, shape: Shape) -> Any:
-    """The release's NgramHashState on the V2 runner, without a tokenizer:
-    token ids map onto the compressed vocabulary by modulo."""
+    """The release's NgramHashState (stateless since vLLM 0.34.0: the runner
+    supplies every lookback id), without a tokenizer: token ids map onto the
+    compressed vocabulary by modulo. The bound KV cache only tells that the
+    forward runs Engram (ensure_cache)."""
     state = mod.NgramHashState.__new__(mod.NgramHashState)
     nn.Module.__init__(state)
     state.layout = layout
     state.swa_cache_module = SimpleNamespace(kv_cache=torch.ones(1, device="cuda"), block_size=64)
-    state.block_size = 64
     state.lookback_depth = layout.max_ngram_size - 1
-    state.use_slot_cache = False
-    state._cache = None
-    state._kv_cache_ref = None
     state.pad_id = 0
     token_map = torch.arange(shape.compressed_vocab * 2, dtype=torch.int32) % shape.compressed_vocab
     multipliers = mod.compute_hash_multipliers(layout.layer_ids, layout.max_ngram_size, shape.compressed_vocab)
@@ -449,7 +451,8 @@ def make_batch(
 
 
 def hash_batch(hash_state: nn.Module, mod: ModuleType, batch: Batch) -> torch.Tensor:
-    """The forward's hash ids `[tokens, layers, heads]` for `batch`."""
+    """The forward's hash ids `[tokens, layers, heads]` for `batch` (vLLM
+    0.34.0's six inputs: no slot mapping or block table)."""
     mask = sys.modules["vllm.models.deepseek_v41.common.mm_preprocess"].image_sentinel_mask
     return hash_state(
         batch.input_ids,
@@ -458,8 +461,6 @@ def hash_batch(hash_state: nn.Module, mod: ModuleType, batch: Batch) -> torch.Te
         mask(batch.input_ids),
         batch.lookback,
         mask(batch.lookback),
-        None,
-        None,
     )
 
 

@@ -36,7 +36,6 @@ from tests.gpu.engram_harness import (  # noqa: E402
     TP,
     Batch,
     Shape,
-    VllmConfigHolder,
     bits,
     env,
     evict,
@@ -47,7 +46,6 @@ from tests.gpu.engram_harness import (  # noqa: E402
     make_engram,
     make_hash_state,
     spec_verify_steps,
-    vllm_config,
     write_checkpoint,
 )
 
@@ -410,14 +408,31 @@ def test_disk_mode_without_a_stager_fails_loudly(world: World) -> None:
         orphan.prepare_embeddings(hashes)
 
 
-def test_disk_mode_on_another_model_runner_is_refused_at_load(world: World) -> None:
-    VllmConfigHolder.config = vllm_config(64, v2_runner=False)
-    with (
-        env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(world.table_dir)),
-        torch.device("cuda"),
-        pytest.raises(RuntimeError, match="V2 model runner"),
-    ):
-        world.patched.Engram(world.config, None, world.layout, 0, use_sequence_parallel=False, prefix="layers.0")
+def test_the_profile_runs_dummy_hashes_pass_the_check_once_disarmed(world: World) -> None:
+    """vLLM 0.34.0's forward hands the Engram layers dummy hash ids (DEAD_ID,
+    gate shut) whenever it skips hashing, the profile run included, where
+    0.33.0 skipped prepare_embeddings. The model state disarms the check for
+    such a step (0006); without that, the check counts the dummy ids as
+    another step's rows."""
+    batch = make_batch([1] * 8, seed=31)
+    dummy, keep = world.hash_patched.dummy_hashes(batch.input_ids)
+    assert not keep.any()
+    disk = world.disk[0]
+    try:
+        stage(world, batch)
+        world.stager.disarm()  # what prepare_inputs does when forward_uses_engram() is False
+        disk.prepare_embeddings(dummy[:, 0])
+        torch.cuda.synchronize()
+        assert world.stager.stale.sum().item() == 0
+        stage(world, batch)  # no stale verdict to raise on
+
+        disk.prepare_embeddings(dummy[:, 0])  # not disarmed: caught
+        torch.cuda.synchronize()
+        assert world.stager.stale[0].item() == 1
+        with pytest.raises(RuntimeError, match="staged for other tokens"):
+            stage(world, batch)
+    finally:
+        world.stager.stale.zero_()
 
 
 def test_tables_that_do_not_match_the_checkpoint_are_refused(world: World, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Fixtures for the SM12x / Engram patch tests (the ``release`` tier).
 
-The tests run on a CPU. They read the patched vLLM v0.33.0 sources from
+The tests run on a CPU. They read the patched sources of the pinned vLLM release from
 ``patched_tree`` and load only the definitions they exercise (see
 ``PatchedSource``), with the heavy GPU-only imports replaced by named stand-ins
 in each test. Pure vLLM modules that import on a CPU (the platform interface,

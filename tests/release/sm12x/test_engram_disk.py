@@ -15,11 +15,13 @@ latency, and that a captured forward makes no host round-trip.
 from __future__ import annotations
 
 import glob
+import inspect
 import itertools
 import json
 import mmap
 import os
 import re
+import sys
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -481,7 +483,9 @@ def build_model(engram, tp_size: int, tp_rank: int, max_tokens: int):
     nn = torch.nn
     hash_state = engram["NgramHashState"].__new__(engram["NgramHashState"])
     nn.Module.__init__(hash_state)
-    hash_state.use_slot_cache = False
+    # 0.34.0's NgramHashState is stateless (no V1 slot cache): the KV cache
+    # module only tells whether the forward runs Engram (ensure_cache).
+    hash_state.swa_cache_module = SimpleNamespace(kv_cache=torch.ones(1))
     hash_state.register_buffer("multipliers", torch.ones(len(LAYER_IDS), 2, dtype=torch.int64))
     hash_state.register_buffer("primes", torch.tensor([[HEAD_SIZES]] * len(LAYER_IDS)))
     layers = nn.ModuleList()
@@ -610,25 +614,112 @@ def test_forward_has_nothing_to_look_up_on_disk(engram, disk_env):
     assert looked_up == [(8, 7)]
 
 
-@pytest.mark.parametrize("v2_runner", [True, False])
-def test_disk_mode_needs_the_v2_model_runner(engram, disk_env, monkeypatch, v2_runner):
-    """Only the V2 runner's model state stages rows; on any other runner the
-    model refuses to load instead of reading zero rows."""
+def test_disk_tables_load_on_the_only_gpu_model_runner(engram, disk_env, monkeypatch):
+    """0.34.0 removed the V1 GPU model runner and `VllmConfig.use_v2_model_runner`:
+    every GPU engine runs V2, whose DeepseekV41ModelState stages the rows. A
+    config without that field loads the disk tables (the 0.33.0 patch's check,
+    `getattr(config, "use_v2_model_runner", False)`, would refuse every load);
+    a forward without a stager is still refused (see the test above)."""
     config = SimpleNamespace(
-        engram_config=SimpleNamespace(cpu_offload=False, dp_shared_memory=False, use_thp=False),
-        use_v2_model_runner=v2_runner,
+        engram_config=SimpleNamespace(cpu_offload=True, dp_shared_memory=True, use_thp=True),
     )
     monkeypatch.setitem(engram, "get_current_vllm_config", lambda: config)
     layout = SimpleNamespace(
         num_embeddings=(NUM_ROWS,), head_dim=DIM, primes=((HEAD_SIZES,),), layer_ids=(LAYER_IDS[0],)
     )
     Distributed.tp_size, Distributed.tp_rank = 1, 0
-    if v2_runner:
-        embedding = engram["Engram"]._create_embedding(None, layout, 0)
-        assert embedding.disk_table is not None
-    else:
-        with pytest.raises(RuntimeError, match="V2 model runner"):
-            engram["Engram"]._create_embedding(None, layout, 0)
+    embedding = engram["Engram"]._create_embedding(None, layout, 0)
+    assert embedding.disk_table is not None
+    assert not (embedding.cpu_offload or embedding.dp_shared_memory or embedding.use_thp)
+    assert not hasattr(embedding, "weight")  # nothing for the loader to fill
+    monkeypatch.delenv("DSV41_ENGRAM_DISK")
+    monkeypatch.setitem(
+        engram,
+        "get_current_vllm_config",
+        lambda: SimpleNamespace(
+            engram_config=SimpleNamespace(cpu_offload=False, dp_shared_memory=False, use_thp=False)
+        ),
+    )
+    kwargs = {}
+    monkeypatch.setitem(engram, "ParallelEngramEmbedding", lambda *args, **kw: kwargs.update(kw))
+    engram["Engram"]._create_embedding(None, layout, 0)
+    assert kwargs["disk_layer_id"] is None  # flag unset: the release's table
+
+
+class LookupKernel:
+    """``_engram_lookup_kernel[grid](...)``: records the launches (the Triton
+    kernel runs in tests/gpu)."""
+
+    def __init__(self) -> None:
+        self.launches: list[int] = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs) -> None:
+            self.launches.append(args[7])  # num_rows
+
+        return launch
+
+
+def test_stage_hashes_as_the_forward_does_and_refuses_stale_or_skipped_steps(engram, disk_env, tables, monkeypatch):
+    """stage() calls the model's NgramHashState with 0.34.0's forward signature
+    (six inputs: no slot mapping or block table, which 0.34.0 removed), stages
+    the rows, arms the forward's check for the real tokens, and raises rather
+    than return without staging."""
+    model = build_model(engram, tp_size=1, tp_rank=0, max_tokens=16)
+    stager = engram["EngramDiskStager"].create(model)
+    hash_state = stager.hash_state
+    signature = inspect.signature(engram["NgramHashState"].forward)
+    assert list(signature.parameters)[1:] == [
+        "input_ids",
+        "positions",
+        "query_start_loc",
+        "dead_mask",
+        "lookback_token_ids",
+        "lookback_dead_mask",
+    ]
+    rng = np.random.default_rng(11)
+    num_tokens = 6
+    hashes = torch.from_numpy(np.stack([random_hashes(rng, num_tokens) for _ in LAYER_IDS], axis=1))
+    calls = []
+
+    def forward(*args):
+        signature.bind(hash_state, *args)  # a TypeError if the call does not fit
+        calls.append(args)
+        return hashes
+
+    monkeypatch.setattr(hash_state, "forward", forward)
+    sentinel = 128815
+    mm = SimpleNamespace(image_sentinel_mask=lambda ids: ids == sentinel)
+    monkeypatch.setitem(sys.modules, "vllm.models.deepseek_v41.common.mm_preprocess", mm)
+    kernel = LookupKernel()
+    monkeypatch.setitem(engram, "_engram_lookup_kernel", kernel)
+
+    input_ids = torch.tensor([5, 6, sentinel, 8, 9, 10], dtype=torch.int32)
+    positions = torch.arange(num_tokens)
+    qsl = torch.tensor([0, 2, num_tokens], dtype=torch.int32)
+    lookback = torch.tensor([[1, 2], [3, sentinel]], dtype=torch.int32)
+    assert stager.forward_uses_engram()
+    stager.stage(input_ids, positions, qsl, lookback, 4)
+    [args] = calls
+    assert args[0] is input_ids and args[1] is positions and args[2] is qsl and args[4] is lookback
+    assert args[3].tolist() == [False, False, True, False, False, False]
+    assert args[5].tolist() == [[False, False], [False, True]]
+    assert torch.equal(stager.staged_hashes[:num_tokens], hashes)
+    assert int(stager.expect) == 4  # the real tokens; graph padding after them is not checked
+    assert kernel.launches == [num_tokens * slot.local_heads for slot in stager.slots]
+    stager.disarm()
+    assert int(stager.expect) == 0
+
+    with pytest.raises(ValueError, match="input ids"):
+        stager.stage(None, positions, qsl, lookback)
+    hash_state.swa_cache_module = SimpleNamespace(kv_cache=torch.empty(0))  # the profile run
+    assert not stager.forward_uses_engram()
+    with pytest.raises(RuntimeError, match="KV cache unbound"):
+        stager.stage(input_ids, positions, qsl, lookback)
+    hash_state.swa_cache_module = SimpleNamespace(kv_cache=torch.ones(1))
+    stager.stale[1] = 1  # what the check kernel sets when a forward read other rows
+    with pytest.raises(RuntimeError, match=r"Engram layers \[1\].*poisoned with NaN"):
+        stager.stage(input_ids, positions, qsl, lookback)
 
 
 def test_disk_staging_starts_zeroed(engram, monkeypatch):

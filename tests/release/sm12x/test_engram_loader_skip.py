@@ -9,6 +9,7 @@ the tables skipped (no parameter left unloaded, none unexpected).
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -101,11 +102,13 @@ def weight_utils(patched_source):
         should_skip_weight=ep["should_skip_weight"],
         _get_fs_type=lambda files: "ext4",
         _get_checkpoints_size_bytes=lambda files: 0,
-        _get_available_ram_bytes=lambda: 1 << 40,
+        get_available_memory=lambda: 1 << 40,  # vllm.utils.cpu_resource_utils (0.34.0)
         _BAR_FORMAT="",
         DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS=4,
         DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE=1 << 20,
         concurrent=__import__("concurrent.futures"),
+        inspect=inspect,
+        current_platform=SimpleNamespace(is_cuda_alike=lambda: False),
     )
     loaded = patched_source.load(
         WEIGHT_UTILS,
@@ -118,6 +121,7 @@ def weight_utils(patched_source):
             "_natural_sort_key",
             "safetensors_weights_iterator",
             "multi_thread_safetensors_weights_iterator",
+            "runai_safetensors_weights_iterator",
             "pt_weights_iterator",
         ],
         namespace,
@@ -204,3 +208,70 @@ def test_pt_loader_skips_the_tables(weight_utils, checkpoint, monkeypatch):
     monkeypatch.setitem(weight_utils, "torch", Torch())
     names = [name for name, _ in weight_utils["pt_weights_iterator"](checkpoint, False)]
     assert sorted(names) == sorted(KEPT)
+
+
+class Streamer:
+    """runai-model-streamer's ``SafetensorsStreamer`` over the in-memory
+    checkpoint; ``OWNED`` says whether its ``stream_files`` takes ``owned``
+    (0.17.0 and later: it hands out tensors the caller may keep)."""
+
+    OWNED = True
+    streamed: ClassVar[list[dict]] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None: ...
+
+    def _stream(self, files, device="cpu", is_distributed=False, **kwargs) -> None:
+        self.streamed.append(kwargs)
+        self.files = files
+        self.files_to_tensors_metadata = {path: list(SafeOpen.files[path]) for path in files}
+
+    def get_tensors(self):
+        for path in self.files:
+            yield from SafeOpen.files[path].items()
+
+    def __getattr__(self, name):
+        if name != "stream_files":
+            raise AttributeError(name)
+
+        if self.OWNED:
+
+            def stream_files(files, device="cpu", is_distributed=False, owned=False):
+                self._stream(files, device, is_distributed, owned=owned)
+
+        else:
+
+            def stream_files(files, device="cpu", is_distributed=False):
+                self._stream(files, device, is_distributed)
+
+        return stream_files
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_runai_streamer_skips_the_tables_before_copying_them(weight_utils, checkpoint, monkeypatch, owned):
+    """0.34.0 keeps the streamer's tensors when it can hand them out (`owned`)
+    and clones them otherwise; the tables are dropped before either."""
+    monkeypatch.setenv("DSV41_ENGRAM_DISK", "1")
+    monkeypatch.setattr(Streamer, "OWNED", owned)
+    Streamer.streamed = []
+    monkeypatch.setitem(weight_utils, "SafetensorsStreamer", Streamer)
+    cloned = []
+
+    class Clone(torch.Tensor):
+        def clone(self, *args, **kwargs):
+            cloned.append(self)
+            return super().clone(*args, **kwargs)
+
+    for shard in SafeOpen.files.values():
+        for name in shard:
+            shard[name] = shard[name].as_subclass(Clone)
+    runai = weight_utils["runai_safetensors_weights_iterator"]
+    names = [name for name, _ in runai(checkpoint, False)]
+    assert sorted(names) == sorted(KEPT)
+    assert Streamer.streamed == [{"owned": True} if owned else {}]
+    assert len(cloned) == (0 if owned else len(KEPT))  # never a table
+
+    monkeypatch.delenv("DSV41_ENGRAM_DISK")
+    assert sorted(name for name, _ in runai(checkpoint, False)) == sorted(SKIPPED[:4] + KEPT)

@@ -163,12 +163,43 @@ def test_rows_are_staged_after_the_lookback_gather(patched_source):
 
 def test_nothing_is_staged_when_the_forward_skips_engram(patched_source):
     """The profile run (KV cache unbound): the forward skips Engram, so the
-    state does not call stage(), which would raise."""
+    state does not call stage(), which would raise. Since 0.34.0 that forward
+    still hands the layers dummy hash ids (nvidia/model.py, "the memory
+    profile also has to see the Engram activations"), so the state disarms
+    the check: dummy ids are not another step's rows."""
     cls = load_state(patched_source, lambda model: Stager(engram_runs=False))
     state = make_state(cls)
     input_batch, req_states, _ = batch()
-    state.prepare_inputs(input_batch, req_states)
+    inputs = state.prepare_inputs(input_batch, req_states)
     assert state.engram_disk_stager.calls == []
+    assert state.engram_disk_stager.disarmed == 1
+    assert inputs["lookback_token_ids"] is state.lookback_token_ids
+
+
+def test_rows_are_staged_after_a_subclass_fills_the_lookback(patched_source):
+    """0.34.0 moved the gather into the ``_fill_lookback`` hook, which the
+    specialized decode's model state overrides: it joins a gather issued on a
+    side stream beside its metadata graph instead of gathering again. The
+    rows are staged after that hook, from the window it leaves, whoever
+    filled it."""
+    base = load_state(patched_source, lambda model: Stager())
+    order = []
+
+    class SideStreamState(base):
+        def _fill_lookback(self, input_batch, req_states):
+            order.append("fill")
+            self.lookback_token_ids.fill_(42)  # stands for the joined side-stream gather
+
+    state = make_state(SideStreamState)
+    stager = state.engram_disk_stager
+    real_stage = stager.stage
+    stager.stage = lambda *args: (order.append("stage"), real_stage(*args))
+    input_batch, req_states, _ = batch()
+    inputs = state.prepare_inputs(input_batch, req_states)
+    assert order == ["fill", "stage"]
+    [(_, _, _, staged_window, _)] = stager.calls
+    assert bool((staged_window == 42).all())
+    assert inputs["lookback_token_ids"] is state.lookback_token_ids
 
 
 def test_capture_inputs_disarm_the_stale_row_check(patched_source):
