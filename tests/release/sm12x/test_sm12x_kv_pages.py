@@ -34,7 +34,7 @@ OTHERS = [(10, 0), (10, 3), (9, 0), (8, 9), None]
 
 class IndexerBackend:
     """Stands for the release's DeepseekV41IndexerBackend (128-token pages
-    off SM90)."""
+    off SM90 and SM12x; test_release_indexer_gate_is_64_tokens reads the real one)."""
 
     @staticmethod
     def get_supported_kernel_block_sizes(kv_cache_spec=None):
@@ -183,11 +183,36 @@ def test_sm12x_indexer_pages_hold_64_states(patched_source, make_platform, capab
     assert backend.get_supported_kernel_block_sizes() == [64]
 
 
-def load_flashinfer_backend(patched_source, attn):
+INDEXER_BACKENDS = "vllm/v1/attention/backends/mla/indexer.py"
+
+
+@pytest.mark.parametrize("capability", SM12X)
+@pytest.mark.parametrize("ratio", [1, 2])
+def test_release_indexer_gate_is_64_tokens_and_the_patch_keeps_64_states(
+    patched_source, make_platform, capability, ratio
+):
+    """0.34.0's own DeepseekV41IndexerBackend declares 64-token kernel blocks on SM12x (indexer.py:316-321): the
+    patch's 64 for an uncompressed cache, not for a compressed one, where the patch keeps 64 states per page (its
+    header says why). If a release scales by tokens_per_state itself, this fails and the subclass can go."""
+    platform = make_platform(capability)
+    release = patched_source.load(
+        INDEXER_BACKENDS,
+        ["DeepseekV41IndexerBackend.get_supported_kernel_block_sizes"],
+        {"current_platform": platform},
+    )["DeepseekV41IndexerBackend__get_supported_kernel_block_sizes"]
+    spec = SimpleNamespace(tokens_per_state=ratio)
+    assert release(spec) == [64]
+    attn = load_attention(patched_source, platform)
+    assert attn["DeepseekV41SM12xIndexerBackend"].get_supported_kernel_block_sizes(spec) == [64 * ratio]
+
+
+def load_flashinfer_backend(patched_source, attn, platform):
     return patched_source.load(
         FLASHINFER,
         ["DeepseekV4FlashInferMLASparseBackend.get_supported_kernel_block_sizes"],
         {
+            # 0.34.0 gates the SM12x kernel block on the platform itself; the patch scales it by tokens_per_state.
+            "current_platform": platform,
             "SM12X_PAGE_STATES": attn["SM12X_PAGE_STATES"],
             "use_sm12x_kv_pages": attn["use_sm12x_kv_pages"],
         },
@@ -197,8 +222,9 @@ def load_flashinfer_backend(patched_source, attn):
 @pytest.mark.parametrize("capability", SM12X + OTHERS)
 @pytest.mark.parametrize("ratio", [1, 2])
 def test_flashinfer_kernel_block_matches_the_compressed_page(patched_source, make_platform, capability, ratio):
-    attn = load_attention(patched_source, make_platform(capability))
-    kernel_block_sizes = load_flashinfer_backend(patched_source, attn)
+    platform = make_platform(capability)
+    attn = load_attention(patched_source, platform)
+    kernel_block_sizes = load_flashinfer_backend(patched_source, attn, platform)
     spec = compressed_spec(attn, ratio)
     if capability in SM12X:
         # 64-state kernel pages, equal to the spec's block: no splitting.
