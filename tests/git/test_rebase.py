@@ -149,6 +149,8 @@ def test_conflict_stops_then_continue(tmp_path: Path, world: Upstream) -> None:
     (tree / "vllm/platforms/cuda.py").write_text(resolved)
     done = rebase.resume(root, "continue")
     assert [r.outcome for r in done.results] == ["resolved", "exact"]
+    # The report names what conflicted, not the stop's advice, which resolving made stale.
+    assert done.results[0].reason == "conflict resolved by hand: vllm/platforms/cuda.py"
     text = (root / "patches" / "0001-cuda-sm121.patch").read_text()
     assert "-cuda 20 upstream style\n+cuda 20 upstream style sm121\n" in text
     assert (root / "patches" / "0003-config.patch").read_bytes() == before[

@@ -199,7 +199,7 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
     result = PatchResult.of(
         item,
         "resolved",
-        "conflict resolved by hand: " + (stopped.reason if stopped else ""),
+        _resolved_reason(stopped),
         moves=stopped.moves if stopped else (),
         commit=commit,
         parent=head,
@@ -229,3 +229,12 @@ def _edited_header(root: Path, item: Item, current: Path) -> str | None:
             "then run --continue again",
         )
     return header
+
+
+def _resolved_reason(stopped: Stopped | None) -> str:
+    """What the report says of a patch resolved by hand: the files that conflicted, not the stop's advice
+    (`--allow-fuzz`, `patches edit`), which is stale once the author has resolved them."""
+    if stopped is None:
+        return "conflict resolved by hand"
+    files = [*stopped.conflicts, *(u.path for u in stopped.unresolved)]
+    return "conflict resolved by hand: " + ", ".join(files) if files else "conflict resolved by hand"
