@@ -38,6 +38,8 @@ VERSIONS: dict[str, int] = {
     "publish": 1,
     "publish-plan": 1,  # publish --dry-run
     "recipe": 2,  # 2: no `compose` (the compose file is gone)
+    "history": 1,
+    "rollback": 1,
 }
 
 _ID = re.compile(r"^imgbuild\.([a-z][a-z0-9-]*)/([1-9][0-9]*)$")
