@@ -14,7 +14,7 @@ from imgbuild.patches import backport
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
 from imgbuild.workflows.checkstack import check_series
-from imgbuild.workflows.importer import Upstreamed, fetch, import_patch
+from imgbuild.workflows.importer import Said, Upstreamed, fetch, import_patch
 from tests.support.backport_world import FIX_SUBJECT, POOL, World, build, edit
 from tests.support.runner import imgbuild
 from tests.support.synth import git, make_project, numbered
@@ -57,7 +57,7 @@ def test_an_mbox_leaves_out_what_is_not_in_the_image_and_goes_after(tmp_path: Pa
     root = make_project(tmp_path / "p", world.up, "v1", [("0001-a.patch", "g", first)])
     mbox = tmp_path / "fix.mbox"
     mbox.write_text(git(world.up.path, "format-patch", "-1", "--stdout", world.tests))
-    done = import_patch(root, str(mbox), name="0002-other.patch", after="0001-a", date=DATE)
+    done = import_patch(root, str(mbox), name="0002-other.patch", after="0001", date=DATE)
     assert done.kind == "mbox" and done.left_out == ["tests/test_pool.py"] and done.after == "0001-a.patch"
     assert (root / "patches" / "series").read_text() == "# test series\n0001-a.patch\n0002-other.patch\n"
     assert [f.path for f in parse_patch(root / "patches" / "0002-other.patch").files] == ["vllm/other.py"]
@@ -71,11 +71,22 @@ def test_a_diff_of_two_release_trees_is_rewritten_to_the_package_root(tmp_path: 
     diff = subprocess.run(["diff", "-ruN", "vllm-1.0", "vllm-1.1"], cwd=trees, capture_output=True, text=True).stdout
     (tmp_path / "fix.diff").write_text(diff)
     root = make_project(tmp_path / "p", world.up, "v1", [])
-    shown = imgbuild(root, "patches", "import", str(tmp_path / "fix.diff"), "--name", "0001-release.patch",
-                     "--applied-upstream", "1.1", "--dry-run", "--json")  # fmt: skip
+    args = [
+        "patches",
+        "import",
+        str(tmp_path / "fix.diff"),
+        "--name",
+        "0001-release.patch",
+        "--applied-upstream",
+        "1.1",
+    ]
+    refused = imgbuild(root, *args, "--json")  # a plain diff says nothing about the change
+    assert refused.returncode == 2 and "pass --description --author --origin" in refused.stdout, refused.stdout
+    said = ["-m", "Release blocks on abort", "--author", "A Dev <dev@example.invalid>", "--origin", "vLLM 1.1"]
+    shown = imgbuild(root, *args, *said, "--dry-run", "--json")
     assert shown.returncode == 0, shown.stderr
     assert "diff --git a/vllm/core/block_pool.py b/vllm/core/block_pool.py" in shown.stdout
-    assert "Applied-Upstream: 1.1" in shown.stdout and "Origin: upstream, " in shown.stdout
+    assert "Applied-Upstream: 1.1" in shown.stdout and "Origin: upstream, vLLM 1.1" in shown.stdout
     assert not (root / "patches" / "0001-release.patch").exists()  # --dry-run writes nothing
 
 
@@ -111,7 +122,7 @@ def test_sources_that_are_refused(tmp_path: Path, world: World) -> None:
     only_tests = tmp_path / "t.diff"
     only_tests.write_text(world.up.diff("v1", {"tests/test_pool.py": "def test():\n    assert 2\n"}))
     with pytest.raises(PatchError, match="changes no file under vllm/"):
-        import_patch(root, str(only_tests))
+        import_patch(root, str(only_tests), said=Said("Test", "A <a@b.invalid>", "x"))
     with pytest.raises(UpstreamError, match=r"download http://127\.0\.0\.1:9/x\.patch") as err:
         fetch("http://127.0.0.1:9/x.patch", timeout=5)
     assert err.value.hint and "curl -fLO http://127.0.0.1:9/x.patch" in err.value.hint

@@ -35,6 +35,15 @@ def import_cmd(
             help="The release that has the fix (Applied-Upstream:), when known; `patches rebase` fills it otherwise.",
         ),
     ] = "",
+    description: Annotated[
+        str | None,
+        typer.Option("--description", "-m", help="Description (first line: the summary) instead of the source's."),
+    ] = None,
+    author: Annotated[str | None, typer.Option("--author", help="'Name <email>' instead of the source's.")] = None,
+    origin: Annotated[
+        str | None,
+        typer.Option("--origin", help="Where the change is upstream (a commit or PR URL, or the release that has it)."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check it and print the patch; write nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -51,24 +60,26 @@ def import_cmd(
     The whole series is then checked with it, every variant too, and the patch and
     its series line are written only if that passes: all or nothing.
 
-    A change the pin already has is refused as upstreamed (exit 4); one that does not
-    apply, or breaks a later patch, exit 5; a URL that cannot be fetched, exit 6, with
-    the file to download by hand.
+    A plain diff says nothing about the change: pass --description, --author and
+    --origin. A change the pin already has is refused as upstreamed (exit 4); one that
+    does not apply, or breaks a later patch, exit 5; a URL that cannot be fetched,
+    exit 6, with the file to download by hand.
 
     Examples:
 
       imgbuild patches import https://github.com/vllm-project/vllm/pull/44237
 
-      imgbuild patches import fix.diff --name 0009-fix-cache-dtype.patch --after 0004-sm12x-indexer-decode-topk-per-row
+      imgbuild patches import fix.diff -m "Fix X" --author "A <a@b>" --origin "vLLM 0.34.0" --after 0004
 
       imgbuild patches import ~/src/vllm --rev 1a2b3c4d --dry-run --json
     """
     from imgbuild.project import find_root
     from imgbuild.report.tables import console, print_json
-    from imgbuild.workflows.importer import import_patch
+    from imgbuild.workflows.importer import Said, import_patch
 
+    said = Said(description, author, origin)
     result = import_patch(
-        find_root(), source, rev=rev, name=name, after=after, group=group, applied=applied, dry_run=dry_run
+        find_root(), source, rev=rev, name=name, after=after, group=group, applied=applied, said=said, dry_run=dry_run
     )
     if as_json:
         print_json("patches-import", result.to_json())
@@ -77,8 +88,8 @@ def import_cmd(
         print(result.text, end="")
         return
     where = f"after {result.after}" if result.after else "first"
-    said = f"imported {source} as patches/{result.filename} ({result.outcome} on the pin), {where} in the series"
-    console.print(said, markup=False, highlight=False, soft_wrap=True)
+    line = f"imported {source} as patches/{result.filename} ({result.outcome} on the pin), {where} in the series"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.left_out:
         console.print(f"left out (not under the package root): {', '.join(result.left_out)}", markup=False)
     console.print(f"series checked: {len(result.series)} patches apply; carried by {', '.join(result.variants)}",

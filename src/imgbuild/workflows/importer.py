@@ -127,9 +127,9 @@ def _from_text(text: str, where: str, kind: str, origin: str | None = None, bug:
     fields = _dep3(head)
     desc = fields.get("Description") or fields.get("Subject") or ""
     subject, _, body = desc.partition("\n")
-    subject = subject.strip() or f"Backport {Path(where).name}"
     author = fields.get("Author") or fields.get("From") or ""
-    return Source(kind, Change(subject, body, author, origin or fields.get("Origin") or where, bug, diff))
+    origin = origin or fields.get("Origin", "").removeprefix("upstream,").strip()
+    return Source(kind, Change(subject.strip(), body, author, origin, bug, diff))
 
 
 def _dep3(head: str) -> dict[str, str]:
@@ -164,6 +164,33 @@ def _from_git(path: Path, rev: str) -> Source:
     return Source("git", change, blobs)
 
 
+@dataclass(frozen=True)
+class Said:
+    """What the user says about the change, over what the source says (a plain diff says nothing)."""
+
+    description: str | None = None
+    author: str | None = None
+    origin: str | None = None
+
+
+def with_said(src: Source, said: Said, where: str) -> Source:
+    """`src` with the user's words; refused when the header would still lack a description, author or origin."""
+    change = src.change
+    if said.description:
+        subject, _, body = said.description.partition("\n")
+        change = replace(change, subject=subject.strip(), body=body)
+    change = replace(change, author=said.author or change.author, origin=said.origin or change.origin)
+    flags = (("--description", change.subject), ("--author", change.author), ("--origin", change.origin))
+    missing = [flag for flag, value in flags if not value.strip()]
+    if missing:
+        raise UsageError(
+            f"{where} does not say {', '.join(m.lstrip('-') for m in missing)}: pass {' '.join(missing)}",
+            hint="a plain diff carries no commit message; --origin names where the change is upstream (a commit or "
+            "PR URL, or the release that has it)",
+        )
+    return replace(src, change=change)
+
+
 def read_source(source: str, rev: str | None) -> Source:
     gh = backport.parse_github_url(source)
     if gh is not None:
@@ -185,14 +212,16 @@ def read_source(source: str, rev: str | None) -> Source:
 
 # -- placing it in the series ------------------------------------------------------------
 def position(project: Project, after: str | None) -> int:
-    """The index in the series the new patch takes (after `after`, a patch name or file name; default: the end)."""
+    """The index in the series the new patch takes (after `after`: a patch's name, file name or a unique start of
+    it, e.g. 0004; default: the end)."""
     if after is None:
         return len(project.patches)
-    for i, p in enumerate(project.patches):
-        if after in (p.name, p.filename):
-            return i + 1
+    exact = [i for i, p in enumerate(project.patches) if after in (p.name, p.filename)]
+    found = exact or [i for i, p in enumerate(project.patches) if p.filename.startswith(after)]
+    if len(found) == 1:
+        return found[0] + 1
     raise UsageError(
-        f"--after {after}: no such patch in patches/series",
+        f"--after {after}: {'no such patch' if not found else 'more than one patch'} in patches/series",
         hint="name one of: " + ", ".join(p.filename for p in project.patches),
     )
 
@@ -215,9 +244,10 @@ def import_patch(
     group: str = backport.DEFAULT_GROUP,
     applied: str = "",
     date: str | None = None,
+    said: Said | None = None,
     dry_run: bool = False,
 ) -> Imported:
-    src = read_source(source, rev)
+    src = with_said(read_source(source, rev), said or Said(), source)
     project = Project.load(root)
     package_root = project.pin.package_root
     at = position(project, after)
