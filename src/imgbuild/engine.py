@@ -328,11 +328,12 @@ class Engine:
     def file_digests(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, str | None]:
         """The sha256 of each absolute path in the image (None: missing or not a regular file); the container
         is never started, so no emulation is needed."""
-        echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
+        echo(["docker", "create", *(["--platform", str(platform)] if platform else []), ref, "imgbuild-read-only"])
         with self._container(ref, command=["imgbuild-read-only"], platform=str(platform) if platform else None) as cid:
             return {path: self._sha256(cid, path) for path in paths}
 
     def _sha256(self, cid: str, path: str) -> str | None:
+        echo(["docker", "cp", f"{cid[:12]}:{path}", "-"])
         try:
             stream, _ = self._call(self.client.api.get_archive, cid, path)
         except docker.errors.NotFound:
@@ -380,6 +381,7 @@ class Engine:
             except DockerError as exc:
                 if "timed out" not in exc.message.lower():
                     raise
+                echo(["docker", "kill", cid[:12]])
                 self._call(api.kill, cid)
                 code, timed_out = -1, True
             stdout = self._call(api.logs, cid, stdout=True, stderr=False).decode(errors="replace")

@@ -114,6 +114,11 @@ def test_history_and_rollback_locally_and_in_a_registry(
         assert doc["registry_moves"][0]["to"] == older["image_id"] and doc["registry_moves"][0]["moved"]
         # one platform: the tag pushed again (no layer sent), since imagetools create would wrap it in a new list
         assert rolled.stderr.count("+ docker push ") == 1 and "imagetools create" not in rolled.stderr, rolled.stderr
+        # IMGBUILD_ECHO: the engine's reads too, each as the docker command it amounts to
+        for line in ("docker version", "docker info", "docker images --no-trunc --filter label=imgbuild.variant=latest",
+                     f"docker image inspect {older['image_id']}", f"docker tag {older['image_id']} {repo}:latest",
+                     "docker run --rm", "docker buildx imagetools inspect --raw"):  # fmt: skip
+            assert f"+ {line}" in rolled.stderr, (line, rolled.stderr)
         assert engine.require(f"{repo}:latest").id == older["image_id"]
         found = tools.inspect(f"{there}:latest")
         assert found is not None and found.digest == older["image_id"]
