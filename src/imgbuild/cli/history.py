@@ -79,15 +79,16 @@ def rollback(
     repository: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Put VARIANT's moving tags (e.g. `latest`) back on one of its earlier builds.
+    """Put VARIANT's moving tags back on one of its earlier builds.
 
     The target must be a build of VARIANT in the local store: an image of another
     variant, or one without imgbuild's labels, is refused (exit 2). It is
     smoke-tested first, each platform against its own labels and the variant's smoke
-    commands (exit 8 on a failure). With --registry its immutable tag must be there at
-    the same digest (exit 9 otherwise), and the registry's moving tags are pointed at it
-    in one `docker buildx imagetools create` (the digest is kept). A refusal or a failed
-    smoke test moves nothing. Then the sparkrun recipe pinned to the target: --recipe
+    commands (exit 8 on a failure). The moving tags (e.g. `latest`) then move locally
+    and, with --registry, in the registry, where the target's immutable tag must already
+    be at the same digest (exit 9 otherwise). The digest is kept: one `imagetools
+    create` for a multi-platform image, a `docker push` of the tag for one platform. A
+    refusal or a failed smoke test moves nothing. Then the sparkrun recipe pinned to the target: --recipe
     rewrites that file, else each launch profile's recipe for VARIANT is printed, so
     that `sparkrun run` puts the image on the nodes with its own distribution.
 

@@ -186,7 +186,8 @@ def entries(
     out = [_entry(ref, info, "image", {str(info.platform): (ref, info)}, moving, smoke_of) for ref, info in singles]
     for ref, info in joins:
         parts = {str(i.platform): (r, i) for r, i in singles if _same_build(i.labels, info.labels)}
-        out.append(_entry(ref, info, "join", parts, moving, smoke_of))
+        # its platforms' images untagged since: the join as the engine shows it (the host's platform)
+        out.append(_entry(ref, info, "join", parts or {str(info.platform): (ref, info)}, moving, smoke_of))
     return sorted(out, key=lambda e: (e.created, e.last_tagged, e.ref), reverse=True)
 
 
