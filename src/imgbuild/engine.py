@@ -58,6 +58,7 @@ class ImageInfo:
     labels: dict[str, str]
     layers: tuple[str, ...]
     size: int
+    last_tagged: str = ""  # when the engine last wrote a tag of this image (any tag: a moved one too)
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> ImageInfo:
@@ -76,6 +77,7 @@ class ImageInfo:
             labels=dict(cfg.get("Labels") or {}),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             size=int(attrs.get("Size") or 0),
+            last_tagged=str((attrs.get("Metadata") or {}).get("LastTagTime") or ""),
         )
 
     @property
@@ -144,7 +146,9 @@ class Engine:
         """The local engine, checked: reachable, Docker 26+, containerd image store."""
         try:
             client = docker.from_env(version="auto", timeout=300)
+            echo(["docker", "version"])
             version = client.version()
+            echo(["docker", "info"])
             info = client.info()
         except SdkErrors as exc:
             raise DockerError(
@@ -162,6 +166,7 @@ class Engine:
     def arch(self) -> Platform:
         """The daemon's own platform."""
         if self._arch is None:
+            echo(["docker", "info"])
             info = self._call(self.client.info)
             self._arch = Platform.parse(f"linux/{Platform.arch_of_machine(str(info.get('Architecture', '')))}")
         return self._arch
@@ -181,14 +186,17 @@ class Engine:
     def remove_leftovers(self) -> None:
         """Remove containers an imgbuild created and could not remove itself (it was killed)."""
         with contextlib.suppress(*SdkErrors):
+            echo(["docker", "ps", "--all", "--filter", f"label={CONTAINER_LABEL}"])
             for c in self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}):
                 owner = (c.get("Labels") or {}).get(CONTAINER_LABEL, "")
                 if owner.isdigit() and _alive(int(owner)):
                     continue
+                echo(["docker", "rm", "--force", c["Id"]])
                 self.client.api.remove_container(c["Id"], force=True)
 
     # -- images -----------------------------------------------------------
     def image(self, ref: str) -> ImageInfo | None:
+        echo(["docker", "image", "inspect", ref])
         try:
             img = self._call(self.client.images.get, ref)
         except docker.errors.NotFound:
@@ -200,6 +208,13 @@ class Engine:
         if info is None:
             raise DockerError(f"no image {ref!r} in the local image store", hint="build it first, or check the name")
         return info
+
+    def labelled(self, key: str, value: str) -> list[ImageInfo]:
+        """Every image in the local store whose label `key` is `value`, each inspected (its tags, labels, times)."""
+        echo(["docker", "images", "--no-trunc", "--filter", f"label={key}={value}"])
+        found = self._call(self.client.api.images, filters={"label": f"{key}={value}"})
+        ids = list(dict.fromkeys(str(row["Id"]) for row in found))
+        return [info for image_id in ids if (info := self.image(image_id)) is not None]
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = parse_repository_tag(ref)
@@ -282,6 +297,7 @@ class Engine:
                 hint="install the buildx CLI plugin into ~/.docker/cli-plugins (`.ci/setup-host.sh` does it)",
             )
         try:
+            echo(["docker", "version"])  # the engine's /_ping: does it still answer
             self.client.ping()
         except SdkErrors:
             raise DockerError(
@@ -312,11 +328,12 @@ class Engine:
     def file_digests(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, str | None]:
         """The sha256 of each absolute path in the image (None: missing or not a regular file); the container
         is never started, so no emulation is needed."""
-        echo(["docker", "create", ref, "&&", "docker", "cp", "...", *paths[:3], "..." if len(paths) > 3 else ""])
+        echo(["docker", "create", *(["--platform", str(platform)] if platform else []), ref, "imgbuild-read-only"])
         with self._container(ref, command=["imgbuild-read-only"], platform=str(platform) if platform else None) as cid:
             return {path: self._sha256(cid, path) for path in paths}
 
     def _sha256(self, cid: str, path: str) -> str | None:
+        echo(["docker", "cp", f"{cid[:12]}:{path}", "-"])
         try:
             stream, _ = self._call(self.client.api.get_archive, cid, path)
         except docker.errors.NotFound:
@@ -364,6 +381,7 @@ class Engine:
             except DockerError as exc:
                 if "timed out" not in exc.message.lower():
                     raise
+                echo(["docker", "kill", cid[:12]])
                 self._call(api.kill, cid)
                 code, timed_out = -1, True
             stdout = self._call(api.logs, cid, stdout=True, stderr=False).decode(errors="replace")

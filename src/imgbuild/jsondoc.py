@@ -26,6 +26,7 @@ VERSIONS: dict[str, int] = {
     "patches-edit-discard": 1,
     "patches-refresh": 1,
     "patches-bump": 1,
+    "patches-import": 2,  # 2: the command is back (issue 36): after, left_out, series, variants; no steps
     "build": 2,
     "build-plan": 2,  # build --dry-run
     "smoke": 1,
@@ -38,6 +39,8 @@ VERSIONS: dict[str, int] = {
     "publish": 1,
     "publish-plan": 1,  # publish --dry-run
     "recipe": 2,  # 2: no `compose` (the compose file is gone)
+    "history": 2,  # 2: the command is back (issue 36), from the engine: no built_at (history.jsonl is gone)
+    "rollback": 2,  # 2: --to required; pinned, registry_moves, recipes
 }
 
 _ID = re.compile(r"^imgbuild\.([a-z][a-z0-9-]*)/([1-9][0-9]*)$")

@@ -12,6 +12,7 @@ from imgbuild import __version__
 from imgbuild.cli import (
     bake,
     build,
+    history,
     lock,
     patches,
     plan,
@@ -46,6 +47,8 @@ app.command("lock")(lock.lock)
 app.command("bake")(bake.bake)
 app.command("publish")(publish.publish)
 app.command("recipe")(recipe.recipe)
+app.command("history")(history.history)
+app.command("rollback")(history.rollback)
 
 
 def _version(value: bool) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from imgbuild.cli.options import FuzzOpt, JsonOpt
+from imgbuild.cli.patch_import import import_cmd
 from imgbuild.cli.patchwork import bump_cmd, edit_cmd, rebase_cmd, refresh_cmd
 from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
 
@@ -282,3 +283,4 @@ app.command("rebase")(rebase_cmd)
 app.command("edit")(edit_cmd)
 app.command("refresh")(refresh_cmd)
 app.command("bump")(bump_cmd)
+app.command("import")(import_cmd)

@@ -244,7 +244,12 @@ def write_recipe(
     image: str | None = None,
     registry: str | None = None,
     builder: bool = False,
+    pinned: Pinned | None = None,
+    path: Path | None = None,
+    write: bool = True,
 ) -> Recipe:
+    """The recipe, written to `path` (default: `out/<variant>-<profile>.yaml`) unless `write` is off. `pinned`: the
+    image a caller already chose (rollback's target), instead of looking for one."""
     variant = project.variant(variant_name)
     profile = deploy.profile(project.root, profile_name)
     if profile.variant != variant.name:
@@ -255,14 +260,15 @@ def write_recipe(
     env = merged_env(variant, profile)
     if builder and (image is not None or registry is not None):
         raise UsageError("--builder cannot be used with --image or --registry: the builder makes the image")
+    seen_platform = None
     if builder:  # `container:` names the variant's tag; the builder replaces it with the one it builds
         pinned = Pinned(_variant_tag(variant), None, "builder imgbuild (replaced by the immutable tag it builds)")
-        seen_platform = None
-    else:
+    elif pinned is None:
         pinned, seen_platform = pin_image(variant, image=image, registry=registry)
     platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
     config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
-    path = out / f"{variant.name}-{profile.name.lower()}.yaml"
+    path = path or out / f"{variant.name}-{profile.name.lower()}.yaml"
     recipe = Recipe(variant.name, profile, pinned, platform, env, config, path)
-    write_text(path, recipe.text())
+    if write:
+        write_text(path, recipe.text())
     return recipe

@@ -141,3 +141,10 @@ def copy_tag(source: str, target: str) -> None:
     _run(
         ["buildx", "imagetools", "create", "-t", target, source], f"docker buildx imagetools create -t {target}", target
     )
+
+
+def copy_tags(source: str, targets: Sequence[str]) -> None:
+    """Point every ref of `targets` at what `source` (`host/repo@digest`) names, unchanged, in one `imagetools
+    create` (each tag one manifest write; the digest is kept)."""
+    args = ["buildx", "imagetools", "create", *(a for t in targets for a in ("-t", t)), source]
+    _run(args, f"docker buildx imagetools create {' '.join(f'-t {t}' for t in targets)} {source}", targets[0])

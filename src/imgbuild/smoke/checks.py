@@ -13,7 +13,7 @@ from imgbuild.engine import BINFMT_FIX, Engine, ImageInfo, RunResult, check_binf
 from imgbuild.errors import DockerError
 from imgbuild.plan import labels as lbl
 from imgbuild.platforms import Platform
-from imgbuild.smoke import launchcheck, probe, runtime_run
+from imgbuild.smoke import launchcheck, probe, record, runtime_run
 from imgbuild.smoke.importcheck import modules_to_import
 from imgbuild.upstream.mirror import cache_dir
 
@@ -403,6 +403,8 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
             detail += f" {row.actual_sha256[:12]}" if row.actual_sha256 else ""
         report.checks.append(Check("files", row.path, "pass" if row.ok else "fail", detail, took))
     report.checks.extend(run_checks)
+    if runtime:  # `history` says whether the image passed; a static check is not a smoke test
+        record.record(info.id, ref, report.ok, [f"{c.group} {c.name}" for c in report.failures])
     return report
 
 
