@@ -39,10 +39,11 @@ def lock(
     project = load_project()
     variants = list(project.variants.values())
     pin = project.pin
+    more = [(p.name, p.tag, p.commit) for p in project.pins[1:]]  # every further pin is locked too
     if check:
         current = lockmod.load_lock(project.root)
         resolve = None if offline else lockmod.resolve_base
-        problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve)
+        problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve, more)
         if as_json:
             print_json("lock-check", {"ok": not problems, "problems": problems})
         if problems:
@@ -54,7 +55,7 @@ def lock(
         if not as_json:
             console.print(f"{lockmod.FILENAME} is up to date ({len(variants)} variants)")
         return
-    new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest)
+    new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest, more=more)
     changed = lockmod.write_lock(project.root, new)
     if as_json:
         print_json("lock", {"changed": changed, "lock": new.to_dict()})
