@@ -219,7 +219,14 @@ def _stopped(
         f"({len(hunks)} hunk(s) in {', '.join(files) or 'no file'}){preview}; resolve it, then "
         "`imgbuild patches rebase --continue` and `imgbuild patches bump`"
     )
-    bump: dict[str, Any] = {"message": message, "status": "conflict", "branch": name, "commit": None, "images": []}
+    bump: dict[str, Any] = {
+        "message": message,
+        "status": "conflict",
+        "branch": name,
+        "commit": None,
+        "images": [],
+        "pins": moves,
+    }
     text, data = review.render_bump(text, data, bump)
     _write(md, text, data)
     return Bump("conflict", message, old, new, name, None, False, [], data["patches"], hunks, md, exc, moves, pending)
@@ -256,7 +263,14 @@ def _finish(
         f"{note}"
     )
     status: Status = "build-failed" if error else "carried"
-    bump: dict[str, Any] = {"message": message, "status": status, "branch": name, "commit": commit, "images": images}
+    bump: dict[str, Any] = {
+        "message": message,
+        "status": status,
+        "branch": name,
+        "commit": commit,
+        "images": images,
+        "pins": pins,
+    }
     if error is not None:
         bump["build"] = note
     text, data = review.render_bump(text, {**data, "patches": patches}, bump)

@@ -325,6 +325,8 @@ def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tu
     rows = with_kinds(data.get("patches", ()))
     if rows:
         head.append("- patches: " + tally(rows))
+    for p in bump.get("pins") or ():  # the pins that move with it (what the new release requires of them)
+        head.append(f"- pin moved with it: {p['message']}")
     tail: list[str] = []
     images = bump.get("images") or []
     if images:
