@@ -211,3 +211,37 @@ def test_bump_takes_the_override_and_it_is_shown_and_recorded(
     assert pins["also"][0]["tag"] == "v0.2.0" and "override" not in pins["also"][0]
     code, doc, err = run(capsys, project, "patches", "check")
     assert code == 0, err
+
+
+def test_a_pin_moved_alone_disagrees_and_the_runtime_lock_is_refused(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    code, _, err = run(capsys, project, "patches", "rebase", "--onto", "flashinfer=0.3.0")
+    assert code == 0, err
+    code, doc, err = run(capsys, project, "patches", "check")
+    assert code == 1 and doc["pin_problems"] == [  # every patch applies; the pins do not agree
+        "vLLM 1.0.0 requires flashinfer-python==0.1.0; the flashinfer pin is 0.3.0"
+    ]
+    assert all(p["method"] == "exact" for p in doc["patches"])  # type: ignore[attr-defined]
+    code, out, err = cli(capsys, "-C", str(project), "patches", "check")
+    assert code == 1 and "the pins disagree" in out and "the flashinfer pin is 0.3.0" in err
+    code, _, err = cli(capsys, "-C", str(project), "skeleton", "--runtime", "--relock", "--platform", "linux/arm64")
+    assert code == 6 and "the pins disagree, so the runtime lock cannot hold them all" in err
+
+
+def test_images_lock_holds_every_pin() -> None:
+    from imgbuild.registry import lock as lockmod
+
+    base = lockmod.LockedBase("b:1", "sha256:" + "1" * 64, "m", (("linux/arm64", "sha256:" + "2" * 64),))
+    more = [("flashinfer", "v0.1.0", "c" * 40)]
+    made = lockmod.make_lock([], "v1", "a" * 40, "s", lambda _ref: base, more=more)
+    assert made.to_dict()["upstream"] == {"tag": "v1", "commit": "a" * 40, "also": [
+        {"name": "flashinfer", "tag": "v0.1.0", "commit": "c" * 40}]}  # fmt: skip
+    moved = [("flashinfer", "v0.3.0", "d" * 40)]
+    assert lockmod.check(made, [], "v1", "a" * 40, "s", None, more) == []
+    assert lockmod.check(made, [], "v1", "a" * 40, "s", None, moved) == [
+        f"upstream flashinfer: locked v0.1.0 {'c' * 12}, pinned v0.3.0 {'d' * 12}"
+    ]
+    assert lockmod.check(made, [], "v1", "a" * 40, "s", None, []) == [
+        "upstream flashinfer: locked v0.1.0, no longer pinned"
+    ]
