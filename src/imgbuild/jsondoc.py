@@ -13,11 +13,11 @@ PREFIX = "imgbuild."
 # shapes (e.g. `build` and `build --dry-run`) has two names.
 VERSIONS: dict[str, int] = {
     "error": 1,  # the failure document cli/main.py prints: {"error": {...}}
-    "plan": 2,
+    "plan": 1,
     "patches-list": 1,
     "patches-status": 1,
-    "patches-check": 2,
-    "patches-check-onto": 2,
+    "patches-check": 2,  # 2: `ok` is false too when the pins disagree (`requirements`, `pin_problems`)
+    "patches-check-onto": 1,
     "patches-apply": 1,
     "patches-rebase": 1,  # a rebase that finished
     "patches-rebase-status": 1,  # `patches rebase` alone
@@ -25,12 +25,12 @@ VERSIONS: dict[str, int] = {
     "patches-edit": 1,
     "patches-edit-discard": 1,
     "patches-refresh": 1,
-    "patches-bump": 2,
+    "patches-bump": 1,
     "build": 2,
     "build-plan": 2,  # build --dry-run
     "smoke": 1,
-    "skeleton": 2,
-    "skeleton-runtime": 3,
+    "skeleton": 1,
+    "skeleton-runtime": 2,
     "lock": 1,
     "lock-check": 1,
     "bake": 1,
