@@ -245,3 +245,22 @@ def test_images_lock_holds_every_pin() -> None:
     assert lockmod.check(made, [], "v1", "a" * 40, "s", None, []) == [
         "upstream flashinfer: locked v0.1.0, no longer pinned"
     ]
+
+
+def test_lock_check_names_a_runtime_lock_that_lacks_a_pin(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    """`lock --check` covers every pin in the runtime locks too (what `build --base runtime` would refuse)."""
+    locks = project / "images" / "runtime-lock"
+    locks.mkdir()
+    sha = "a" * 64
+    text = f"vllm==1.0.0 --hash=sha256:{sha}\nflashinfer-python==0.1.0 --hash=sha256:{sha}\n"
+    (locks / "linux-arm64.txt").write_text(text)
+    from imgbuild.cli.lock import runtime_locks
+    from imgbuild.project import Project
+
+    assert runtime_locks(Project.load(project)) == []
+    (locks / "linux-arm64.txt").write_text(text.replace("0.1.0", "0.0.9"))
+    assert runtime_locks(Project.load(project)) == [
+        "images/runtime-lock/linux-arm64.txt locks flashinfer-python 0.0.9, but patches/upstream.yaml pins 0.1.0"
+    ]
+    code, _, err = cli(capsys, "-C", str(project), "lock", "--check", "--offline")
+    assert code == 1 and "locks flashinfer-python 0.0.9" in err
