@@ -8,6 +8,7 @@ smoke-tested (builder/runner.py), and the rebase's review report is extended (re
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -332,12 +333,10 @@ def _moved_pins(
             extra.append(f"  - override in patches/upstream.yaml: {o.requirement} → {o.version}: {o.reason}")
         sub = review.report_md(root, f"rebase-{old.tag}-to-{pin.tag}")
         if old.commit != pin.commit and sub.is_file():
-            body = sub.read_text(encoding="utf-8").replace("\n#", "\n##")
+            body = sub.read_text(encoding="utf-8").replace("\n#", "\n###")  # its sections under this one
             extra += ["", f"### The {pin.name} patches: {old.tag} → {pin.tag}", "", *body.split("\n", 1)[1:]]
             js = sub.with_suffix(".json")
             if js.is_file():
-                import json
-
                 sub_data = json.loads(js.read_text(encoding="utf-8"))
                 reports.append({"pin": pin.name, **sub_data})
                 row["patches"] = review.tally(sub_data.get("patches", ()))
@@ -350,8 +349,6 @@ def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
     """The rebase's review report (the rebase wrote it where the bump asked)."""
     js = md.with_suffix(".json")
     if md.is_file() and js.is_file():
-        import json
-
         data = json.loads(js.read_text(encoding="utf-8"))
         if isinstance(data, dict) and data.get("onto", {}).get("commit") == new.commit and "stopped" not in data:
             return md.read_text(encoding="utf-8"), data
