@@ -139,3 +139,12 @@ def test_drop_override_removes_only_that_block(tmp_path: Path) -> None:
     pins = load_pins(path)
     assert pins[1].override is not None
     assert drop_override(text, pins[1]) == plain
+
+
+def test_the_newest_wheel_release_counts_post_releases_not_pre_releases() -> None:
+    from imgbuild.upstream.refs import is_version, newest_release
+
+    assert newest_release(["0.7.2", "0.7.2.post1", "0.8.0rc1", "0.7.10.dev0"]) == "0.7.2.post1"
+    assert newest_release(["0.7.10", "0.7.9.post3", "junk"]) == "0.7.10"
+    assert newest_release(["1.0rc1"]) is None
+    assert is_version("0.7.2.post1") and is_version("v0.34.0") and not is_version("be4b59b0") and not is_version("x")

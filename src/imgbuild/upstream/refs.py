@@ -27,6 +27,19 @@ def newest(tags: list[str]) -> str | None:
     return max((t for t in tags if release_key(t) is not None), key=lambda t: release_key(t) or (), default=None)
 
 
+def newest_release(versions: list[str]) -> str | None:
+    """The newest final release among a wheel's versions (PEP 440: 0.7.2.post1 counts, 0.8.0rc1 does not)."""
+    final = []
+    for v in versions:
+        try:
+            parsed = Version(v)
+        except InvalidVersion:
+            continue
+        if not parsed.is_prerelease and not parsed.is_devrelease:
+            final.append((parsed, v))
+    return max(final)[1] if final else None
+
+
 def latest_release(pin: UpstreamPin) -> str:
     """The newest final release of the upstream (asks the network)."""
     source = pin.source
@@ -40,7 +53,7 @@ def latest_release(pin: UpstreamPin) -> str:
         if tag is None:
             raise UpstreamError(f"{source.url} has no release tags (like v1.2.3)")
         return tag
-    version = newest(index_versions(source))
+    version = newest_release(index_versions(source))
     if version is None:
         raise UpstreamError(f"the package index lists no final release of {source.project}")
     return version
