@@ -16,7 +16,7 @@ VERSIONS: dict[str, int] = {
     "plan": 1,
     "patches-list": 1,
     "patches-status": 1,
-    "patches-check": 1,
+    "patches-check": 2,  # 2: `ok` is false too when the pins disagree (`requirements`, `pin_problems`)
     "patches-check-onto": 1,
     "patches-apply": 1,
     "patches-rebase": 1,  # a rebase that finished

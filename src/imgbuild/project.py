@@ -10,14 +10,22 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from imgbuild.config.models import UpstreamPin, VariantConfig, load_pins, load_variant, parse_platforms
+from imgbuild.config.models import (
+    UpstreamPin,
+    VariantConfig,
+    WheelSource,
+    load_pins,
+    load_variant,
+    parse_platforms,
+)
 from imgbuild.errors import ConfigError, PatchError, unknown_name
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
 from imgbuild.patches.series import SeriesEntry, parse_series
 from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
 from imgbuild.platforms import Platform
 from imgbuild.upstream.git import CommitTree, merge_file
-from imgbuild.upstream.mirror import Resolved, open_pinned
+from imgbuild.upstream.mirror import Mirror, Resolved, open_pinned
+from imgbuild.upstream.requires import Need, needs, problems
 
 
 def _chosen() -> Path | None:
@@ -240,6 +248,32 @@ class Project:
         if name not in self._resolved:
             self._resolved[name] = open_pinned(self.pin_named(name))
         return self._resolved[name]
+
+    @cached_property
+    def pin_needs(self) -> list[Need]:
+        """What each pinned release requires of another pin (its wheel's Requires-Dist), met, overridden or not."""
+        return needs(self.pins, self.pin_requires())
+
+    def pin_requires(self, moved: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
+        """Each wheel pin's requirements (pin name -> Requires-Dist), at its pinned release or at `moved[name]`;
+        none with one pin (no other pin to require)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for p in self.pins if self.multi else ():
+            if isinstance(p.source, WheelSource):
+                version = (moved or {}).get(p.name, p.source.version)
+                out[p.name] = Mirror(p.source, p.package_root).requires(version)
+        return out
+
+    def needs_if_moved(self, moves: Mapping[str, str]) -> list[Need]:
+        """`pin_needs` as it would be with pins moved to other releases (pin name -> version or tag)."""
+        versions = {name: tag.removeprefix("v") for name, tag in moves.items()}
+        pins = [p.model_copy(update={"tag": f"v{versions[p.name]}"}) if p.name in versions else p for p in self.pins]
+        return needs(pins, self.pin_requires(versions))
+
+    @property
+    def pin_problems(self) -> list[str]:
+        """Pins that disagree with another pin's requirement (no override says why), and stale overrides."""
+        return problems(self.pins, self.pin_needs)
 
     def pin_tree(self, name: str) -> CommitTree:
         """One pin's release (one view per project and pin)."""

@@ -181,3 +181,49 @@ def test_a_rebase_refused_at_its_start_leaves_no_branch(
     code, _, err = cli(capsys, "-C", str(root), "patches", "bump", "--no-build", "--onto", "v2")
     assert code == 5 and "does not apply to the pinned release" in err
     assert branch_of(root) == "main" and git(root, "branch", "--list", "imgbuild/*").strip() == ""
+
+
+def test_a_stop_previews_every_pending_patch_as_check_onto_would(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At the first stop the author sees the whole job: each pending patch carried in memory (exact, offset,
+    3-way, upstreamed or conflicting, with its conflicting hunks), in the terminal, the --json and the report."""
+    from tests.support.rebase_world import CONFIG, CUDA, edit, numbered, stack
+    from tests.support.synth import make_project
+
+    cuda = numbered(5, "new") + edit(CUDA, "cuda 20\n", "cuda 20 sm121\n")
+    steps: list[dict[str, str | None]] = [
+        {"vllm/platforms/cuda.py": cuda},
+        {"vllm/config.py": edit(edit(CONFIG, "cfg 10\n", "cfg ten\n"), "cfg 50\n", "cfg fifty\n")},
+        {"vllm/platforms/cuda.py": edit(cuda, "cuda 21\n", "cuda 21 guard\n")},
+    ]
+    names = ["0001-cuda-sm121.patch", "0003-config.patch", "0009-cuda-guard.patch"]
+    diffs = stack(world, "v2", steps)
+    root = make_project(tmp_path / "p", world, "v2", [(n, "sm121", d) for n, d in zip(names, diffs, strict=True)])
+    git(root, "init", "-q", "-b", "main")
+    (root / ".gitignore").write_text("/.imgbuild-work/\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the project")
+    expected = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v3", "--json")[1]
+    carried = json.loads(expected)["variants"][0]["results"]["v3"]["patches"]
+    assert carried["0003-config.patch"]["method"] == "exact"
+    assert carried["0009-cuda-guard.patch"]["method"] == "conflict"
+    code, doc, err = bump(capsys, root, "--report-dir", str(tmp_path / "reports"))
+    assert code == 5, err
+    pending = {p["filename"]: p for p in doc["pending"]}  # type: ignore[attr-defined]
+    assert list(pending) == ["0003-config.patch", "0009-cuda-guard.patch"]
+    assert pending["0003-config.patch"]["outcome"] == "exact"  # as check --onto found it
+    guard = pending["0009-cuda-guard.patch"]
+    assert guard["kind"] == "conflicting" and guard["conflicting_hunks"][0]["file"] == "vllm/platforms/cuda.py"
+    assert guard["summary"].startswith("conflicting: vllm/platforms/cuda.py hunk(s) #1")
+    assert "still to carry: 1 exact, 1 conflicting" in str(doc["message"])
+    md = (tmp_path / "reports" / "bump-v3.md").read_text()
+    assert (
+        "## Still to carry" in md and "| `0009-cuda-guard.patch` | pending | conflicting: vllm/platforms/cuda.py" in md
+    )
+    data = json.loads((tmp_path / "reports" / "bump-v3.json").read_text())
+    assert [p["filename"] for p in data["pending"]] == list(pending)
+    # `patches rebase` says it in the terminal too
+    cli(capsys, "-C", str(root), "patches", "rebase", "--abort")
+    code, _, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3")
+    assert code == 5 and "still to carry" in err and "0009-cuda-guard.patch: conflicting" in err, err

@@ -65,7 +65,9 @@ def test_the_lock_and_bake_documents(root: Path, monkeypatch: pytest.MonkeyPatch
     platforms = (("linux/amd64", "sha256:" + "3" * 64), ("linux/arm64", "sha256:" + "2" * 64))
     base = lockmod.LockedBase(BASE, "sha256:" + "1" * 64, "application/vnd.oci.image.index.v1+json", platforms)
     make_lock = lockmod.make_lock
-    monkeypatch.setattr(lockmod, "make_lock", lambda *args: make_lock(*args, resolve=lambda _ref: base))
+    monkeypatch.setattr(
+        lockmod, "make_lock", lambda *args, **kw: make_lock(*args, **{**kw, "resolve": lambda _ref: base})
+    )
     written = doc(root, "lock", "lock")
     assert written["changed"] is True and isinstance(written["lock"], dict) and BASE in written["lock"]["bases"]
     assert doc(root, "lock-check", "lock", "--check", "--offline")["ok"] is True

@@ -252,6 +252,27 @@ def test_edit_and_refresh_keep_the_other_pins_patches(world: tuple[Upstream, Ups
     assert check["ok"] and [p["upstream"] for p in check["patches"]] == ["vllm", "flashinfer", "vllm"]
 
 
+def test_edit_and_refresh_a_further_pins_patches(world: tuple[Upstream, Upstream, Path]) -> None:
+    """`patches edit --upstream flashinfer`: its patches on its release; a new commit there becomes a patch that
+    names its upstream; vLLM's patches stay as they were."""
+    _, _, root = world
+    vllm_patch = (root / "patches" / "0001-vllm.patch").read_bytes()
+    opened = load_json(cli(root, "patches", "edit", "--upstream", "flashinfer", "--json").stdout)
+    assert opened["commits"] == 1 and opened["tag"] == "0.1"
+    tree = Path(opened["work_tree"])
+    assert (tree / "flashinfer/policy.py").is_file() and not (tree / "vllm").exists()
+    busy = cli(root, "patches", "edit", "--upstream", "vllm")
+    assert busy.returncode == 10 and "flashinfer patches is open" in busy.stderr
+    (tree / "flashinfer/__init__.py").write_text("KNOB = 1\n")  # the release's __init__.py is empty
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "Add a knob\n\nWhy.\n\nGroup: fi")
+    refreshed = load_json(cli(root, "patches", "refresh", "--close", "--json").stdout)
+    assert refreshed.get("added") == ["0003-add-a-knob.patch"], refreshed
+    assert "Upstream: flashinfer" in (root / "patches" / "0003-add-a-knob.patch").read_text()
+    assert (root / "patches" / "0001-vllm.patch").read_bytes() == vllm_patch
+    check = load_json(cli(root, "patches", "check", "--json").stdout)
+    assert check["ok"] and [p["upstream"] for p in check["patches"]] == ["vllm", "flashinfer", "flashinfer"]
+
+
 def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
     from imgbuild.builder.bases import runtime_spec
     from imgbuild.errors import UpstreamError

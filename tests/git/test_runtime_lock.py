@@ -122,6 +122,19 @@ def test_relock_resolves_markers_for_the_target_not_the_host(tmp_path: Path, loc
     assert [p.version for p in rb.relock(root, ARM64, "1.0").pins if p.name == "common"] == ["1.0"]
 
 
+def test_relock_passes_the_overrides_to_uv(tmp_path: Path, local_index: Path) -> None:
+    """vllm 1.1 requires common==1.5, which the index lacks: uv alone finds no solution; with the override of
+    patches/upstream.yaml (`common==2.0`, uv's --override) the lock has common 2.0, and its header says why."""
+    wheel(local_index, "vllm", ["common==1.5"], version="1.1")
+    root = tmp_path / "project"
+    with pytest.raises(UpstreamError, match="uv resolve for linux/arm64 failed"):
+        rb.relock(root, ARM64, "1.1")
+    lock = rb.relock(root, ARM64, "1.1", overrides=["common==2.0"])
+    assert [(p.name, p.version) for p in lock.pins] == [("common", "2.0"), ("vllm", "1.1")]
+    assert "# uv --override common==2.0 (an override in patches/upstream.yaml)\n" in lock.text
+    assert lock.text.startswith(rl.header(ARM64, ["common==2.0"]))
+
+
 @pytest.mark.usefixtures("local_index")
 def test_install_tree_installs_the_lock_and_refuses_a_wrong_hash(tmp_path: Path) -> None:
     lock = rb.relock(tmp_path / "project", ARM64, "1.0")

@@ -77,5 +77,9 @@ def test_rebase_onto_a_later_flashinfer_updates_only_its_pin(tmp_path: Path) -> 
     assert fi.source.filename == f"flashinfer_python-{LATER}-py3-none-any.whl"
     assert {p: (root / "patches" / p).read_bytes() for p in vllm_patches} == vllm_patches
     check = imgbuild(root, "patches", "check", "--json")
-    assert check.returncode == 0, check.stderr + check.stdout
-    assert all(p["method"] == "exact" for p in load_json(check.stdout)["patches"])
+    assert check.returncode == 1, check.stderr + check.stdout  # every patch applies, but the pins now disagree
+    report = load_json(check.stdout)
+    assert all(p["method"] == "exact" for p in report["patches"])
+    assert report["pin_problems"] == [
+        f"vLLM 0.33.0 requires flashinfer-python==0.7.2.post1; the flashinfer pin is {LATER}"
+    ]

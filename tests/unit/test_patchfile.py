@@ -131,3 +131,45 @@ index {BLOB_A}..{BLOB_B} 100644
 def test_no_diff_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PatchError, match="no 'diff --git' section"):
         parse_patch(write(tmp_path, "just words\n"))
+
+
+EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # git's blob of an empty file
+KNOB = "ae6579db391f608b9a3a8334c51fb436a7efa842"  # of "KNOB = 1\n"
+
+
+def test_filling_an_empty_file_is_a_change_not_a_creation(tmp_path: Path) -> None:
+    """`@@ -0,0 +1 @@` on `--- a/` is how git fills an empty file (an empty __init__.py); only /dev/null or the mode
+    line make a new or deleted file (unidiff alone called it new, so the patch 'created a file that exists')."""
+    from imgbuild.patches.apply import apply_stack
+
+    body = (
+        f"diff --git a/vllm/e.py b/vllm/e.py\nindex {EMPTY}..{KNOB} 100644\n--- a/vllm/e.py\n+++ b/vllm/e.py\n"
+        "@@ -0,0 +1 @@\n+KNOB = 1\n"
+        f"diff --git a/vllm/n.py b/vllm/n.py\nnew file mode 100644\nindex {'0' * 40}..{KNOB}\n--- /dev/null\n"
+        "+++ b/vllm/n.py\n@@ -0,0 +1 @@\n+KNOB = 1\n"
+        f"diff --git a/vllm/k.py b/vllm/k.py\nindex {KNOB}..{EMPTY} 100644\n--- a/vllm/k.py\n+++ b/vllm/k.py\n"
+        "@@ -1 +0,0 @@\n-KNOB = 1\n"
+    )
+    path = tmp_path / "0001-x.patch"
+    path.write_text(header("fill", "g") + body)
+    patch = parse_patch(path)
+    assert [(f.old_path, f.new_path) for f in patch.files] == [
+        ("vllm/e.py", "vllm/e.py"),
+        (None, "vllm/n.py"),
+        ("vllm/k.py", "vllm/k.py"),  # emptied, not deleted
+    ]
+
+    files = {"vllm/e.py": b"", "vllm/k.py": b"KNOB = 1\n"}
+
+    class Tree:
+        def read(self, p: str) -> bytes | None:
+            return files.get(p)
+
+        def blob(self, _sha: str) -> bytes | None:
+            return None
+
+        def symlink_prefix(self, _p: str) -> str | None:
+            return None
+
+    result = apply_stack([patch], Tree())
+    assert result.ok and result.changed == {"vllm/e.py": b"KNOB = 1\n", "vllm/n.py": b"KNOB = 1\n", "vllm/k.py": b""}

@@ -22,7 +22,7 @@ from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
-    from imgbuild.builder import runtime_base
+    from imgbuild.builder import runtime_base, runtime_lock
 
 SKELETON = "skeleton"
 RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
@@ -60,17 +60,27 @@ def runtime_spec(project: Project, site_packages: str | None, platform: str) -> 
     from imgbuild.builder import runtime_base, runtime_lock
 
     lock = runtime_lock.load_lock(project.root, Platform.parse(platform))
+    problems = runtime_lock_problems(project, lock)
+    if problems:
+        raise UpstreamError(problems[0], hint=f"imgbuild skeleton --runtime --relock --platform {platform}")
+    return runtime_base.RuntimeSpec(lock.platform, lock, site_packages or skeleton.SITE_PACKAGES)
+
+
+def runtime_lock_problems(project: Project, lock: runtime_lock.Lock) -> list[str]:
+    """Each pin the runtime lock does not hold at its pinned release: vllm, and each further pin's wheel."""
+    from imgbuild.builder import runtime_lock
+
     wanted = [(runtime_lock.ROOT, project.pin.version)]  # and each further pin's wheel, at its pinned release
     wanted += [(p.source.project, p.source.version) for p in project.pins[1:] if isinstance(p.source, WheelSource)]
+    out = []
     for name, version in wanted:
         locked = lock.pin(name)
         if locked is None or locked.version != version:
-            raise UpstreamError(
+            out.append(
                 f"{runtime_lock.LOCK_DIR / runtime_lock.lock_name(lock.platform)} locks {name} "
-                f"{locked.version if locked else '(none)'}, but patches/upstream.yaml pins {version}",
-                hint=f"imgbuild skeleton --runtime --relock --platform {platform}",
+                f"{locked.version if locked else '(none)'}, but patches/upstream.yaml pins {version}"
             )
-    return runtime_base.RuntimeSpec(lock.platform, lock, site_packages or skeleton.SITE_PACKAGES)
+    return out
 
 
 STAND_INS: dict[str, Callable[[Project, str | None, str], skeleton.SkeletonSpec | runtime_base.RuntimeSpec]] = {

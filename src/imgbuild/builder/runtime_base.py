@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,15 +188,25 @@ def ensure_runtime(
     return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
 
 
-def relock(root: Path, platform: Platform, vllm_version: str, *, verbose: bool = False) -> rl.Lock:
+def relock(
+    root: Path, platform: Platform, vllm_version: str, *, overrides: Sequence[str] = (), verbose: bool = False
+) -> rl.Lock:
     """Resolve vllm==VERSION for `platform` with uv (network), under `constraints.txt` beside the locks if there is
-    one, and write its lock file."""
+    one and with `overrides` (`project==version` lines: the overrides of patches/upstream.yaml in effect, passed as
+    uv's `--override`), and write its lock file."""
     log(f"resolving {rl.ROOT}=={vllm_version} for {platform} with uv")
     args = ["pip", "compile", "-", "--generate-hashes", "--no-header", "--no-annotate", *_target_args(platform)]
     constraints = root / rl.LOCK_DIR / "constraints.txt"
     args += ["--constraint", str(constraints)] if constraints.is_file() else []
     stdin = f"{rl.ROOT}=={vllm_version}\n"
-    text = rl.header(platform) + _uv(args, verbose=verbose, what=f"resolve for {platform}", stdin=stdin)
+    with tempfile.TemporaryDirectory(prefix="imgbuild-relock-") as tmp:
+        if overrides:
+            listed = Path(tmp) / "overrides.txt"
+            listed.write_text("".join(f"{line}\n" for line in overrides))
+            args += ["--override", str(listed)]
+            log(f"uv --override: {', '.join(overrides)} (patches/upstream.yaml)")
+        out = _uv(args, verbose=verbose, what=f"resolve for {platform}", stdin=stdin)
+    text = rl.header(platform, overrides) + out
     path = root / rl.LOCK_DIR / rl.lock_name(platform)
     lock = rl.parse_lock(text, path, platform)
     write_text(path, text)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,11 +59,13 @@ def uv_platform(platform: Platform) -> str:
     return f"{platform.machine}-{MANYLINUX}"
 
 
-def header(platform: Platform) -> str:
+def header(platform: Platform, overrides: Sequence[str] = ()) -> str:
+    """The lock's first lines; with the overrides of patches/upstream.yaml it was resolved with (uv --override)."""
     return (
         f"# imgbuild runtime lock: {platform}, CPython {PYTHON_VERSION}, {uv_platform(platform)}\n"
         "# written by `imgbuild skeleton --runtime --relock` (uv pip compile --generate-hashes); "
         "installed with uv pip install --require-hashes --no-deps\n"
+        + "".join(f"# uv --override {line} (an override in patches/upstream.yaml)\n" for line in overrides)
     )
 
 

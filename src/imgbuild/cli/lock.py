@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import CheckFailed
+
+if TYPE_CHECKING:
+    from imgbuild.project import Project
 
 
 def lock(
@@ -39,22 +42,25 @@ def lock(
     project = load_project()
     variants = list(project.variants.values())
     pin = project.pin
+    more = [(p.name, p.tag, p.commit) for p in project.pins[1:]]  # every further pin is locked too
     if check:
         current = lockmod.load_lock(project.root)
         resolve = None if offline else lockmod.resolve_base
-        problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve)
+        problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve, more)
+        problems += runtime_locks(project)
         if as_json:
             print_json("lock-check", {"ok": not problems, "problems": problems})
         if problems:
             raise CheckFailed(
                 f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
-                hint="run `imgbuild lock` and commit images.lock",
+                hint="run `imgbuild lock` and commit images.lock; a runtime lock: "
+                "`imgbuild skeleton --runtime --relock --platform P`",
                 reported=as_json,
             )
         if not as_json:
             console.print(f"{lockmod.FILENAME} is up to date ({len(variants)} variants)")
         return
-    new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest)
+    new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest, more=more)
     changed = lockmod.write_lock(project.root, new)
     if as_json:
         print_json("lock", {"changed": changed, "lock": new.to_dict()})
@@ -64,3 +70,17 @@ def lock(
         for platform, digest in base.platforms:
             console.print(f"  {platform}: {digest}", soft_wrap=True)
     console.print(f"{lockmod.FILENAME} {'written' if changed else 'unchanged'}")
+
+
+def runtime_locks(project: Project) -> list[str]:
+    """Each runtime lock (images/runtime-lock/<os>-<arch>.txt) that does not hold every pin at its release."""
+    from imgbuild.builder import runtime_lock as rl
+    from imgbuild.builder.bases import runtime_lock_problems
+    from imgbuild.platforms import Platform
+
+    out: list[str] = []
+    for path in sorted((project.root / rl.LOCK_DIR).glob("*-*.txt")):
+        os_name, _, arch = path.stem.partition("-")
+        platform = Platform.parse(f"{os_name}/{arch}")
+        out += runtime_lock_problems(project, rl.load_lock(project.root, platform))
+    return out

@@ -90,6 +90,8 @@ def check(
     and print the variant x ref x patch matrix (or --json). Exit status 1 when a
     variant does not carry to a ref.
     """
+    from rich.markup import escape
+
     from imgbuild.project import load_project
     from imgbuild.report import tables
     from imgbuild.report.tables import outcomes_table, print_json
@@ -119,8 +121,22 @@ def check(
             tables.console.print(f"variant [bold]{n}[/]: [bold red]FAILED[/] {e}")
         for problem in result.lint:
             tables.console.print(f"[yellow]lint[/]: {problem}")
+        for need in result.needs:
+            style = {"ok": "green", "overridden": "yellow"}.get(need.status, "bold red")
+            tables.console.print(f"[{style}]pins[/]: {escape(need.message)}", highlight=False)
+        for problem in result.pin_problems[sum(not n.ok for n in result.needs) :]:  # the stale overrides
+            tables.console.print(f"[bold red]pins[/]: {escape(problem)}", highlight=False)
         tables.console.print(
-            "[green]all patches apply[/]" if result.ok else "[bold red]the stack does not apply cleanly[/]"
+            "[green]all patches apply[/]" if result.applies else "[bold red]the stack does not apply cleanly[/]"
+        )
+        if result.pin_problems:
+            tables.console.print("[bold red]the pins disagree[/] (above)")
+    if result.applies and result.pin_problems:
+        raise CheckFailed(
+            "the pins disagree: " + "; ".join(result.pin_problems),
+            hint="bump the required pin (`imgbuild patches bump` moves it with the pin that requires it), or write "
+            "an override with its reason under that pin in patches/upstream.yaml (docs/configuration.md)",
+            reported=True,
         )
     if not result.ok:
         raise CheckFailed(
@@ -262,6 +278,8 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
 
     if allow_fuzz:
         raise UsageError("--allow-fuzz does not go with --onto: fuzz is never allowed there")
+    from rich.markup import escape
+
     from imgbuild.report.matrix import matrix_table  # rich and the carry machinery: only with --onto
     from imgbuild.workflows.matrix import check_onto
 
@@ -273,6 +291,9 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:
             tables.console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
+            for need in matrix.needs.get(ref.ref, ()):
+                style = {"ok": "green", "overridden": "yellow"}.get(need.status, "bold red")
+                tables.console.print(f"  [{style}]pins[/]: {escape(need.message)}", highlight=False)
         tables.console.print(f"[green]{matrix.summary}[/]" if matrix.ok else f"[bold red]{matrix.summary}[/]")
     if not matrix.ok:
         raise CheckFailed(matrix.summary, hint="`imgbuild patches rebase --onto REF` carries the stack", reported=True)

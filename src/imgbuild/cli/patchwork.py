@@ -103,6 +103,14 @@ def rebase_cmd(
 
 
 def edit_cmd(
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream",
+            metavar="NAME",
+            help="Edit the patches of this pin (patches/upstream.yaml's `also:`) on its release; default: the first.",
+        ),
+    ] = None,
     discard: Annotated[bool, typer.Option("--discard", help="Remove the work tree instead of opening it.")] = False,
     force: Annotated[
         bool, typer.Option("--force", help="With --discard: also throw away work not yet refreshed.")
@@ -110,6 +118,9 @@ def edit_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Open the series as a git branch: one commit per patch on the pinned release.
+
+    With several pins, --upstream NAME opens the patches of the pin NAME on its release (a new commit
+    there becomes a patch with `Upstream: NAME`); refresh writes back the pin that is open.
 
     Each commit message is the patch's DEP-3 header plus a `Patch-Name:` trailer.
     Edit, amend, reorder, drop or add commits with git in the work tree, then run
@@ -128,7 +139,7 @@ def edit_cmd(
         return
     if force:
         raise UsageError("--force only goes with --discard")
-    opened = pq.open_queue(root)
+    opened = pq.open_queue(root, upstream)
     if as_json:
         print_json("patches-edit", opened.to_json())
         return

@@ -33,6 +33,9 @@ def plan(
                     {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
                     for u in project.pins
                 ],
+                "requirements": [n.to_json() for n in project.pin_needs],
+                "overrides": [{"pin": p.name, **p.override.to_json()} for p in project.pins if p.override],
+                "pin_problems": project.pin_problems,
                 "series_digest": project.series_digest,
                 "variants": [p.to_json() for p in plans],
                 "layers": layers,
@@ -50,3 +53,13 @@ def plan(
     console.print("[bold]layers[/] (on a shared base; `imgbuild build --dry-run` shows the Dockerfiles):")
     for line in layers:
         console.print(f"  {line}", markup=False)
+    for need in project.pin_needs:
+        console.print(f"pins: {need.message}", markup=False, highlight=False)
+    for pin in project.pins:
+        if pin.override:
+            o = pin.override
+            console.print(
+                f"override: {pin.name} pin: {o.requirement} -> {o.version} ({o.reason})", markup=False, highlight=False
+            )
+    for problem in project.pin_problems:
+        console.print(f"pins disagree: {problem}", markup=False, highlight=False)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import UsageError
+from imgbuild.errors import UpstreamError, UsageError
+
+if TYPE_CHECKING:
+    from imgbuild.builder.runtime_lock import Lock
+    from imgbuild.project import Project
 
 # images.skeleton.SITE_PACKAGES, spelled here so --help loads no image code (tests/git/test_cli.py checks it)
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
@@ -62,6 +66,7 @@ def skeleton(
     from imgbuild.project import load_project
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir
+    from imgbuild.upstream.requires import overrides_in_effect
 
     project = load_project()
     if site_packages is None:
@@ -72,7 +77,14 @@ def skeleton(
         raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
     if runtime:
         if relock:
-            rb.relock(project.root, Platform.parse(platform), project.pin.version, verbose=verbose)
+            if project.pin_problems:
+                raise UpstreamError(
+                    "the pins disagree, so the runtime lock cannot hold them all: " + "; ".join(project.pin_problems),
+                    hint="bump the required pin, or write an override with its reason under it in "
+                    "patches/upstream.yaml (docs/configuration.md)",
+                )
+            overrides = overrides_in_effect(project.pin_needs)
+            rb.relock(project.root, Platform.parse(platform), project.pin.version, overrides=overrides, verbose=verbose)
         rspec = bases.runtime_spec(project, site_packages, platform)
         res = rb.ensure_runtime(Engine.connect(), rspec, cache_dir(), force=force, verbose=verbose)
         if as_json:
@@ -86,6 +98,7 @@ def skeleton(
                     "lock": str(rl.LOCK_DIR / rl.lock_name(rspec.platform)),
                     "lock_digest": rspec.lock.digest(),
                     "wheels": len(rspec.lock.pins),
+                    "upstreams": pins_json(project, rspec.lock),
                     "built": res.built,
                     "image_bytes": res.info.size,
                     "seconds": round(res.seconds, 1),
@@ -106,8 +119,24 @@ def skeleton(
                 "platform": str(info.platform),
                 "site_packages": spec.site_packages,
                 "upstream_commit": spec.upstream_commit,
+                "upstreams": pins_json(project, None),
                 "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
             },
         )
     else:
         print(spec.tag)
+
+
+def pins_json(project: Project, lock: Lock | None) -> list[dict[str, object]]:
+    """Every pin (the first first) as the base carries it; with a runtime lock, the version it locks of each wheel."""
+    from imgbuild.config.models import WheelSource
+
+    out: list[dict[str, object]] = []
+    for p in project.pins:
+        entry: dict[str, object] = {"name": p.name, "tag": p.tag, "commit": p.commit, "package_root": p.package_root}
+        if lock is not None:
+            project_name = p.source.project if isinstance(p.source, WheelSource) else p.name
+            locked = lock.pin(project_name)
+            entry["locked"] = locked.version if locked else None
+        out.append(entry)
+    return out

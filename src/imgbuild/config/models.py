@@ -7,7 +7,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from imgbuild.config.yamlsrc import load_yaml, validate
 from imgbuild.errors import ConfigError, UsageError
@@ -71,16 +74,86 @@ class WheelSource(Strict):
     )
 
 
+class PinOverride(Strict):
+    """Another pin's requirement on this pin's project, replaced by `version` (written down with its reason): e.g.
+    vLLM 0.34.0 requires `flashinfer-python==0.7.3`, which the package index lacks, so the FlashInfer pin takes
+    0.7.4. Shown by `plan`, recorded in the image labels and the bump report, passed to uv's `--override`."""
+
+    requirement: str = Field(description="the requirement as the requiring release's wheel metadata spells it")
+    version: str = Field(description="the release of this pin's project that replaces it")
+    reason: str = Field(description="why (e.g. the required version is not on the index)")
+
+    @field_validator("requirement")
+    @classmethod
+    def _requirement(cls, value: str) -> str:
+        try:
+            req = Requirement(value)
+        except InvalidRequirement as exc:
+            raise ValueError(f"not a requirement ({exc})") from None
+        if not req.specifier:
+            raise ValueError(f"{value!r} names no version (write it as the wheel's metadata does, e.g. name==1.2.3)")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise ValueError(f"{value!r} is not a release version") from None
+        return value
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("an override needs its reason")
+        return value.strip()
+
+    @property
+    def project(self) -> str:
+        return canonicalize_name(Requirement(self.requirement).name)
+
+    def replaces(self, requirement: str) -> bool:
+        """Whether `requirement` (as a requiring wheel spells it) is the one this override names."""
+        try:
+            mine, theirs = Requirement(self.requirement), Requirement(requirement)
+        except InvalidRequirement:
+            return False
+        same_name = canonicalize_name(mine.name) == canonicalize_name(theirs.name)
+        return same_name and mine.specifier == theirs.specifier
+
+    def to_json(self) -> dict[str, str]:
+        return {"requirement": self.requirement, "version": self.version, "reason": self.reason}
+
+
 class UpstreamPin(Strict):
     name: str = "vllm"
     package_root: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")] = "vllm"
     tag: str
     commit: Annotated[str, Field(pattern=HEX40.pattern)]
     source: Annotated[GitSource | WheelSource, Field(discriminator="kind")]
+    override: PinOverride | None = Field(
+        default=None,
+        description="another pin requires this pin's project at a version it does not have: what replaces it, and why",
+    )
 
     @property
     def version(self) -> str:
         return self.tag.removeprefix("v")
+
+    @model_validator(mode="after")
+    def _override_names_this_project(self) -> UpstreamPin:
+        o = self.override
+        if o is None:
+            return self
+        if not isinstance(self.source, WheelSource):
+            raise ValueError("override: only a wheel pin (source.kind: wheel) can replace a requirement on it")
+        if o.project != canonicalize_name(self.source.project):
+            raise ValueError(
+                f"override.requirement {o.requirement!r} is not on this pin's project {self.source.project!r}"
+            )
+        return self
 
 
 class PinsFile(UpstreamPin):

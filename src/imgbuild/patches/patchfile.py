@@ -360,8 +360,13 @@ def _file_diff(name: str, pf: PatchedFile, at_line: int, first: int) -> FileDiff
         m = INDEX_RE.match(info.rstrip("\n"))
         if m:
             old_blob, new_blob = m.group(1), m.group(2)
-    old_path = None if pf.is_added_file else pf.source_file.removeprefix("a/")
-    new_path = None if pf.is_removed_file else pf.target_file.removeprefix("b/")
+    # Created or deleted only as git writes it (/dev/null, or the mode line): unidiff's own test also calls a
+    # single `@@ -0,0` hunk a new file, which is how a diff fills an empty file (an empty __init__.py).
+    modes = "".join(pf.patch_info or ())
+    added = pf.source_file == "/dev/null" or "\nnew file mode" in f"\n{modes}"
+    removed = pf.target_file == "/dev/null" or "\ndeleted file mode" in f"\n{modes}"
+    old_path = None if added else pf.source_file.removeprefix("a/")
+    new_path = None if removed else pf.target_file.removeprefix("b/")
     if old_blob is None and len(pf):
         raise PatchError(
             f"{name}:{at_line}: {pf.path}: missing 'index' line",

@@ -24,6 +24,9 @@ def project_inputs(project: Project) -> ProjectInputs:
         source=project_source(project.root),
         upstreams=tuple(labels.Upstream.from_pin(p) for p in project.pins) if project.multi else (),
         patch_upstreams=tuple((p.name, project.upstream_of(p).name) for p in project.patches) if project.multi else (),
+        overrides=tuple(
+            (p.name, p.override.requirement, p.override.version, p.override.reason) for p in project.pins if p.override
+        ),
     )
 
 

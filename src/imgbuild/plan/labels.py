@@ -47,6 +47,9 @@ SKELETON = f"{PREFIX}skeleton"
 # Every pin when a project has several: [{name, url, tag, commit, package_root, patches}], the first pin
 # (also in imgbuild.upstream.*) first, `patches` the applied ones of that upstream. Absent with one pin.
 UPSTREAMS = f"{PREFIX}upstreams"
+# The overrides of patches/upstream.yaml: [{pin, requirement, version, reason}], one per pin whose `override:`
+# replaces another pin's requirement on it (e.g. vLLM's flashinfer-python==0.7.3 by 0.7.4). Absent without one.
+OVERRIDES = f"{PREFIX}overrides"
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ class ProjectInputs:
     source: Source = field(default_factory=Source)
     upstreams: tuple[Upstream, ...] = ()  # every pin, the first first; empty: just `upstream`
     patch_upstreams: tuple[tuple[str, str], ...] = ()  # patch name -> its pin's name (several pins only)
+    overrides: tuple[tuple[str, str, str, str], ...] = ()  # (pin, requirement, version, reason) per pin's override
 
 
 def image_labels(
@@ -235,6 +239,9 @@ def image_labels(
     }
     if len(upstreams) > 1:  # absent with one pin, so a single-upstream project's images are as they were
         labels[UPSTREAMS] = upstreams_label(plan, upstreams, dict(inputs.patch_upstreams))
+    if inputs.overrides:  # absent without one, so the other images' labels are unchanged
+        keys = ("pin", "requirement", "version", "reason")
+        labels[OVERRIDES] = compact([dict(zip(keys, o, strict=True)) for o in inputs.overrides])
     if plan.variant.image.entrypoint == "keep":  # absent otherwise, so the other images' labels are unchanged
         labels[ENTRYPOINT] = "keep"
     labels[CONFIG] = config_label(labels, plan.variant.image.env)

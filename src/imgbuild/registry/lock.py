@@ -48,11 +48,13 @@ class Lock:
     series: str
     bases: Mapping[str, LockedBase]
     variants: Mapping[str, LockedVariant]
+    more: tuple[tuple[str, str, str], ...] = ()  # every further pin: (name, tag, commit); written only when there are
 
     def to_dict(self) -> dict[str, object]:
+        more = {"also": [{"name": n, "tag": t, "commit": c} for n, t, c in self.more]} if self.more else {}
         return {
             "version": VERSION,
-            "upstream": {"tag": self.upstream_tag, "commit": self.upstream_commit},
+            "upstream": {"tag": self.upstream_tag, "commit": self.upstream_commit, **more},
             "series": self.series,
             "bases": {
                 ref: {"digest": b.digest, "media_type": b.media_type, "platforms": dict(b.platforms)}
@@ -85,7 +87,8 @@ def load_lock(root: Path) -> Lock | None:
             for name, v in (data.get("variants") or {}).items()
         }
         up = data["upstream"]
-        return Lock(str(up["tag"]), str(up["commit"]), str(data["series"]), bases, variants)
+        more = tuple((str(a["name"]), str(a["tag"]), str(a["commit"])) for a in up.get("also") or ())
+        return Lock(str(up["tag"]), str(up["commit"]), str(data["series"]), bases, variants, more)
     except (yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{path}: cannot read the lock: {exc}", hint="regenerate it with `imgbuild lock`") from exc
 
@@ -124,10 +127,12 @@ def make_lock(
     upstream_commit: str,
     series: str,
     resolve: Callable[[str], LockedBase] = resolve_base,
+    more: Sequence[tuple[str, str, str]] = (),
 ) -> Lock:
+    """`more`: every further pin (name, tag, commit), so that a move of any pin makes the lock stale."""
     bases = {ref: resolve(ref) for ref in dict.fromkeys(_base_of(v) for v in variants)}
     locked = {v.name: LockedVariant(_base_of(v), _platforms(v)) for v in variants}
-    lock = Lock(upstream_tag, upstream_commit, series, bases, locked)
+    lock = Lock(upstream_tag, upstream_commit, series, bases, locked, tuple(more))
     missing = missing_platforms(lock)
     if missing:
         raise RegistryError(
@@ -155,8 +160,10 @@ def check(
     upstream_commit: str,
     series: str,
     resolve: Callable[[str], LockedBase] | None = resolve_base,
+    more: Sequence[tuple[str, str, str]] = (),
 ) -> list[str]:
-    """Problems that make the lock stale; `resolve=None` checks offline."""
+    """Problems that make the lock stale (any pin moved: `more` are the further pins); `resolve=None` checks
+    offline."""
     if lock is None:
         return [f"{FILENAME} is missing; run `imgbuild lock`"]
     problems = []
@@ -165,6 +172,7 @@ def check(
             f"upstream: locked {lock.upstream_tag} {lock.upstream_commit[:12]}, "
             f"pinned {upstream_tag} {upstream_commit[:12]}"
         )
+    problems += _more_pins(lock, more)
     if lock.series != series:
         problems.append(f"series: locked {lock.series[:12]}, now {series[:12]} (patches/ changed)")
     names = {v.name for v in variants}
@@ -192,6 +200,19 @@ def check(
             elif now.platforms != locked.platforms:
                 problems.append(f"base {ref}: its platforms changed in the registry")
     return problems
+
+
+def _more_pins(lock: Lock, more: Sequence[tuple[str, str, str]]) -> list[str]:
+    """Every further pin against the lock's."""
+    problems = []
+    locked = {n: (t, c) for n, t, c in lock.more}
+    for name, tag, commit in more:
+        was = locked.pop(name, None)
+        if was is None:
+            problems.append(f"upstream {name}: not in the lock, pinned {tag} {commit[:12]}")
+        elif was != (tag, commit):
+            problems.append(f"upstream {name}: locked {was[0]} {was[1][:12]}, pinned {tag} {commit[:12]}")
+    return problems + [f"upstream {name}: locked {t}, no longer pinned" for name, (t, _) in sorted(locked.items())]
 
 
 def write_lock(root: Path, lock: Lock) -> bool:

@@ -274,6 +274,10 @@ class Mirror:
                 )
         return path
 
+    def requires(self, version: str) -> tuple[str, ...]:
+        """The release's own requirements: `Requires-Dist` of its wheel (fetched once into the cache)."""
+        return wheel_requires(self.fetch_wheel(version))
+
     def _materialize(self, repo: GitRepo, version: str) -> str:
         wheel = self.fetch_wheel(version)
         _log(f"imgbuild: committing {self.package_root}/ of {wheel.name} into the cache")
@@ -296,6 +300,20 @@ def _text_member(zf: zipfile.ZipFile, name: str) -> bytes | None:
             return None
         rest = member.read()
     return None if b"\0" in rest else data + rest
+
+
+def wheel_requires(wheel: Path) -> tuple[str, ...]:
+    """`Requires-Dist` of a wheel's `*.dist-info/METADATA` (none when it has no METADATA, as no real wheel does)."""
+    from imgbuild.upstream.requires import metadata_requires
+
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            return metadata_requires(zf.read(names[0])) if names else ()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UpstreamError(
+            f"cannot read the metadata of {wheel}: {exc}", hint="delete the file so it is fetched again"
+        ) from exc
 
 
 def materialize_wheel(repo: GitRepo, wheel: Path, package_root: str, ref: str, version: str) -> str:

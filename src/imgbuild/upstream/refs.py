@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import UpstreamError
@@ -25,6 +27,19 @@ def newest(tags: list[str]) -> str | None:
     return max((t for t in tags if release_key(t) is not None), key=lambda t: release_key(t) or (), default=None)
 
 
+def newest_release(versions: list[str]) -> str | None:
+    """The newest final release among a wheel's versions (PEP 440: 0.7.2.post1 counts, 0.8.0rc1 does not)."""
+    final = []
+    for v in versions:
+        try:
+            parsed = Version(v)
+        except InvalidVersion:
+            continue
+        if not parsed.is_prerelease and not parsed.is_devrelease:
+            final.append((parsed, v))
+    return max(final)[1] if final else None
+
+
 def latest_release(pin: UpstreamPin) -> str:
     """The newest final release of the upstream (asks the network)."""
     source = pin.source
@@ -38,6 +53,15 @@ def latest_release(pin: UpstreamPin) -> str:
         if tag is None:
             raise UpstreamError(f"{source.url} has no release tags (like v1.2.3)")
         return tag
+    version = newest_release(index_versions(source))
+    if version is None:
+        raise UpstreamError(f"the package index lists no final release of {source.project}")
+    return version
+
+
+def index_versions(source: WheelSource) -> list[str]:
+    """Every version of the wheel's project the package index has for its platform and Python, newest first
+    (`pip index versions`, through the pip funnel; asks the network)."""
     args = ["index", "versions", source.project, "--platform", source.platform,
             "--python-version", source.python_version, "--only-binary", ":all:"]  # fmt: skip
     proc = pip.run(args)
@@ -47,10 +71,18 @@ def latest_release(pin: UpstreamPin) -> str:
             f"cannot ask the package index for the versions of {source.project}: {proc.stderr.strip()[-300:]}",
             hint="check that the package index is reachable, or pass a version to --onto",
         )
-    version = newest([v.strip() for v in m.group(1).split(",")])
-    if version is None:
-        raise UpstreamError(f"the package index lists no final release of {source.project}")
-    return version
+    return [v.strip() for v in m.group(1).split(",") if v.strip()]
+
+
+def is_version(ref: str) -> bool:
+    """A release version as a wheel names it (PEP 440: 0.34.0, v0.34.0, 0.7.2.post1), not a commit id."""
+    if RELEASE_RE.match(ref):
+        return True
+    try:
+        Version(ref.removeprefix("v"))
+    except InvalidVersion:
+        return False
+    return not SHA_RE.match(ref)
 
 
 def resolve_ref(pin: UpstreamPin, ref: str) -> Resolved:
@@ -63,7 +95,7 @@ def resolve_ref(pin: UpstreamPin, ref: str) -> Resolved:
         return mirror.resolve_pin(pin)
     if ref == "latest":
         ref = latest_release(pin)
-    if isinstance(pin.source, WheelSource) and SHA_RE.match(ref) and not RELEASE_RE.match(ref):
+    if isinstance(pin.source, WheelSource) and SHA_RE.match(ref) and not is_version(ref):
         repo = mirror.open()
         commit = repo.resolve_commit(ref)
         if commit is None:
@@ -72,7 +104,7 @@ def resolve_ref(pin: UpstreamPin, ref: str) -> Resolved:
                 hint="pass the release version instead (for example 0.33.0)",
             )
         return Resolved(repo, commit, _tag_for(repo, commit) or commit)
-    if isinstance(pin.source, WheelSource) and not RELEASE_RE.match(ref):
+    if isinstance(pin.source, WheelSource) and not is_version(ref):
         raise UpstreamError(
             f"{ref!r} is not a release version; this upstream comes from {pin.source.project} wheels",
             hint="pass a version like 0.33.0 or v0.33.0",

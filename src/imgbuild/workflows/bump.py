@@ -8,6 +8,8 @@ smoke-tested (builder/runner.py), and the rebase's review report is extended (re
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,13 +18,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from imgbuild.atomic import write_json
-from imgbuild.errors import ImgbuildError, StateError
+from imgbuild.config.models import PinsFile, UpstreamPin, WheelSource
+from imgbuild.errors import ImgbuildError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
-from imgbuild.upstream.refs import resolve_ref
+from imgbuild.upstream.refs import index_versions, resolve_ref
+from imgbuild.upstream.requires import Move, Unmet, plan_moves
 from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase_state import Log, Pin, RebaseStopped, load, quiet, session
+from imgbuild.workflows.rebase_state import Log, Pin, RebaseStopped, load, moving_pin, quiet, session
+from imgbuild.workflows.writeback import drop_override
 
 if TYPE_CHECKING:
     from imgbuild.builder.runner import BuildOptions
@@ -46,6 +51,8 @@ class Bump:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     report: Path | None = None
     error: ImgbuildError | None = None
+    pins: list[dict[str, Any]] = field(default_factory=list)  # the pins that moved with it (requires.Move)
+    pending: list[dict[str, Any]] = field(default_factory=list)  # at a stop: will each pending patch apply?
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +69,8 @@ class Bump:
                 {"patch": p.get("filename"), "kind": p.get("kind"), "outcome": p.get("outcome")} for p in self.patches
             ],
             "conflicts": self.conflicts,
+            "pins": self.pins,
+            "pending": self.pending,
             "report": (
                 {"markdown": str(self.report), "json": str(self.report.with_suffix(".json"))} if self.report else None
             ),
@@ -89,6 +98,9 @@ def bump(
     name = branch or "imgbuild/bump-" + review.SAFE.sub("_", new.tag)
     md = review.report_md(root, f"bump-{new.tag}", report_dir.resolve() if report_dir else None)
     current = _current_branch(repo)
+    moves: list[Move] = []
+    if new.commit != old.commit:  # before anything changes: the pins that must move with it, or one clear error
+        moves = pin_moves(project, new.tag, log)
     if new.commit == old.commit:
         if current == name and repo.status("patches").strip():
             # the rebase this bump started, finished since by `patches rebase --continue`: commit it, build
@@ -100,10 +112,13 @@ def bump(
     head = repo.verify("HEAD")
     created = _switch(repo, name, current)
     log(f"on branch {name}: rebasing from {old.tag} onto {new.tag}")
+    more = [f"{m.pin}={m.new}" for m in moves if m.new != m.old]
+    for m in moves:
+        log(m.message)
     try:
-        rebase.start(root, new.tag, date=date, report=md, log=log)
+        rebase.start(root, new.tag, more=more, date=date, report=md, log=log)
     except RebaseStopped as exc:
-        return _stopped(root, exc, old, new, name, md)
+        return _stopped(root, exc, old, new, name, md, [m.to_json() for m in moves])
     except BaseException:
         if created and rebase.in_progress_message(root) is None:
             # refused before it began (nothing to resume): leave the project as it was
@@ -114,6 +129,35 @@ def bump(
 
 
 # -- the steps -----------------------------------------------------------------------------
+def pin_moves(project: Project, tag: str, log: Log = quiet) -> list[Move]:
+    """The pins that move with the first pin's move to `tag` (what the new release requires of them), asking the
+    package index which versions exist; an unmet requirement is one UpstreamError, raised before anything changes."""
+    found = project.needs_if_moved({project.pin.name: tag})
+    for need in found:
+        log(need.message)
+
+    def versions(pin: UpstreamPin) -> list[str]:
+        assert isinstance(pin.source, WheelSource)  # requires.needs reads wheel pins only
+        return index_versions(pin.source)
+
+    try:
+        return plan_moves(project.pins, found, versions)
+    except Unmet as exc:
+        need = exc.need
+        suggested = exc.versions[0] if exc.versions else "VERSION"
+        raise UpstreamError(
+            f"{exc}; nothing was changed",
+            hint=(
+                f"either wait until the package index has a {need.project} that meets {need.requirement}, or write "
+                f"an override with its reason under the {need.pin} pin in patches/upstream.yaml and bump again:\n"
+                f'    override:\n      requirement: "{need.requirement}"\n      version: "{suggested}"\n'
+                '      reason: "...why this release instead (what was checked)"\n'
+                "(see docs/configuration.md; plan, the image labels and the bump report show it)"
+            ),
+            details={"requirement": need.to_json(), "index_versions": exc.versions},
+        ) from None
+
+
 def _project_repo(root: Path) -> GitRepo:
     try:
         return GitRepo(root)
@@ -155,25 +199,38 @@ def _pin_at_head(repo: GitRepo) -> Pin | None:
         return None
 
 
-def _stopped(root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: Path) -> Bump:
+def _stopped(
+    root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: Path, moves: list[dict[str, Any]]
+) -> Bump:
     """The rebase stopped at a conflict: the per-hunk report; the rebase stays in progress."""
     state = load(root)
     stopped = state.stopped or exc.stopped
     item = state.current
-    patch = parse_patch(root / item.path, Project.load(root).pin.package_root)
+    patch = parse_patch(root / item.path, moving_pin(root, state).package_root)
     release = CommitTree(session(root).scratch(), state.head)
     hunks = review.conflict_hunks(stopped, patch, release.read)
     text, data = review.render_conflict(state, stopped, hunks, patch.fields.get("Description", ""))
     files = sorted({h["file"] for h in hunks})
+    pending = [dict(p) for p in stopped.pending]
+    ahead = Counter(str(p.get("kind")) for p in pending)
+    preview = f"; still to carry: {', '.join(f'{n} {w}' for w, n in ahead.items())}" if pending else ""
+    what = f"{state.upstream} " if state.upstream and state.upstream != Project.load(root).pin.name else ""
     message = (
-        f"{old.tag} → {new.tag}: stopped at a conflict in {stopped.filename} "
-        f"({len(hunks)} hunk(s) in {', '.join(files) or 'no file'}); resolve it, then "
+        f"{old.tag} → {new.tag}: stopped at a conflict in {what}{stopped.filename} "
+        f"({len(hunks)} hunk(s) in {', '.join(files) or 'no file'}){preview}; resolve it, then "
         "`imgbuild patches rebase --continue` and `imgbuild patches bump`"
     )
-    bump: dict[str, Any] = {"message": message, "status": "conflict", "branch": name, "commit": None, "images": []}
+    bump: dict[str, Any] = {
+        "message": message,
+        "status": "conflict",
+        "branch": name,
+        "commit": None,
+        "images": [],
+        "pins": moves,
+    }
     text, data = review.render_bump(text, data, bump)
     _write(md, text, data)
-    return Bump("conflict", message, old, new, name, None, False, [], data["patches"], hunks, md, exc)
+    return Bump("conflict", message, old, new, name, None, False, [], data["patches"], hunks, md, exc, moves, pending)
 
 
 def _finish(
@@ -182,10 +239,13 @@ def _finish(
     """Commit patches/ on the branch, build and smoke-test unless told not to, and write the report."""
     text, data = _review(md, old, new)
     patches = review.with_kinds(data.get("patches", ()))
+    dropped = _drop_stale_overrides(root, log)
+    pins, text, data = _moved_pins(root, repo, text, data, dropped)
     repo.stage("patches")
     lines = [f"patches: carry the series onto vLLM {new.tag} (from {old.tag})", ""]
     lines += [f"Made by `imgbuild patches bump`; the review report: {md.name}.", ""]
     lines += [f"- {p.get('filename')}: {p['kind']}" for p in patches]
+    lines += [f"- {p['message']}" for p in pins]
     repo.run("commit", "-q", "-m", "\n".join(lines) + "\n", "--", "patches")
     commit = repo.verify("HEAD")
     log(f"committed {commit[:12]} on {name}")
@@ -198,22 +258,97 @@ def _finish(
             note = f"built and smoke-tested {len(images)} image(s)"
         except ImgbuildError as exc:
             error, note = exc, f"the build failed: {exc.message}"
-    message = f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {review.tally(patches) or 'no patches'}; {note}"
+    moved = "".join(f"; {p['pin']} {p['old']} → {p['new']} ({p.get('patches') or 'no patches'})" for p in pins)
+    message = (
+        f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {review.tally(patches) or 'no patches'}{moved}; "
+        f"{note}"
+    )
     status: Status = "build-failed" if error else "carried"
-    bump: dict[str, Any] = {"message": message, "status": status, "branch": name, "commit": commit, "images": images}
+    bump: dict[str, Any] = {
+        "message": message,
+        "status": status,
+        "branch": name,
+        "commit": commit,
+        "images": images,
+        "pins": pins,
+    }
     if error is not None:
         bump["build"] = note
     text, data = review.render_bump(text, {**data, "patches": patches}, bump)
     _write(md, text, data)
-    return Bump(status, message, old, new, name, commit, bool(images), images, patches, [], md, error)
+    return Bump(status, message, old, new, name, commit, bool(images), images, patches, [], md, error, pins)
+
+
+def _drop_stale_overrides(root: Path, log: Log) -> list[str]:
+    """Remove each override the carried pins no longer need (the required version met, or no longer required):
+    the bump that finds what was required drops the override."""
+    project = Project.load(root)
+    path = root / "patches" / "upstream.yaml"
+    gone = []
+    for pin in project.pins:
+        if pin.override is None:
+            continue
+        mine = [n for n in project.pin_needs if n.pin == pin.name]
+        if any(n.status == "overridden" for n in mine) or not all(n.ok for n in mine):
+            continue  # in use, or a mismatch that `patches check` reports
+        path.write_text(drop_override(path.read_text(encoding="utf-8"), pin), encoding="utf-8")
+        gone.append(pin.name)
+        log(f"the {pin.name} pin's override of {pin.override.requirement} is no longer needed: removed")
+    return gone
+
+
+def _moved_pins(
+    root: Path, repo: GitRepo, text: str, data: dict[str, Any], dropped: list[str]
+) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """The further pins this bump moved (against HEAD's patches/upstream.yaml): what required each move, the
+    override used, and that pin's own rebase report, added to the bump's report."""
+    try:
+        before = PinsFile.model_validate(yaml.safe_load(repo.run("show", "HEAD:patches/upstream.yaml")))
+    except (GitError, yaml.YAMLError, ValueError):
+        return [], text, data
+    was = {p.name: p for p in before.also}
+    project = Project.load(root)
+    rows: list[dict[str, Any]] = []
+    extra: list[str] = []
+    reports: list[dict[str, Any]] = []
+    for pin in project.pins[1:]:
+        old = was.get(pin.name)
+        if old is None or (old.commit == pin.commit and pin.name not in dropped):
+            continue
+        why = [n.message for n in project.pin_needs if n.pin == pin.name]
+        row = {
+            "pin": pin.name,
+            "old": old.tag,
+            "new": pin.tag,
+            "requirements": why,
+            "override": pin.override.to_json() if pin.override else None,
+            "override_dropped": pin.name in dropped,
+        }
+        note = "; override dropped (no longer needed)" if pin.name in dropped else ""
+        row["message"] = f"{pin.name}: {old.tag} → {pin.tag} ({'; '.join(why) or 'no requirement names it'}){note}"
+        rows.append(row)
+        extra += ["", f"- {row['message']}"]
+        if pin.override:
+            o = pin.override
+            extra.append(f"  - override in patches/upstream.yaml: {o.requirement} → {o.version}: {o.reason}")
+        sub = review.report_md(root, f"rebase-{old.tag}-to-{pin.tag}")
+        if old.commit != pin.commit and sub.is_file():
+            body = sub.read_text(encoding="utf-8").replace("\n#", "\n###")  # its sections under this one
+            extra += ["", f"### The {pin.name} patches: {old.tag} → {pin.tag}", "", *body.split("\n", 1)[1:]]
+            js = sub.with_suffix(".json")
+            if js.is_file():
+                sub_data = json.loads(js.read_text(encoding="utf-8"))
+                reports.append({"pin": pin.name, **sub_data})
+                row["patches"] = review.tally(sub_data.get("patches", ()))
+    if rows:
+        text = text.rstrip() + "\n\n## Pins moved with it\n" + "\n".join(extra).rstrip() + "\n"
+    return rows, text, {**data, "pins": rows, "also": reports}
 
 
 def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
     """The rebase's review report (the rebase wrote it where the bump asked)."""
     js = md.with_suffix(".json")
     if md.is_file() and js.is_file():
-        import json
-
         data = json.loads(js.read_text(encoding="utf-8"))
         if isinstance(data, dict) and data.get("onto", {}).get("commit") == new.commit and "stopped" not in data:
             return md.read_text(encoding="utf-8"), data

@@ -9,6 +9,7 @@ from imgbuild.errors import ApplyError, ImgbuildError
 from imgbuild.patches.apply import PatchOutcome, StackResult, apply_stack
 from imgbuild.patches.variants import ResolvedVariant, apply_selection
 from imgbuild.project import Project, merge3
+from imgbuild.upstream.requires import Need
 from imgbuild.workflows.materialize import write_tree
 
 CLEAN = ("exact", "offset")  # what `patches check` passes; fuzz and 3-way merges fail it
@@ -23,10 +24,17 @@ class SeriesCheck:
     variants: dict[str, ResolvedVariant]  # those whose selection applies
     variant_errors: dict[str, str]  # variant -> why it has no plan
     lint: list[str]
+    needs: list[Need] = field(default_factory=list)  # what each pinned release requires of another pin
+    pin_problems: list[str] = field(default_factory=list)  # a requirement no pin meets (no override), stale overrides
+
+    @property
+    def applies(self) -> bool:
+        """Every patch applies exact or at an offset, and every variant has a plan."""
+        return self.full.ok and not self.variant_errors and all(o.method in CLEAN for o in self.full.outcomes)
 
     @property
     def ok(self) -> bool:
-        return self.full.ok and not self.variant_errors and all(o.method in CLEAN for o in self.full.outcomes)
+        return self.applies and not self.pin_problems
 
     def by_upstream(self) -> list[tuple[str, list[PatchOutcome]]]:
         """The series' outcomes per pin (pin name, its outcomes in series order), pins in their order."""
@@ -50,6 +58,8 @@ class SeriesCheck:
                 **{n: {"ok": False, "error": e} for n, e in self.variant_errors.items()},
             },
             "lint": self.lint,
+            "requirements": [n.to_json() for n in self.needs],
+            "pin_problems": self.pin_problems,
         }
 
 
@@ -65,7 +75,7 @@ def check_series(project: Project, max_fuzz: int = 0) -> SeriesCheck:
             variants[name] = variant
         except ImgbuildError as exc:  # a variant that cannot be planned is reported with the others
             errors[name] = exc.message
-    return SeriesCheck(project, full, variants, errors, project.lint())
+    return SeriesCheck(project, full, variants, errors, project.lint(), project.pin_needs, project.pin_problems)
 
 
 class SeriesRefused(ApplyError):

@@ -15,6 +15,7 @@ from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree
 from imgbuild.upstream.refs import resolve_ref
+from imgbuild.upstream.requires import Need
 from imgbuild.workflows.backport_check import recognise
 
 SERIES = "series"
@@ -38,6 +39,7 @@ class Matrix:
     strict: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
     filenames: dict[str, str] = field(default_factory=dict)  # patch name -> file name, the spelling JSON uses
+    needs: dict[str, list[Need]] = field(default_factory=dict)  # ref -> what the pins require of each other there
 
     def passes(self, carry: Carry) -> bool:
         return carry.outcome in STRICT_OK if self.strict else carry.ok
@@ -118,6 +120,7 @@ class Matrix:
                 }
                 for stack, names in self.stacks
             ],
+            "requirements": {r.ref: [n.to_json() for n in self.needs.get(r.ref, ())] for r in self.refs},
         }
 
 
@@ -174,4 +177,5 @@ def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Ma
                     changed.update(carry.changes)
                     applied = (*applied, name)
         matrix.seconds[ref] = time.perf_counter() - started
+        matrix.needs[ref] = project.needs_if_moved({upstream: res.tag})
     return matrix

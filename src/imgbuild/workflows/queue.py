@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from imgbuild.atomic import write_json
+from imgbuild.config.models import UpstreamPin
 from imgbuild.errors import PatchError, StateError
 from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.hunks import encode
@@ -155,7 +156,8 @@ def session(root: Path) -> Session:
 
 
 # -- edit ---------------------------------------------------------------------------------
-def open_queue(root: Path) -> Opened:
+def open_queue(root: Path, upstream: str | None = None) -> Opened:
+    """Open the work tree of one pin's patches (`upstream`: a pin's name; default the first pin) on its release."""
     work = session(root)
     with work.locked():
         rebase_dir = state_dir(root, "rebase")
@@ -165,27 +167,33 @@ def open_queue(root: Path) -> Opened:
                 hint="finish it (`imgbuild patches rebase --continue`) or `--abort` it first",
             )
         state = work.read()
+        project = Project.load(root)
+        pin = project.pin_named(upstream) if upstream else project.pin
         if state is not None:
+            open_on = state.get("upstream") or project.pin.name
+            if upstream and open_on != pin.name:
+                raise StateError(
+                    f"a `patches edit` work tree of the {open_on} patches is open at {work.tree}",
+                    hint="`imgbuild patches refresh --close` (or `patches edit --discard`) it first",
+                )
             count = len(rev_list(work.scratch(), state["base"], "HEAD"))
             return Opened(work.tree, state["base"], state["tag"], count, False)
-        project = Project.load(root)
-        upstream = project.upstream
+        release = project.resolved(pin.name)
         token = uuid.uuid4().hex
         entries: list[dict[str, Any]] = []
 
         def fill(scratch: GitRepo, staging: Path) -> None:
-            mine = project.patches_of(project.pin.name)  # the first pin's; the others stay as they are
-            steps = commit_series(
-                scratch, upstream.commit, mine, project.pin.tag, lambda p: to_message(p.header, p.filename)
-            )
+            mine = project.patches_of(pin.name)  # this pin's; the others stay as they are
+            steps = commit_series(scratch, release.commit, mine, pin.tag, lambda p: to_message(p.header, p.filename))
             entries.extend({"filename": step.patch.filename, "commit": commit} for step, _, commit in steps)
-            head = entries[-1]["commit"] if entries else upstream.commit
+            head = entries[-1]["commit"] if entries else release.commit
             checkout_branch(scratch, BRANCH, head)
-            state = {"kind": KIND, "version": 1, "token": token, "base": upstream.commit, "tag": project.pin.tag}
+            state = {"kind": KIND, "version": 1, "token": token, "base": release.commit, "tag": pin.tag}
+            state["upstream"] = pin.name
             write_json(staging / "state.json", {**state, "patches": entries, "inputs": _inputs(work, entries)})
 
-        work.create(upstream.repo.path / "objects", token, fill)
-        return Opened(work.tree, upstream.commit, project.pin.tag, len(entries), True)
+        work.create(release.repo.path / "objects", token, fill)
+        return Opened(work.tree, release.commit, pin.tag, len(entries), True)
 
 
 def _inputs(work: Session, entries: list[dict[str, Any]]) -> dict[str, str | None]:
@@ -229,9 +237,10 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
         tree = work.tree
         scratch = work.scratch()
         project = Project.load(root)
-        if project.pin.commit != state["base"]:
+        pin = project.pin_named(state.get("upstream") or project.pin.name)
+        if pin.commit != state["base"]:
             raise StateError(
-                f"the pin moved to {project.pin.tag} since `patches edit` (the work tree is on {state['tag']})",
+                f"the {pin.name} pin moved to {pin.tag} since `patches edit` (the work tree is on {state['tag']})",
                 hint="discard the work tree (`imgbuild patches edit --discard --force`) and edit again",
             )
         check_unchanged(root, state["inputs"], "the `patches edit`")
@@ -247,7 +256,7 @@ def refresh(root: Path, *, close: bool = False, date: str | None = None) -> Refr
                 f"HEAD of {tree} does not descend from the pinned release {state['tag']} ({state['base'][:12]})",
                 hint=f"rebase your commits onto {state['base'][:12]} in the work tree",
             )
-        result, commits, journal = _export(work, project, scratch, state, head, date)
+        result, commits, journal = _export(work, project, pin, scratch, state, head, date)
         journal.prepare()
         state["patches"] = [{"filename": name, "commit": info.sha} for info, name, _ in commits if name]
         work.save(state)  # the journal is prepared: a crash now is finished later
@@ -268,11 +277,12 @@ Final = tuple[CommitInfo, str | None, str | None]  # commit, its patch file, the
 
 
 def _export(
-    work: Session, project: Project, scratch: GitRepo, state: dict[str, Any], head: str, date: str
+    work: Session, project: Project, pin: UpstreamPin, scratch: GitRepo, state: dict[str, Any], head: str, date: str
 ) -> tuple[Refreshed, list[Final], Journal]:
     root = work.root
-    package_root = project.pin.package_root
-    originals = {p.filename: p for p in project.patches_of(project.pin.name)}
+    package_root = pin.package_root
+    originals = {p.filename: p for p in project.patches_of(pin.name)}
+    further = pin.name if pin.name != project.pin.name else None  # a new patch of it names its upstream
     journal = Journal(root, work.txn)
     result = Refreshed()
     commits: list[Final] = []
@@ -322,7 +332,7 @@ def _export(
             subject = (header.strip().splitlines() or ["patch"])[0]
             taken = {p.filename for p in [*project.patches, *stack]}
             name = filename or new_filename(subject.removeprefix("Description:").strip(), taken)
-            data = encode(bump_last_update(new_header(header, info.author, date), date) + diff)
+            data = encode(bump_last_update(with_upstream(new_header(header, info.author, date), further), date) + diff)
             journal.write(f"patches/{name}", data)
             result.added.append(name)
         patch = parse_bytes(name, data, package_root)
@@ -346,9 +356,18 @@ def _export(
     return result, commits, journal
 
 
+def with_upstream(header: str, upstream: str | None) -> str:
+    """A new patch's header with `Upstream: NAME` (a patch of a further pin), unless it names one already."""
+    if not upstream or parse_header(header).get("Upstream"):
+        return header
+    lines = header.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if line.strip() == "---"), len(lines))
+    return "".join([*lines[:at], f"Upstream: {upstream}\n", *lines[at:]])
+
+
 def _with_other_pins(project: Project, mine: Mapping[str, Patch], order: list[str]) -> list[str]:
-    """The series to write: the edited first pin's patches (`order`) in the slots its patches had,
-    the other pins' patches where they were (the work tree holds the first pin's release only)."""
+    """The series to write: the edited pin's patches (`order`) in the slots its patches had,
+    the other pins' patches where they were (the work tree holds that pin's release only)."""
     out: list[str] = []
     new = list(order)
     for entry in project.series:

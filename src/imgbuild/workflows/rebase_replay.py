@@ -16,7 +16,7 @@ from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
 from imgbuild.upstream.git import CommitTree, GitRepo
-from imgbuild.workflows import backport_check
+from imgbuild.workflows import backport_check, carry_preview
 from imgbuild.workflows.rebase_finish import finish
 from imgbuild.workflows.rebase_state import (
     Item,
@@ -123,6 +123,16 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
         Unresolved(f.path, f.reason) for f in carry.files if f.method == "conflict" and f.path not in carry.conflicts
     )
     report = carry.to_json()
+    pending = carry_preview.preview(
+        scratch,
+        state.items[state.next + 1 :],
+        lambda i: (root / i.path).read_bytes(),
+        package_root=moving_pin(root, state).package_root,
+        old=state.old.commit,
+        head=state.head,
+        onto=state.onto.commit,
+        tag=state.onto.tag,
+    )
     stopped = Stopped(
         filename=item.filename,
         work_tree=str(tree),
@@ -133,6 +143,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
         reason=carry.reason,
         moves=tuple(cast("list[Record]", report["moves"])),
         files=tuple(cast("list[Record]", report["files"])),
+        pending=tuple(p.to_json() for p in pending),
     )
     state.status = "stopped"
     state.stopped = stopped
@@ -146,6 +157,9 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     if clean:
         lines.append(f"  applied:     {', '.join(clean)} (staged)")
     lines.append(f"  the patch:   {current}")
+    if pending:
+        lines.append("  still to carry (each carried now in memory, as `patches check --onto` does):")
+        lines += [f"    {p.filename}{' (in patches/upstreamed/)' if p.dormant else ''}: {p.summary}" for p in pending]
     hint = (
         "edit the files in the work tree until they hold the patch as it should be on the new release "
         "(no conflict markers left), and say in the DEP-3 header of the patch file above what the patch does "

@@ -148,6 +148,7 @@ class Stopped(Json):
     reason: str
     moves: tuple[Record, ...]
     files: tuple[Record, ...] = ()  # the carry's per-file, per-hunk outcomes (what the review's conflict report reads)
+    pending: tuple[Record, ...] = ()  # the carry preview: each patch after this one as it would carry now
 
 
 @dataclass

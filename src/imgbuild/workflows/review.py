@@ -220,6 +220,7 @@ def render_conflict(
     """The review report of a rebase stopped at a conflict: the patches so far, then every conflicting hunk."""
     old, onto = state.old.to_json(), state.onto.to_json()
     done = {r.filename: r for r in state.results}
+    ahead = {str(p.get("filename")): dict(p) for p in stopped.pending}
     patches: list[dict[str, Any]] = []
     for item in state.items:
         res = done.get(item.filename)
@@ -236,7 +237,10 @@ def render_conflict(
                 }
             )
         else:
-            patches.append({"filename": item.filename, "outcome": "pending", "kind": "pending"})
+            row: dict[str, Any] = {"filename": item.filename, "outcome": "pending", "kind": "pending"}
+            if item.filename in ahead:
+                row["preview"] = ahead[item.filename]
+            patches.append(row)
     commands = [
         f"cd {stopped.work_tree}  # resolve the conflict markers (by intent: docs/rebase-runbook.md)",
         "imgbuild patches rebase --continue",
@@ -250,10 +254,22 @@ def render_conflict(
         f"- stopped at `{stopped.filename}`: {stopped.reason}",
         f"- work tree: `{stopped.work_tree}`",
         "",
-        "| patch | outcome |",
-        "|---|---|",
+        "| patch | outcome | if carried now (as `patches check --onto` carries it) |",
+        "|---|---|---|",
     ]
-    lines += [f"| `{p['filename']}` | {p['kind']} |" for p in patches]
+    lines += [f"| `{p['filename']}` | {p['kind']} | {_cell(p.get('preview'))} |" for p in patches]
+    if ahead:
+        lines += ["", "## Still to carry", ""]
+        lines.append(
+            "Each pending patch carried now, in memory, onto the new release with the patches before it "
+            "(the stopped one left out), as `imgbuild patches check --onto` carries it:"
+        )
+        lines.append("")
+        for p in ahead.values():
+            lines.append(f"- `{p['filename']}`: {p['summary']}")
+            for h in p.get("conflicting_hunks", ()):
+                heads = ", ".join(f"#{n} `{hd}`" for n, hd in zip(h["hunks"], h["headers"], strict=False))
+                lines.append(f"  - `{h['file']}`: {heads}")
     if description:
         lines += ["", f"## What `{stopped.filename}` is for (its DEP-3 Description)", "", _quote(description)]
     lines += ["", "## Conflicting hunks"]
@@ -280,11 +296,18 @@ def render_conflict(
         "status": "conflict",
         "patches": patches,
         "stopped": stopped.to_json(),
+        "pending": list(ahead.values()),
         "conflicts": list(hunks),
         "resume": commands,
         "warnings": [],
     }
     return md, data
+
+
+def _cell(preview: Mapping[str, Any] | None) -> str:
+    if not preview:
+        return ""
+    return str(preview.get("summary", "")).replace("|", "\\|")
 
 
 def with_kinds(patches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -309,6 +332,8 @@ def render_bump(md: str, data: Mapping[str, Any], bump: Mapping[str, Any]) -> tu
     rows = with_kinds(data.get("patches", ()))
     if rows:
         head.append("- patches: " + tally(rows))
+    for p in bump.get("pins") or ():  # the pins that move with it (what the new release requires of them)
+        head.append(f"- pin moved with it: {p['message']}")
     tail: list[str] = []
     images = bump.get("images") or []
     if images:

@@ -233,6 +233,40 @@ def rewrite_pin_named(
     raise ConfigError(f"patches/upstream.yaml: no pin named {pin.name!r} under also:")
 
 
+def drop_override(text: str, pin: UpstreamPin) -> str:
+    """patches/upstream.yaml without the `override:` block of the pin `pin.name` (its comments and other lines kept)."""
+
+    def cut(block: str) -> str:
+        lines = block.splitlines(keepends=True)
+        at = next((i for i, line in enumerate(lines) if re.match(r"^override:", line)), None)
+        if at is None:
+            return block
+        end = at + 1
+        while end < len(lines) and lines[end][:1] in (" ", "\t"):
+            end += 1
+        return "".join(lines[:at] + lines[end:])
+
+    cut_at = ALSO.search(text)
+    head, tail = (text[: cut_at.start()], text[cut_at.start() :]) if cut_at else (text, "")
+    first = yaml.safe_load(head) or {}
+    if not cut_at or first.get("name", "vllm") == pin.name:
+        return cut(head) + tail
+    lines = tail.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if ITEM.match(line)]
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        lead = len(ITEM.match(lines[start]).group(1)) + 2  # type: ignore[union-attr]
+        block = [" " * lead + lines[start][lead:], *lines[start + 1 : end]]
+        dedented = [line[min(lead, len(line) - len(line.lstrip(" "))) :] for line in block]
+        if (yaml.safe_load("".join(dedented)) or {}).get("name") != pin.name:
+            continue
+        kept = cut("".join(dedented)).splitlines(keepends=True)
+        out = [(" " * lead + line) if line.strip() else line for line in kept]
+        out[0] = lines[start][:lead] + kept[0]
+        return head + "".join([*lines[:start], *out, *lines[end:]])
+    raise ConfigError(f"patches/upstream.yaml: no pin named {pin.name!r} under also:")
+
+
 def _get(pin: UpstreamPin, dotted: str) -> Any:
     obj: Any = pin
     for part in dotted.split("."):
