@@ -192,6 +192,8 @@ def test_a_header_rewritten_at_the_stop_becomes_the_patch_header(tmp_path: Path,
     assert "+cuda 20 upstream style sm121\n" in (root / "patches" / "0001-cuda-sm121.patch").read_text()
     report = json.loads(done.report.with_suffix(".json").read_text()) if done.report else {}
     assert with_kinds(report["patches"])[0]["kind"] == "partly-upstreamed"
+    md = done.report.read_text() if done.report else ""
+    assert "| resolved (partly-upstreamed) |" in md and "Applied upstream: v3, partly: the cuda 20 line" in md
 
 
 def test_a_header_left_alone_at_the_stop_is_kept(tmp_path: Path, world: Upstream) -> None:

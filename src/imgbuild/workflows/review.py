@@ -41,6 +41,13 @@ def _fenced(title: str, lines: Sequence[str], lang: str = "text") -> list[str]:
     return [title, "", f"{ticks}{lang}\n{text.rstrip()}\n{ticks}\n"]
 
 
+def _shown(row: Mapping[str, Any]) -> str:
+    """The outcome in the Markdown table: a patch resolved by hand whose new header says what upstream took is
+    `resolved (partly-upstreamed)` (the JSON keeps `resolved`; its `kind` is `partly-upstreamed`)."""
+    word = kind(str(row.get("outcome", "")), (), row.get("header"))
+    return f"{row['outcome']} ({word})" if word == "partly-upstreamed" else str(row["outcome"])
+
+
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
     old, onto = state.old.to_json(), state.onto.to_json()
     rows = [r.to_report_json() for r in typed_rows]
@@ -54,6 +61,7 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
         "| patch | outcome | file | notes |",
         "|---|---|---|---|",
     ]
+    shown = {r["filename"]: _shown(r) for r in rows}
     for r in rows:
         notes = []
         notes += [f"`{m['old']}` → `{m['new']}` ({m['how']})" for m in r.get("moves", [])]
@@ -61,13 +69,15 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
             notes.append(f"{len(r['dropped_hunks'])} hunk(s) already upstream")
         if r.get("reason"):
             notes.append(r["reason"].replace("|", "\\|").replace("\n", " "))
-        lines.append(f"| `{r['filename']}` | {r['outcome']} | {r['file']} | {'; '.join(notes)} |")
+        lines.append(f"| `{r['filename']}` | {shown[r['filename']]} | {r['file']} | {'; '.join(notes)} |")
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     for r in rows:
-        lines += ["", f"## `{r['filename']}`: {r['outcome']}", ""]
+        lines += ["", f"## `{r['filename']}`: {shown[r['filename']]}", ""]
         if r.get("reason"):
             lines += [f"Why: {r['reason']}", ""]
+        if r.get("header") and kind(str(r["outcome"]), (), r["header"]) == "partly-upstreamed":
+            lines += [f"Applied upstream: {parse_header(r['header'])['Applied-Upstream'].strip()}", ""]
         for m in r.get("moves", []):
             lines.append(f"- followed a {m['how']} rename: `{m['old']}` → `{m['new']}`")
         for d in r.get("dropped_hunks", []):
