@@ -227,3 +227,28 @@ def test_a_stop_previews_every_pending_patch_as_check_onto_would(
     cli(capsys, "-C", str(root), "patches", "rebase", "--abort")
     code, _, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3")
     assert code == 5 and "still to carry" in err and "0009-cuda-guard.patch: conflicting" in err, err
+
+
+def test_a_base_tagged_with_the_old_release_moves_with_the_pin(
+    tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path / "p", world, ["0002-arch-sm121.patch"], variants=True)
+    latest = root / "images" / "latest.yaml"
+    text = latest.read_text()
+    # a stock vLLM image carries its release's files: its tag is the pin's
+    latest.write_text(text + "image:\n  base: vllm/vllm-openai:v1  # the stock image of the pinned release\n")
+    other = root / "images" / "engram-mem.yaml"
+    other.write_text(other.read_text() + "image:\n  base: vllm/vllm-openai:v10\n")  # another tag: left alone
+    git(root, "init", "-q", "-b", "main")
+    (root / ".gitignore").write_text("/.imgbuild-work/\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the project")
+    code, doc, err = bump(capsys, root)
+    assert code == 0, err
+    assert "  base: vllm/vllm-openai:v3  # the stock image of the pinned release\n" in latest.read_text()
+    assert "base: vllm/vllm-openai:v10\n" in other.read_text()
+    # in the bump's one commit, with patches/
+    changed = git(root, "show", "--name-only", "--format=", "HEAD").split()
+    assert "images/latest.yaml" in changed and "images/engram-mem.yaml" not in changed
+    assert "images/latest.yaml: image.base moves to the v3 image" in git(root, "log", "-1", "--format=%B")
+    assert git(root, "status", "--porcelain").strip() == ""

@@ -9,6 +9,7 @@ smoke-tested (builder/runner.py), and the rebase's review report is extended (re
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
-from imgbuild.atomic import write_json
+from imgbuild.atomic import write_json, write_text
 from imgbuild.config.models import PinsFile, UpstreamPin, WheelSource
 from imgbuild.errors import ImgbuildError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
@@ -241,12 +242,14 @@ def _finish(
     patches = review.with_kinds(data.get("patches", ()))
     dropped = _drop_stale_overrides(root, log)
     pins, text, data = _moved_pins(root, repo, text, data, dropped)
-    repo.stage("patches")
+    bases = move_base_tags(root, old.tag, new.tag, log)
+    repo.stage("patches", *bases)
     lines = [f"patches: carry the series onto vLLM {new.tag} (from {old.tag})", ""]
     lines += [f"Made by `imgbuild patches bump`; the review report: {md.name}.", ""]
     lines += [f"- {p.get('filename')}: {p['kind']}" for p in patches]
     lines += [f"- {p['message']}" for p in pins]
-    repo.run("commit", "-q", "-m", "\n".join(lines) + "\n", "--", "patches")
+    lines += [f"- {path}: image.base moves to the {new.tag} image" for path in bases]
+    repo.run("commit", "-q", "-m", "\n".join(lines) + "\n", "--", "patches", *bases)
     commit = repo.verify("HEAD")
     log(f"committed {commit[:12]} on {name}")
     images: list[dict[str, Any]] = []
@@ -386,3 +389,20 @@ def _write(md: Path, text: str, data: dict[str, Any]) -> None:
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(text, encoding="utf-8")
     write_json(md.with_suffix(".json"), data)
+
+
+def move_base_tags(root: Path, old_tag: str, new_tag: str, log: Log) -> list[str]:
+    """Each variant whose `image.base` is tagged with the old release (`vllm/vllm-openai:v0.33.0`) is rewritten
+    to the new one, in place (comments kept): a stock vLLM image carries its release's files, so a base left at
+    the old tag fails the drift check once the pin moves. Returns the files rewritten (relative to `root`)."""
+    line = re.compile(rf"^(\s*base:\s*[\"']?[^\s\"'#@]+:){re.escape(old_tag)}([\"']?\s*(#.*)?)$", re.M)
+    moved = []
+    for path in sorted((root / "images").glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        new = line.sub(lambda m: m.group(1) + new_tag + m.group(2), text)
+        if new != text:
+            write_text(path, new)
+            rel = path.relative_to(root).as_posix()
+            log(f"{rel}: image.base {old_tag} -> {new_tag}")
+            moved.append(rel)
+    return moved
