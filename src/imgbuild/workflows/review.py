@@ -44,8 +44,9 @@ def _fenced(title: str, lines: Sequence[str], lang: str = "text") -> list[str]:
 def _shown(row: Mapping[str, Any]) -> str:
     """The outcome in the Markdown table: a patch resolved by hand whose new header says what upstream took is
     `resolved (partly-upstreamed)` (the JSON keeps `resolved`; its `kind` is `partly-upstreamed`)."""
-    word = kind(str(row.get("outcome", "")), (), row.get("header"))
-    return f"{row['outcome']} ({word})" if word == "partly-upstreamed" else str(row["outcome"])
+    outcome = str(row.get("outcome", ""))
+    partly = outcome == "resolved" and kind(outcome, (), row.get("header")) == "partly-upstreamed"
+    return f"{outcome} (partly-upstreamed)" if partly else outcome
 
 
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -76,7 +77,7 @@ def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Seque
         lines += ["", f"## `{r['filename']}`: {shown[r['filename']]}", ""]
         if r.get("reason"):
             lines += [f"Why: {r['reason']}", ""]
-        if r.get("header") and kind(str(r["outcome"]), (), r["header"]) == "partly-upstreamed":
+        if _shown(r) != r["outcome"]:
             lines += [f"Applied upstream: {parse_header(r['header'])['Applied-Upstream'].strip()}", ""]
         for m in r.get("moves", []):
             lines.append(f"- followed a {m['how']} rename: `{m['old']}` → `{m['new']}`")
