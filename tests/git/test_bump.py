@@ -243,7 +243,7 @@ def test_a_base_tagged_with_the_old_release_moves_with_the_pin(
     (root / ".gitignore").write_text("/.imgbuild-work/\n")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "the project")
-    code, doc, err = bump(capsys, root)
+    code, _, err = bump(capsys, root)
     assert code == 0, err
     assert "  base: vllm/vllm-openai:v3  # the stock image of the pinned release\n" in latest.read_text()
     assert "base: vllm/vllm-openai:v10\n" in other.read_text()

@@ -1,10 +1,10 @@
 """The shipped stack's second upstream: FlashInfer's Python package from the package index
-(flashinfer-python 0.7.2.post1, the release vLLM 0.33.0 requires), its patch checked beside vLLM's,
-carried to a later release (0.7.4) by `check --onto` and `rebase --onto flashinfer=...`."""
+(flashinfer-python 0.7.4, which the override in patches/upstream.yaml puts where vLLM 0.34.0 asks for 0.7.3), its
+patch checked beside vLLM's; on the 0.33.0 project (FlashInfer 0.7.2.post1), carried to a later release (0.7.4)
+by `check --onto` and `rebase --onto flashinfer=...`."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +14,7 @@ import pytest
 from imgbuild.config.models import WheelSource
 from imgbuild.project import Project
 from tests.support.jsonschema_check import load_json
+from tests.support.release_033 import checkout_0_33_0
 
 pytestmark = pytest.mark.release
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def test_flashinfer_is_pinned_from_the_package_index() -> None:
     project = Project.load(ROOT)
     fi = project.pin_named("flashinfer")
     assert isinstance(fi.source, WheelSource) and fi.source.project == "flashinfer-python"
-    assert fi.source.version == "0.7.2.post1" and project.pins[0].name == "vllm"
+    assert fi.source.version == "0.7.4" and project.pins[0].name == "vllm"
     assert project.resolved("flashinfer").commit == fi.commit  # the wheel's files, committed reproducibly
     assert project.tree().read(POLICY) is not None and project.tree().read("vllm/__init__.py") is not None
     mine = project.patches_of("flashinfer")
@@ -48,8 +49,8 @@ def test_check_reports_the_flashinfer_patch_exact_on_its_release() -> None:
     assert [u["name"] for u in report["upstreams"]] == ["vllm", "flashinfer"]
 
 
-def test_check_onto_a_later_flashinfer_moves_only_its_patch() -> None:
-    out = imgbuild(ROOT, "patches", "check", "--onto", f"flashinfer={LATER}", "--json")
+def test_check_onto_a_later_flashinfer_moves_only_its_patch(tmp_path: Path) -> None:
+    out = imgbuild(checkout_0_33_0(tmp_path / "proj"), "patches", "check", "--onto", f"flashinfer={LATER}", "--json")
     assert out.returncode == 0, out.stderr + out.stdout
     data = load_json(out.stdout)
     assert data["refs"][0]["upstream"] == "flashinfer" and data["refs"][0]["tag"] == f"v{LATER}"
@@ -60,12 +61,7 @@ def test_check_onto_a_later_flashinfer_moves_only_its_patch() -> None:
 
 
 def test_rebase_onto_a_later_flashinfer_updates_only_its_pin(tmp_path: Path) -> None:
-    root = tmp_path / "proj"
-    root.mkdir()
-    for part in ("patches", "images"):
-        shutil.copytree(ROOT / part, root / part)
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "project"]):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True)
+    root = checkout_0_33_0(tmp_path / "proj")
     vllm_patches = {p: (root / "patches" / p).read_bytes() for p in (root / "patches").glob("000[1-7]*.patch")}
     before = Project.load(root)
     out = imgbuild(root, "patches", "rebase", "--onto", f"flashinfer={LATER}", "--json")

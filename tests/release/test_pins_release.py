@@ -5,7 +5,6 @@ is previewed: 0003 exact, 0004-0007 conflicting."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.jsonschema_check import load_json
+from tests.support.release_033 import checkout_0_33_0
 
 pytestmark = pytest.mark.release
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,22 +39,17 @@ def git(root: Path, *args: str) -> str:
 
 
 def copy(tmp_path: Path, override: bool = False) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    for part in ("patches", "images"):
-        shutil.copytree(ROOT / part, root / part)
-    (root / ".gitignore").write_text("/.imgbuild-work/\n")
+    """The project at vLLM 0.33.0 (tests/support/release_033.py), with the override written and committed."""
+    root = checkout_0_33_0(tmp_path / "proj")
     if override:
         pins = root / "patches" / "upstream.yaml"
         pins.write_text(pins.read_text() + OVERRIDE)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "project")
+        git(root, "commit", "-qam", "the override")
     return root
 
 
-def test_check_onto_names_the_requirement() -> None:
-    out = imgbuild(ROOT, "patches", "check", "--onto", ONTO, "--json")
+def test_check_onto_names_the_requirement(tmp_path: Path) -> None:
+    out = imgbuild(copy(tmp_path), "patches", "check", "--onto", ONTO, "--json")
     assert out.returncode == 1, out.stderr  # the patches do not carry yet
     [need] = load_json(out.stdout)["requirements"][ONTO]
     assert need["status"] == "mismatch" and need["message"] == NEED
