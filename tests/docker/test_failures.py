@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.engine import CONTAINER_LABEL, Engine
+from imgbuild.engine import Engine
 from imgbuild.plan.dockerfile import context_tar
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.jsonschema_check import load_json
+from tests.support.owners import containers_of
 from tests.support.runner import Cli, ctrl_c
 from tests.support.synth import Upstream
 from tests.support.synth_images import FILES, SITE
@@ -111,8 +112,7 @@ def test_interrupted_build_leaves_no_half_tagged_image(
     assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
     label = f"imgbuild.upstream.url={synth_upstream.url}"
     assert engine.client.containers.list(all=True, filters={"label": label}) == []  # the smoke container is gone
-    owned = f"{CONTAINER_LABEL}={done.pid}"
-    assert engine.client.containers.list(all=True, filters={"label": owned}) == []
+    assert containers_of(engine, done.pid) == []
 
 
 def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:

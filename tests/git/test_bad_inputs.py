@@ -26,6 +26,7 @@ from imgbuild.errors import ConfigError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.patches.variants import resolve_variants
 from tests.support.jsonschema_check import load_json
+from tests.support.runner import default_sigint
 from tests.support.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.support.synth import Upstream, git, make_project, numbered
 
@@ -343,6 +344,7 @@ def popen_apply(big: tuple[Path, Path], dest: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "IMGBUILD_CACHE": str(cache)},
+        preexec_fn=default_sigint,  # a test sends it SIGINT: not ignored, however this suite was started
     )
 
 
@@ -460,6 +462,7 @@ def test_ctrl_c_while_the_cli_starts_gives_no_traceback(tmp_path: Path, delay_ms
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     assert proc.stderr is not None and proc.stderr.readline() == "python is up\n"
     time.sleep(delay_ms / 1000)
@@ -495,7 +498,9 @@ def test_ctrl_c_in_a_weakref_callback_still_stops_the_command() -> None:
     """What made the start-up test above fail about 1 run in 30: SIGINT handled inside the import machinery's
     module-lock callback, where Python prints the exception ('Exception ignored in ... Traceback') and goes on.
     Here the same happens on purpose, every time."""
-    proc = subprocess.run([sys.executable, "-c", IN_A_CALLBACK], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_A_CALLBACK], capture_output=True, text=True, timeout=60, preexec_fn=default_sigint
+    )
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     assert "the command ran on" not in proc.stderr
