@@ -11,7 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from imgbuild.engine import Engine
-from tests.docker.conftest import engine, prefix, synth_upstream  # noqa: F401 - the same fixtures, shared
+from tests.docker.conftest import (  # noqa: F401 - the docker tier's fixtures, shared
+    engine,
+    make_project,
+    prefix,
+    skeleton_base,
+    synth_upstream,
+)
 from tests.support.sleep_image import make_sleep_image
 
 

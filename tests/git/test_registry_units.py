@@ -78,6 +78,9 @@ def test_the_pushed_digest_is_read_from_docker_push_output() -> None:
         ('Head "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', "running"),
         ("http: server gave HTTP response to HTTPS client", "insecure-registries"),
         ("something else", "IMGBUILD_ECHO=1"),
+        ("received unexpected HTTP status: 503 Service Unavailable", "server error (5xx)"),
+        ('failed to do request: Post "https://127.0.0.1:5000/v2/x/blobs/uploads/": EOF', "closed mid-request"),
+        ("read tcp 127.0.0.1:1->127.0.0.1:5000: read: connection reset by peer", "closed mid-request"),
     ],
 )
 def test_a_failure_gets_a_hint_for_its_cause(stderr: str, says: str) -> None:

@@ -58,6 +58,9 @@ def platform_of(plat: object) -> str | None:
     return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
 
 
+AGAIN = "publish skips what the registry already holds, and moves a moving tag only after every image it names is in"
+
+
 def docker_config() -> Path:
     """The docker CLI's config file: $DOCKER_CONFIG/config.json, else ~/.docker/config.json."""
     base = os.environ.get("DOCKER_CONFIG")
@@ -110,7 +113,13 @@ def _hint(stderr: str, host: str) -> str:
             f"`docker login {host}` (imgbuild uses the docker config's credentials)"
         )
     if "connection refused" in low or "no such host" in low or "i/o timeout" in low or "dial tcp" in low:
-        return f"is the registry at {host} running and reachable from here?"
+        return f"is the registry at {host} running and reachable from here? then run the command again ({AGAIN})"
+    if re.search(r"\b50[0-4]\b|service unavailable|internal server error|bad gateway", low):
+        return (
+            f"the registry at {host} failed with a server error (5xx): once it is well, run the command again ({AGAIN})"
+        )
+    if re.search(r": eof\b|connection reset|broken pipe|unexpected eof|use of closed network connection", low):
+        return f"the connection to the registry at {host} was closed mid-request: run the command again ({AGAIN})"
     if "http response to https client" in low:
         return f"{host} speaks plain HTTP: add it to the daemon's insecure-registries, or give it TLS"
     return "run the command above by hand (IMGBUILD_ECHO=1 prints it) to see the registry's answer"
