@@ -138,7 +138,13 @@ class Session:
             raise
 
     def remove(self) -> None:
-        shutil.rmtree(self.directory)
+        """Remove the state dir in one step: renamed aside first, then deleted, so a kill part-way leaves it
+        whole or gone, never a state.json beside half a work tree (which no command could then use or remove).
+        What such a kill left aside, under an imgbuild-only name, goes now."""
+        aside = self.directory.parent / f".{self.kind}-removed-{os.getpid()}-{os.urandom(4).hex()}"
+        os.rename(self.directory, aside)
+        for old in self.directory.parent.glob(f".{self.kind}-removed-*"):
+            shutil.rmtree(old, ignore_errors=True)
 
     def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
         """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
