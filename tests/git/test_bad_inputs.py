@@ -7,7 +7,6 @@ sudo (.ci/run runs as root); without either those tests fail, saying so.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import shutil
@@ -15,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from tests.support.jsonschema_check import load_json
 from tests.support.runner import default_sigint
 from tests.support.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.support.synth import Upstream, git, make_project, numbered
+from tests.support.tmpfs import tmpfs
 
 REPO = Path(__file__).resolve().parents[2]
 NO_DAEMON = "unix:///nonexistent/docker.sock"  # for checks that must come before the daemon is asked anything
@@ -59,31 +58,6 @@ def real_project(tmp_path: Path) -> Path:
     for part in ("patches", "images", "deploy"):
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("out"))
     return root
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, options: str) -> Iterator[Path]:
-    """A tmpfs at `path`. Mounting needs root: as root (.ci/run) it is `mount`; otherwise `sudo -n mount`
-    (the GitHub runner's passwordless sudo), owned by this user so the test can fill it."""
-    path.mkdir(parents=True, exist_ok=True)
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    owner = "" if not sudo else f",uid={os.geteuid()},gid={os.getegid()}"
-    mount = [*sudo, "mount", "-t", "tmpfs", "-o", options + owner, "tmpfs", str(path)]
-    try:
-        proc = subprocess.run(mount, capture_output=True, text=True)
-        problem = proc.stderr.strip() if proc.returncode != 0 else ""
-    except FileNotFoundError as exc:  # no sudo
-        problem = str(exc)
-    if problem:
-        pytest.fail(
-            f"cannot mount a tmpfs here ({' '.join(mount)}: {problem}); these tests make a read-only and a full "
-            "file system, which needs root or passwordless sudo: run the tests as root, as .ci/run does",
-            pytrace=False,
-        )
-    try:
-        yield path
-    finally:
-        subprocess.run([*sudo, "umount", str(path)], check=True)
 
 
 # -- --json: exactly one document, errors included ----------------------------------------------

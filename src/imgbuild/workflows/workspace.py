@@ -17,7 +17,7 @@ from typing import Any
 
 from imgbuild import digests
 from imgbuild.atomic import write_json
-from imgbuild.errors import StateError
+from imgbuild.errors import StateError, disk_full, looks_full
 from imgbuild.upstream.commits import init_scratch, scratch_marker
 from imgbuild.upstream.git import GitRepo
 
@@ -135,6 +135,8 @@ class Session:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(exc, FileExistsError):
                 raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+            if isinstance(exc, Exception) and looks_full(exc, self.directory.parent):
+                raise disk_full(f"cannot prepare the {KINDS[self.kind]} (patches/ is unchanged)", self.root) from exc
             raise
 
     def remove(self) -> None:
