@@ -20,19 +20,10 @@ import pytest
 
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.jsonschema_check import load_json
-from tests.support.registry_env import START, RegistryProcess, docker, remove_images, uploads
+from tests.support.registry_env import ACCEPT, START, RegistryProcess, docker, remove_images, uploads
 from tests.support.runner import imgbuild
 
 pytestmark = pytest.mark.faults
-
-ACCEPT = ", ".join(
-    [
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    ]
-)
 
 
 @dataclass
