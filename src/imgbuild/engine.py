@@ -48,6 +48,7 @@ OWNER_LABEL = "imgbuild.owner"
 OLD_OWNER_LABEL = "imgbuild.container-of"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
 MIN_VERSION = (26, 0)
+RACED = re.compile(r'image "[^"]+": already exists')  # two builds naming one image at once (test_concurrent.py)
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,15 @@ class Engine:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins
         what = f"docker buildx build for {', '.join(map(str, platforms))} ({', '.join(tags)})"
         source, stdin = (str(context), b"") if isinstance(context, Path) else ("-", context)
-        self._buildx([*args, source], stdin, env, verbose, what)
+        try:
+            self._buildx([*args, source], stdin, env, verbose, what)
+        except DockerError as exc:
+            # Another run (another imgbuild on this daemon) named the same image in the same instant: the
+            # containerd exporter refuses the second create. Equal inputs give equal digests, so building again
+            # (all of it cached) names the same image, now as an update.
+            if not RACED.search(exc.message):
+                raise
+            self._buildx([*args, source], stdin, env, verbose, what)
         return self.require(tags[0]).id  # on the containerd store: the manifest (or index) digest
 
     def _builder_args(self, builder: str | None) -> list[str]:
