@@ -9,7 +9,11 @@ engram-mem variant is built once on the skeleton, so each test is only the publi
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,9 +37,11 @@ class Stage:
     project: Path
     cache: Path
 
+    def args(self, repository: str) -> tuple[str, ...]:
+        return ("publish", "engram-mem", "-r", self.proxy.host, "--repository", repository, "--base", "skeleton")
+
     def publish(self, repository: str) -> subprocess.CompletedProcess[str]:
-        args = ("publish", "engram-mem", "-r", self.proxy.host, "--repository", repository, "--base", "skeleton")
-        return imgbuild(self.project, *args, "--json", env={"IMGBUILD_CACHE": str(self.cache)})
+        return imgbuild(self.project, *self.args(repository), "--json", env={"IMGBUILD_CACHE": str(self.cache)})
 
     def restart_registry(self) -> None:
         """Start it again on its port and storage (after a "kill" fault)."""
@@ -182,3 +188,36 @@ def test_the_registry_killed_before_the_manifest_leaves_no_tag_and_the_rerun_upl
     converges(stage, repo, blobs_again=False)  # its blobs were in before it died: none is uploaded again
     mark_free = [r for r in stage.proxy.seen if "/blobs/uploads/" in r[1] and r[0] in ("PUT", "PATCH")]
     assert mark_free  # the first run uploaded them
+
+
+@pytest.mark.parametrize(
+    ("point", "method", "path"),
+    [
+        ("the first blob upload", "POST", r"/blobs/uploads/"),
+        ("the immutable tag's manifest", "PUT", r"/manifests/1\.0\.0-"),
+        ("the moving tag's manifest", "PUT", r"/manifests/engram-mem$"),
+    ],
+)
+def test_publish_killed_between_pushes_leaves_tags_whole_and_the_rerun_converges(
+    stage: Stage, point: str, method: str, path: str
+) -> None:
+    """SIGKILL of imgbuild when its push reaches `point` (its `docker push` child goes on, as it would): each
+    tag the registry has names the local image and all of it; a moving tag never without the immutable one."""
+    repo = f"faults/killed-at-{len(point)}-{method.lower()}"  # a repository per point
+    env = {**os.environ, "IMGBUILD_CACHE": str(stage.cache)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imgbuild", "-C", str(stage.project), *stage.args(repo)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    stage.proxy.faults = [Fault(method, path, "call", times=1, call=lambda: os.kill(proc.pid, signal.SIGKILL))]
+    try:
+        proc.wait(timeout=600)
+    finally:
+        stage.proxy.faults = []
+    assert proc.returncode == -signal.SIGKILL, f"{point}: it ended before the kill ({proc.returncode})"
+    time.sleep(2)  # the orphaned `docker push` finishes what it was sending
+    tags = stage.tags(repo)
+    assert stage.missing(repo) == [], point
+    assert "engram-mem" not in tags or len(tags) == 2, (point, tags)  # moving only after the immutable one
+    assert len(set(tags.values())) <= 1, (point, tags)
+    converges(stage, repo)

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 class Fault:
     method: str  # "PUT", "PATCH", ...; "*" for any
     path: str  # a regular expression searched in the path
-    action: str  # "503", "500", "close" or "kill" (kill the registry process, then close)
+    action: str  # "503", "500", "close", "kill" (kill the registry process, then close) or "call" (call, forward)
     times: int | None = None  # how many matching requests get it; None: every one
     hits: int = 0
+    call: Callable[[], None] | None = None  # for "call": e.g. SIGKILL the client's parent, then forward it
 
     def matches(self, method: str, path: str) -> bool:
         if self.times is not None and self.hits >= self.times:
@@ -67,15 +68,15 @@ class FaultProxy:
             self._server.shutdown()
             self._server.server_close()
 
-    def _decide(self, method: str, path: str) -> str:
+    def _decide(self, method: str, path: str) -> tuple[str, Fault | None]:
         with self._lock:
             for fault in self.faults:
                 if fault.matches(method, path):
                     fault.hits += 1
                     self.seen.append((method, path, fault.action))
-                    return fault.action
+                    return fault.action, fault
             self.seen.append((method, path, "forwarded"))
-            return "forwarded"
+            return "forwarded", None
 
     def _handle(self, client: socket.socket) -> None:
         head = b""
@@ -90,7 +91,7 @@ class FaultProxy:
         head, _, rest = head.partition(b"\r\n\r\n")
         lines = head.split(b"\r\n")
         method, path = [*lines[0].decode(errors="replace").split(" "), "", ""][:2]
-        action = self._decide(method, path)
+        action, fault = self._decide(method, path)
         if action in ("500", "503"):
             reason = {"500": "Internal Server Error", "503": "Service Unavailable"}[action]
             body = b'{"errors":[{"code":"UNAVAILABLE","message":"injected fault"}]}'
@@ -103,6 +104,8 @@ class FaultProxy:
         if action == "kill":
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.registry_pid(), signal.SIGKILL)
+        if action == "call" and fault is not None and fault.call is not None:
+            fault.call()
         if action in ("close", "kill"):
             with contextlib.suppress(OSError):
                 client.shutdown(socket.SHUT_RDWR)
