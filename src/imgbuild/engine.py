@@ -138,6 +138,7 @@ def check_binfmt(platform: Platform, daemon: Platform, root: Path = Path("/proc/
 
 
 SdkErrors = (docker.errors.DockerException, requests.exceptions.RequestException)
+LOST = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)  # the daemon went away
 
 
 class Engine:
@@ -179,11 +180,21 @@ class Engine:
         except docker.errors.NotFound:
             raise
         except SdkErrors as exc:
-            if isinstance(exc, requests.exceptions.ConnectionError):
-                raise DockerError(
-                    f"lost the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
-                ) from exc
-            raise DockerError(f"docker: {_short(exc)}") from exc
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> DockerError:
+        """The DockerError for a failed SDK call: a daemon that went away (it may end a response early, not
+        only refuse the connection), or what the daemon said."""
+        if isinstance(exc, LOST) or not self._answers():
+            return DockerError(f"lost the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT)
+        return DockerError(f"docker: {_short(exc)}")
+
+    def _answers(self) -> bool:
+        try:
+            self.client.ping()
+        except SdkErrors:
+            return False
+        return True
 
     def remove_leftovers(self) -> None:
         """Remove containers an imgbuild created and could not remove itself (it was killed): only those whose
@@ -377,6 +388,8 @@ class Engine:
                 api.start(cid)
             except docker.errors.APIError as exc:  # e.g. the entrypoint does not exist in the image
                 return RunResult(-1, "", _short(exc))
+            except SdkErrors as exc:  # the daemon went away
+                raise self._error(exc) from exc
             try:
                 status = self._call(api.wait, cid, timeout=timeout)
                 code, timed_out = int(status.get("StatusCode", -1)), False
