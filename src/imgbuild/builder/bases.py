@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -213,7 +213,8 @@ def check_drift(
         problems += bad
         if bad:
             absent = {rel for full, rel in paths.items() if have[full] is None and wanted[rel] is not None}
-            findings += find_misplaced(engine, image_id, platform, ref, site, wanted, absent)
+            found = find_misplaced(engine, image_id, platform, ref, site, wanted, absent)
+            findings += [dataclasses.replace(f, variants=tuple(users[(image_id, platform, site)])) for f in found]
         else:
             with contextlib.suppress(OSError):  # a cache that cannot keep it checks again next time
                 write_json(
@@ -245,7 +246,7 @@ PY_DIRS = tuple(
 )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """A package whose every planned file is missing from a base's site-packages: found elsewhere, or nowhere."""
 
@@ -253,10 +254,11 @@ class Finding:
     site: str
     root: str  # the package root: vllm, flashinfer
     found: tuple[tuple[str, bool], ...]  # (directory holding root/, whether its planned files are the pinned ones)
+    variants: tuple[str, ...] = ()  # the variants built on this base
 
     def say(self, plans: Sequence[VariantPlan], project: Project | None) -> tuple[str, str]:
         """The sentence and the hint."""
-        names = [p.variant.name for p in plans]
+        names = list(self.variants) or [p.variant.name for p in plans]
         where = _site_source(project, names)
         if self.found:
             dirs = ", ".join(f"{d} ({'the pinned files' if same else 'other files'})" for d, same in self.found)
@@ -269,7 +271,8 @@ class Finding:
                 f"from there)",
             )
         pin = next((p for p in project.pins if p.package_root == self.root), None) if project else None
-        patched = sorted({n for p in plans for f in p.files if f.path.startswith(f"{self.root}/") for n in f.patches})
+        mine = [p for p in plans if p.variant.name in names]
+        patched = sorted({n for p in mine for f in p.files if f.path.startswith(f"{self.root}/") for n in f.patches})
         what = f"the pin {pin.name} {pin.tag} in patches/upstream.yaml" if pin else f"the pinned {self.root}"
         wheel = pin.source.project if pin is not None and isinstance(pin.source, WheelSource) else self.root
         return (
