@@ -20,7 +20,7 @@ from tests.support.registry_env import ACCEPT, RegistryProcess, remove_images
 
 pytestmark = pytest.mark.faults
 
-BUILD = ("build", "latest", "engram-mem", "--base", "skeleton", "--json")
+BUILD = ("build", "latest", "--base", "skeleton", "--json")  # one variant: the race is on naming one image
 Run = tuple[Path, Path, tuple[str, ...]]  # project, cache, arguments
 
 
@@ -70,9 +70,7 @@ def test_two_builds_of_one_project_at_once(
     assert made and all(m == made[0] for m in made), made  # the same images: equal inputs, equal digests
     after = tags(engine, f"{prefix}-twice")
     assert {t: after[t] for t in made[0]} == made[0]  # each immutable tag names its image
-    assert (
-        after[f"{prefix}-twice:latest"] in made[0].values() and after[f"{prefix}-twice:engram-mem"] in made[0].values()
-    )
+    assert after[f"{prefix}-twice:latest"] in made[0].values()
     assert images(one(project, tmp_path / "own", *BUILD, "--force")) == made[0]  # as one run alone makes them
     assert images(one(project, cache, *BUILD)) == made[0] and tags(engine, f"{prefix}-twice") == after
 
