@@ -11,11 +11,11 @@ from tests.support.cleanup import drop_large
 from tests.support.runner import Cli, imgbuild
 from tests.support.synth import Upstream
 
-TIERS = ("docker", "release")
+TIERS = ("docker", "release", "faults")
 HERE = Path(__file__).resolve().parent
-# tests/docker/ and tests/release/ hold only tests of their tier (checked below), so with the
+# tests/docker/, tests/release/ and tests/faults/ hold only tests of their tier (checked below), so with the
 # tier off they are not even imported: that is 2.5 s of the fast tier's 5 s of collection.
-FOLDERS = {HERE / "docker": "docker", HERE / "release": "release"}
+FOLDERS = {HERE / "docker": "docker", HERE / "release": "release", HERE / "faults": "faults"}
 
 
 # The one list of skips a run may report (CONTRIBUTING.md: tiers fail rather than skip). Everything a tier
@@ -34,6 +34,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("imgbuild tiers")
     group.addoption("--docker", action="store_true", help="also run tests that need the Docker engine and registry")
     group.addoption("--release", action="store_true", help="also run tests on the real pinned vLLM release")
+    group.addoption(
+        "--faults",
+        action="store_true",
+        help="also run the fault tier: real faults (a shared daemon, a failing registry, kill -9, a full disk)",
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -67,9 +72,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _daemon_survives(request: pytest.FixtureRequest) -> Iterator[None]:
-    """With --docker: a test during which dockerd died stops the session, naming the test and the daemon's
+    """With --docker or --faults: a test during which dockerd died stops the session, naming the test and the daemon's
     last log lines, instead of every later docker test failing on an unreachable daemon."""
-    pid = daemon_watch.dockerd_pid() if request.config.getoption("--docker") else None
+    on = request.config.getoption("--docker") or request.config.getoption("--faults")
+    pid = daemon_watch.dockerd_pid() if on else None
     since = daemon_watch.log_size() if pid else 0
     yield
     if pid and daemon_watch.dockerd_pid() != pid:

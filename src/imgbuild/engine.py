@@ -39,9 +39,16 @@ BINFMT_FIX = (
     "install and enable emulation: `sudo apt-get install qemu-user-static binfmt-support && "
     "sudo update-binfmts --enable qemu-{qemu}` (or run .ci/setup-host.sh)"
 )
-CONTAINER_LABEL = "imgbuild.container-of"  # on every container imgbuild creates: the pid that created it
+# On every container imgbuild creates: who made it, as `Owner.label()` spells it (boot id, pid namespace, pid, the
+# process's start time), so that on a daemon several hosts or pid namespaces share, a leftover is removed only by
+# a process that can see its maker is dead. The label before this one, `imgbuild.container-of=PID`, held the pid
+# alone: such containers are never removed (whose pid it was cannot be known); OWNER_LABEL is a new name so that an
+# older imgbuild, which removes every `container-of` container whose pid is not alive on its host, leaves ours.
+OWNER_LABEL = "imgbuild.owner"
+OLD_OWNER_LABEL = "imgbuild.container-of"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
 MIN_VERSION = (26, 0)
+RACED = re.compile(r'image "[^"]+": already exists')  # two builds naming one image at once (test_concurrent.py)
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,7 @@ def check_binfmt(platform: Platform, daemon: Platform, root: Path = Path("/proc/
 
 
 SdkErrors = (docker.errors.DockerException, requests.exceptions.RequestException)
+LOST = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)  # the daemon went away
 
 
 class Engine:
@@ -177,22 +185,35 @@ class Engine:
         except docker.errors.NotFound:
             raise
         except SdkErrors as exc:
-            if isinstance(exc, requests.exceptions.ConnectionError):
-                raise DockerError(
-                    f"lost the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT
-                ) from exc
-            raise DockerError(f"docker: {_short(exc)}") from exc
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> DockerError:
+        """The DockerError for a failed SDK call: a daemon that went away (it may end a response early, not
+        only refuse the connection), or what the daemon said."""
+        if isinstance(exc, LOST) or not self._answers():
+            return DockerError(f"lost the Docker daemon at {_daemon_address()}: {_short(exc)}", hint=START_HINT)
+        return DockerError(f"docker: {_short(exc)}")
+
+    def _answers(self) -> bool:
+        try:
+            self.client.ping()
+        except SdkErrors:
+            return False
+        return True
 
     def remove_leftovers(self) -> None:
-        """Remove containers an imgbuild created and could not remove itself (it was killed)."""
+        """Remove containers an imgbuild created and could not remove itself (it was killed): only those whose
+        maker is certainly of this boot and pid namespace and certainly dead (`Owner.is_dead_here`). Another host's,
+        another pid namespace's, an old label's or a live process's containers stay."""
+        here = Owner.of_this_process()
         with contextlib.suppress(*SdkErrors):
-            echo(["docker", "ps", "--all", "--filter", f"label={CONTAINER_LABEL}"])
-            for c in self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}):
-                owner = (c.get("Labels") or {}).get(CONTAINER_LABEL, "")
-                if owner.isdigit() and _alive(int(owner)):
-                    continue
-                echo(["docker", "rm", "--force", c["Id"]])
-                self.client.api.remove_container(c["Id"], force=True)
+            echo(["docker", "ps", "--all", "--filter", f"label={OWNER_LABEL}"])
+            for c in self.client.api.containers(all=True, filters={"label": OWNER_LABEL}):
+                owner = Owner.parse((c.get("Labels") or {}).get(OWNER_LABEL, ""))
+                if owner is not None and owner.is_dead_here(here):
+                    echo(["docker", "rm", "--force", c["Id"]])
+                    with contextlib.suppress(docker.errors.NotFound):  # another run removed it first
+                        self.client.api.remove_container(c["Id"], force=True)
 
     # -- images -----------------------------------------------------------
     def image(self, ref: str) -> ImageInfo | None:
@@ -265,7 +286,15 @@ class Engine:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins
         what = f"docker buildx build for {', '.join(map(str, platforms))} ({', '.join(tags)})"
         source, stdin = (str(context), b"") if isinstance(context, Path) else ("-", context)
-        self._buildx([*args, source], stdin, env, verbose, what)
+        try:
+            self._buildx([*args, source], stdin, env, verbose, what)
+        except DockerError as exc:
+            # Another run (another imgbuild on this daemon) named the same image in the same instant: the
+            # containerd exporter refuses the second create. Equal inputs give equal digests, so building again
+            # (all of it cached) names the same image, now as an update.
+            if not RACED.search(exc.message):
+                raise
+            self._buildx([*args, source], stdin, env, verbose, what)
         return self.require(tags[0]).id  # on the containerd store: the manifest (or index) digest
 
     def _builder_args(self, builder: str | None) -> list[str]:
@@ -318,7 +347,8 @@ class Engine:
         cid = None
         try:
             with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
-                cid = self._call(api.create_container, ref, labels={CONTAINER_LABEL: str(os.getpid())}, **kwargs)["Id"]
+                labels = {OWNER_LABEL: Owner.of_this_process().label()}
+                cid = self._call(api.create_container, ref, labels=labels, **kwargs)["Id"]
             yield cid
         finally:
             with held_interrupts(), contextlib.suppress(*SdkErrors):
@@ -375,6 +405,8 @@ class Engine:
                 api.start(cid)
             except docker.errors.APIError as exc:  # e.g. the entrypoint does not exist in the image
                 return RunResult(-1, "", _short(exc))
+            except SdkErrors as exc:  # the daemon went away
+                raise self._error(exc) from exc
             try:
                 status = self._call(api.wait, cid, timeout=timeout)
                 code, timed_out = int(status.get("StatusCode", -1)), False
@@ -402,14 +434,75 @@ def held_interrupts() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _alive(pid: int) -> bool:
+@dataclass(frozen=True)
+class Owner:
+    """The process that made a container, known beyond its pid: the kernel's boot id (a host, one boot of it), the
+    pid namespace (a container or `unshare -p` on that host), the pid in it and the process's start time (clock
+    ticks since boot, so a reused pid is told apart). A part this process could not read is "" and never matches."""
+
+    boot: str
+    pidns: str
+    pid: int
+    start: str
+
+    @classmethod
+    def of_this_process(cls) -> Owner:
+        pid = os.getpid()
+        return cls(_boot_id(), _pid_namespace(), pid, _start_time(pid) or "")
+
+    def label(self) -> str:
+        return f"boot={self.boot} pidns={self.pidns} pid={self.pid} start={self.start}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner | None:
+        """The owner a label names; None for anything else (an old pid-only label, a hand-made one)."""
+        fields = dict(part.partition("=")[::2] for part in text.split())
+        if set(fields) != {"boot", "pidns", "pid", "start"} or not fields["pid"].isdigit():
+            return None
+        return cls(fields["boot"], fields["pidns"], int(fields["pid"]), fields["start"])
+
+    def is_dead_here(self, here: Owner) -> bool:
+        """True only when this owner is certainly of `here`'s boot and pid namespace and certainly not running:
+        its pid is gone, or is held by a process that started at another time (the pid was reused)."""
+        if not (self.boot and self.pidns and self.start) or (self.boot, self.pidns) != (here.boot, here.pidns):
+            return False  # another host, boot or pid namespace, or one we cannot tell: not ours to judge
+        if self.pid == here.pid and self.start == here.start:
+            return False  # this very process
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            pass  # PermissionError: it runs, as another user
+        started = _start_time(self.pid)  # None where /proc is not this pid namespace's: cannot tell, so alive
+        return started is not None and started != self.start
+
+
+def _boot_id() -> str:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of `pid` in this pid namespace (field 22 of /proc/PID/stat); None when it cannot be read,
+    or /proc is mounted for another pid namespace (its `self` is not our pid), where PID would name another."""
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None
 
 
 def _short(exc: BaseException) -> str:

@@ -84,6 +84,46 @@ class StateError(ImgbuildError):
     exit_code = ExitCode.STATE
 
 
+NO_SPACE = "No space left on device"
+
+
+def no_space(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what caused it) is a full disk: an OSError ENOSPC, or a tool (git) that said so."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or NO_SPACE in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def looks_full(exc: BaseException, where: object) -> bool:
+    """`no_space(exc)`, or a failure while the disk under `where` has almost nothing free (some tools, such as
+    git writing its config, do not say ENOSPC)."""
+    import shutil
+
+    if no_space(exc):
+        return True
+    try:
+        return shutil.disk_usage(str(where)).free < ALMOST_FULL
+    except OSError:
+        return False
+
+
+ALMOST_FULL = 256 << 10  # bytes free under which a failed write is taken for a full disk
+
+
+def disk_full(what: str, where: object) -> StateError:
+    """The error for a disk that filled while `what` wrote under `where` (what was there before is kept)."""
+    return StateError(
+        f"{what}: {NO_SPACE} ({where})",
+        hint=f"free some space on the disk of {where}, then run the command again: what was written completely is "
+        "kept, and what was half-written is not used",
+    )
+
+
 INTERRUPTED = "interrupted; nothing was changed"  # Ctrl-C (KeyboardInterrupt), exit 130: cli.main.run says it
 
 

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.engine import CONTAINER_LABEL, Engine
+from imgbuild.engine import Engine
 from imgbuild.plan.dockerfile import context_tar
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.jsonschema_check import load_json
+from tests.support.multi_world import add_flashinfer, flashinfer_release
+from tests.support.owners import containers_of
 from tests.support.runner import Cli, ctrl_c
 from tests.support.synth import Upstream
-from tests.support.synth_images import FILES, SITE
+from tests.support.synth_images import FILES, SITE, engram_project
 
 ARM64 = Platform.parse("linux/arm64")
 pytestmark = pytest.mark.docker
@@ -59,6 +61,69 @@ def test_base_drift_is_refused_naming_files_and_hashes(
     assert hashlib.sha256(drifted).hexdigest() in proc.stderr
     assert hashlib.sha256(FILES["vllm/sparse.py"].encode()).hexdigest() in proc.stderr
     assert tags_of(engine, f"{prefix}-drift") == set()
+
+
+def test_vllm_under_another_pythons_dist_packages_is_found_and_named(
+    make_project: MakeProject, cli: Cli, engine: Engine, prefix: str, skeleton_base: str
+) -> None:
+    """The base's vLLM tree sits under python3.11 while the variant says python3.12: the error says where it is,
+    that those are the pinned files, and what to set (issue 37, item 4)."""
+    other = "/usr/local/lib/python3.11/dist-packages"
+    moved = [f"RUN mkdir -p {other} && mv {SITE}/vllm {other}/"]
+    base = derived(engine, skeleton_base, f"{prefix}-py311/base:1", moved)
+    proc = cli(make_project("py311"), "build", "--base", base)
+    assert proc.returncode == 6, proc.stderr
+    err = " ".join(proc.stderr.split())  # rich wraps lines
+    assert f"has no vllm/ in {SITE} (the site-packages image.site_packages in images/latest.yaml)" in err, err
+    assert f"it has vllm/ in {other} (the pinned files)" in err, err
+    assert f"set `site_packages: {other}` under `image:` in images/latest.yaml" in err, err
+    assert "`site_packages: null`" in err
+    assert tags_of(engine, f"{prefix}-py311") == set()
+
+
+def test_a_base_without_flashinfer_says_the_package_is_missing_and_what_the_stack_needs(
+    tmp_path: Path, cli: Cli, engine: Engine, prefix: str, synth_upstream: Upstream, skeleton_base: str
+) -> None:
+    """A project pinning and patching FlashInfer, on a base with vLLM only (the vLLM-only skeleton): not "drift"
+    of one file but no flashinfer package at all, the pin and the patch, and the choices (issue 37, item 4)."""
+    fi = Upstream(tmp_path / "fi-upstream")
+    flashinfer_release(fi)
+    repo = f"{prefix}-nofi"
+    root = engram_project(tmp_path / "project", synth_upstream, repo)
+    patch = add_flashinfer(root, fi)
+    proc = cli(root, "build", "--base", skeleton_base)
+    assert proc.returncode == 6, proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert f"base {skeleton_base} has no flashinfer package at all" in err, err
+    assert "the stack pins it (the pin flashinfer 0.1 in patches/upstream.yaml)" in err, err
+    assert f"patches it ({patch.removesuffix('.patch')})" in err, err
+    assert "use a base with flashinfer==0.1 installed" in err and "reverting a patch in a variant is not enough" in err
+    assert "vllm/" not in err.split("the files it checked:")[0]  # vLLM's files are there: nothing said of them
+    assert tags_of(engine, repo) == set()
+
+
+def test_smoke_of_an_image_that_exists_nowhere_names_the_variants_and_how_to_get_it(
+    make_project: MakeProject, cli: Cli, prefix: str, tmp_path: Path
+) -> None:
+    """Not a variant, not a local image: the variants, which variant builds that name, a typo's variant, a pull
+    (issue 37, item 4)."""
+    project = make_project("nowhere")
+    repo = f"{prefix}-nowhere"
+    proc = cli(project, "smoke", f"{repo}:engram-mem")
+    assert proc.returncode == 7, proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "is neither a variant of this project (engram-mem, latest) nor an image in the local store" in err, err
+    assert "`imgbuild build engram-mem` makes it (images/engram-mem.yaml)" in err, err
+    assert f"`docker pull {repo}:engram-mem`" in err, err
+    typo = " ".join(cli(project, "smoke", "lates").stderr.split())
+    assert "did you mean the variant 'latest'? `imgbuild smoke latest`" in typo, typo
+    empty = tmp_path / "not-a-project"
+    empty.mkdir()
+    alone = cli(empty, "smoke", "nothing-here:1")
+    assert alone.returncode == 7, alone.stderr
+    said = " ".join(alone.stderr.split())
+    assert "there is no project here" in said and "`docker pull nothing-here:1`" in said, said
+    assert "imgbuild -C PROJECT smoke VARIANT" in said and "Traceback" not in said
 
 
 def test_tag_collision_with_a_foreign_image(
@@ -111,8 +176,7 @@ def test_interrupted_build_leaves_no_half_tagged_image(
     assert not any(t.endswith(":latest") or ":1.0.0-" in t for t in tags_of(engine, repo))
     label = f"imgbuild.upstream.url={synth_upstream.url}"
     assert engine.client.containers.list(all=True, filters={"label": label}) == []  # the smoke container is gone
-    owned = f"{CONTAINER_LABEL}={done.pid}"
-    assert engine.client.containers.list(all=True, filters={"label": owned}) == []
+    assert containers_of(engine, done.pid) == []
 
 
 def test_smoke_fails_on_broken_images(built: Built, engine: Engine) -> None:

@@ -6,48 +6,38 @@ container lives as long as the test wants and no image has to be pulled.
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from imgbuild.engine import CONTAINER_LABEL, Engine
-from tests.support import needs
+from imgbuild.engine import Engine
+from tests.support.owners import containers_of
+from tests.support.runner import default_sigint
+from tests.support.sleep_image import make_sleep_image
 
 pytestmark = pytest.mark.docker
 
-SLEEP_C = "#include <stdlib.h>\n#include <unistd.h>\nint main(int c, char **v) { sleep(atoi(v[1])); return 0; }\n"
 SCRIPT = "import sys\nfrom imgbuild.engine import Engine\nEngine.connect().run(sys.argv[1], ['/sleep', '30'])\n"
 
 
 @pytest.fixture(scope="module")
 def sleep_image(engine: Engine, tmp_path_factory: pytest.TempPathFactory, prefix: str) -> Iterator[str]:
-    needs.tool("gcc", "docker", "a static sleep binary for the test image, `gcc -static`")
-    tmp = tmp_path_factory.mktemp("sleep")
-    (tmp / "sleep.c").write_text(SLEEP_C)
-    subprocess.run(["gcc", "-static", "-O1", "-o", str(tmp / "sleep"), str(tmp / "sleep.c")], check=True)
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        tar.add(tmp / "sleep", arcname="sleep")
-    ref = f"{prefix}-sleep:1"
-    engine.client.api.import_image_from_data(data.getvalue(), repository=f"{prefix}-sleep", tag="1")
+    ref = make_sleep_image(engine, tmp_path_factory.mktemp("sleep"), f"{prefix}-sleep", "docker")
     yield ref
     engine.client.api.remove_image(ref, force=True)
 
 
 def ours(engine: Engine, pid: int) -> list[str]:
-    found = engine.client.api.containers(all=True, filters={"label": f"{CONTAINER_LABEL}={pid}"})
-    return [c["Id"] for c in found]
+    return containers_of(engine, pid)
 
 
 def start_and_wait_for_container(engine: Engine, image: str) -> tuple[subprocess.Popen[bytes], float]:
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, image], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, image], stderr=subprocess.PIPE, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not ours(engine, proc.pid):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
@@ -88,7 +78,9 @@ def test_ctrl_c_anywhere_around_the_create_call_leaves_nothing(engine: Engine, s
     when = appeared - started  # about when the create call returns, from the start of the process
     pids = []
     for step in range(-6, 4):
-        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, sleep_image], stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, sleep_image], stderr=subprocess.DEVNULL, preexec_fn=default_sigint
+        )
         time.sleep(max(0.0, when + step * 0.01))
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)

@@ -200,6 +200,13 @@ def test_credentials_are_dockers_own(world: World, tmp_path: Path) -> None:
         proc = world.publish(*args, env={"DOCKER_CONFIG": str(_docker_config(tmp_path / "none"))})
         assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert f"{guarded.host}/{world.repo}:1.0.0-" in proc.stderr and f"docker login {guarded.host}" in proc.stderr
+        assert f"has no credentials for {guarded.host}" in " ".join(proc.stderr.split())
+        wrong = _docker_config(tmp_path / "wrong", guarded.host, "ci", "not-the-password")
+        proc = world.publish(*args, env={"DOCKER_CONFIG": str(wrong)})
+        assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
+        err = " ".join(proc.stderr.split())
+        assert f"the registry refused the credentials the docker config holds for {guarded.host}" in err, err
+        assert f"the `auths` entry in {wrong}/config.json" in err and "log in first" not in err, err
         good = _docker_config(tmp_path / "good", guarded.host, "ci", secret)
         proc = world.publish(*args, "--json", env={"DOCKER_CONFIG": str(good)})
         out = published(proc)

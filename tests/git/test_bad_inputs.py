@@ -7,7 +7,6 @@ sudo (.ci/run runs as root); without either those tests fail, saying so.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import shutil
@@ -15,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,8 +24,10 @@ from imgbuild.errors import ConfigError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.patches.variants import resolve_variants
 from tests.support.jsonschema_check import load_json
+from tests.support.runner import default_sigint
 from tests.support.runner import imgbuild_here as imgbuild  # in-process; signals and second processes use Popen below
 from tests.support.synth import Upstream, git, make_project, numbered
+from tests.support.tmpfs import tmpfs
 
 REPO = Path(__file__).resolve().parents[2]
 NO_DAEMON = "unix:///nonexistent/docker.sock"  # for checks that must come before the daemon is asked anything
@@ -58,31 +58,6 @@ def real_project(tmp_path: Path) -> Path:
     for part in ("patches", "images", "deploy"):
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("out"))
     return root
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, options: str) -> Iterator[Path]:
-    """A tmpfs at `path`. Mounting needs root: as root (.ci/run) it is `mount`; otherwise `sudo -n mount`
-    (the GitHub runner's passwordless sudo), owned by this user so the test can fill it."""
-    path.mkdir(parents=True, exist_ok=True)
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    owner = "" if not sudo else f",uid={os.geteuid()},gid={os.getegid()}"
-    mount = [*sudo, "mount", "-t", "tmpfs", "-o", options + owner, "tmpfs", str(path)]
-    try:
-        proc = subprocess.run(mount, capture_output=True, text=True)
-        problem = proc.stderr.strip() if proc.returncode != 0 else ""
-    except FileNotFoundError as exc:  # no sudo
-        problem = str(exc)
-    if problem:
-        pytest.fail(
-            f"cannot mount a tmpfs here ({' '.join(mount)}: {problem}); these tests make a read-only and a full "
-            "file system, which needs root or passwordless sudo: run the tests as root, as .ci/run does",
-            pytrace=False,
-        )
-    try:
-        yield path
-    finally:
-        subprocess.run([*sudo, "umount", str(path)], check=True)
 
 
 # -- --json: exactly one document, errors included ----------------------------------------------
@@ -343,6 +318,7 @@ def popen_apply(big: tuple[Path, Path], dest: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "IMGBUILD_CACHE": str(cache)},
+        preexec_fn=default_sigint,  # a test sends it SIGINT: not ignored, however this suite was started
     )
 
 
@@ -460,6 +436,7 @@ def test_ctrl_c_while_the_cli_starts_gives_no_traceback(tmp_path: Path, delay_ms
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     assert proc.stderr is not None and proc.stderr.readline() == "python is up\n"
     time.sleep(delay_ms / 1000)
@@ -495,7 +472,9 @@ def test_ctrl_c_in_a_weakref_callback_still_stops_the_command() -> None:
     """What made the start-up test above fail about 1 run in 30: SIGINT handled inside the import machinery's
     module-lock callback, where Python prints the exception ('Exception ignored in ... Traceback') and goes on.
     Here the same happens on purpose, every time."""
-    proc = subprocess.run([sys.executable, "-c", IN_A_CALLBACK], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_A_CALLBACK], capture_output=True, text=True, timeout=60, preexec_fn=default_sigint
+    )
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     assert "the command ran on" not in proc.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -77,10 +78,34 @@ def test_the_pushed_digest_is_read_from_docker_push_output() -> None:
         ('Head "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', "running"),
         ("http: server gave HTTP response to HTTPS client", "insecure-registries"),
         ("something else", "IMGBUILD_ECHO=1"),
+        ("received unexpected HTTP status: 503 Service Unavailable", "server error (5xx)"),
+        ('failed to do request: Post "https://127.0.0.1:5000/v2/x/blobs/uploads/": EOF', "closed mid-request"),
+        ("read tcp 127.0.0.1:1->127.0.0.1:5000: read: connection reset by peer", "closed mid-request"),
     ],
 )
 def test_a_failure_gets_a_hint_for_its_cause(stderr: str, says: str) -> None:
     assert says in tools._hint(stderr, "127.0.0.1:5000")
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"auths": {}}, "has no credentials for 127.0.0.1:5000"),
+        ({"auths": {"127.0.0.1:5001": {"auth": "eDp5"}}}, "has no credentials for 127.0.0.1:5000"),
+        ({"auths": {"127.0.0.1:5000": {"auth": "eDp5"}}}, "refused the credentials the docker config holds"),
+        ({"auths": {"http://127.0.0.1:5000/v2/": {"auth": "eDp5"}}}, "the `auths` entry in"),
+        ({"credHelpers": {"127.0.0.1:5000": "pass"}}, "docker-credential-pass"),
+        ({"credsStore": "secretservice", "auths": {"127.0.0.1:5000": {}}}, "docker-credential-secretservice"),
+        ({"credsStore": "secretservice", "auths": {}}, "log in first"),
+    ],
+)
+def test_unauthorized_says_whether_the_docker_config_holds_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, object], says: str
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    hint = tools._hint("unauthorized: authentication required", "127.0.0.1:5000")
+    assert says in hint and "docker login 127.0.0.1:5000" in hint, hint
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,16 @@ from tests.support import needs
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START = REPO_ROOT / ".ci" / "start-registry.sh"
 DOCKER = os.environ.get("IMGBUILD_DOCKER", "docker")
+# what a client asking a registry for a manifest by tag accepts (without the docker ones, distribution converts a
+# docker manifest to schema 1, of another digest)
+ACCEPT = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
 ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<uri>\S+) HTTP/[0-9.]+" (?P<status>\d{3}) ')
 
 

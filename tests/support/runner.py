@@ -101,6 +101,13 @@ class Interrupted:
     stderr: str  # what it printed before the signal and after
 
 
+def default_sigint() -> None:
+    """`preexec_fn` for a child a test will send SIGINT: SIGINT back to its default, whatever this process has.
+    A suite started from a background job or `nohup` inherits SIGINT ignored (POSIX shells do so for `&` without
+    job control), its children too, and Python keeps an inherited SIG_IGN: the Ctrl-C would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrl_c(project: Path, *args: str, when: str, after: float) -> Interrupted:
     """`imgbuild -C PROJECT ARGS...` in a subprocess, sent SIGINT `after` seconds past the first stderr line
     holding `when` (as a user's Ctrl-C would be); waits for it to exit."""
@@ -110,6 +117,7 @@ def ctrl_c(project: Path, *args: str, when: str, after: float) -> Interrupted:
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ),
+        preexec_fn=default_sigint,
     )
     assert proc.stderr is not None
     seen = []

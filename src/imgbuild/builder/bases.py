@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -188,38 +189,160 @@ def drift_key(image_id: str, platform: Platform, site_packages: str, wanted: dic
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def check_drift(engine: Engine, plans: Sequence[VariantPlan], bases: BaseMap, cache: Path) -> None:
+def check_drift(
+    engine: Engine, plans: Sequence[VariantPlan], bases: BaseMap, cache: Path, project: Project | None = None
+) -> None:
     """Refuse when a planned file in a base is not the pinned release's pristine file. A pass is kept in
-    `cache`/drift-checked/ under its `drift_key` (an image id is a digest: its files cannot change)."""
+    `cache`/drift-checked/ under its `drift_key` (an image id is a digest: its files cannot change). When a
+    package's files are all missing, the error says whether the base has that package elsewhere (another
+    python's site- or dist-packages: what to set) or not at all (what the stack needs of it)."""
     by_name = {p.variant.name: p for p in plans}
     by_base: dict[tuple[str, Platform, str], dict[str, str | None]] = {}
+    users: dict[tuple[str, Platform, str], list[str]] = {}
     for (name, platform), base in bases.items():
-        wanted = by_base.setdefault((base.image_id, platform, base.site_packages), {})
+        key = (base.image_id, platform, base.site_packages)
+        wanted = by_base.setdefault(key, {})
         wanted.update({f.path: f.pristine_sha256 for f in by_name[name].files})
+        users.setdefault(key, []).append(name)
     refs = {(b.image_id, b.platform, b.site_packages): b.ref for b in bases.values()}
     problems: list[str] = []
+    findings: list[Finding] = []
     for (image_id, platform, site), wanted in by_base.items():
         marker = cache / DRIFT_DIR / drift_key(image_id, platform, site, wanted)
         if marker.is_file():
             continue
         paths = {f"{site.rstrip('/')}/{p}": p for p in sorted(wanted)}
         have = engine.file_digests(image_id, list(paths), platform)
+        ref = refs[(image_id, platform, site)]
         bad = [
-            f"{refs[(image_id, platform, site)]}: {full}: base has {have[full] or 'no such file'}, "
+            f"{ref}: {full}: base has {have[full] or 'no such file'}, "
             f"the pinned release has {wanted[rel] or 'no such file'}"
             for full, rel in paths.items()
             if have[full] != wanted[rel]
         ]
         problems += bad
-        if not bad:
+        if bad:
+            absent = {rel for full, rel in paths.items() if have[full] is None and wanted[rel] is not None}
+            found = find_misplaced(engine, image_id, platform, ref, site, wanted, absent)
+            findings += [dataclasses.replace(f, variants=tuple(users[(image_id, platform, site)])) for f in found]
+        else:
             with contextlib.suppress(OSError):  # a cache that cannot keep it checks again next time
                 write_json(
                     marker, {"base": image_id, "platform": str(platform), "site_packages": site, "files": wanted}
                 )
     if problems:
+        hint = "use a base built from the pinned release, or re-pin patches/upstream.yaml to the release in the base "
+        hint += "(then `imgbuild patches check`)"
+        if findings:
+            said = [f.say(plans, project) for f in findings]
+            raise UpstreamError(
+                "base drift: " + "\n".join(s for s, _ in said) + "\nthe files it checked:\n  " + "\n  ".join(problems),
+                hint="; ".join(dict.fromkeys(h for _, h in said)),
+            )
         raise UpstreamError(
             "base drift: the base does not carry the pinned release's files, so overlaying patched files on it "
             "would mix releases:\n  " + "\n  ".join(problems),
-            hint="use a base built from the pinned release, or re-pin patches/upstream.yaml to the release in the "
-            "base (then `imgbuild patches check`)",
+            hint=hint,
         )
+
+
+# Where else a Python package may live in a base: each python3.X's dist- and site-packages under the usual prefixes.
+PY_PREFIXES = ("/usr/local/lib", "/usr/lib", "/opt/conda/lib", "/opt/venv/lib", "/venv/lib", "/root/.local/lib")
+PY_DIRS = tuple(
+    f"{prefix}/python3.{minor}/{kind}"
+    for prefix in PY_PREFIXES
+    for minor in range(8, 16)
+    for kind in ("dist-packages", "site-packages")
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A package whose every planned file is missing from a base's site-packages: found elsewhere, or nowhere."""
+
+    ref: str
+    site: str
+    root: str  # the package root: vllm, flashinfer
+    found: tuple[tuple[str, bool], ...]  # (directory holding root/, whether its planned files are the pinned ones)
+    variants: tuple[str, ...] = ()  # the variants built on this base
+
+    def say(self, plans: Sequence[VariantPlan], project: Project | None) -> tuple[str, str]:
+        """The sentence and the hint."""
+        names = list(self.variants) or [p.variant.name for p in plans]
+        where = _site_source(project, names)
+        if self.found:
+            dirs = ", ".join(f"{d} ({'the pinned files' if same else 'other files'})" for d, same in self.found)
+            first = self.found[0][0]
+            return (
+                f"base {self.ref} has no {self.root}/ in {self.site} (the site-packages {where}); "
+                f"it has {self.root}/ in {dirs}",
+                f"set `site_packages: {first}` under `image:` in {_site_file(project, names) or 'the variant'}, or "
+                f"`site_packages: null` to ask the base's python3 (right only if that python imports {self.root} "
+                f"from there)",
+            )
+        pin = next((p for p in project.pins if p.package_root == self.root), None) if project else None
+        mine = [p for p in plans if p.variant.name in names]
+        patched = sorted({n for p in mine for f in p.files if f.path.startswith(f"{self.root}/") for n in f.patches})
+        what = f"the pin {pin.name} {pin.tag} in patches/upstream.yaml" if pin else f"the pinned {self.root}"
+        wheel = pin.source.project if pin is not None and isinstance(pin.source, WheelSource) else self.root
+        return (
+            f"base {self.ref} has no {self.root} package at all: none of the stack's {self.root}/ files in "
+            f"{self.site}, and no {self.root}/ in any python3.X dist- or site-packages; the stack pins it "
+            f"({what}) and "
+            + (f"patches it ({', '.join(patched)})" if patched else "overlays its files (at upstream content here)"),
+            f"use a base with {wheel}=={pin.version if pin else '<the pinned version>'} installed (`--base runtime` "
+            f"builds one from images/runtime-lock), or drop the {self.root} pin and its patches from the stack: "
+            f"reverting a patch in a variant is not enough, every file a series patch touches is overlaid, "
+            f"reverted ones at upstream content",
+        )
+
+
+def _site_source(project: Project | None, names: Sequence[str]) -> str:
+    where = _site_file(project, names)
+    return f"image.site_packages in {where}" if where else "the base's python3 reported"
+
+
+def _site_file(project: Project | None, names: Sequence[str]) -> str | None:
+    """The images/ file that sets image.site_packages for these variants (following `from:`), or None."""
+    if project is None:
+        return None
+    for name in names:
+        seen: set[str] = set()
+        while name in project.variant_configs and name not in seen:
+            seen.add(name)
+            cfg = project.variant_configs[name]
+            if cfg.image.site_packages:
+                return f"images/{name}.yaml"
+            name = cfg.from_ or ""
+    return None
+
+
+def find_misplaced(
+    engine: Engine,
+    image_id: str,
+    platform: Platform,
+    ref: str,
+    site: str,
+    wanted: dict[str, str | None],
+    absent: set[str],
+) -> list[Finding]:
+    """For each package root whose every planned (non-new) file is `absent` from `site`: the python directories of
+    the base that hold its first file, and whether each holds the pinned files. No container is started."""
+    by_root: dict[str, list[str]] = {}
+    for rel in sorted(wanted):
+        if wanted[rel] is not None:
+            by_root.setdefault(rel.split("/", 1)[0], []).append(rel)
+    roots = [root for root, rels in by_root.items() if all(r in absent for r in rels)]
+    out = []
+    for root in roots:
+        rels = by_root[root]
+        dirs = [d for d in PY_DIRS if d != site.rstrip("/")]
+        have = engine.file_digests(image_id, [f"{d}/{rels[0]}" for d in dirs], platform)
+        found = [d for d in dirs if have[f"{d}/{rels[0]}"] is not None]
+        checked = []
+        for d in found:
+            digests = engine.file_digests(image_id, [f"{d}/{r}" for r in rels], platform)
+            checked.append((d, all(digests[f"{d}/{r}"] == wanted[r] for r in rels)))
+        checked.sort(key=lambda c: not c[1])  # the pinned files first
+        out.append(Finding(ref, site, root, tuple(checked)))
+    return out

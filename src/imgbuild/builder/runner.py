@@ -341,7 +341,7 @@ def prepare(
     plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_entrypoints(engine, plans, bases)
-        check_drift(engine, plans, bases, cache_dir())
+        check_drift(engine, plans, bases, cache_dir(), project)
     return plan
 
 

@@ -50,7 +50,7 @@ def _run(as_json: bool) -> int:
     import typer
 
     from imgbuild.cli.app import app
-    from imgbuild.errors import ExitCode, ImgbuildError, error_json
+    from imgbuild.errors import ExitCode, ImgbuildError, error_json, no_space
     from imgbuild.jsondoc import document
 
     def fail(kind: str, message: str, hint: str | None, code: int, details: dict[str, object], *, doc: bool) -> int:
@@ -79,9 +79,20 @@ def _run(as_json: bool) -> int:
         return exc.exit_code
     except OSError as exc:  # a path the OS refused that no command foresaw: still one line, no traceback
         where = f": {exc.filename}" if exc.filename else ""
-        return fail(
-            "OSError", f"{exc.strerror or exc}{where}", "check the path and the disk", ExitCode.STATE, {}, doc=as_json
+        hint = (
+            "free some space on that disk, then run the command again"
+            if no_space(exc)
+            else "check the path and the disk"
         )
+        return fail("OSError", f"{exc.strerror or exc}{where}", hint, ExitCode.STATE, {}, doc=as_json)
+    except Exception as exc:  # a tool (git) that failed for a full disk where no command foresaw it: one line
+        if not no_space(exc):
+            raise
+        hint = (
+            "the disk is full: free some space on the project's disk or the cache's (IMGBUILD_CACHE), then run "
+            "the command again; one that was under way (a rebase) says how to resume it"
+        )
+        return fail("StateError", str(exc).strip().splitlines()[0][:400], hint, ExitCode.STATE, {}, doc=as_json)
     if code == 130:  # typer's answer to a KeyboardInterrupt in a command (no ExitCode is 130)
         raise KeyboardInterrupt
     return code if isinstance(code, int) else 0

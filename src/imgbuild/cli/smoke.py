@@ -11,7 +11,7 @@ import typer
 
 from imgbuild.cli.build import BaseOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError, DockerError, ExitCode, SmokeError, UsageError
+from imgbuild.errors import ConfigError, ExitCode, SmokeError, UsageError
 
 if TYPE_CHECKING:
     from imgbuild.publish.signing import SupplyChain
@@ -56,7 +56,7 @@ def smoke_cmd(
     from imgbuild.project import Project, load_project
     from imgbuild.publish import signing
     from imgbuild.smoke.checks import expected_from_labels, smoke
-    from imgbuild.smoke.localize import is_registry_ref, localize
+    from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
 
     try:
         project: Project | None = load_project()
@@ -95,10 +95,7 @@ def smoke_cmd(
         ref = localize(eng, target, platform)  # a registry reference: pull that platform by digest
         info = eng.image(ref)
         if info is None:
-            raise DockerError(
-                f"{ref!r} is neither a variant of this project nor an image in the local store",
-                hint="variants are the files in images/; images are names like vllm-dsv41:latest",
-            )
+            raise nowhere(ref, project.variants if project is not None else None, repository)
         expected = expected_from_labels(info)
         # a variant of this project: its smoke commands, and its release names the modules importing the files
         if project is not None and finder and (known := project.variants.get(expected.variant or "")) is not None:

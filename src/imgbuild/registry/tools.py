@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from imgbuild import proc
@@ -57,12 +58,68 @@ def platform_of(plat: object) -> str | None:
     return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
 
 
+AGAIN = "publish skips what the registry already holds, and moves a moving tag only after every image it names is in"
+
+
+def docker_config() -> Path:
+    """The docker CLI's config file: $DOCKER_CONFIG/config.json, else ~/.docker/config.json."""
+    base = os.environ.get("DOCKER_CONFIG")
+    return (Path(base) if base else Path.home() / ".docker") / "config.json"
+
+
+DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def credentials_for(host: str, config: Path | None = None) -> str | None:
+    """Where the docker config holds credentials for `host` (None: nowhere): its `auths` entry, its credential
+    helper for the host, or its credential store (which may or may not hold one; only docker can ask it)."""
+    path = config or docker_config()
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+
+    def bare(key: str) -> str:
+        key = key.removeprefix("https://").removeprefix("http://").split("/", 1)[0]
+        return "docker.io" if key in DOCKER_HUB else key
+
+    want = bare(host)
+    helpers = doc.get("credHelpers") or {}
+    helper = next((v for k, v in helpers.items() if bare(k) == want), None) if isinstance(helpers, dict) else None
+    if helper:
+        return f"the credential helper docker-credential-{helper} named for it in {path}"
+    auths = doc.get("auths") or {}
+    entry = next((v for k, v in auths.items() if bare(k) == want), None) if isinstance(auths, dict) else None
+    if isinstance(entry, dict) and (entry.get("auth") or entry.get("identitytoken") or entry.get("username")):
+        return f"the `auths` entry in {path}"
+    if doc.get("credsStore") and isinstance(entry, dict):  # `docker login` with a store leaves an empty entry
+        return f"the credential store docker-credential-{doc['credsStore']} that {path} names"
+    return None
+
+
 def _hint(stderr: str, host: str) -> str:
     low = stderr.lower()
     if "unauthorized" in low or "denied" in low or "authentication required" in low or "no basic auth" in low:
-        return f"log in first: `docker login {host}` (imgbuild uses the docker config's credentials)"
+        held = credentials_for(host)
+        if held is not None:
+            return (
+                f"the registry refused the credentials the docker config holds for {host} ({held}): they are wrong, "
+                f"expired or lack push rights; log in again with the right ones: `docker login {host}`"
+            )
+        return (
+            f"log in first: the docker config ({docker_config()}) has no credentials for {host}; "
+            f"`docker login {host}` (imgbuild uses the docker config's credentials)"
+        )
     if "connection refused" in low or "no such host" in low or "i/o timeout" in low or "dial tcp" in low:
-        return f"is the registry at {host} running and reachable from here?"
+        return f"is the registry at {host} running and reachable from here? then run the command again ({AGAIN})"
+    if re.search(r"\b50[0-4]\b|service unavailable|internal server error|bad gateway", low):
+        return (
+            f"the registry at {host} failed with a server error (5xx): once it is well, run the command again ({AGAIN})"
+        )
+    if re.search(r": eof\b|connection reset|broken pipe|unexpected eof|use of closed network connection", low):
+        return f"the connection to the registry at {host} was closed mid-request: run the command again ({AGAIN})"
     if "http response to https client" in low:
         return f"{host} speaks plain HTTP: add it to the daemon's insecure-registries, or give it TLS"
     return "run the command above by hand (IMGBUILD_ECHO=1 prints it) to see the registry's answer"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
+
 from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError
+from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.platforms import Platform
 from imgbuild.registry import reference, tools
 
@@ -46,3 +50,32 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
                 hint="the daemon pulls with its own credentials: `docker login " + ref.host + "`",
             ) from exc
     return pinned
+
+
+def nowhere(target: str, variants: Mapping[str, ResolvedVariant] | None, repository: str | None = None) -> DockerError:
+    """The error for a smoke target that is no variant and no local image: the variants there are, and how to get
+    the image (which variant builds it, a typo's likely variant, a pull). `variants` None: no project here."""
+    if variants is None:
+        return DockerError(
+            f"{target!r} is not an image in the local store, and there is no project here to name a variant of",
+            hint=f"pull it first (`docker pull {target}`), name it by registry (host/repo:tag: smoke fetches it), "
+            "or name a variant of a project: `imgbuild -C PROJECT smoke VARIANT`",
+        )
+    names = sorted(variants)
+    what = f"{target!r} is neither a variant of this project ({', '.join(names) or 'none'}) nor an image in the "
+    what += "local store"
+    repo, _, tag = target.rpartition(":") if ":" in target.rsplit("/", 1)[-1] else (target, "", "")
+    same_repo = [v for v in variants.values() if (repository or v.image.repository) == repo]
+    makers = sorted(same_repo, key=lambda v: tag not in v.image.tags)  # the variant with that moving tag first
+    if makers:
+        name = makers[0].name
+        how = f"`imgbuild build {name}` makes it (images/{name}.yaml), then `imgbuild smoke {name}`"
+    elif close := difflib.get_close_matches(target, names, n=1, cutoff=0.6):
+        how = f"did you mean the variant {close[0]!r}? `imgbuild smoke {close[0]}` checks its current image"
+    else:
+        how = f"name a variant (`imgbuild smoke {names[0] if names else 'VARIANT'}`) or build it first"
+    return DockerError(
+        what,
+        hint=f"{how}; an image from elsewhere: `docker pull {target}` first, or name it by "
+        "registry (host/repo:tag), which smoke fetches",
+    )

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
-from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError
+from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError, disk_full, no_space
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, run_git
 
@@ -92,9 +92,20 @@ class Mirror:
                 pass
             self.set_aside("it is not an imgbuild mirror")
         ensure_cache_dir(self.path.parent)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.path.parent))
-        repo = GitRepo.init_bare(staging)
-        repo.run("config", "imgbuild.source", source_key(self.source))
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.path.parent))
+        except OSError as exc:
+            raise (
+                disk_full(f"cannot create the cache mirror {self.path}", self.root) if no_space(exc) else exc
+            ) from exc
+        try:
+            repo = GitRepo.init_bare(staging)
+            repo.run("config", "imgbuild.source", source_key(self.source))
+        except Exception as exc:  # gitpython's or git's: a half-made staging repository is never used
+            shutil.rmtree(staging, ignore_errors=True)
+            if no_space(exc):
+                raise disk_full(f"cannot create the cache mirror {self.path}", self.root) from exc
+            raise
         try:
             os.rename(staging, self.path)
         except OSError:
@@ -122,7 +133,11 @@ class Mirror:
             resolved = self._resolve_pin(pin)
         except ImgbuildError:
             raise
-        except Exception as exc:  # noqa: BLE001 - gitpython fails in many ways on a damaged repository
+        except Exception as exc:
+            if no_space(exc) or not self.path.exists():  # a full disk breaks nothing already there: keep it
+                if no_space(exc):
+                    raise disk_full(f"cannot update the cache mirror {self.path}", self.root) from exc
+                raise
             aside = self.set_aside(_one_line(exc))
             try:
                 resolved = self._resolve_pin(pin)
@@ -217,6 +232,8 @@ class Mirror:
         try:
             repo.run("fetch", "--no-tags", url, *refspecs)
         except GitError as first:
+            if no_space(first):  # git keeps a fetch it could not finish out of its refs: the mirror stays whole
+                raise disk_full(f"cannot fetch {ref!r} into the cache mirror {self.path}", self.root) from first
             try:  # maybe a branch, or a server that refuses fetching by sha
                 repo.run("fetch", "--tags", url)
             except GitError:

@@ -17,7 +17,7 @@ from typing import Any
 
 from imgbuild import digests
 from imgbuild.atomic import write_json
-from imgbuild.errors import StateError
+from imgbuild.errors import StateError, disk_full, looks_full
 from imgbuild.upstream.commits import init_scratch, scratch_marker
 from imgbuild.upstream.git import GitRepo
 
@@ -135,10 +135,18 @@ class Session:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(exc, FileExistsError):
                 raise StateError(f"{self.directory} appeared while preparing the {KINDS[self.kind]}") from exc
+            if isinstance(exc, Exception) and looks_full(exc, self.directory.parent):
+                raise disk_full(f"cannot prepare the {KINDS[self.kind]} (patches/ is unchanged)", self.root) from exc
             raise
 
     def remove(self) -> None:
-        shutil.rmtree(self.directory)
+        """Remove the state dir in one step: renamed aside first, then deleted, so a kill part-way leaves it
+        whole or gone, never a state.json beside half a work tree (which no command could then use or remove).
+        What such a kill left aside, under an imgbuild-only name, goes now."""
+        aside = self.directory.parent / f".{self.kind}-removed-{os.getpid()}-{os.urandom(4).hex()}"
+        os.rename(self.directory, aside)
+        for old in self.directory.parent.glob(f".{self.kind}-removed-*"):
+            shutil.rmtree(old, ignore_errors=True)
 
     def inputs(self, patch_paths: Iterable[str]) -> dict[str, str | None]:
         """sha256 of the series, the pin and the given patches (paths relative to the project root)."""
