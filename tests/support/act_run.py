@@ -198,11 +198,9 @@ class Site:
             args += ["--var", f"{k}={v}"]
         for k, v in (env or {}).items():
             args += ["--env", f"{k}={v}"]
-        keep = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("GITHUB_")
-        }
+        # the jobs share the user's cache (XDG_CACHE_HOME), where the skeleton rootfs tars are, not a test's own
+        drop = ("PYTHONPATH", "VIRTUAL_ENV", "IMGBUILD_CACHE")
+        keep = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("GITHUB_")}
         proc_env = {
             **keep,
             "HOME": str(self.home),
