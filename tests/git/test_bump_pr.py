@@ -155,7 +155,9 @@ def test_the_workflow_runs_the_script_with_the_least_it_needs() -> None:
     on = data[True]  # YAML 1.1 reads `on:` as a boolean
     assert on["schedule"][0]["cron"] and "workflow_dispatch" in on
     assert data["permissions"] == {"contents": "read"}
-    [job] = data["jobs"].values()
+    assert list(data["jobs"]) == ["pins", "bump"] and "permissions" not in data["jobs"]["pins"]
+    job = data["jobs"]["bump"]
+    assert job["strategy"]["matrix"]["pin"] == "${{ fromJSON(needs.pins.outputs.pins) }}"
     assert job["permissions"] == {"contents": "write", "pull-requests": "write", "issues": "write"}
     step = next(s for s in job["steps"] if "bump-pr.sh" in str(s.get("run", "")))
     assert step["env"]["GH_TOKEN"] == "${{ github.token }}" and "REPORT_DIR" in step["env"]
