@@ -19,5 +19,6 @@ def test_the_default_refs_are_refs_that_onto_reads() -> None:
     assert triggers["workflow_dispatch"]["inputs"]["refs"]["default"] == "pinned latest"
     step = next(s for s in data["jobs"]["check"]["steps"] if "imgbuild patches check" in str(s.get("run", "")))
     assert step["env"]["REFS"] == "${{ github.event.inputs.refs || 'pinned latest' }}" and "pipefail" in step["run"]
-    first, *more = "pinned latest".split()
+    default = triggers["workflow_dispatch"]["inputs"]["refs"]["default"]
+    first, *more = default.split(" ")
     assert split_refs([first], more) == ["pinned", "latest"]
