@@ -191,7 +191,10 @@ class Site:
         for label in RUNNER_LABELS:
             args += ["-P", f"{label}=-self-hosted"]
         for uses in uses_of(path):
-            args += ["--local-repository", f"{uses}={action_dir(uses)}"]
+            where = action_dir(uses)
+            args += ["--local-repository", f"{uses}={where}"]
+            if uses.startswith("actions/setup-python@") and where.parent != STANDINS / "actions":
+                args += ["--env", f"AGENT_TOOLSDIRECTORY={self.tool_cache()}"]
         for k, v in (inputs or {}).items():
             args += ["--input", f"{k}={v}"]
         for k, v in (variables or {}).items():
@@ -213,6 +216,17 @@ class Site:
         )
         (self.tmp / f"act{self.runs}-{workflow}-{event}.log").write_text(done.stdout + done.stderr)
         return done
+
+    def tool_cache(self) -> Path:
+        """For the real setup-python: a runner tool cache whose Python/X.Y.Z/x64 is a venv of this interpreter
+        (the host's site-packages visible, as the stand-in's venv), marked complete as the runner images do."""
+        cache = self.home / "toolcache"
+        version = ".".join(str(n) for n in sys.version_info[:3])
+        x64 = cache / "Python" / version / "x64"
+        if not (x64 / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(x64)], check=True)
+            (x64.parent / "x64.complete").write_text("")
+        return cache
 
     def gh_calls(self) -> list[dict[str, object]]:
         if not self.gh_log.exists():
