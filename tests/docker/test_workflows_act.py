@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import yaml
 
 from imgbuild.registry import tools
 from tests.support.act_run import ROOT, Site, git, jobs_succeeded, snapshot, tail, uses_of
-from tests.support.registry_env import RegistryProcess, push_skeleton_bases, remove_images, set_platforms
+from tests.support.registry_env import RegistryProcess, docker, push_skeleton_bases, remove_images, set_platforms
 from tests.support.runner import imgbuild
 from tests.support.synth import Upstream
 from tests.support.synth_images import engram_project, release
@@ -33,6 +34,7 @@ RUNS = {
     "images.yml": {"push", "workflow_dispatch"},
     "patches-check.yml": {"schedule", "workflow_dispatch"},
     "patches-bump.yml": {"schedule", "workflow_dispatch"},
+    "lock.yml": {"schedule", "workflow_dispatch"},
 }
 
 
@@ -165,3 +167,29 @@ def test_patches_bump_builds_and_opens_the_pull_request(world: World) -> None:
     assert again.returncode == 0, tail(again)  # type: ignore[attr-defined]
     assert "is already on origin: nothing to do" in again.stdout  # type: ignore[attr-defined]
     assert len([c for c in world.site.gh_calls() if c["argv"][:2] == ["pr", "create"]]) == 1
+
+
+def test_lock_workflow_follows_a_base_tag_that_moved(world: World) -> None:
+    """Last in this module: it moves the base tag that the other runs' lock names."""
+    current = world.act("lock.yml", "workflow_dispatch")
+    assert current.returncode == 0, tail(current)  # type: ignore[attr-defined]
+    assert "images.lock and buildkit/docker-bake.json are current" in current.stdout  # type: ignore[attr-defined]
+    base = f"{world.registry.host}/vllm/vllm-openai:v1.0.0"
+    before = tools.inspect_required(base).digest
+    # a new amd64 image under the tag (a label more): the tag moved, as a re-pushed upstream tag does
+    subprocess.run(
+        ["docker", "buildx", "build", "--platform", "linux/amd64", "--push", "-t", f"{base}-moved", "-"],
+        input=f"FROM {base}-amd64\nLABEL moved=1\n",
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    docker("buildx", "imagetools", "create", "-t", base, f"{base}-moved", f"{base}-arm64")
+    after = tools.inspect_required(base).digest
+    assert after != before
+    moved = world.act("lock.yml", "schedule", payload={"schedule": "17 4 * * 1"})
+    assert moved.returncode == 0, tail(moved)  # type: ignore[attr-defined]
+    created = [c for c in world.site.gh_calls() if c["argv"][:2] == ["pr", "create"] and "imgbuild/lock" in c["argv"]]
+    assert len(created) == 1 and after in str(created[0]["body"])
+    lock = git(world.site.origin, "show", "imgbuild/lock:images.lock")
+    assert after in lock and before not in lock
