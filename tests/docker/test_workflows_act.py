@@ -148,6 +148,8 @@ def test_patches_check_on_schedule_and_dispatch(world: World) -> None:
     assert jobs_succeeded(done) == ["patches-check/check", "patches-check/pins"], tail(done)  # type: ignore[arg-type]
     done = world.act("patches-check.yml", "workflow_dispatch", inputs={"refs": "pinned"})
     assert done.returncode == 0, tail(done)  # type: ignore[attr-defined]
+    out = done.stdout  # type: ignore[attr-defined]
+    assert '"ref": "pinned"' in out and '"ref": "latest"' not in out  # the input's refs, not the default
 
 
 def test_patches_bump_builds_and_opens_the_pull_request(world: World) -> None:

@@ -94,7 +94,11 @@ def _matrix(job: Job) -> dict[str, Any] | None:
 
 # The writes a job may ask for beyond `packages` (pushing images): the bump job pushes its branch,
 # opens its pull request and opens or updates its issue (.github/scripts/bump-pr.sh).
-WRITES = {("patches-bump.yml", "bump"): {"contents", "pull-requests", "issues"}}
+# lock.yml's job pushes the branch imgbuild/lock and opens its pull request.
+WRITES = {
+    ("patches-bump.yml", "bump"): {"contents", "pull-requests", "issues"},
+    ("lock.yml", "lock"): {"contents", "pull-requests"},
+}
 
 
 def test_every_job_graph_is_sound() -> None:

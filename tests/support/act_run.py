@@ -160,6 +160,8 @@ class Site:
         body: dict[str, object] = {"repository": {"full_name": f"{OWNER}/{NAME}", "default_branch": "main"}}
         if event == "push":
             body |= {"ref": "refs/heads/main", "after": sha}
+        if event == "workflow_dispatch":  # GitHub sends the inputs in the payload (github.event.inputs), as strings
+            body |= {"ref": "refs/heads/main", "inputs": dict(inputs or {})}
         body |= dict(payload or {})
         event_file = self.tmp / f"event{self.runs}.json"
         event_file.write_text(json.dumps(body))
