@@ -238,7 +238,9 @@ class Site:
 
 def jobs_succeeded(done: subprocess.CompletedProcess[str]) -> list[str]:
     """The `[workflow/job]` names that act reports as succeeded."""
-    return sorted({line.split("]")[0].lstrip("[") for line in done.stdout.splitlines() if "🏁  Job succeeded" in line})
+    return sorted(
+        {line.split("]")[0].lstrip("[").strip() for line in done.stdout.splitlines() if "🏁  Job succeeded" in line}
+    )
 
 
 def tail(done: subprocess.CompletedProcess[str], n: int = 6000) -> str:
