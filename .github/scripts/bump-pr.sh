@@ -8,8 +8,9 @@
 #   4. a conflict (or a failed build or smoke test): open the one issue titled for that release, or
 #      update it (`gh issue edit`; never a second one), with the per-hunk report and the commands to resume.
 #   5. it carries: `imgbuild patches bump --json --report-dir DIR` again, this time building and smoke-testing
-#      both variants; push the branch and open the pull request whose body is the review report
-#      (new pin, range-diff per patch, image ids).
+#      both variants; `imgbuild lock` and `imgbuild bake` follow the new pin in a second commit on the branch
+#      (images.yml's plan checks both, so a merged bump must carry them); push the branch and open the pull request whose body
+#      is the review report (new pin, range-diff per patch, image ids).
 #
 # Environment: GH_TOKEN (for gh), IMGBUILD (default: imgbuild), REPORT_DIR (default: ./bump-report),
 # REMOTE (default: origin), BUMP_LABEL (default: vllm-bump), BUMP_ARGS (more `patches bump` arguments,
@@ -142,6 +143,16 @@ if [ "$status" != carried ]; then
     exit "$((rc == 0 ? 1 : rc))"
 fi
 echo "$message"
+# images.lock names the pin and the series, and the bake file the locked bases: both follow a built bump
+# (with --no-build, which resolves no base, they are left as they are)
+if [[ " ${extra[*]} " != *" --no-build "* ]]; then
+    "$imgbuild" lock
+    "$imgbuild" bake
+    git add images.lock buildkit/docker-bake.json
+    if ! git diff --cached --quiet; then
+        git -c user.name=imgbuild -c user.email=imgbuild@localhost commit -q -m "images.lock, buildkit/docker-bake.json: follow $tag"
+    fi
+fi
 git push --set-upstream "$remote" "$branch"
 body "$report_dir/pr.md" "$report"
 ensure_label

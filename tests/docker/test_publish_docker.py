@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -307,7 +308,10 @@ def plan_step(project: Path, **env: str) -> tuple[subprocess.CompletedProcess[st
     step = next(s for s in workflow["jobs"]["plan"]["steps"] if s.get("id") == "matrix")
     output = project / "github-output"
     output.write_text("")
-    given = {"ALL": "", "RUNNERS": step["env"]["RUNNERS"], "GITHUB_OUTPUT": str(output), **env}
+    # RUNNERS is `${{ vars.IMGBUILD_RUNNERS || '<JSON>' }}`: the default, as GitHub gives it without the variable
+    runners = re.fullmatch(r"\$\{\{ vars\.IMGBUILD_RUNNERS \|\| '(\{.*\})' \}\}", step["env"]["RUNNERS"])
+    assert runners is not None, step["env"]["RUNNERS"]
+    given = {"ALL": "", "RUNNERS": runners.group(1), "GITHUB_OUTPUT": str(output), **env}
     done = subprocess.run(
         ["bash", "-e", "-c", step["run"]], cwd=project, env={**os.environ, **given}, capture_output=True, text=True
     )

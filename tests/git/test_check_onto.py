@@ -126,27 +126,27 @@ def test_the_scheduled_workflow_summarises_the_json_document(
     ref in the job summary with jq: its step, run on what the CLI printed."""
     needs.tool("jq", "fast", "the patches-check workflow's job summary is written with it")
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "patches-check.yml").read_text())
-    step = next(s for s in workflow["jobs"]["matrix"]["steps"] if "GITHUB_STEP_SUMMARY" in str(s.get("run", "")))
+    step = next(s for s in workflow["jobs"]["check"]["steps"] if "GITHUB_STEP_SUMMARY" in str(s.get("run", "")))
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
     code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "latest", "--json")
     assert code == 1  # 0001 conflicts on v3
-    (tmp_path / "patches-check.json").write_text(out)
+    (tmp_path / "patches-check-vllm.json").write_text(out)
     summary = tmp_path / "summary.md"
     summary.write_text("# an earlier step\n")
-    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary)}
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "PIN": "vllm"}
     subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, check=True)
     assert summary.read_text() == (
         "# an earlier step\n"  # appended, as GitHub expects
-        "## imgbuild patches check: ❌ not every variant carries\n\n"
+        "## imgbuild patches check, vllm: ❌ not every variant carries\n\n"
         "| variant | v2 | latest (v3) |\n"
         "|---|---|---|\n"
         "| series | PASS | FAIL: 0001-cuda-sm121.patch |\n"
         "| latest | PASS | FAIL: 0001-cuda-sm121.patch |\n"
     )
     # a failure before any matrix: its error document
-    (tmp_path / "patches-check.json").write_text(
+    (tmp_path / "patches-check-vllm.json").write_text(
         cli(capsys, "-C", str(root), "patches", "check", "--onto", "nope", "--json")[1]
     )
     subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, check=True)
     last = summary.read_text().splitlines()[-1]
-    assert last.startswith("**imgbuild patches check failed**: 'nope' is not a tag or commit of ")
+    assert last.startswith("**imgbuild patches check (vllm) failed**: 'nope' is not a tag or commit of ")

@@ -26,6 +26,17 @@ def test_usage_error_is_exit_2_without_traceback() -> None:
     assert "No such option: --bogus" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_no_colour_codes_in_a_ci_log_unless_asked_for() -> None:
+    """Under GitHub Actions (GITHUB_ACTIONS=true) stderr is a pipe: no escape codes (typer alone would force
+    them on there); FORCE_COLOR still turns colour on, and NO_COLOR wins over it."""
+    plain = imgbuild(None, "plan", "--bogus", GITHUB_ACTIONS="true", FORCE_COLOR="", PY_COLORS="", NO_COLOR="")
+    assert "No such option: --bogus" in plain.stderr and "\x1b[" not in plain.stderr
+    coloured = imgbuild(None, "plan", "--bogus", GITHUB_ACTIONS="true", FORCE_COLOR="1", NO_COLOR="")
+    assert "\x1b[" in coloured.stderr
+    help_text = imgbuild(None, "--help", GITHUB_ACTIONS="true", FORCE_COLOR="", PY_COLORS="")
+    assert help_text.returncode == 0 and "\x1b[" not in help_text.stdout
+
+
 def test_not_a_project_is_a_config_error(tmp_path: Path) -> None:
     out = imgbuild(None, "-C", str(tmp_path), "plan")
     assert out.returncode == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -116,7 +117,9 @@ def test_raw_sections_split_hunks_exactly() -> None:
 def test_in_process_commits_are_valid_git_objects(tmp_path: Path, upstream: Upstream) -> None:
     upstream.release("v1", {"vllm/a.py": "a\n", "vllm/sub/b.py": "b\n", "vllm/tool.sh": "#!/bin/sh\n"})
     subprocess.run(["git", "update-index", "--chmod=+x", "vllm/tool.sh"], cwd=upstream.path, check=True)
-    subprocess.run(["git", "commit", "-qm", "x", "--author", "t <t@t>"], cwd=upstream.path, check=True)
+    # its own identity: a fresh CI runner has no user.name/user.email (git commit exits 128 without one)
+    who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "commit", "-qm", "x"], cwd=upstream.path, check=True, env={**os.environ, **who})
     base = GitRepo(upstream.path).run("rev-parse", "HEAD").strip()
     repo = init_scratch(tmp_path / "scratch", upstream.path / ".git" / "objects", "token")
     commit = commit_files(

@@ -94,7 +94,11 @@ def _matrix(job: Job) -> dict[str, Any] | None:
 
 # The writes a job may ask for beyond `packages` (pushing images): the bump job pushes its branch,
 # opens its pull request and opens or updates its issue (.github/scripts/bump-pr.sh).
-WRITES = {("patches-bump.yml", "bump"): {"contents", "pull-requests", "issues"}}
+# lock.yml's job pushes the branch imgbuild/lock and opens its pull request.
+WRITES = {
+    ("patches-bump.yml", "bump"): {"contents", "pull-requests", "issues"},
+    ("lock.yml", "lock"): {"contents", "pull-requests"},
+}
 
 
 def test_every_job_graph_is_sound() -> None:
@@ -132,18 +136,22 @@ def test_ci_lints_then_tests_and_runs_every_tier_per_engine() -> None:
     assert _runs(full) == [["sudo", "-E", "bash", ".ci/run"]]
 
 
-def test_patches_check_runs_daily_on_the_newest_release() -> None:
+def test_patches_check_runs_daily_on_the_newest_release_of_every_pin() -> None:
     data, jobs = _workflow("patches-check.yml"), _jobs("patches-check.yml")
     assert set(data[True]) == {"schedule", "workflow_dispatch"} and data[True]["schedule"][0]["cron"]
     assert data["concurrency"]["cancel-in-progress"] is True
-    assert list(jobs) == ["matrix"] and _matrix(jobs["matrix"]) is None
-    check = next(c for c in _runs(jobs["matrix"]) if c[:3] == ["imgbuild", "patches", "check"])
-    assert check[3:] == ["--onto", "$REFS", "--json"]
-    steps = _steps(jobs["matrix"])
+    # one leg per pin that a patch names (`imgbuild patches list --json`), as tests/docker/test_workflows_act.py runs
+    assert list(jobs) == ["pins", "check"] and set(jobs["pins"]["outputs"]) == {"pins", "main"}
+    assert _matrix(jobs["check"]) == {"pin": "${{ fromJSON(needs.pins.outputs.pins) }}"}
+    assert "imgbuild patches list --json" in _step_named(jobs["pins"], "Every pin a patch applies to")["run"]
+    check = _step_named(jobs["check"], "Check the series against the newest release of this pin")
+    assert 'imgbuild patches check --onto "${onto[@]}" --json | tee "patches-check-$PIN.json"' in check["run"]
+    assert '"$PIN=$ref"' in check["run"]  # a pin other than the main one names its refs NAME=REF
+    steps = _steps(jobs["check"])
     summary = next(s for s in steps if "$GITHUB_STEP_SUMMARY" in str(s.get("run", "")))  # jq on the --json document
-    assert steps.index(summary) > next(i for i, s in enumerate(steps) if "imgbuild patches check" in str(s))
-    assert summary["if"] == "always() && hashFiles('patches-check.json') != ''"
-    assert _step(jobs["matrix"], "actions/upload-artifact")["if"] == "always()"
+    assert steps.index(summary) > steps.index(check)
+    assert summary["if"] == "always() && hashFiles('patches-check-*.json') != ''"
+    assert _step(jobs["check"], "actions/upload-artifact")["if"] == "always()"
 
 
 def test_images_workflow_is_the_multi_arch_recipe() -> None:

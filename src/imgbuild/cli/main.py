@@ -75,6 +75,10 @@ def _run(as_json: bool) -> int:
             print(json.dumps(doc, indent=2))
         from typer import rich_utils
 
+        # typer forces colour on whenever GITHUB_ACTIONS (or FORCE_COLOR, PY_COLORS) is set, so every CI log and
+        # captured stderr got escape codes. Leave it to rich: colour on a terminal or under FORCE_COLOR, none
+        # when NO_COLOR is set or stderr is a pipe or a file.
+        rich_utils.FORCE_TERMINAL = None
         rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
         return exc.exit_code
     except OSError as exc:  # a path the OS refused that no command foresaw: still one line, no traceback
