@@ -29,6 +29,12 @@ def test_large_dists_get_a_layer_and_small_ones_a_bucket_by_name() -> None:
     assert names.index("pkg-torch") < min(i for i, n in enumerate(names) if n.startswith("bucket-"))
 
 
+def test_the_largest_layers_come_first_so_a_change_puts_the_fewest_bytes_above_it() -> None:
+    dists = [dist("a-small-big", 30 * MB), dist("z-huge", 900 * MB), dist("m-mid", 200 * MB), dist("vllm", 300 * MB)]
+    names = [lay.name for lay in L.split(dists, [], last=["vllm"])]
+    assert names == ["pkg-z-huge", "pkg-m-mid", "pkg-a-small-big", "pkg-vllm"]
+
+
 def test_adding_or_bumping_a_package_changes_only_its_own_layer() -> None:
     smalls = [dist(f"small{i}", 1000 + i) for i in range(40)]
     before = L.split([dist("torch", 900 * MB), *smalls], [])

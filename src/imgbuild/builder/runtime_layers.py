@@ -15,7 +15,11 @@ Uncompressed, as the stand-ins' layers always were: a layer's digest is then its
 Which layer a file goes to (`split`, pure): a dist of at least `OWN_LAYER_BYTES` installed gets a layer of its own;
 the smaller ones share `BUCKETS` buckets, chosen by a stable hash of the dist's name (adding a package to the lock
 changes one bucket, never reshuffles the others); files that no RECORD lists go to one more bucket, `unowned`.
-Layers of packages a release changes most (the lock's root, `vllm`) go last, so that a node re-unpacks least.
+The order of the layers decides what a node unpacks again: a snapshotter keys each unpacked layer by its chain (the
+layers below it), so a changed layer makes every layer above it unpack again (not download: the blobs are the
+same). So the large layers come first, largest first (with any one layer as likely to change, this puts the fewest
+bytes above a change), then the buckets (many small packages: more likely to change), `unowned`, and last the
+layers of `last` (the lock's root, `vllm`, new in every release).
 """
 
 from __future__ import annotations
@@ -152,10 +156,10 @@ def split(
     if unowned:
         layers.append(LayerPlan(UNOWNED, (), tuple(unowned), 0))
     tail = {normalize(n) for n in last}
-    rank = {"pkg": 0, "bucket": 1, UNOWNED: 2}  # the large, seldom-changing layers first
+    rank = {"pkg": 0, "bucket": 1, UNOWNED: 2}
 
-    def order(lay: LayerPlan) -> tuple[bool, int, str]:
-        return bool(tail & set(lay.members)), rank[lay.name.split("-")[0]], lay.name
+    def order(lay: LayerPlan) -> tuple[bool, int, int, str]:
+        return bool(tail & set(lay.members)), rank[lay.name.split("-")[0]], -lay.size, lay.name
 
     return tuple(sorted(layers, key=order))
 
