@@ -128,8 +128,11 @@ def test_the_rootfs_is_rewritten_without_dates_devices_or_dot_slash() -> None:
 
 def test_the_layout_manifest_lists_uncompressed_layers_whose_digest_is_the_diff_id() -> None:
     blobs = [L.Blob("sha256:" + "a" * 64, 10), L.Blob("sha256:" + "b" * 64, 20)]
-    config = L.image_config("arm64", "v8", blobs)
+    config = L.image_config("arm64", "v8", [("rootfs", blobs[0]), ("pkg-torch", blobs[1])])
     assert config["rootfs"] == {"type": "layers", "diff_ids": [b.digest for b in blobs]}
-    assert "created" not in config and config["variant"] == "v8"
+    assert config["created"] == L.EPOCH and config["variant"] == "v8"
+    assert [h["created_by"] for h in config["history"]] == [  # type: ignore[attr-defined]
+        "imgbuild runtime layer rootfs", "imgbuild runtime layer pkg-torch"
+    ]  # fmt: skip
     doc = L.manifest(L.Blob("sha256:" + "c" * 64, 5), blobs, {})
     assert [lay["mediaType"] for lay in doc["layers"]] == [L.LAYER_MEDIA] * 2  # type: ignore[index]

@@ -34,7 +34,7 @@ from imgbuild.builder.skeleton import (
     log,
 )
 from imgbuild.engine import Engine, ImageInfo
-from imgbuild.errors import StateError, UpstreamError
+from imgbuild.errors import DockerError, StateError, UpstreamError
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
@@ -333,7 +333,7 @@ def write_layers(
         )
     blobs = [b for _, b in out]
     config = store.put_bytes(
-        layers.canonical(layers.image_config(platform.arch, _variant(platform).get("variant"), blobs))
+        layers.canonical(layers.image_config(platform.arch, _variant(platform).get("variant"), out))
     )
     manifest = store.put_bytes(layers.canonical(layers.manifest(config, blobs, {})))
     return Layered(manifest, tuple(out), tuple(written))
@@ -368,10 +368,22 @@ def build_layered(
     )  # fmt: skip
     log(f"layers: {len(made.layers)}, {len(made.written)} written, the rest from the cache ({layout})")
     with tempfile.TemporaryDirectory(prefix=".context-", dir=layout.parent) as tmp:
-        engine.build(
-            build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
-            contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, verbose=verbose,
-        )  # fmt: skip
+
+        def run(no_cache: bool) -> None:
+            engine.build(
+                build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
+                contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, no_cache=no_cache, verbose=verbose,
+            )  # fmt: skip
+
+        try:
+            run(no_cache=False)
+        except DockerError as exc:
+            if "not found" not in str(exc):
+                raise
+            # seen here after layers were dropped from the layout: BuildKit's cache still named a blob of an
+            # earlier layout image; without its cache it takes every blob from the layout again
+            log(f"BuildKit lost a layer blob ({str(exc).splitlines()[-1][:120]}); building again without its cache")
+            run(no_cache=True)
     _Layout(layout).record(made.manifest, platform, tag)
     return made
 

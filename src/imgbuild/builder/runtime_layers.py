@@ -238,13 +238,20 @@ def canonical(doc: object) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def image_config(arch: str, variant: str | None, layers: Sequence[Blob]) -> dict[str, object]:
-    """The layout image's config: the platform and the layers (uncompressed: diff id = digest); nothing dated."""
+EPOCH = "1970-01-01T00:00:00Z"
+
+
+def image_config(arch: str, variant: str | None, layers: Sequence[tuple[str, Blob]]) -> dict[str, object]:
+    """The layout image's config: the platform, the layers (uncompressed: diff id = digest) and one history entry
+    per layer naming it (`docker history` shows which package a layer holds; BuildKit has none to make up), all
+    dated at the epoch."""
     doc: dict[str, object] = {
         "architecture": arch,
         "os": "linux",
+        "created": EPOCH,
         "config": {},
-        "rootfs": {"type": "layers", "diff_ids": [b.digest for b in layers]},
+        "rootfs": {"type": "layers", "diff_ids": [b.digest for _, b in layers]},
+        "history": [{"created": EPOCH, "created_by": f"imgbuild runtime layer {name}"} for name, _ in layers],
     }
     if variant:
         doc["variant"] = variant
