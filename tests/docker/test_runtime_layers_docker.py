@@ -85,9 +85,10 @@ def test_locks_that_share_a_package_share_its_layer_and_a_push_sends_only_the_re
 
     registry = RegistryProcess.start(tmp_path / "registry")
     try:
-        tools.push(tags[0], f"{registry.host}/{name}:one")
+        tags += [f"{registry.host}/{name}:one", f"{registry.host}/{name}:two"]  # push tags them here: removed after
+        tools.push(tags[0], tags[3])
         mark = registry.log_mark()
-        tools.push(tags[2], f"{registry.host}/{name}:two")
+        tools.push(tags[2], tags[4])
         sent = {uri for method, uri, _ in uploads(registry.requests_since(mark)) if method == "PUT"}
     finally:
         registry.stop()
