@@ -273,14 +273,17 @@ class Engine:
         verbose: bool = False,
         builder: str | None = None,
         compress: bool = True,
+        contexts: Mapping[str, str] | None = None,
     ) -> str:
         """Build `context` (a tar for stdin, or a directory) under `tags` so that equal inputs give equal digests;
-        its image id. `compress=False`: the stand-ins' layers, never pushed, where gzip is most of the time."""
+        its image id. `compress=False`: the stand-ins' layers, never pushed, where gzip is most of the time.
+        `contexts`: named build contexts (`--build-context NAME=SOURCE`, e.g. an `oci-layout://` image)."""
         args = [self.cli, *self._builder_args(builder), "build", "--progress", "plain", "--provenance=false"]
         args += ["--platform", ",".join(str(p) for p in platforms)]
         args += ["--load"] if compress else ["--output", "type=docker,compression=uncompressed,force-compression=true"]
         args += ["--no-cache"] if no_cache else []
         args += [a for t in tags for a in ("--tag", t)]
+        args += [a for name, src in sorted((contexts or {}).items()) for a in ("--build-context", f"{name}={src}")]
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
         if builder:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
+import json
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from imgbuild.builder import runtime_base as rb
+from imgbuild.builder import runtime_layers
 from imgbuild.builder import runtime_lock as rl
+from imgbuild.builder.skeleton import SITE_PACKAGES
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, UpstreamError
 from imgbuild.platforms import Platform
@@ -159,30 +164,47 @@ def test_shebangs_point_at_the_image_python(tmp_path: Path) -> None:
     assert (bin_dir / "tool.sh").read_bytes().startswith(b"#!/bin/sh")
 
 
-def test_the_build_context_puts_packages_in_site_and_scripts_in_usr_local_bin(tmp_path: Path) -> None:
-    tree = tmp_path / "build" / "tree"
-    (tree / "vllm").mkdir(parents=True)
-    (tree / "vllm" / "__init__.py").write_text("x = 1\n")
-    (tree / "bin").mkdir()
-    (tree / "bin" / "vllm").write_text("#!/usr/bin/python3\n")
-    (tree / "vllm" / "link.py").symlink_to("__init__.py")
-    rootfs = tmp_path / "rootfs.tar"
-    rootfs.write_bytes(b"rootfs")
-    site = "/usr/local/lib/python3.12/dist-packages"
-    context = rb.build_context(tree, rootfs, site, {rb.LABEL: "k"})
-    assert sorted(p.name for p in context.iterdir()) == ["Dockerfile", "bin", "rootfs.tar", "site.pth", "tree"]
-    assert (context / "bin" / "vllm").is_file() and not (tree / "bin").exists()
-    assert (context / "site.pth").read_bytes() == rb.pth_text(site) and (
-        context / "rootfs.tar"
-    ).read_bytes() == b"rootfs"
-    text = (context / "Dockerfile").read_text()
-    for line in ("FROM scratch", "ADD rootfs.tar /", f"COPY tree/ {site}/", "COPY bin/ /usr/local/bin/",
-                 "COPY site.pth /usr/lib/python3/dist-packages/imgbuild-skeleton-vllm.pth", 'imgbuild.runtime-base="k"',
-                 'ENTRYPOINT ["vllm", "serve"]'):  # fmt: skip
-        assert line in text, line
-    every = [p for p in context.rglob("*")]
-    assert every and all(p.lstat().st_mtime == 0 for p in every)  # equal trees give equal layers
-    assert (tree / "vllm" / "link.py").is_symlink()
+def rootfs_tar(path: Path) -> Path:
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo("./etc/os-release")
+        info.size, info.mtime = 3, 1_700_000_000
+        tar.addfile(info, io.BytesIO(b"bk\n"))
+    return path
+
+
+def layered(lock: rl.Lock, where: Path, layout: Path) -> rb.Layered:
+    where.mkdir(parents=True)
+    rb.install_tree(lock, where / "tree")
+    rootfs = layout.parent / "rootfs.tar"  # the cached rootfs: one file
+    rootfs = rootfs if rootfs.exists() else rootfs_tar(rootfs)
+    return rb.write_layers(
+        where / "tree", rootfs, layout, platform=ARM64, site_packages=SITE_PACKAGES, pins=rb.pin_keys(lock),
+        extra={"etc/x.pth": b"x"},
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("local_index")
+def test_two_locks_that_share_a_wheel_share_its_layer_and_the_cache_writes_it_once(tmp_path: Path) -> None:
+    one = rb.relock(tmp_path / "p1", ARM64, "1.0")  # common 2.0
+    (tmp_path / "p2" / rl.LOCK_DIR).mkdir(parents=True)
+    (tmp_path / "p2" / rl.LOCK_DIR / "constraints.txt").write_text("common<2\n")
+    two = rb.relock(tmp_path / "p2", ARM64, "1.0")  # common 1.0
+    a = layered(one, tmp_path / "a", tmp_path / "layout")
+    again = layered(one, tmp_path / "a2", tmp_path / "layout")
+    assert again.manifest == a.manifest and again.written == ("imgbuild",)  # the same lock: the same image, no tar
+    b = layered(two, tmp_path / "b", tmp_path / "layout")
+    la, lb = dict(a.layers), dict(b.layers)
+    assert la.keys() == lb.keys() and la["rootfs"] == lb["rootfs"]
+    bucket = f"bucket-{runtime_layers.bucket_of('common'):02d}"
+    differ = {name for name in la if la[name] != lb[name]}
+    assert bucket in differ and differ <= {bucket, f"bucket-{runtime_layers.bucket_of('vllm'):02d}"}
+    assert set(b.written) == differ | {"imgbuild"}
+    # the layer tars are blobs of an OCI layout: the manifest lists them, uncompressed
+    doc = json.loads((tmp_path / "layout" / "blobs" / "sha256" / b.manifest.digest[7:]).read_bytes())
+    assert [lay["digest"] for lay in doc["layers"]] == [blob.digest for _, blob in b.layers]
+    with tarfile.open(tmp_path / "layout" / "blobs" / "sha256" / la[bucket].digest[7:]) as tar:
+        names = tar.getnames()
+    assert f"{SITE_PACKAGES[1:]}/common/__init__.py" in names
 
 
 def test_run_options_mount_an_aarch64_cpuinfo_only_under_emulation(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from imgbuild.engine import RunResult
 from imgbuild.plan import labels as lbl
 from imgbuild.smoke import checks as smoke
-from imgbuild.smoke import probe
+from imgbuild.smoke import launchcheck, probe
 from imgbuild.smoke.importcheck import (
     candidate,
     imported_names,
@@ -266,3 +266,14 @@ def test_vllm_version_without_a_gpu_is_skipped_naming_why_and_other_failures_fai
         checks = smoke._import_checks(job, ["vllm.a"], False, probe.parse(out), RunResult(0, "", ""))
         assert (checks[-1].name, checks[-1].status) == ("vllm --version", status)
         assert stderr[:40] in checks[-1].detail
+
+
+def test_the_launcher_checks_and_the_probe_share_one_shell(tmp_path: Path) -> None:
+    job = probe.Job((), ("echo hi",), 10)
+    argv = job.under_bash(launchcheck.SCRIPT)
+    assert argv[:2] == ["bash", "-c"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False, timeout=60)
+    launched = launchcheck.parse(proc.stdout)
+    assert launched.ran and launched.kill, proc.stdout  # sparkrun's sentinel, then the standalone kill
+    res = probe.parse(proc.stdout)
+    assert res.ran and res.commands["echo hi"].stdout == "hi\n", proc.stderr

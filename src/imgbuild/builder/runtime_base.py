@@ -1,21 +1,28 @@
 """The runtime base: a stand-in that can `import vllm`: a bookworm rootfs plus every wheel of the platform's
 lock, installed on the host by `uv pip install --target --python-platform` (nothing under qemu; uv's cache keeps
-the wheels), then built by BuildKit; tagged by a digest of its inputs."""
+the wheels), cut into package-granular layers (`runtime_layers`: one deterministic tar per large package, stable
+buckets for the small ones), which are the blobs of an OCI layout in the cache, then built by BuildKit `FROM` that
+layout; tagged by a digest of its inputs. A layer the cache has (same wheel, same layer key) is not written again,
+so a bump writes, stores and moves the packages it changes."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
+import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from imgbuild.atomic import write_text
+from imgbuild.builder import runtime_layers as layers
 from imgbuild.builder import runtime_lock as rl
 from imgbuild.builder.skeleton import (
     BASE_EPOCH,
@@ -25,15 +32,14 @@ from imgbuild.builder.skeleton import (
     base_dockerfile,
     ensure_rootfs,
     log,
-    rootfs_into,
 )
 from imgbuild.engine import Engine, ImageInfo
-from imgbuild.errors import StateError, UpstreamError
+from imgbuild.errors import DockerError, StateError, UpstreamError
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
 REPOSITORY = "imgbuild-runtime"
-FORMAT = "imgbuild-runtime/3"  # 3: installed by uv
+FORMAT = "imgbuild-runtime/4"  # 3: installed by uv; 4: package-granular layers
 LABEL = "imgbuild.runtime-base"
 INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, which sparkrun's health check runs
 IMAGE_PYTHON = "/usr/bin/python3"
@@ -115,18 +121,23 @@ def fix_shebangs(bin_dir: Path, python: str = IMAGE_PYTHON) -> list[str]:
         data = path.read_bytes()
         first, nl, rest = data.partition(b"\n")
         if first.startswith(b"#!") and b"python" in first:
-            path.write_bytes(f"#!{python}".encode() + nl + rest)
+            mode = path.stat().st_mode & 0o7777
+            new = path.with_name(f".{path.name}.shebang")
+            new.write_bytes(f"#!{python}".encode() + nl + rest)
+            new.chmod(mode)
+            os.replace(new, path)  # a new file: the old one may be a hard link into uv's cache
             fixed.append(path.name)
     return fixed
 
 
 def install_tree(lock: rl.Lock, target: Path, *, verbose: bool = False) -> None:
     """Install every locked wheel into `target` for the lock's platform (nothing is run from them); uv
-    downloads what its cache lacks and checks every file against the lock's hashes."""
+    downloads what its cache lacks and checks every file against the lock's hashes. Hard links into uv's cache
+    where it can (the tree is only read, and tarred; a file that is changed is replaced)."""
     req = target.parent / "lock.txt"
     req.write_text(lock.text)
     log(f"installing {len(lock.pins)} locked wheels for {lock.platform} on the host (uv; downloads once)")
-    args = ["pip", "install", "--require-hashes", "--no-deps", "--link-mode", "copy", "--target", str(target)]
+    args = ["pip", "install", "--require-hashes", "--no-deps", "--link-mode", "hardlink", "--target", str(target)]
     _uv([*args, "-r", str(req), *_target_args(lock.platform)], verbose=verbose, what=f"install for {lock.platform}")
     (target / ".lock").unlink(missing_ok=True)  # uv's lock on the target, not part of the tree
     fix_shebangs(target / "bin")
@@ -148,23 +159,233 @@ def labels_of(spec: RuntimeSpec) -> dict[str, str]:
     }
 
 
-def build_context(target: Path, rootfs: Path, site_packages: str, labels: dict[str, str]) -> Path:
-    """`target`'s folder as a build context: the tree (its console scripts moved to bin/), the rootfs, the
-    .pth, the Dockerfile; every mtime 0, so that equal trees give equal layers."""
-    context = target.parent
-    if (target / "bin").is_dir():
-        os.replace(target / "bin", context / "bin")
-    else:
-        (context / "bin").mkdir()
-    (context / "site.pth").write_bytes(pth_text(site_packages))
-    rootfs_into(context, rootfs)
-    steps = ["ADD rootfs.tar /", f"COPY tree/ {site_packages.rstrip('/')}/", f"COPY bin/ /{BIN}/",
-             f"COPY site.pth /{PTH}"]  # fmt: skip
-    (context / "Dockerfile").write_text(base_dockerfile(labels, steps))
-    for root, dirs, files in os.walk(context):
-        for name in [*dirs, *files]:
-            os.utime(os.path.join(root, name), (0, 0), follow_symlinks=False)
+# -- the layers: an OCI layout in the cache ----------------------------------------
+LAYER_FORMAT = "imgbuild-runtime-layer/1"
+KEEP = 2  # manifests kept per platform in the layout (the newest build and the one before), and their blobs
+
+
+def layout_dir(cache: Path) -> Path:
+    return cache / "runtime" / "layers"
+
+
+@dataclass(frozen=True)
+class Layered:
+    manifest: layers.Blob
+    layers: tuple[tuple[str, layers.Blob], ...]  # (layer name, blob), bottom first
+    written: tuple[str, ...]  # names of the layers whose tar was written this time (the rest were in the cache)
+
+
+def pin_keys(lock: rl.Lock) -> dict[str, str]:
+    """What identifies a dist's files: its pin and the hashes of its wheels."""
+    return {p.name: f"{p.name}=={p.version} " + " ".join(sorted(p.hashes)) for p in lock.pins}
+
+
+def layer_key(plan: layers.LayerPlan, pins: Mapping[str, str], context: str) -> str | None:
+    """The cache key of a layer: its members' pins and its file list under `context` (format, platform, paths,
+    uv); None for a layer not made of pinned dists alone (it is written every time)."""
+    if not plan.members or any(m not in pins for m in plan.members):
+        return None
+    parts = [LAYER_FORMAT, context, plan.name, *(pins[m] for m in plan.members), *plan.files]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+class _Layout:
+    """The OCI layout: blobs by digest, `keys/KEY` -> a blob's digest and size, `index.json` of kept manifests."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.blobs = root / "blobs" / "sha256"
+        self.keys = root / "keys"
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        self.keys.mkdir(exist_ok=True)
+        write_text(root / "oci-layout", '{"imageLayoutVersion":"1.0.0"}')
+
+    def path(self, digest: str) -> Path:
+        return self.blobs / digest.removeprefix("sha256:")
+
+    def cached(self, key: str | None) -> layers.Blob | None:
+        if key is None or not (self.keys / key).is_file():
+            return None
+        digest, size = (self.keys / key).read_text().split()
+        path = self.path(digest)
+        return layers.Blob(digest, int(size)) if path.is_file() and path.stat().st_size == int(size) else None
+
+    def put(self, key: str | None, write: Callable[[IO[bytes]], tuple[str, int]]) -> layers.Blob:
+        with tempfile.NamedTemporaryFile(dir=self.blobs, prefix=".new-", delete=False) as fh:
+            try:
+                digest, size = write(fh)
+            except BaseException:
+                os.unlink(fh.name)
+                raise
+        os.replace(fh.name, self.path(digest))
+        if key is not None:
+            write_text(self.keys / key, f"{digest} {size}\n")
+        return layers.Blob(digest, size)
+
+    def put_bytes(self, data: bytes) -> layers.Blob:
+        def write(fh: IO[bytes]) -> tuple[str, int]:
+            fh.write(data)
+            return f"sha256:{hashlib.sha256(data).hexdigest()}", len(data)
+
+        return self.put(None, write)
+
+    def record(self, manifest: layers.Blob, platform: Platform, ref: str) -> None:
+        """Put `manifest` first in index.json (at most KEEP per platform), then drop the blobs and keys that no kept
+        manifest needs."""
+        index = self.root / "index.json"
+        old = json.loads(index.read_text()).get("manifests", []) if index.is_file() else []
+        entry = {
+            "mediaType": layers.MANIFEST_MEDIA,
+            "digest": manifest.digest,
+            "size": manifest.size,
+            "platform": {"os": platform.os, "architecture": platform.arch, **_variant(platform)},
+            "annotations": {"org.opencontainers.image.ref.name": ref},
+        }
+        kept, per = [entry], {str(platform): 1}
+        for item in old:
+            p = item.get("platform", {})
+            name = "/".join(x for x in (p.get("os"), p.get("architecture"), p.get("variant")) if x)
+            if item.get("digest") == manifest.digest or per.get(name, 0) >= KEEP:
+                continue
+            per[name] = per.get(name, 0) + 1
+            kept.append(item)
+        write_text(index, json.dumps({"schemaVersion": 2, "manifests": kept}, indent=1) + "\n")
+        self._collect({str(m["digest"]) for m in kept})
+
+    def _collect(self, manifests: set[str]) -> None:
+        live = set(manifests)
+        for digest in manifests:
+            try:
+                doc = json.loads(self.path(digest).read_bytes())
+            except (OSError, ValueError):
+                continue
+            live |= {doc["config"]["digest"], *(lay["digest"] for lay in doc["layers"])}
+        for blob in self.blobs.iterdir():
+            if f"sha256:{blob.name}" not in live and not blob.name.startswith("."):
+                blob.unlink()
+        for key in self.keys.iterdir():
+            if key.read_text().split()[0] not in live:
+                key.unlink()
+
+
+def _variant(platform: Platform) -> dict[str, str]:
+    variant = platform.variant or ("v8" if platform.arch == "arm64" else "")
+    return {"variant": variant} if variant else {}
+
+
+def _tar_writer(entries: Mapping[str, Path]) -> Callable[[IO[bytes]], tuple[str, int]]:
+    return lambda fh: layers.write_tar(entries, fh)
+
+
+def _uv_version() -> str:
+    try:
+        return importlib.metadata.version("uv")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def write_layers(
+    tree: Path,
+    rootfs: Path,
+    layout_root: Path,
+    *,
+    platform: Platform,
+    site_packages: str,
+    pins: Mapping[str, str],
+    last: Sequence[str] = (rl.ROOT,),
+    extra: Mapping[str, bytes] | None = None,
+) -> Layered:
+    """The rootfs, `extra` (archive name -> bytes: imgbuild's own small files) and the installed `tree` as layers
+    of an image in the OCI layout at `layout_root`; a layer whose key the layout has is not written again."""
+    store = _Layout(layout_root)
+    context = "\n".join([str(platform), site_packages, BIN, f"uv {_uv_version()}"])
+    out: list[tuple[str, layers.Blob]] = []
+    written: list[str] = []
+
+    def add(name: str, key: str | None, write: Callable[[IO[bytes]], tuple[str, int]]) -> None:
+        blob = store.cached(key)
+        if blob is None:
+            blob = store.put(key, write)
+            written.append(name)
+        out.append((name, blob))
+
+    st = rootfs.stat()
+    root_id = f"{LAYER_FORMAT}\nrootfs\n{rootfs.name}\n{st.st_size}\n{st.st_mtime_ns}"  # the cached rootfs file
+    root_key = hashlib.sha256(root_id.encode()).hexdigest()
+
+    def write_rootfs(fh: IO[bytes]) -> tuple[str, int]:
+        with rootfs.open("rb") as src:
+            return layers.rewrite_rootfs(src, fh)
+
+    add("rootfs", root_key, write_rootfs)
+    if extra:
+        with tempfile.TemporaryDirectory() as tmp:
+            entries = {}
+            for i, (name, data) in enumerate(sorted(extra.items())):
+                (Path(tmp) / str(i)).write_bytes(data)
+                entries[name] = Path(tmp) / str(i)
+            add("imgbuild", None, _tar_writer(entries))
+    for plan in layers.split(layers.read_dists(tree), layers.walk_files(tree), last=last):
+        add(
+            plan.name,
+            layer_key(plan, pins, context),
+            _tar_writer(layers.tree_entries(tree, plan.files, site_packages, BIN)),
+        )
+    blobs = [b for _, b in out]
+    config = store.put_bytes(
+        layers.canonical(layers.image_config(platform.arch, _variant(platform).get("variant"), out))
+    )
+    manifest = store.put_bytes(layers.canonical(layers.manifest(config, blobs, {})))
+    return Layered(manifest, tuple(out), tuple(written))
+
+
+def build_context(context: Path, labels: dict[str, str]) -> Path:
+    """A build context of one Dockerfile: `FROM` the layout image (the named context `base`), PATH, labels and the
+    stock ENTRYPOINT on top."""
+    context.mkdir(parents=True, exist_ok=True)
+    (context / "Dockerfile").write_text(base_dockerfile(labels, [], source="base"))
     return context
+
+
+def build_layered(
+    engine: Engine,
+    tree: Path,
+    rootfs: Path,
+    cache: Path,
+    *,
+    tag: str,
+    platform: Platform,
+    site_packages: str,
+    pins: Mapping[str, str],
+    labels: dict[str, str],
+    verbose: bool = False,
+) -> Layered:
+    """`tree` and `rootfs` as the layered image `tag`: the layers into the cache's layout, then BuildKit."""
+    layout = layout_dir(cache)
+    made = write_layers(
+        tree, rootfs, layout, platform=platform, site_packages=site_packages, pins=pins,
+        extra={PTH: pth_text(site_packages)},
+    )  # fmt: skip
+    log(f"layers: {len(made.layers)}, {len(made.written)} written, the rest from the cache ({layout})")
+    with tempfile.TemporaryDirectory(prefix=".context-", dir=layout.parent) as tmp:
+
+        def run(no_cache: bool) -> None:
+            engine.build(
+                build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
+                contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, no_cache=no_cache, verbose=verbose,
+            )  # fmt: skip
+
+        try:
+            run(no_cache=False)
+        except DockerError as exc:
+            if "not found" not in str(exc):
+                raise
+            # seen here after layers were dropped from the layout: BuildKit's cache still named a blob of an
+            # earlier layout image; without its cache it takes every blob from the layout again
+            log(f"BuildKit lost a layer blob ({str(exc).splitlines()[-1][:120]}); building again without its cache")
+            run(no_cache=True)
+    _Layout(layout).record(made.manifest, platform, tag)
+    return made
 
 
 def ensure_runtime(
@@ -180,11 +401,11 @@ def ensure_runtime(
         with _staging(cache, "build") as tmp:
             target = Path(tmp) / "tree"
             install_tree(spec.lock, target, verbose=verbose)
-            log(f"building {spec.tag} (BuildKit: the rootfs and the installed tree)")
-            context = build_context(target, rootfs, spec.site_packages, labels_of(spec))
-            engine.build(
-                context, tags=[spec.tag], platforms=[spec.platform], epoch=BASE_EPOCH, compress=False, verbose=verbose
-            )
+            log(f"building {spec.tag} (BuildKit, from the package layers of the installed tree)")
+            build_layered(
+                engine, target, rootfs, cache, tag=spec.tag, platform=spec.platform,
+                site_packages=spec.site_packages, pins=pin_keys(spec.lock), labels=labels_of(spec), verbose=verbose,
+            )  # fmt: skip
     return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
 
 

@@ -145,11 +145,11 @@ def packages_layer(trees: Sequence[tuple[GitRepo, str, str]], site_packages: str
     return tar_files(files, 0)
 
 
-def base_dockerfile(labels: dict[str, str], steps: list[str]) -> str:
-    """A stand-in base (skeleton or runtime): `steps` (ADD/COPY) from scratch, PATH, labels, the stock ENTRYPOINT."""
+def base_dockerfile(labels: dict[str, str], steps: list[str], source: str = "scratch") -> str:
+    """A stand-in base (skeleton or runtime): `steps` (ADD/COPY) from `source`, PATH, labels, the stock ENTRYPOINT."""
     label_line = "LABEL " + " ".join(f"{k}={quote(v)}" for k, v in sorted(labels.items()))
     entry = json.dumps(list(ENTRYPOINT))
-    return "\n".join(["FROM scratch", *steps, f"ENV {PATH_ENV}", label_line, f"ENTRYPOINT {entry}", ""])
+    return "\n".join([f"FROM {source}", *steps, f"ENV {PATH_ENV}", label_line, f"ENTRYPOINT {entry}", ""])
 
 
 def rootfs_into(context: Path, rootfs: Path) -> None:

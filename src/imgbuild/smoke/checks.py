@@ -278,8 +278,12 @@ def integrity_checks(info: ImageInfo, expected: Expected, base: ImageInfo | None
     return out
 
 
-def runtime_checks(engine: Engine, info: ImageInfo, expected: Expected) -> tuple[list[Check], probe.ProbeResult]:
-    """One container: run directly, hashes, byte-compiles, smoke commands, imports, version."""
+def runtime_checks(
+    engine: Engine, info: ImageInfo, expected: Expected
+) -> tuple[list[Check], probe.ProbeResult, list[launchcheck.Result]]:
+    """One container: the launcher's `bash -c` (entrypoint, a standalone kill), then in the same shell the probe:
+    run directly, hashes, byte-compiles, smoke commands, imports, version. Only when `bash -c` did not run there
+    (no bash, a consuming ENTRYPOINT) the probe runs again as `python3 -c`, and launchcheck its cleared run."""
     check_binfmt(info.platform, engine.arch)
     skeleton, spec = lbl.SKELETON in info.labels, expected.smoke
     commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
@@ -291,8 +295,16 @@ def runtime_checks(engine: Engine, info: ImageInfo, expected: Expected) -> tuple
     t0 = time.monotonic()
     # under qemu, an arm64 torch needs an aarch64 cpuinfo
     opts = runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine.arch.arch)
-    res = engine.run(info.id, job.argv(), platform=expected.platform, timeout=job.container_timeout,
-                     binds=opts.binds, environment=opts.env)  # fmt: skip
+    res = engine.run(info.id, job.under_bash(launchcheck.SCRIPT), platform=expected.platform,
+                     timeout=job.container_timeout, binds=opts.binds, environment=opts.env)  # fmt: skip
+    launched = launchcheck.parse(res.stdout)
+    if launched.ran:
+        launcher = launchcheck.results(info.entrypoint, launched, None)
+    else:
+        t0 = time.monotonic()
+        res = engine.run(info.id, job.argv(), platform=expected.platform, timeout=job.container_timeout,
+                         binds=opts.binds, environment=opts.env)  # fmt: skip
+        launcher = launchcheck.run(engine, info, expected.platform)
     took = time.monotonic() - t0
     if "exec format error" in res.stderr:
         raise DockerError(
@@ -313,7 +325,7 @@ def runtime_checks(engine: Engine, info: ImageInfo, expected: Expected) -> tuple
     checks.extend(_command_checks(expected.smoke, skeleton, result, res.exit_code))
     planned = modules_to_import([f.path for f in expected.files], [])
     checks.extend(_import_checks(job, planned, skeleton, result, res))
-    return checks, result
+    return checks, result, launcher
 
 
 def _died(res: RunResult) -> str:
@@ -390,9 +402,9 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     result = None
     t0 = time.monotonic()
     if runtime:
-        run_checks, result = runtime_checks(engine, info, expected)
-        # what sparkrun needs: a passthrough ENTRYPOINT, a standalone kill
-        run_checks += [Check("launcher", *r) for r in launchcheck.run(engine, info, expected.platform)]
+        run_checks, result, launcher = runtime_checks(engine, info, expected)
+        # what sparkrun needs: a passthrough ENTRYPOINT, a standalone kill (checked in the probe's container)
+        run_checks += [Check("launcher", *r) for r in launcher]
     digests = result.hashes if result is not None and result.ran else read_digests(engine, info.id, expected)
     report.files = file_rows(expected, digests)
     took = 0.0 if runtime else (time.monotonic() - t0) / max(len(report.files), 1)

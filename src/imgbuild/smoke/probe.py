@@ -24,6 +24,12 @@ class Job:
         spec = (list(self.paths), list(self.commands), self.timeout, list(self.modules), self.cli)
         return ["python3", "-c", PROBE, repr(spec)]
 
+    def under_bash(self, script: str) -> list[str]:
+        """`bash -c 'SCRIPT; exec python3 -c PROBE SPEC'`: the program after `script` in the same container, run
+        the way a launcher runs its command (`IMAGE bash -c ...`, under the image's ENTRYPOINT)."""
+        _, _, program, spec = self.argv()
+        return ["bash", "-c", f'{script}\nexec python3 -c "$1" "$2"', "imgbuild-probe", program, spec]
+
     @property
     def container_timeout(self) -> int:
         """Every step may take `timeout`; the container as a whole gets their sum."""

@@ -1,0 +1,352 @@
+"""Issue 34: the runtime base's release bump, package-granular layers (this tree) against the single `COPY tree/`
+layer (the tree before issue 34), amd64.
+
+    python3 benchmarks/bench_bump.py --paths layered --push --cache DIR     # real size, layered only
+    python3 benchmarks/bench_bump.py --analyze                               # layer identity by key: no docker
+    python3 benchmarks/bench_bump.py --subset-mb 100 --bumps release vllm --rounds 2   # both paths, interleaved
+    python3 benchmarks/bench_bump.py --check                                 # the locks only
+
+Locks (in a temp folder, never in images/runtime-lock): `base` is this repository's 0.33.0 lock; `release` the
+0.34.0 lock the lead resolved with uv (/tmp/lock34-x86_64.txt: vllm 0.34.0, flashinfer-python 0.7.4 and 6 other
+packages); `vllm` the 0.33.0 lock with only vllm's pin (and hashes) from the 0.34.0 lock; `torch` the 0.33.0 lock
+with only torch's pin replaced by torch 2.13.0 (hashes from `uv pip compile --no-deps --generate-hashes`).
+Every wheel of every lock is put in uv's cache before anything is timed (same caches on both sides).
+
+Real size (default mode): per path, the `base` lock's runtime base (the "0.33.0 present" state), then each bump's,
+timed (wall of the whole `ensure_runtime`: install on the host, layers, BuildKit). Per bump: new bytes in the local
+store (the bump image's layer blobs the base image lacks: the content store keeps blobs by digest), the bytes of the
+layers from the first differing one up (what a snapshotter unpacks again: it keys layers by their chain), and with
+`--push` both images pushed to a loopback docker-registry: the growth of its blob storage and its blob uploads for
+the bump's push (what a node holding the base pulls: the same blob set).
+
+`--analyze`: each lock installed (hard links into uv's cache), split, and each layer identified by its cache key
+(pins + files), as the docker test shows equal keys give equal digests: per bump the changed layers, their bytes,
+and what a node re-unpacks in this tree's order (largest first) and in the first commit's order (by name).
+
+`--subset-mb N`: the same locks without the dists larger than N MiB installed (vllm and flashinfer-python kept),
+so that the single-layer path fits the shared disk twice: both paths' bases, then each bump on both paths
+alternately (reversed on odd rounds), bump images removed after measuring; `docker save | wc -c` of each bump
+image (what sparkrun's built-in save/load distribution sends to a node, whatever the node holds).
+
+Each side runs in its own process with PYTHONPATH set to its code: this tree's src, or --old-src (the tree
+before issue 34: `git worktree add --detach /tmp/before cc08260`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK33 = ROOT / "images" / "runtime-lock" / "linux-amd64.txt"
+LOCK34 = Path("/tmp/lock34-x86_64.txt")
+TORCH = "2.13.0"
+CTR = ["ctr", "-a", "/var/run/docker/containerd/containerd.sock", "-n", "moby"]
+UV_TARGET = ["--python-platform", "x86_64-manylinux_2_36", "--python-version", "3.11", "--only-binary", ":all:"]
+DRIVER = """
+import json, sys, time
+from pathlib import Path
+from imgbuild.builder import runtime_base as rb, runtime_lock as rl
+from imgbuild.engine import Engine
+from imgbuild.platforms import Platform
+p = Platform.parse("linux/amd64")
+lock = rl.parse_lock(Path(sys.argv[1]).read_text(), Path(sys.argv[1]), p)
+t0 = time.monotonic()
+res = rb.ensure_runtime(Engine.connect(), rb.RuntimeSpec(p, lock), Path(sys.argv[2]))
+print(json.dumps({"tag": rb.RuntimeSpec(p, lock).tag, "id": res.info.id, "built": res.built,
+                  "seconds": time.monotonic() - t0}))
+"""
+
+
+def sh(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, text=True, capture_output=True, check=False, input=stdin)
+
+
+def blocks(text: str) -> dict[str, str]:
+    """A lock's requirements by name: `name==version \\ --hash ...` blocks, as written."""
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+    out: dict[str, str] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", body):
+        if block.strip():
+            out[block.split("==", 1)[0].strip().lower()] = block.rstrip() + "\n"
+    return out
+
+
+def header(text: str) -> str:
+    return "".join(ln + "\n" for ln in text.splitlines() if ln.startswith("#"))
+
+
+def write_lock(path: Path, head: str, pins: dict[str, str]) -> Path:
+    path.write_text(head + "".join(pins[k] for k in sorted(pins)))
+    return path
+
+
+def make_locks(work: Path) -> dict[str, Path]:
+    base_text = LOCK33.read_text()
+    base, new = blocks(base_text), blocks(LOCK34.read_text())
+    args = ["uv", "pip", "compile", "-", "--no-deps", "--generate-hashes", "--no-header", "--no-annotate"]
+    torch = sh([*args, "--no-config", *UV_TARGET], stdin=f"torch=={TORCH}\n")
+    assert torch.returncode == 0, torch.stderr
+    locks = {
+        "base": base,
+        "release": new,
+        "vllm": {**base, "vllm": new["vllm"]},
+        "torch": {**base, "torch": blocks(torch.stdout)["torch"]},
+    }
+    return {name: write_lock(work / f"lock-{name}.txt", header(base_text), pins) for name, pins in locks.items()}
+
+
+def install(lock: Path, target: Path) -> None:
+    args = ["uv", "pip", "install", "--no-config", "--require-hashes", "--no-deps", "--link-mode", "hardlink"]
+    done = sh([*args, "--python", sys.executable, "--target", str(target), "-r", str(lock), *UV_TARGET])
+    assert done.returncode == 0, done.stderr[-2000:]
+    (target / ".lock").unlink(missing_ok=True)
+
+
+# -- layer identity without docker ----------------------------------------------------
+def plans(lock: Path, work: Path) -> list[dict[str, Any]]:
+    """The layers this tree's split makes of `lock` (installed with hard links into uv's cache, then removed): name,
+    key (the cache key; for `unowned` its files' names and sizes), bytes, members; in the split's order."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from imgbuild.builder import runtime_base as rb
+    from imgbuild.builder import runtime_layers as layers
+    from imgbuild.builder import runtime_lock as rl
+    from imgbuild.platforms import Platform
+
+    tree = work / "tree"
+    install(lock, tree)
+    try:
+        pins = rb.pin_keys(rl.parse_lock(lock.read_text(), lock, Platform.parse("linux/amd64")))
+        out = []
+        for plan in layers.split(layers.read_dists(tree), layers.walk_files(tree), last=["vllm"]):
+            sizes = {f: (tree / f).lstat().st_size for f in plan.files}
+            key = rb.layer_key(plan, pins, "bench") or "|".join(f"{f}:{n}" for f, n in sizes.items())
+            out.append({"name": plan.name, "key": key, "bytes": sum(sizes.values()), "members": plan.members})
+    finally:
+        shutil.rmtree(tree)
+    return out
+
+
+def by_name_order(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order of issue 34's first commit (b178280): pkg-* by name, buckets, unowned, vllm's layer last."""
+    rank = {"pkg": 0, "bucket": 1, "unowned": 2}
+    return sorted(layers, key=lambda x: ("vllm" in x["members"], rank[x["name"].split("-")[0]], x["name"]))
+
+
+def key_diff(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, int]:
+    have = {x["key"] for x in base}
+    first = next((i for i, (a, b) in enumerate(zip(base, new, strict=False)) if a["key"] != b["key"]), len(new))
+    return {
+        "layers": len(new),
+        "tree_bytes": sum(x["bytes"] for x in new),
+        "new_layers": sum(1 for x in new if x["key"] not in have),
+        "new_bytes": sum(x["bytes"] for x in new if x["key"] not in have),
+        "reunpacked_bytes": sum(x["bytes"] for x in new[first:]),
+    }
+
+
+def analyze(locks: dict[str, Path], bumps: list[str], work: Path, lines: list[str]) -> None:
+    base = plans(locks["base"], work)
+    for bump in bumps:
+        new = plans(locks[bump], work)
+        row = {
+            "size_order": key_diff(base, new),
+            "name_order": key_diff(by_name_order(base), by_name_order(new)),
+            "changed": sorted(x["name"] for x in new if x["key"] not in {b["key"] for b in base}),
+        }
+        lines.append(f"analyze {bump}: " + json.dumps(row, sort_keys=True))
+        print(lines[-1], flush=True)
+
+
+def subset_locks(locks: dict[str, Path], work: Path, mb: int, keep: tuple[str, ...]) -> dict[str, Path]:
+    sizes = {x["members"][0]: x["bytes"] for x in plans(locks["base"], work) if x["name"].startswith("pkg-")}
+    drop = {n for n, b in sizes.items() if b > mb * 1024 * 1024 and n not in keep}
+    out = {}
+    for name, path in locks.items():
+        text = path.read_text()
+        kept = {k: v for k, v in blocks(text).items() if k not in drop}
+        out[name] = write_lock(work / f"subset-{name}.txt", header(text), kept)
+    return out
+
+
+# -- images ---------------------------------------------------------------------
+def layers_of(image_id: str) -> list[tuple[str, int]]:
+    done = sh([*CTR, "content", "get", image_id])
+    assert done.returncode == 0, done.stderr
+    return [(lay["digest"], lay["size"]) for lay in json.loads(done.stdout)["layers"]]
+
+
+def diff(base: list[tuple[str, int]], new: list[tuple[str, int]]) -> dict[str, int]:
+    have = {d for d, _ in base}
+    first = next((i for i, (a, b) in enumerate(zip(base, new, strict=False)) if a != b), min(len(base), len(new)))
+    return {
+        "layers": len(new),
+        "image_bytes": sum(s for _, s in new),
+        "new_layers": sum(1 for d, _ in new if d not in have),
+        "new_bytes": sum(s for d, s in new if d not in have),
+        "reunpacked_bytes": sum(s for _, s in new[first:]),
+    }
+
+
+def build(src: Path, lock: Path, cache: Path, log: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(src), "IMGBUILD_CACHE": str(cache)}
+    t0 = time.monotonic()
+    with log.open("a") as err:
+        done = subprocess.run([sys.executable, "-c", DRIVER, str(lock), str(cache)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=err, check=False)  # fmt: skip
+    wall = time.monotonic() - t0
+    assert done.returncode == 0, f"build failed, see {log}"
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    out["wall"] = wall
+    return out
+
+
+def registry_bytes(root: Path) -> int:
+    blobs = root / "docker" / "registry" / "v2" / "blobs"
+    return sum(p.stat().st_size for p in blobs.rglob("data")) if blobs.is_dir() else 0
+
+
+class Registry:
+    def __init__(self, where: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests.support.registry_env import RegistryProcess
+
+        self.proc = RegistryProcess.start(where)
+        self.dir = where
+
+    def push(self, image: str, name: str) -> dict[str, float]:
+        ref = f"{self.proc.host}/{name}"
+        before, mark, t0 = registry_bytes(self.dir), self.proc.log_mark(), time.monotonic()
+        assert sh(["docker", "tag", image, ref]).returncode == 0
+        done = sh(["docker", "push", ref])
+        assert done.returncode == 0, done.stderr[-2000:]
+        puts = [r for r in self.proc.requests_since(mark) if r[0] == "PUT" and "/blobs/uploads/" in r[1]]
+        sh(["docker", "rmi", ref])
+        took = time.monotonic() - t0
+        return {"push_s": took, "pushed_bytes": registry_bytes(self.dir) - before, "blob_uploads": len(puts)}
+
+
+def real_size(args: argparse.Namespace, locks: dict[str, Path], work: Path, lines: list[str]) -> None:
+    cache, log = args.cache or work / "cache", work / "build.log"
+    srcs = {"layered": ROOT / "src", "single": args.old_src}
+    for path in args.paths:
+        base = build(srcs[path], locks["base"], cache, log)
+        base_layers = layers_of(base["id"])
+        rows: dict[str, dict[str, Any]] = {"base": {**base, **diff([], base_layers)}}
+        registry = Registry(work / f"registry-{path}") if args.push else None
+        if registry:
+            rows["base"].update(registry.push(base["tag"], f"bench-bump:{path}-base"))
+        for bump in args.bumps:
+            got = build(srcs[path], locks[bump], cache, log)
+            got.update(diff(base_layers, layers_of(got["id"])))
+            if registry:
+                got.update(registry.push(got["tag"], f"bench-bump:{path}-{bump}"))
+            rows[bump] = got
+            print(path, bump, json.dumps(got), flush=True)
+            if path == "single":
+                sh(["docker", "rmi", got["tag"]])
+        if registry:
+            registry.proc.stop()
+            shutil.rmtree(registry.dir, ignore_errors=True)
+        lines.append(f"{path}: " + json.dumps(rows, sort_keys=True))
+
+
+def forget_but_base(cache: Path, base_tag: str) -> None:
+    """The layer cache as a node that built only the base has it: every other manifest, blob and key removed, so
+    that a bump writes its changed layers (an earlier bump's run would have left them there)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from imgbuild.builder import runtime_base as rb
+
+    root = rb.layout_dir(cache)
+    index = json.loads((root / "index.json").read_text())
+    kept = [m for m in index["manifests"] if m["annotations"]["org.opencontainers.image.ref.name"] == base_tag]
+    assert kept, f"the layout has no manifest for {base_tag}"
+    (root / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": kept}))
+    rb._Layout(root)._collect({m["digest"] for m in kept})
+
+
+def interleaved(args: argparse.Namespace, locks: dict[str, Path], work: Path, lines: list[str]) -> None:
+    cache, log = args.cache or work / "cache", work / "build.log"
+    srcs = {"layered": ROOT / "src", "single": args.old_src}
+    bases, bases_tag = {}, {}
+    for path in args.paths:
+        got = build(srcs[path], locks["base"], cache, log)
+        if not got["built"]:  # left by an earlier run: built again, so that it is timed and in the layer cache
+            sh(["docker", "rmi", got["tag"]])
+            got = build(srcs[path], locks["base"], cache, log)
+        bases_tag[path] = got["tag"]
+        bases[path] = layers_of(got["id"])
+        lines.append(f"{path} base: " + json.dumps({**got, **diff([], bases[path])}, sort_keys=True))
+        print(lines[-1], flush=True)
+    for rnd in range(args.rounds):
+        for bump in args.bumps:
+            for path in args.paths if rnd % 2 == 0 else list(reversed(args.paths)):
+                if path == "layered":
+                    forget_but_base(cache, bases_tag["layered"])
+                got = build(srcs[path], locks[bump], cache, log)
+                got.update(diff(bases[path], layers_of(got["id"])))
+                save = subprocess.run(f"docker save {got['tag']} | wc -c", shell=True, text=True,
+                                      capture_output=True, check=False)  # fmt: skip
+                got["docker_save_bytes"] = int(save.stdout.strip() or 0)
+                sh(["docker", "rmi", got["tag"]])
+                lines.append(f"{path} {bump} round {rnd}: " + json.dumps(got, sort_keys=True))
+                print(lines[-1], flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--paths", nargs="+", default=["layered", "single"])
+    ap.add_argument("--bumps", nargs="+", default=["release", "vllm", "torch"])
+    ap.add_argument("--old-src", type=Path, default=Path("/tmp/before/src"))
+    ap.add_argument("--cache", type=Path, default=None, help="IMGBUILD_CACHE of both sides (default: a temp one)")
+    ap.add_argument("--push", action="store_true", help="push to a loopback registry and count (real size)")
+    ap.add_argument("--analyze", action="store_true", help="layer identity by key only: no docker")
+    ap.add_argument("--subset-mb", type=int, default=0, help="drop dists larger than this (vllm, flashinfer kept)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (--subset-mb)")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "issue34-bump.txt")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-bump-"))
+    try:
+        locks = make_locks(work)
+        if args.check:
+            for name, path in locks.items():
+                print(name, len(blocks(path.read_text())), "pins")
+            return 0
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        when = time.strftime("%F %T UTC", time.gmtime())
+        lines = [f"# issue 34 bump benchmark: {' '.join(sys.argv)}",
+                 f"# machine: {platform.node()}, {os.cpu_count()} cores, load {load}, {when}"]  # fmt: skip
+        for name in ["base", *args.bumps]:  # every wheel in uv's cache before anything is timed
+            install(locks[name], work / "warm")
+            shutil.rmtree(work / "warm")
+        if args.analyze:
+            analyze(locks, args.bumps, work, lines)
+        elif args.subset_mb:
+            locks = subset_locks(locks, work, args.subset_mb, ("vllm", "flashinfer-python"))
+            lines.append(f"# subset: dists over {args.subset_mb} MiB installed left out (vllm, flashinfer kept)")
+            interleaved(args, locks, work, lines)
+        else:
+            real_size(args, locks, work, lines)
+        with args.out.open("a") as fh:
+            fh.write("\n".join(lines) + "\n")
+        print(f"results: {args.out}")
+    except BaseException:
+        print(f"failed: the work dir {work} is kept (build.log)", file=sys.stderr)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
