@@ -1,4 +1,4 @@
-"""The real project (seven patches on vLLM 0.33.0, one on FlashInfer 0.7.2.post1) built on the skeleton stand-in."""
+"""The real project (seven patches on the pinned vLLM, one on the pinned FlashInfer) built on the skeleton stand-in."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runtime base: the locked wheels of the real vLLM 0.33.0 installed on the skeleton, for real.
+"""The runtime base: the locked wheels of the real pinned vLLM release installed on the skeleton, for real.
 
 amd64 runs natively here, so it is the fast path: the first session downloads the
 locked wheels once into the cache (about 4 GB) and builds the base; later sessions find
@@ -18,6 +18,7 @@ from imgbuild.builder import runtime_base
 from imgbuild.engine import Engine
 from imgbuild.plan.labels import SKELETON
 from imgbuild.platforms import Platform
+from imgbuild.project import Project
 from imgbuild.smoke import runtime_run
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
@@ -25,6 +26,7 @@ from tests.support.jsonschema_check import load_json
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]
 ROOT = Path(__file__).resolve().parents[2]
+VLLM = Project.load(ROOT).pin.version  # the pinned release, which the lock holds
 PATCHED = (
     "vllm.model_executor.layers.sparse_attn_indexer",
     "vllm.model_executor.model_loader.weight_utils",
@@ -76,12 +78,12 @@ def test_amd64_base_imports_vllm_and_runs_its_cli(amd64_base: dict[str, object],
     import_s = time.monotonic() - t0
     assert res.exit_code == 0, res.stderr[-3000:]
     vllm, torch = res.stdout.split()[-2:]
-    assert vllm == "0.33.0" and torch.startswith("2.14.0+cu"), res.stdout  # the index's torch is a CUDA build
+    assert vllm == VLLM and torch.startswith("2.14.0+cu"), res.stdout  # the index's torch is a CUDA build
     t0 = time.monotonic()
     opts = runtime_run.runtime_run_options(Platform.parse("linux/amd64"), cache_dir())
     res = engine.run(tag, ["--version"], entrypoint=["vllm"], binds=opts.binds, environment=opts.env)
     version_s = time.monotonic() - t0
-    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == "0.33.0", res.stderr[-3000:]
+    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == VLLM, res.stderr[-3000:]
     print(f"import vllm: {import_s:.1f}s, vllm --version: {version_s:.1f}s (container start included)")
 
 
@@ -121,7 +123,7 @@ def test_arm64_base_imports_vllm_under_qemu_with_an_aarch64_cpuinfo(engine: Engi
         environment=opts.env,
     )
     print(f"arm64 import under qemu: {time.monotonic() - t0:.0f}s")
-    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == "0.33.0", res.stderr[-3000:]
+    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == VLLM, res.stderr[-3000:]
     # Without it oneDNN's CPU probe dies, oneDNN's ISA caps or not. python runs under sh: as
     # the container's PID 1 it would ignore the SIGSEGV qemu raises and hang.
     bare = engine.run(
