@@ -82,6 +82,7 @@ class World:
     upstream: Upstream
     image_registry: str  # the workflows' IMAGE_REGISTRY (a repository variable on GitHub)
     repo: str
+    project: Path  # the synthetic project the site's tree carries
 
     def act(self, workflow: str, event: str, **kw: object) -> object:
         variables = {"IMAGE_REGISTRY": self.image_registry, **kw.pop("variables", {})}  # type: ignore[dict-item]
@@ -109,7 +110,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, prefix: str) -> Iterator[Wor
         shutil.rmtree(tree / "buildkit" / "context")
         site = Site(root / "site")
         site.push(tree, "imgbuild with a synthetic project, locked on the loopback registry's skeleton")
-        yield World(site, registry, upstream, f"{registry.host}/acme", repo)
+        yield World(site, registry, upstream, f"{registry.host}/acme", repo, project)
     finally:
         registry.stop()
         remove_images(registry.host + "/")
@@ -154,6 +155,8 @@ def test_patches_check_on_schedule_and_dispatch(world: World) -> None:
 
 def test_patches_bump_builds_and_opens_the_pull_request(world: World) -> None:
     world.upstream.release("v1.0.1", {"vllm/new_in_101.py": "X = 1\n"})
+    # a release comes with its stock image, which the bump moves image.base to
+    push_skeleton_bases(world.project, world.registry.host, "vllm/vllm-openai", "v1.0.1", user_cache())
     done = world.act(
         "patches-bump.yml", "schedule", payload={"schedule": "41 5 * * *"}, env={"IMGBUILD_BASE": "skeleton"}
     )
@@ -164,6 +167,8 @@ def test_patches_bump_builds_and_opens_the_pull_request(world: World) -> None:
     assert len(created) == 1 and "imgbuild/bump-v1.0.1" in created[0], calls
     log = git(world.site.origin, "log", "--format=%s", "imgbuild/bump-v1.0.1")
     assert log.splitlines()[0].startswith("images.lock, buildkit/docker-bake.json: follow v1.0.1"), log
+    latest = git(world.site.origin, "show", "imgbuild/bump-v1.0.1:images/latest.yaml")
+    assert "vllm/vllm-openai:v1.0.1" in latest, latest
     # by hand, one pin, the same release: its branch is on origin already, so nothing is pushed or opened
     again = world.act("patches-bump.yml", "workflow_dispatch", inputs={"onto": "v1.0.1", "pin": "vllm"})
     assert again.returncode == 0, tail(again)  # type: ignore[attr-defined]
