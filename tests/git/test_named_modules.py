@@ -100,3 +100,15 @@ def test_every_package_path_in_docs_and_src_exists() -> None:
                 if not (PACKAGE / rel).is_file():
                     missing.append(f"{path.relative_to(ROOT)}:{number}: {rel}")
     assert not missing, "paths of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_no_test_file_is_named_after_a_module_that_is_gone() -> None:
+    """`tests/*/test_pq.py` outlived `pq`: a test file's name says what it tests, so one named after a module that
+    is gone (GONE) is renamed with what it now tests."""
+    anywhere = {p.stem for p in PACKAGE.rglob("*.py")}  # cli/build.py: `build` is a module again, as a command
+    stale = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if p.stem.removeprefix("test_") in GONE - anywhere
+    )
+    assert stale == [], f"test files named after modules that are gone: {stale}"
