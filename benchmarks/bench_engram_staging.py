@@ -10,8 +10,11 @@ the same pages, all in one run on the same files:
 - ``cold, no prefetch``: the same with ``EngramDiskTable.prefetch`` turned
   off, i.e. pages faulted in one by one as before this change;
 - ``floor``: ``benchmarks/disk_floor.c`` reading the step's distinct pages
-  (4 KiB each) at queue depth 1 and at high queue depths, and each weight file
-  sequentially, every run from an emptied page cache (mincore 0%).
+  (4 KiB each) at queue depth 1 and at high queue depths, the same pages with
+  adjacent ones merged into one read per run, and each weight file
+  sequentially, every run from an emptied page cache (mincore 0%); at the end
+  ``engram_floor.py`` sets each cold step against these and against the step's
+  bytes at the sequential bandwidth.
 
 Each step is timed from the call to the end of its GPU work (host wall time,
 ``torch.cuda.synchronize`` included): median and range. Also measured: how
@@ -46,6 +49,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engram_floor
 from tests.gpu.engram_harness import (
     PAGE,
     Shape,
@@ -131,7 +136,7 @@ def step_pages(w: dict[str, Any], batch: Any) -> dict[str, Any]:
     pairs, rows_total, rows_distinct, pages_total = [], 0, 0, 0
     for index, slot in enumerate(stager.slots):
         rows = slot.select(hashes[:, slot.layer_hash_index])
-        pages = slot.table._pages(rows)
+        pages = np.unique(slot.table._pages(rows))  # disk_floor's runs mode needs them sorted
         rows_total += rows.size
         rows_distinct += np.unique(rows).size
         pages_total += pages.size
@@ -305,6 +310,8 @@ def main() -> None:
                 row["floor"][f"rand 4KiB QD{depth}"] = floor(
                     args.floor_tool, ["rand", str(depth), str(list_path)], tables
                 )
+            for depth in depths:
+                row["floor"][f"runs QD{depth}"] = floor(args.floor_tool, ["runs", str(depth), str(list_path)], tables)
             rows[name] = row
             warm_s = "  ".join(f"{k}={v['median_ms']:.3f}" for k, v in row["warm"].items())
             cold_s = "  ".join(f"{k}={v['median_ms']:.2f}" for k, v in row["cold"].items())
@@ -322,6 +329,9 @@ def main() -> None:
             print(
                 f"sequential, both weight files, {k} reads: {v['ms']:.0f} ms, {v['bytes'] / v['seconds'] / 1e9:.2f} GB/s"
             )
+
+        results["floor_ratios"] = engram_floor.ratios(results)
+        print(engram_floor.render(results["floor_ratios"]), flush=True)
 
         # Host time held by stage() (what prepare_inputs calls) while unrelated
         # GPU work is queued, against the release's lookup, which only enqueues.
