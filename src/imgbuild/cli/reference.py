@@ -21,4 +21,6 @@ def reference(root: Path) -> str:
 
 
 if __name__ == "__main__":
+    if not (Path.cwd() / "docs" / "schema").is_dir():
+        sys.exit("error: no docs/schema/ here: run it from the repository root")
     sys.stdout.write(reference(Path.cwd()))
