@@ -45,7 +45,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     tier = FOLDERS.get(collection_path)
     if tier is not None and not config.getoption(f"--{tier}"):
         return True
-    # tests/gpu/ runs with `-m gpu` (README); anywhere else its conftest's torch import is 1.3 s for a skip
+    # tests/gpu/ runs with `-m gpu` (CONTRIBUTING.md); anywhere else its conftest's torch import is 1.3 s for a skip
     if collection_path == HERE / "gpu" and "gpu" not in (config.getoption("markexpr") or ""):
         return True
     return None

@@ -42,45 +42,79 @@ class ImgbuildError(Exception):
         return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
 
 
+# Each class's docstring says when it happens: it is the "when" column of the exit-code table in docs/reference.md
+# (report/reference.py renders it).
+
+
 class CheckFailed(ImgbuildError):
-    """A check ran and found problems: exit 1, the only way to it (usually `reported=True`)."""
+    """A check ran and found problems (`patches check`, the `--onto` matrix, `lock --check`, `bake --check`);
+    nothing else exits 1."""
+
+    # The only way to exit 1, usually raised `reported=True`: the command's report is the JSON document.
 
     exit_code = ExitCode.FAILURE
 
 
 class UsageError(ImgbuildError):
+    """Bad command line (click's own usage errors too), such as an unknown platform."""
+
     exit_code = ExitCode.USAGE
 
 
 class ConfigError(ImgbuildError):
+    """Malformed or inconsistent config files (each error at `file:line:col`); an unusable
+    `IMGBUILD_CACHE`."""
+
     exit_code = ExitCode.CONFIG
 
 
 class PatchError(ImgbuildError):
+    """A patch is refused (missing DEP-3 fields too); `patches import` of a change the pin already has
+    (upstreamed)."""
+
     exit_code = ExitCode.PATCH
 
 
 class ApplyError(ImgbuildError):
+    """A patch does not apply (a stopped rebase, and a `patches bump` stopped at a conflict, too)."""
+
     exit_code = ExitCode.APPLY
 
 
 class UpstreamError(ImgbuildError):
+    """Upstream or base drift (a pin whose sha256 is not the cached wheel's, a base file that is not the
+    pinned release's); a bump whose release requires a version of another pin that the index lacks (no
+    override); a URL `patches import` cannot fetch."""
+
     exit_code = ExitCode.UPSTREAM
 
 
 class DockerError(ImgbuildError):
+    """Docker: the engine (not Docker 26+ with the containerd image store, not answering), a build,
+    a base that cannot be pulled, a tag that names an image imgbuild did not build; docker or mmdebstrap
+    missing."""
+
     exit_code = ExitCode.DOCKER
 
 
 class SmokeError(ImgbuildError):
+    """A smoke test failed (`smoke --key`: a signature or an SBOM not verified too); under `build --json`
+    the error document's `smoke` is the failing image's report."""
+
     exit_code = ExitCode.SMOKE
 
 
 class RegistryError(ImgbuildError):
+    """A registry command failed (`docker push`, `imagetools`, cosign), or a pushed digest is not the
+    local one; cosign missing, or docker for a registry command."""
+
     exit_code = ExitCode.REGISTRY
 
 
 class StateError(ImgbuildError):
+    """Dirty tree, rebase in progress, another imgbuild writing the same directory, a path the file
+    system refuses (read-only, full, under a file)."""
+
     exit_code = ExitCode.STATE
 
 
@@ -125,6 +159,7 @@ def disk_full(what: str, where: object) -> StateError:
 
 
 INTERRUPTED = "interrupted; nothing was changed"  # Ctrl-C (KeyboardInterrupt), exit 130: cli.main.run says it
+INTERRUPTED_EXIT = 130  # no error class: cli.main.run answers a KeyboardInterrupt itself
 
 
 def error_json(

@@ -25,7 +25,7 @@ HOW = {
 }
 GPU_HOW = (
     "on the GPU machine, install a CUDA build of torch (it brings triton) and numpy; .ci/setup-dev.sh installs "
-    "only CPU torch, and the GPU tier is run by hand (README.md, GPU tier)"
+    "only CPU torch, and the GPU tier is run by hand (CONTRIBUTING.md, The GPU tier)"
 )
 
 

@@ -1,4 +1,4 @@
-"""The package layout shows the architecture: imports run one way (docs/architecture.md)."""
+"""The package layout shows the architecture: imports run one way (CONTRIBUTING.md, Layout)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def imported_rooms(path: Path) -> list[tuple[int, str]]:
 
 def test_every_module_lives_in_a_room_of_the_map() -> None:
     rooms = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in PACKAGE.rglob("*.py")}
-    assert rooms - {"__init__"} <= set(RANK), f"rooms missing from RANK and docs/architecture.md: {rooms - set(RANK)}"
+    assert rooms - {"__init__"} <= set(RANK), f"rooms missing from RANK and CONTRIBUTING.md: {rooms - set(RANK)}"
 
 
 def test_imports_run_one_way() -> None:

@@ -18,14 +18,15 @@ def run() -> None:
         code = _run(as_json)
     except KeyboardInterrupt:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # one answer, however often Ctrl-C is pressed
-        from imgbuild.errors import INTERRUPTED, error_json
+        from imgbuild.errors import INTERRUPTED, INTERRUPTED_EXIT, error_json
         from imgbuild.jsondoc import document
 
         if as_json:
-            print(json.dumps(document("error", error_json("Interrupted", INTERRUPTED, None, 130))), flush=True)
+            doc = document("error", error_json("Interrupted", INTERRUPTED, None, INTERRUPTED_EXIT))
+            print(json.dumps(doc), flush=True)
         print(INTERRUPTED, file=sys.stderr)
         signal.signal(signal.SIGINT, previous)
-        code = 130
+        code = INTERRUPTED_EXIT
     finally:
         sys.unraisablehook = hook
     sys.exit(code)
@@ -50,7 +51,7 @@ def _run(as_json: bool) -> int:
     import typer
 
     from imgbuild.cli.app import app
-    from imgbuild.errors import ExitCode, ImgbuildError, error_json, no_space
+    from imgbuild.errors import INTERRUPTED_EXIT, ExitCode, ImgbuildError, error_json, no_space
     from imgbuild.jsondoc import document
 
     def fail(kind: str, message: str, hint: str | None, code: int, details: dict[str, object], *, doc: bool) -> int:
@@ -97,6 +98,6 @@ def _run(as_json: bool) -> int:
             "the command again; one that was under way (a rebase) says how to resume it"
         )
         return fail("StateError", str(exc).strip().splitlines()[0][:400], hint, ExitCode.STATE, {}, doc=as_json)
-    if code == 130:  # typer's answer to a KeyboardInterrupt in a command (no ExitCode is 130)
+    if code == INTERRUPTED_EXIT:  # typer's answer to a KeyboardInterrupt in a command (130; no ExitCode is)
         raise KeyboardInterrupt
     return code if isinstance(code, int) else 0

@@ -19,7 +19,7 @@ KEYS = frozenset({"project", "revision", "variant", "platform", "command"})
 
 
 class ImgbuildBuildError(RuntimeError):
-    """`imgbuild build` failed: its message and hint, and its exit code (docs: README's exit-code table)."""
+    """`imgbuild build` failed: its message and hint, and its exit code (docs/reference.md, Exit codes)."""
 
     def __init__(self, message: str, exit_code: int, hint: str = "") -> None:
         super().__init__(f"imgbuild build failed (exit {exit_code}): {message}" + (f" ({hint})" if hint else ""))
