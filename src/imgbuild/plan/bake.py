@@ -19,7 +19,7 @@ from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.builds import repository_of, title_of
 from imgbuild.plan.labels import ProjectInputs
-from imgbuild.plan.layers import digest_lines, overlay_files, plan_layers
+from imgbuild.plan.layers import digest_lines, share_layers
 from imgbuild.registry.lock import Lock
 
 BAKE_FILE = "buildkit/docker-bake.json"
@@ -80,19 +80,13 @@ def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | 
                 f"images/{p.variant.name}.yaml: image.site_packages is needed for the bake file (no base is run)",
                 hint="set image.site_packages, e.g. /usr/local/lib/python3.12/dist-packages, in the root variant",
             )
-    # Layers are planned per base, like `imgbuild build` does per (base, platform).
-    groups: dict[tuple[str, str], list[str]] = {}
-    for p in plans:
-        groups.setdefault((p.variant.image.base or "", p.variant.image.site_packages or ""), []).append(p.variant.name)
+    shared = share_layers(plans)  # the layers `imgbuild build` makes
     context: dict[str, bytes] = {}
-    chains: dict[str, tuple[str, ...]] = {}
-    for names in groups.values():
-        lp = plan_layers({n: overlay_files(by_name[n]) for n in names})
+    for _, lp in shared.groups:
         for node in lp.nodes:
             source = by_name[node.variants[0]]
             context.update(dockerfile.layer_context({node.name: {f.path: source.contents[f.path] for f in node.files}}))
-        for n in names:
-            chains[n] = tuple(lp.nodes[i].name for i in lp.chain(n))
+    chains = {n: tuple(node.name for node in shared.chain(n)) for n in by_name}
     targets = [_target(inputs, by_name[n], chains[n], lock) for n in sorted(by_name)]
     text = render_json(targets)
     return Bake(tuple(targets), context, text)
