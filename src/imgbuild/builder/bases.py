@@ -14,7 +14,7 @@ from imgbuild.atomic import write_json
 from imgbuild.builder import skeleton
 from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
-from imgbuild.errors import ConfigError, DockerError, UpstreamError
+from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
@@ -28,16 +28,6 @@ if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only fo
 SKELETON = "skeleton"
 RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
 Say = Callable[[str], None]
-
-
-def base_ref(plan: VariantPlan, base: str | None) -> str:
-    ref = base or plan.variant.image.base
-    if not ref:
-        raise ConfigError(
-            f"images/{plan.variant.name}.yaml: image.base is not set (nor inherited through from:)",
-            hint="set image.base, or pass --base REF (--base skeleton builds on the offline stand-in)",
-        )
-    return ref
 
 
 def skeleton_spec(project: Project, site_packages: str | None, platform: str) -> skeleton.SkeletonSpec:
@@ -97,7 +87,7 @@ def dry_bases(
     out = {}
     for plan in plans:
         for platform in selection.platforms_of(plan.variant.name):
-            ref = base_ref(plan, base)
+            ref = plan.variant.base_ref(base, takes_base=True)
             site = plan.variant.image.site_packages
             if ref in STAND_INS:
                 spec = STAND_INS[ref](project, site, str(platform))
@@ -126,7 +116,7 @@ class Bases:
         self._site: dict[tuple[str, Platform], str] = {}
 
     def resolve(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
-        ref = base_ref(plan, self.base)
+        ref = plan.variant.base_ref(self.base, takes_base=True)
         site_cfg = plan.variant.image.site_packages
         if ref in STAND_INS:  # built here when missing
             spec = STAND_INS[ref](self.project, site_cfg, str(platform))

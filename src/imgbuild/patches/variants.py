@@ -38,6 +38,18 @@ class ResolvedVariant:
     image: ResolvedImage
     smoke: SmokeSpec
 
+    def base_ref(self, override: str | None = None, *, takes_base: bool = False) -> str:
+        """The base this variant's image is built on: `override` (`--base`), else image.base; the one check that
+        one is set (a ConfigError; `takes_base`: the command has `--base`, so the hint names it)."""
+        ref = override or self.image.base
+        if not ref:
+            more = ", or pass --base REF (--base skeleton builds on the offline stand-in)" if takes_base else ""
+            raise ConfigError(
+                f"images/{self.name}.yaml: image.base is not set (nor inherited through from:)",
+                hint=f"set image.base, e.g. vllm/vllm-openai:v0.34.0, in the root variant{more}",
+            )
+        return ref
+
 
 def patch_names(patches: Sequence[Patch]) -> dict[str, list[str]]:
     """Every name a variant may use (patch name, file name, group) -> patch names."""

@@ -64,12 +64,11 @@ def escape(value: str) -> str:
 def _base_ref(plan: VariantPlan, lock: Lock | None) -> tuple[str, str | None, bool]:
     """(BASE default, base digest label (None: unknown, so absent), locked?)."""
     v = plan.variant
-    if not v.image.base:
-        raise ConfigError(f"images/{v.name}.yaml: image.base is not set (nor inherited through from:)")
-    if lock is not None and v.name in lock.variants and lock.variants[v.name].base == v.image.base:
-        locked = lock.bases[v.image.base]
+    base = v.base_ref()
+    if lock is not None and v.name in lock.variants and lock.variants[v.name].base == base:
+        locked = lock.bases[base]
         return locked.pinned(), locked.digest, True
-    return v.image.base, None, False
+    return base, None, False
 
 
 def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | None) -> Bake:

@@ -108,15 +108,6 @@ def resolve_base(ref_text: str) -> LockedBase:
     return LockedBase(ref_text, top.digest, top.media_type, tuple(sorted(platforms.items())))
 
 
-def _base_of(v: ResolvedVariant) -> str:
-    if not v.image.base:
-        raise ConfigError(
-            f"images/{v.name}.yaml: image.base is not set (nor inherited through from:)",
-            hint="set image.base, e.g. vllm/vllm-openai:v0.33.0, in the root variant",
-        )
-    return v.image.base
-
-
 def _platforms(v: ResolvedVariant) -> tuple[str, ...]:
     return tuple(normalize_platform(p) for p in v.image.platforms)
 
@@ -130,8 +121,8 @@ def make_lock(
     more: Sequence[tuple[str, str, str]] = (),
 ) -> Lock:
     """`more`: every further pin (name, tag, commit), so that a move of any pin makes the lock stale."""
-    bases = {ref: resolve(ref) for ref in dict.fromkeys(_base_of(v) for v in variants)}
-    locked = {v.name: LockedVariant(_base_of(v), _platforms(v)) for v in variants}
+    bases = {ref: resolve(ref) for ref in dict.fromkeys(v.base_ref() for v in variants)}
+    locked = {v.name: LockedVariant(v.base_ref(), _platforms(v)) for v in variants}
     lock = Lock(upstream_tag, upstream_commit, series, bases, locked, tuple(more))
     missing = missing_platforms(lock)
     if missing:
@@ -183,7 +174,7 @@ def check(
         if entry is None:
             problems.append(f"variant {v.name}: not in the lock")
             continue
-        base = _base_of(v)
+        base = v.base_ref()
         if entry.base != base:
             problems.append(f"variant {v.name}: locked base {entry.base}, images/ says {base}")
         want = _platforms(v)
