@@ -1,5 +1,6 @@
 """Resolve variants to patch selections (`resolve_variants`, pure), and selections to file plans (`plan_variant`:
-every file a patch touches, patched or original, with its hashes)."""
+every file a patch touches, patched or original, with its hashes; it reads the pinned tree, through git when the
+tree is a commit, and writes nothing)."""
 
 from __future__ import annotations
 

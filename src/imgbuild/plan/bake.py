@@ -1,5 +1,6 @@
-"""`buildkit/docker-bake.json` (pure): one buildx bake target per variant, with `imgbuild build`'s Dockerfile
-(`ARG BASE` from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest."""
+"""`buildkit/docker-bake.json`: one buildx bake target per variant, with `imgbuild build`'s Dockerfile (`ARG BASE`
+from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest. `make_bake`
+is pure; `write_bake` and `write_context` write the file and the context (atomically), `check` reads them back."""
 
 from __future__ import annotations
 
