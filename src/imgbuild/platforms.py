@@ -28,6 +28,12 @@ class Platform:
         raise UsageError(f"{text!r}: unsupported platform; known: {', '.join(KNOWN)}")
 
     @classmethod
+    def read(cls, text: str) -> Platform:
+        """`os/arch[/variant]` as `str()` writes it (images.lock), any platform a registry may list: not checked
+        against KNOWN; `arm64/v8` is plain `arm64`."""
+        return cls.of(*text.split("/", 2))
+
+    @classmethod
     def of(cls, os: str, arch: str, variant: str = "") -> Platform:
         """As an engine reports it, not checked against KNOWN; `arm64/v8` is plain `arm64`."""
         return cls(os, arch, "" if (arch, variant) == ("arm64", "v8") else variant)

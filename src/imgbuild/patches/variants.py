@@ -12,9 +12,10 @@ from imgbuild.config.models import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
 from imgbuild.patches.apply import PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
+from imgbuild.platforms import Platform
 from imgbuild.upstream.git import blob_id, sha256
 
-DEFAULT_PLATFORMS = ("linux/arm64",)
+DEFAULT_PLATFORMS = (Platform("linux", "arm64"),)
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class ResolvedImage:
     repository: str | None
     tags: tuple[str, ...]
     base: str | None
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
     site_packages: str | None
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]

@@ -34,7 +34,7 @@ DEFAULT_REGISTRY = "localhost:5000"
 @dataclass(frozen=True)
 class BakeTarget:
     variant: str
-    platforms: tuple[str, ...]
+    platforms: tuple[str, ...]  # as the bake file names them
     repository: str
     base: str  # what BASE defaults to: the locked `ref@index-digest`, or the bare tag when unlocked
     locked: bool
@@ -108,11 +108,12 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         title=title_of(repository_of(plan, None), v.name, v.image.tags),
         source=None,  # the committed file cannot name the commit that holds it: CI adds source/revision
     )
-    digest = digest_lines([BAKE_FORMAT, *v.image.platforms, base, text, json.dumps(image_labels, sort_keys=True)])
+    platforms = tuple(map(str, v.image.platforms))
+    digest = digest_lines([BAKE_FORMAT, *platforms, base, text, json.dumps(image_labels, sort_keys=True)])
     final = dict(sorted({**image_labels, labels.INPUTS: digest}.items()))
     return BakeTarget(
         variant=v.name,
-        platforms=tuple(v.image.platforms),
+        platforms=platforms,
         repository=repository_of(plan, None),
         base=base,
         locked=locked,
