@@ -166,7 +166,7 @@ class Engine:
         if problem:
             raise DockerError(problem, hint=ENGINE_HINT)
         engine = cls(client, os.environ.get("IMGBUILD_DOCKER", "docker"))
-        engine._arch = Platform.parse(f"linux/{Platform.arch_of_machine(str(info.get('Architecture', '')))}")
+        engine._arch = _daemon_platform(info)
         engine.remove_leftovers()
         return engine
 
@@ -176,7 +176,7 @@ class Engine:
         if self._arch is None:
             echo(["docker", "info"])
             info = self._call(self.client.info)
-            self._arch = Platform.parse(f"linux/{Platform.arch_of_machine(str(info.get('Architecture', '')))}")
+            self._arch = _daemon_platform(info)
         return self._arch
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -521,3 +521,8 @@ def _tail(text: str, n: int = 25) -> str:
         if ln not in picked:
             picked.insert(0, ln)
     return "\n".join(picked)
+
+
+def _daemon_platform(info: Mapping[str, Any]) -> Platform:
+    """The daemon's platform from `docker info` (its machine name, e.g. x86_64): one of KNOWN, else a UsageError."""
+    return Platform.parse(f"linux/{Platform.arch_of_machine(str(info.get('Architecture', '')))}")

@@ -10,6 +10,7 @@ from imgbuild.errors import UsageError
 # docker arch -> machine name; what the stand-in skeleton and the vLLM release images serve
 ARCHES = {"arm64": "aarch64", "amd64": "x86_64"}
 KNOWN = tuple(f"linux/{arch}" for arch in ARCHES)
+IMPLIED = {"arm64": "v8"}  # an arch's variant when none is named: `linux/arm64/v8` is `linux/arm64`
 
 
 @dataclass(frozen=True, order=True)
@@ -23,14 +24,20 @@ class Platform:
         """`linux/arm64` (`linux/arm64/v8` is the same image); anything else is a UsageError naming the known."""
         parts = text.strip().split("/")
         known = len(parts) in (2, 3) and parts[0] == "linux" and parts[1] in ARCHES
-        if known and (len(parts) == 2 or (parts[1], parts[2]) == ("arm64", "v8")):
+        if known and (len(parts) == 2 or IMPLIED.get(parts[1]) == parts[2]):
             return cls(parts[0], parts[1])
         raise UsageError(f"{text!r}: unsupported platform; known: {', '.join(KNOWN)}")
 
     @classmethod
+    def read(cls, text: str) -> Platform:
+        """`os/arch[/variant]` as `str()` writes it (images.lock), any platform a registry may list: not checked
+        against KNOWN; `arm64/v8` is plain `arm64`."""
+        return cls.of(*text.split("/", 2))
+
+    @classmethod
     def of(cls, os: str, arch: str, variant: str = "") -> Platform:
         """As an engine reports it, not checked against KNOWN; `arm64/v8` is plain `arm64`."""
-        return cls(os, arch, "" if (arch, variant) == ("arm64", "v8") else variant)
+        return cls(os, arch, "" if IMPLIED.get(arch) == variant else variant)
 
     @classmethod
     def host(cls) -> Platform:
@@ -42,6 +49,11 @@ class Platform:
         """docker's arch name for a machine name (`x86_64` -> `amd64`); other names unchanged."""
         by_machine = {m: a for a, m in ARCHES.items()}
         return by_machine.get(machine, machine)
+
+    @property
+    def oci_variant(self) -> str:
+        """The variant an OCI platform object names: the implied one written out (`v8` for arm64)."""
+        return self.variant or IMPLIED.get(self.arch, "")
 
     @property
     def machine(self) -> str:

@@ -204,7 +204,7 @@ class Project:
         every = platform == ALL_PLATFORMS or default == "declared"
         per = []
         for name, v in self.variants.items():
-            declared = tuple(Platform.parse(p) for p in v.image.platforms)
+            declared = v.image.platforms
             per.append((name, wanted or (declared if every else declared[:1])))
         return Selection(chosen, tuple(per))
 

@@ -20,6 +20,7 @@ import pytest
 
 from imgbuild.builder import skeleton
 from imgbuild.engine import Engine
+from imgbuild.platforms import Platform
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
 from tests.support.cleanup import drop_large
@@ -45,7 +46,7 @@ def skeleton_base(engine: Engine, synth_upstream: Upstream) -> str:
     """The skeleton for the synthetic release (commit ids are fixed, so the tag is stable across sessions)."""
     commit = GitRepo(synth_upstream.path).resolve_commit("v1.0.0")
     assert commit is not None
-    spec = skeleton.SkeletonSpec("linux/arm64", commit)
+    spec = skeleton.SkeletonSpec(Platform.parse("linux/arm64"), commit)
     skeleton.ensure_skeleton(engine, spec, [GitRepo(synth_upstream.path)], cache_dir())
     return spec.tag
 

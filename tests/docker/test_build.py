@@ -10,6 +10,7 @@ from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
 from tests.docker.conftest import Built, MakeProject
 from tests.support.jsonschema_check import load_json
+from tests.support.layer_agreement import from_bake, from_plan
 from tests.support.runner import Cli
 from tests.support.synth_images import ENGRAM, SM121
 
@@ -40,6 +41,15 @@ def test_layers_are_shared_byte_for_byte(built: Built, engine: Engine, skeleton_
     latest = engine.require(f"{built.repo}:latest").layers
     assert mem[: len(base)] == base and len(mem) == len(base) + 1  # base + the shared sm121 layer
     assert latest[: len(mem)] == mem and len(latest) == len(mem) + 1  # that same layer + the engram layer
+
+
+def test_the_built_images_have_the_layers_plan_and_the_bake_file_give_them(built: Built, engine: Engine) -> None:
+    """One layer-sharing decision (plan/layers.py): what `build --base skeleton` made, `plan` and the bake file say."""
+    assert built.cli("bake").returncode == 0
+    planned = from_plan(built.project)
+    assert from_bake(built.project) == planned and len(planned["latest"]) == 2
+    for tag in ("latest", "engram-mem"):
+        assert tuple(json.loads(engine.require(f"{built.repo}:{tag}").labels["imgbuild.layers"])) == planned[tag]
 
 
 def test_file_state_matrix_read_from_the_images(built: Built, engine: Engine) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from imgbuild.builder import skeleton
 from imgbuild.engine import Engine
+from imgbuild.platforms import Platform
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
 from tests.support.synth import Upstream, git
@@ -55,7 +56,7 @@ def test_a_clean_bump_builds_and_smoke_tests_both_variants(
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "the project")
     # the rootfs tar the session already made, linked into this test's cache (no second mmdebstrap)
-    recipe = skeleton.SkeletonSpec("linux/arm64", "0" * 40).rootfs
+    recipe = skeleton.SkeletonSpec(Platform.parse("linux/arm64"), "0" * 40).rootfs
     made = skeleton.rootfs_path(recipe, _user_cache())
     if made.is_file():
         mine = skeleton.rootfs_path(recipe, cache_dir())

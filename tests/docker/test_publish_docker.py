@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from imgbuild.platforms import Platform
 from imgbuild.registry import tools
 from imgbuild.registry.lock import load_lock
 from tests.support import needs
@@ -126,7 +127,8 @@ def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
         # the moving tag is the local join, digest for digest: an index over exactly those manifests
         index = tools.inspect_required(f"{host}/{target}:{variant}")
         assert index.digest == v["digest"] == local_id(f"{world.repo}:{variant}")
-        assert sorted(index.entries()) == sorted((p, platforms[p]["manifest"]) for p in PLATFORMS)  # type: ignore[index]
+        entries = [(str(p), d) for p, d in index.entries()]
+        assert sorted(entries) == sorted((p, platforms[p]["manifest"]) for p in PLATFORMS)  # type: ignore[index]
     # the moving tag is written after the immutable one, and once
     puts = [uri for method, uri, status in first if method == "PUT" and "/manifests/" in uri and status < 300]
     for variant, v in out.items():
@@ -282,16 +284,17 @@ def test_lock_resolves_bases_with_imagetools_and_notices_a_moved_tag(world: Worl
         "create",
         "-t",
         moving,
-        f"{world.registry.host}/vllm/vllm-openai@{dict(locked.platforms)['linux/arm64']}",
+        f"{world.registry.host}/vllm/vllm-openai@{dict(locked.platforms)[Platform.parse('linux/arm64')]}",
     )
-    assert tools.inspect_required(arm).digest == dict(locked.platforms)["linux/arm64"]
+    assert tools.inspect_required(arm).digest == dict(locked.platforms)[Platform.parse("linux/arm64")]
     proc = imgbuild(project, "lock", "--check")
     assert proc.returncode == 1 and f"base {moving}: locked sha256:" in proc.stderr
     assert imgbuild(project, "lock", "--check", "--offline").returncode == 0  # the files alone still agree
     set_platforms(project, ["linux/arm64"], base=arm)  # a single manifest: its platform comes from its config
     assert imgbuild(project, "lock").returncode == 0
     lock = load_lock(project)
-    assert lock is not None and lock.bases[arm].platforms == (("linux/arm64", tools.inspect_required(arm).digest),)
+    found = lock.bases[arm].platforms if lock is not None else ()
+    assert found == ((Platform.parse("linux/arm64"), tools.inspect_required(arm).digest),)
     set_platforms(project, PLATFORMS, base=arm)
     proc = imgbuild(project, "lock")
     assert proc.returncode == 9 and "has no linux/amd64 image" in proc.stderr

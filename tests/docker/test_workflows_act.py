@@ -125,7 +125,7 @@ def test_images_workflow_builds_what_is_missing_then_nothing(world: World) -> No
     assert len([j for j in ran if j.startswith("images/merge")]) == 2, ran
     for variant in ("latest", "engram-mem"):
         index = tools.inspect_required(f"{world.image_registry}/{world.repo}:{variant}")
-        assert index.is_index and {p for p, _ in index.entries()} == {"linux/arm64", "linux/amd64"}
+        assert index.is_index and {str(p) for p, _ in index.entries()} == {"linux/arm64", "linux/amd64"}
     second = world.act("images.yml", "push")
     assert second.returncode == 0, tail(second)  # type: ignore[attr-defined]
     assert jobs_succeeded(second) == ["images/plan"], tail(second)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from imgbuild.platforms import Platform
 from imgbuild.registry import lock as lockmod
 from tests.support.jsonschema_check import load_json
 from tests.support.runner import imgbuild_here as imgbuild  # in-process: the documents, not the process
@@ -62,7 +63,10 @@ def test_the_lock_and_bake_documents(root: Path, monkeypatch: pytest.MonkeyPatch
     assert baked["changed"] is True and baked["targets"]
     assert doc(root, "bake-check", "bake", "--check") == {"schema": "imgbuild.bake-check/1", "ok": True, "problems": []}
     # images.lock as `lock` writes it, from a resolver that asks no registry
-    platforms = (("linux/amd64", "sha256:" + "3" * 64), ("linux/arm64", "sha256:" + "2" * 64))
+    platforms = (
+        (Platform.parse("linux/amd64"), "sha256:" + "3" * 64),
+        (Platform.parse("linux/arm64"), "sha256:" + "2" * 64),
+    )
     base = lockmod.LockedBase(BASE, "sha256:" + "1" * 64, "application/vnd.oci.image.index.v1+json", platforms)
     make_lock = lockmod.make_lock
     monkeypatch.setattr(

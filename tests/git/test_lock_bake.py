@@ -11,6 +11,7 @@ import yaml
 from imgbuild.builder.runner import project_inputs
 from imgbuild.errors import RegistryError
 from imgbuild.plan import bake as bakemod
+from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from imgbuild.registry import lock as lockmod
 from tests.support.jsonschema_check import load_json
@@ -25,7 +26,8 @@ BASE = "registry.example/vllm/vllm-openai:v1.0.0"
 
 
 def fixed(platforms: tuple[tuple[str, str], ...] = (("linux/amd64", AMD), ("linux/arm64", ARM))) -> lockmod.LockedBase:
-    return lockmod.LockedBase(BASE, INDEX, "application/vnd.oci.image.index.v1+json", platforms)
+    found = tuple((Platform.parse(p), d) for p, d in platforms)
+    return lockmod.LockedBase(BASE, INDEX, "application/vnd.oci.image.index.v1+json", found)
 
 
 @pytest.fixture
@@ -51,7 +53,10 @@ def test_lock_round_trip_and_offline_check(root: Path) -> None:
     assert text.startswith("# images.lock") and project.pin.commit in text and project.series_digest in text
     again = lockmod.load_lock(root)
     assert again == lock
-    assert again is not None and again.bases[again.variants["engram-mem"].base].pinned("linux/arm64") == f"{BASE}@{ARM}"
+    assert (
+        again is not None
+        and again.bases[again.variants["engram-mem"].base].pinned(Platform.parse("linux/arm64")) == f"{BASE}@{ARM}"
+    )
     pin = project.pin
     assert lockmod.check(again, list(project.variants.values()), pin.tag, pin.commit, project.series_digest, None) == []
 

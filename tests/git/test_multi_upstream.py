@@ -278,14 +278,14 @@ def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
     from imgbuild.errors import UpstreamError
 
     project = Project.load(Path(__file__).resolve().parents[2])  # the shipped project: vllm + flashinfer
-    assert runtime_spec(project, None, "linux/amd64").lock.pin("flashinfer-python") is not None
+    assert runtime_spec(project, None, Platform.parse("linux/amd64")).lock.pin("flashinfer-python") is not None
     fi = project.pin_named("flashinfer")
     moved = fi.model_copy(update={"source": fi.source.model_copy(update={"version": "0.7.5"})})
     project.pins = (project.pin, moved)
     with pytest.raises(
         UpstreamError, match=r"locks flashinfer-python 0\.7\.4, but patches/upstream\.yaml pins 0\.7\.5"
     ):
-        runtime_spec(project, None, "linux/amd64")
+        runtime_spec(project, None, Platform.parse("linux/amd64"))
 
 
 def test_a_stop_in_the_second_upstream_then_continue(world: tuple[Upstream, Upstream, Path]) -> None:

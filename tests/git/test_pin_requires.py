@@ -230,9 +230,12 @@ def test_a_pin_moved_alone_disagrees_and_the_runtime_lock_is_refused(
 
 
 def test_images_lock_holds_every_pin() -> None:
+    from imgbuild.platforms import Platform
     from imgbuild.registry import lock as lockmod
 
-    base = lockmod.LockedBase("b:1", "sha256:" + "1" * 64, "m", (("linux/arm64", "sha256:" + "2" * 64),))
+    base = lockmod.LockedBase(
+        "b:1", "sha256:" + "1" * 64, "m", ((Platform.parse("linux/arm64"), "sha256:" + "2" * 64),)
+    )
     more = [("flashinfer", "v0.1.0", "c" * 40)]
     made = lockmod.make_lock([], "v1", "a" * 40, "s", lambda _ref: base, more=more)
     assert made.to_dict()["upstream"] == {"tag": "v1", "commit": "a" * 40, "also": [

@@ -11,12 +11,13 @@ import pytest
 
 from imgbuild.builder.runner import project_inputs
 from imgbuild.engine import check_binfmt
-from imgbuild.errors import ConfigError, DockerError
+from imgbuild.errors import ConfigError, DockerError, ExitCode
 from imgbuild.plan import labels
 from imgbuild.plan.builds import BaseInfo, BuildPlan, make_build_plan
 from imgbuild.plan.dockerfile import listing
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
+from tests.support.runner import imgbuild_here
 from tests.support.synth import Upstream, make_project
 from tests.support.synth_images import ENGRAM, SITE, SM121, engram_project, patches, release, variants
 
@@ -112,6 +113,19 @@ def test_missing_repository_is_a_config_error(tmp_path: Path, upstream: Upstream
     project = Project.load(make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), v))
     with pytest.raises(ConfigError, match=r"image\.repository is not set"):
         build_plan(project, ["latest"])
+
+
+def test_an_unset_base_is_one_error_in_build_bake_and_lock(tmp_path: Path, upstream: Upstream) -> None:
+    release(upstream)
+    root = make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), variants("r", base=None))
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    said = ".yaml: image.base is not set (nor inherited through from:)"  # latest's or engram-mem's, which inherits
+    for args in (["build", "--dry-run"], ["bake"], ["lock"]):
+        out = imgbuild_here(root, *args, env=env)
+        err = " ".join(out.stderr.split())
+        assert out.returncode == ExitCode.CONFIG and said in err, (args, err)
+        assert ("--base REF" in err) == (args[0] == "build"), err  # the hint names --base where the command has it
+    assert imgbuild_here(root, "build", "--dry-run", "--base", "b:1", env=env).returncode == 0
 
 
 def test_reserved_label_is_refused(tmp_path: Path, upstream: Upstream) -> None:

@@ -124,13 +124,14 @@ def push_skeleton_bases(project_root: Path, registry: str, name: str, tag: str, 
     from imgbuild.builder.bases import pin_repos, skeleton_spec
     from imgbuild.builder.skeleton import ensure_skeleton
     from imgbuild.engine import Engine
+    from imgbuild.platforms import Platform
     from imgbuild.project import Project
 
     project = Project.load(project_root)
     engine = Engine.connect()
     refs = []
     for platform in ("linux/amd64", "linux/arm64"):
-        spec = skeleton_spec(project, None, platform)
+        spec = skeleton_spec(project, None, Platform.parse(platform))
         info = ensure_skeleton(engine, spec, pin_repos(project), cache)
         ref = f"{registry}/{name}:{tag}-{spec.arch}"
         engine.tag(info.id, ref)

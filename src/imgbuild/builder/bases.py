@@ -14,7 +14,7 @@ from imgbuild.atomic import write_json
 from imgbuild.builder import skeleton
 from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
-from imgbuild.errors import ConfigError, DockerError, UpstreamError
+from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
@@ -30,17 +30,7 @@ RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
 Say = Callable[[str], None]
 
 
-def base_ref(plan: VariantPlan, base: str | None) -> str:
-    ref = base or plan.variant.image.base
-    if not ref:
-        raise ConfigError(
-            f"images/{plan.variant.name}.yaml: image.base is not set (nor inherited through from:)",
-            hint="set image.base, or pass --base REF (--base skeleton builds on the offline stand-in)",
-        )
-    return ref
-
-
-def skeleton_spec(project: Project, site_packages: str | None, platform: str) -> skeleton.SkeletonSpec:
+def skeleton_spec(project: Project, site_packages: str | None, platform: Platform) -> skeleton.SkeletonSpec:
     """The stand-in base for `project` on `platform`, with vllm/ where the variant expects it."""
     return skeleton.SkeletonSpec(
         platform=platform,
@@ -56,11 +46,11 @@ def pin_repos(project: Project) -> list[GitRepo]:
     return [project.resolved(p.name).repo for p in project.pins]
 
 
-def runtime_spec(project: Project, site_packages: str | None, platform: str) -> runtime_base.RuntimeSpec:
+def runtime_spec(project: Project, site_packages: str | None, platform: Platform) -> runtime_base.RuntimeSpec:
     """The runtime base for `project` on `platform`; its lock must pin the project's vllm."""
     from imgbuild.builder import runtime_base, runtime_lock
 
-    lock = runtime_lock.load_lock(project.root, Platform.parse(platform))
+    lock = runtime_lock.load_lock(project.root, platform)
     problems = runtime_lock_problems(project, lock)
     if problems:
         raise UpstreamError(problems[0], hint=f"imgbuild skeleton --runtime --relock --platform {platform}")
@@ -84,7 +74,7 @@ def runtime_lock_problems(project: Project, lock: runtime_lock.Lock) -> list[str
     return out
 
 
-STAND_INS: dict[str, Callable[[Project, str | None, str], skeleton.SkeletonSpec | runtime_base.RuntimeSpec]] = {
+STAND_INS: dict[str, Callable[[Project, str | None, Platform], skeleton.SkeletonSpec | runtime_base.RuntimeSpec]] = {
     SKELETON: skeleton_spec,
     RUNTIME: runtime_spec,
 }
@@ -97,10 +87,10 @@ def dry_bases(
     out = {}
     for plan in plans:
         for platform in selection.platforms_of(plan.variant.name):
-            ref = base_ref(plan, base)
+            ref = plan.variant.base_ref(base, takes_base=True)
             site = plan.variant.image.site_packages
             if ref in STAND_INS:
-                spec = STAND_INS[ref](project, site, str(platform))
+                spec = STAND_INS[ref](project, site, platform)
                 ref, site = spec.tag, spec.site_packages
             info = engine.image(ref) if engine else None
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
@@ -126,10 +116,10 @@ class Bases:
         self._site: dict[tuple[str, Platform], str] = {}
 
     def resolve(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
-        ref = base_ref(plan, self.base)
+        ref = plan.variant.base_ref(self.base, takes_base=True)
         site_cfg = plan.variant.image.site_packages
         if ref in STAND_INS:  # built here when missing
-            spec = STAND_INS[ref](self.project, site_cfg, str(platform))
+            spec = STAND_INS[ref](self.project, site_cfg, platform)
             if (spec.tag, platform) not in self._info:
                 self._info[(spec.tag, platform)] = self._stand_in(spec)
             ref = spec.tag

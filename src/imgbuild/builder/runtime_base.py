@@ -269,8 +269,7 @@ class _Layout:
 
 
 def _variant(platform: Platform) -> dict[str, str]:
-    variant = platform.variant or ("v8" if platform.arch == "arm64" else "")
-    return {"variant": variant} if variant else {}
+    return {"variant": platform.oci_variant} if platform.oci_variant else {}
 
 
 def _tar_writer(entries: Mapping[str, Path]) -> Callable[[IO[bytes]], tuple[str, int]]:

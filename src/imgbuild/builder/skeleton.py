@@ -68,7 +68,7 @@ class RootfsRecipe:
 
 @dataclass(frozen=True)
 class SkeletonSpec:
-    platform: str
+    platform: Platform
     upstream_commit: str
     package_root: str = "vllm"
     site_packages: str = SITE_PACKAGES
@@ -76,14 +76,21 @@ class SkeletonSpec:
 
     @property
     def arch(self) -> str:
-        return self.platform.split("/")[1]
+        return self.platform.arch
 
     @property
     def rootfs(self) -> RootfsRecipe:
         return RootfsRecipe(self.arch)
 
     def key(self) -> str:
-        parts = [FORMAT, self.platform, self.rootfs.key(), self.upstream_commit, self.package_root, self.site_packages]
+        parts = [
+            FORMAT,
+            str(self.platform),
+            self.rootfs.key(),
+            self.upstream_commit,
+            self.package_root,
+            self.site_packages,
+        ]
         parts += [f"{commit} {root}" for commit, root in self.more]  # none with one pin: the key is as it was
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
@@ -191,6 +198,7 @@ def ensure_skeleton(
         trees = [(repo, commit, root) for repo, (commit, root) in zip(repos, pins, strict=True)]
         (context / "vllm.tar").write_bytes(packages_layer(trees, spec.site_packages))
         (context / "Dockerfile").write_text(base_dockerfile(labels, ["ADD rootfs.tar /", "ADD vllm.tar /"]))
-        platforms = [Platform.parse(spec.platform)]
-        engine.build(context, tags=[spec.tag], platforms=platforms, epoch=BASE_EPOCH, compress=False, verbose=verbose)
+        engine.build(
+            context, tags=[spec.tag], platforms=[spec.platform], epoch=BASE_EPOCH, compress=False, verbose=verbose
+        )
     return engine.require(spec.tag)

@@ -17,13 +17,14 @@ def plan(
     the variant x file matrix (like section 3 of the deployment report).
     With --json, prints the full plan: states, patches, sha256 and blob ids.
     """
-    from imgbuild.plan.layers import describe, overlay_files, plan_layers
+    from imgbuild.plan.layers import share_layers
     from imgbuild.project import load_project
     from imgbuild.report.tables import console, plan_matrix, print_json
 
     project = load_project()
-    plans = project.plan(variants or None)
-    layers = describe(plan_layers({p.variant.name: overlay_files(p) for p in plans}))
+    every = project.plan()  # the layers are planned over every variant, as `build` and the bake file plan them
+    plans = project.plan(variants) if variants else every
+    layers = share_layers(every).describe(variants or None)
     if as_json:
         print_json(
             "plan",

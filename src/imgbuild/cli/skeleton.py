@@ -60,9 +60,8 @@ def skeleton(
     from imgbuild.builder import runtime_base as rb
     from imgbuild.builder import runtime_lock as rl
     from imgbuild.builder import skeleton as skel
-    from imgbuild.config.models import check_platform
+    from imgbuild.config.models import parse_platforms
     from imgbuild.engine import Engine
-    from imgbuild.platforms import Platform
     from imgbuild.project import load_project
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir
@@ -72,7 +71,7 @@ def skeleton(
     if site_packages is None:
         sites = {v.image.site_packages for v in project.variants.values() if v.image.site_packages}
         site_packages = sites.pop() if len(sites) == 1 else None
-    check_platform(platform)
+    (pf,) = parse_platforms(platform)
     if relock and not runtime:
         raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
     if runtime:
@@ -84,8 +83,8 @@ def skeleton(
                     "patches/upstream.yaml (docs/configuration.md)",
                 )
             overrides = overrides_in_effect(project.pin_needs)
-            rb.relock(project.root, Platform.parse(platform), project.pin.version, overrides=overrides, verbose=verbose)
-        rspec = bases.runtime_spec(project, site_packages, platform)
+            rb.relock(project.root, pf, project.pin.version, overrides=overrides, verbose=verbose)
+        rspec = bases.runtime_spec(project, site_packages, pf)
         res = rb.ensure_runtime(Engine.connect(), rspec, cache_dir(), force=force, verbose=verbose)
         if as_json:
             print_json(
@@ -107,7 +106,7 @@ def skeleton(
         else:
             print(rspec.tag)
         return
-    spec = bases.skeleton_spec(project, site_packages, platform)
+    spec = bases.skeleton_spec(project, site_packages, pf)
     repos = bases.pin_repos(project)
     info = skel.ensure_skeleton(Engine.connect(), spec, repos, cache_dir(), force=force, verbose=verbose)
     if as_json:

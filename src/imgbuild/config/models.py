@@ -10,7 +10,17 @@ from typing import Annotated, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from imgbuild.config.yamlsrc import load_yaml, validate
 from imgbuild.errors import ConfigError, UsageError
@@ -45,6 +55,26 @@ def _known(text: str) -> bool:
     except UsageError:
         return False
     return True
+
+
+def _platform(value: object) -> Platform:
+    """A platform in images/: parsed once, here (`Platform.parse`); a ValueError becomes the file:line:col error."""
+    if isinstance(value, Platform):
+        return value
+    if not isinstance(value, str) or not _known(value):
+        raise ValueError(f"unsupported platform {value!r}; known: {', '.join(KNOWN)}")
+    return Platform.parse(value)
+
+
+# A `Platform` in a config model: read from its string, written (model_dump, JSON) as that string.
+PlatformField = Annotated[
+    Platform, PlainValidator(_platform), PlainSerializer(str, return_type=str), WithJsonSchema({"type": "string"})
+]
+
+
+def _platforms(value: object) -> object:
+    """A list of platforms parsed as one value, so that an error names the list's own file:line:col."""
+    return [_platform(p) for p in value] if isinstance(value, list) else value
 
 
 class Strict(BaseModel):
@@ -169,7 +199,7 @@ class ImageSpec(Strict):
     repository: str | None = None
     tags: list[str] | None = None
     base: str | None = None
-    platforms: list[str] | None = None
+    platforms: Annotated[list[PlatformField] | None, BeforeValidator(_platforms)] = None
     site_packages: str | None = Field(
         default=None,
         description="directory holding vllm/ in the base; null = ask the base's python3",
@@ -182,14 +212,6 @@ class ImageSpec(Strict):
         'nvidia_entrypoint.sh) or clear (a consuming one such as ["vllm","serve"]); unset: a consuming '
         "ENTRYPOINT is cleared and a passthrough one is an error at build time",
     )
-
-    @field_validator("platforms")
-    @classmethod
-    def _platforms(cls, value: list[str] | None) -> list[str] | None:
-        for p in value or []:
-            if not _known(p):
-                raise ValueError(f"unsupported platform {p!r}; known: {', '.join(KNOWN)}")
-        return value
 
 
 class SmokeSpec(Strict):

@@ -265,7 +265,7 @@ def write_recipe(
         pinned = Pinned(_variant_tag(variant), None, "builder imgbuild (replaced by the immutable tag it builds)")
     elif pinned is None:
         pinned, seen_platform = pin_image(variant, image=image, registry=registry)
-    platform = seen_platform or (variant.image.platforms[0] if variant.image.platforms else "linux/arm64")
+    platform = seen_platform or (str(variant.image.platforms[0]) if variant.image.platforms else "linux/arm64")
     config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
     path = path or out / f"{variant.name}-{profile.name.lower()}.yaml"
     recipe = Recipe(variant.name, profile, pinned, platform, env, config, path)

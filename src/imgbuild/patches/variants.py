@@ -1,5 +1,6 @@
 """Resolve variants to patch selections (`resolve_variants`, pure), and selections to file plans (`plan_variant`:
-every file a patch touches, patched or original, with its hashes)."""
+every file a patch touches, patched or original, with its hashes; it reads the pinned tree, through git when the
+tree is a commit, and writes nothing)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from imgbuild.config.models import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
 from imgbuild.patches.apply import PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
+from imgbuild.platforms import Platform
 from imgbuild.upstream.git import blob_id, sha256
 
-DEFAULT_PLATFORMS = ("linux/arm64",)
+DEFAULT_PLATFORMS = (Platform("linux", "arm64"),)
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,7 @@ class ResolvedImage:
     repository: str | None
     tags: tuple[str, ...]
     base: str | None
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
     site_packages: str | None
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
@@ -37,6 +39,18 @@ class ResolvedVariant:
     reverted: tuple[str, ...]  # series patches this variant leaves out
     image: ResolvedImage
     smoke: SmokeSpec
+
+    def base_ref(self, override: str | None = None, *, takes_base: bool = False) -> str:
+        """The base this variant's image is built on: `override` (`--base`), else image.base; the one check that
+        one is set (a ConfigError; `takes_base`: the command has `--base`, so the hint names it)."""
+        ref = override or self.image.base
+        if not ref:
+            more = ", or pass --base REF (--base skeleton builds on the offline stand-in)" if takes_base else ""
+            raise ConfigError(
+                f"images/{self.name}.yaml: image.base is not set (nor inherited through from:)",
+                hint=f"set image.base, e.g. vllm/vllm-openai:v0.34.0, in the root variant{more}",
+            )
+        return ref
 
 
 def patch_names(patches: Sequence[Patch]) -> dict[str, list[str]]:

@@ -1,5 +1,6 @@
-"""`buildkit/docker-bake.json` (pure): one buildx bake target per variant, with `imgbuild build`'s Dockerfile
-(`ARG BASE` from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest."""
+"""`buildkit/docker-bake.json`: one buildx bake target per variant, with `imgbuild build`'s Dockerfile (`ARG BASE`
+from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest. `make_bake`
+is pure; `write_bake` and `write_context` write the file and the context (atomically), `check` reads them back."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.builds import repository_of, title_of
 from imgbuild.plan.labels import ProjectInputs
-from imgbuild.plan.layers import digest_lines, overlay_files, plan_layers
+from imgbuild.plan.layers import digest_lines, share_layers
 from imgbuild.registry.lock import Lock
 
 BAKE_FILE = "buildkit/docker-bake.json"
@@ -33,7 +34,7 @@ DEFAULT_REGISTRY = "localhost:5000"
 @dataclass(frozen=True)
 class BakeTarget:
     variant: str
-    platforms: tuple[str, ...]
+    platforms: tuple[str, ...]  # as the bake file names them
     repository: str
     base: str  # what BASE defaults to: the locked `ref@index-digest`, or the bare tag when unlocked
     locked: bool
@@ -64,12 +65,11 @@ def escape(value: str) -> str:
 def _base_ref(plan: VariantPlan, lock: Lock | None) -> tuple[str, str | None, bool]:
     """(BASE default, base digest label (None: unknown, so absent), locked?)."""
     v = plan.variant
-    if not v.image.base:
-        raise ConfigError(f"images/{v.name}.yaml: image.base is not set (nor inherited through from:)")
-    if lock is not None and v.name in lock.variants and lock.variants[v.name].base == v.image.base:
-        locked = lock.bases[v.image.base]
+    base = v.base_ref()
+    if lock is not None and v.name in lock.variants and lock.variants[v.name].base == base:
+        locked = lock.bases[base]
         return locked.pinned(), locked.digest, True
-    return v.image.base, None, False
+    return base, None, False
 
 
 def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | None) -> Bake:
@@ -80,19 +80,13 @@ def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | 
                 f"images/{p.variant.name}.yaml: image.site_packages is needed for the bake file (no base is run)",
                 hint="set image.site_packages, e.g. /usr/local/lib/python3.12/dist-packages, in the root variant",
             )
-    # Layers are planned per base, like `imgbuild build` does per (base, platform).
-    groups: dict[tuple[str, str], list[str]] = {}
-    for p in plans:
-        groups.setdefault((p.variant.image.base or "", p.variant.image.site_packages or ""), []).append(p.variant.name)
+    shared = share_layers(plans)  # the layers `imgbuild build` makes
     context: dict[str, bytes] = {}
-    chains: dict[str, tuple[str, ...]] = {}
-    for names in groups.values():
-        lp = plan_layers({n: overlay_files(by_name[n]) for n in names})
+    for _, lp in shared.groups:
         for node in lp.nodes:
             source = by_name[node.variants[0]]
             context.update(dockerfile.layer_context({node.name: {f.path: source.contents[f.path] for f in node.files}}))
-        for n in names:
-            chains[n] = tuple(lp.nodes[i].name for i in lp.chain(n))
+    chains = {n: tuple(node.name for node in shared.chain(n)) for n in by_name}
     targets = [_target(inputs, by_name[n], chains[n], lock) for n in sorted(by_name)]
     text = render_json(targets)
     return Bake(tuple(targets), context, text)
@@ -114,11 +108,12 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         title=title_of(repository_of(plan, None), v.name, v.image.tags),
         source=None,  # the committed file cannot name the commit that holds it: CI adds source/revision
     )
-    digest = digest_lines([BAKE_FORMAT, *v.image.platforms, base, text, json.dumps(image_labels, sort_keys=True)])
+    platforms = tuple(map(str, v.image.platforms))
+    digest = digest_lines([BAKE_FORMAT, *platforms, base, text, json.dumps(image_labels, sort_keys=True)])
     final = dict(sorted({**image_labels, labels.INPUTS: digest}.items()))
     return BakeTarget(
         variant=v.name,
-        platforms=tuple(v.image.platforms),
+        platforms=platforms,
         repository=repository_of(plan, None),
         base=base,
         locked=locked,

@@ -11,7 +11,7 @@ from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.labels import ProjectInputs
-from imgbuild.plan.layers import LayerNode, LayerPlan, describe, digest_lines, overlay_files, plan_layers
+from imgbuild.plan.layers import LayerKey, LayerNode, LayerPlan, describe, digest_lines, share_layers
 from imgbuild.platforms import Platform
 
 if TYPE_CHECKING:
@@ -147,20 +147,19 @@ def make_build_plan(
     *,
     repository: str | None = None,
 ) -> BuildPlan:
-    """The images of the selected variants on their platforms. Layers are planned over all `plans` on the
-    same base, platform and site-packages, so `build engram-mem` alone makes the COPY `build latest` reuses."""
+    """The images of the selected variants on their platforms. Their layers are `share_layers` over all `plans`
+    (so `build engram-mem` alone makes the COPY `build latest` reuses); `layer_plans` shows them per platform and
+    base of the images in `bases`."""
     by_name = {p.variant.name: p for p in plans}
-    groups: dict[tuple[Platform, str, str], list[str]] = {}
+    shared = share_layers(plans)
+    layer_plans: dict[tuple[Platform, LayerKey], tuple[str, LayerPlan]] = {}
     for (variant, platform), base in sorted(bases.items()):
-        groups.setdefault((platform, base.image_id, base.site_packages), []).append(variant)
-
-    chains: dict[tuple[str, Platform], tuple[LayerNode, ...]] = {}
-    layer_plans: list[tuple[str, LayerPlan]] = []
-    for (platform, _, _), variants in groups.items():
-        lp = plan_layers({v: overlay_files(by_name[v]) for v in variants})
-        layer_plans.append((f"{platform} on {bases[(variants[0], platform)].ref}", lp))
-        for v in variants:
-            chains[(v, platform)] = tuple(lp.nodes[i] for i in lp.chain(v))
+        key = LayerKey.of(by_name[variant].variant)
+        if (platform, key) not in layer_plans:
+            title = f"{platform} on {base.ref}"
+            if any(t == title for t, _ in layer_plans.values()):  # --base put variants of two keys on one base
+                title += f" (images/ name {key})"
+            layer_plans[(platform, key)] = (title, shared.plan_of(variant))
 
     images: list[ImageBuild] = []
     joins: list[JoinBuild] = []
@@ -168,13 +167,13 @@ def make_build_plan(
         plan = by_name[name]
         platforms = selection.platforms_of(name)
         parts = tuple(
-            _image(project, plan, pf, bases[(name, pf)], chains[(name, pf)], repository, len(platforms) == 1)
+            _image(project, plan, pf, bases[(name, pf)], shared.chain(name), repository, len(platforms) == 1)
             for pf in platforms
         )
         images += parts
         if len(parts) > 1:
             joins.append(_join(project, plan, parts))
-    return BuildPlan(tuple(images), tuple(layer_plans), tuple(joins))
+    return BuildPlan(tuple(images), tuple(layer_plans.values()), tuple(joins))
 
 
 def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:

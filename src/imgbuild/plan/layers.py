@@ -1,14 +1,16 @@
-"""Choose the image layers for a set of variants (pure): files shared by a group of variants go into one layer
-below them all, most-shared first; a file that no layering can share is copied into several layers (`notes`)."""
+"""Choose the image layers (pure): which variants share layers (`LayerKey`, `share_layers`: the one place that
+decides it, for `plan`, the bake file and `build`), and within such a group, files shared by several variants go into
+one layer below them all, most-shared first; a file that no layering can share is copied into several layers
+(`notes`)."""
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from imgbuild.patches.variants import VariantPlan
+from imgbuild.patches.variants import ResolvedVariant, VariantPlan
 
 
 def digest_lines(lines: Iterable[str]) -> str:
@@ -148,3 +150,54 @@ def describe(plan: LayerPlan) -> list[str]:
         lines.append(f"{variant} = {shown}" + ("" if top is not None else " (no patched files)"))
     lines.extend(f"note: {n}" for n in plan.notes)
     return lines
+
+
+# -- which variants share layers ---------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class LayerKey:
+    """Variants with equal keys share layers: those whose images/ name one base and one site-packages directory.
+    It is read from images/ alone, so `--base`, `--platform` and what the daemon answers change nothing: `plan`,
+    the bake file (one target for all of a variant's platforms) and `build` give every variant the same layers."""
+
+    base: str  # image.base, "" when unset
+    site_packages: str  # image.site_packages, "" when unset (asked from the base at build time)
+
+    @classmethod
+    def of(cls, variant: ResolvedVariant) -> LayerKey:
+        return cls(variant.image.base or "", variant.image.site_packages or "")
+
+    def __str__(self) -> str:
+        base = self.base or "(image.base not set)"
+        return f"{base}, site-packages {self.site_packages or '(asked from the base)'}"
+
+
+@dataclass(frozen=True)
+class SharedLayers:
+    """The layers of every variant: one `LayerPlan` per `LayerKey`."""
+
+    groups: tuple[tuple[LayerKey, LayerPlan], ...]  # sorted by key
+
+    def plan_of(self, variant: str) -> LayerPlan:
+        return next(lp for _, lp in self.groups if variant in dict(lp.tops))
+
+    def chain(self, variant: str) -> tuple[LayerNode, ...]:
+        """`variant`'s layers, bottom first."""
+        lp = self.plan_of(variant)
+        return tuple(lp.nodes[i] for i in lp.chain(variant))
+
+    def describe(self, variants: Collection[str] | None = None) -> list[str]:
+        """`describe` of each group holding one of `variants` (None: every group); with several groups in all,
+        each one's lines under a line naming its base."""
+        shown = [(k, lp) for k, lp in self.groups if variants is None or any(v in dict(lp.tops) for v in variants)]
+        if len(self.groups) == 1:
+            return [line for _, lp in shown for line in describe(lp)]
+        return [line for k, lp in shown for line in (f"on {k}:", *(f"  {d}" for d in describe(lp)))]
+
+
+def share_layers(plans: Sequence[VariantPlan]) -> SharedLayers:
+    """Plan the layers of `plans` (give it every variant of the project: a variant built alone then gets the
+    layers it has beside the others, so `build engram-mem` makes the COPY `build latest` reuses)."""
+    groups: dict[LayerKey, dict[str, frozenset[LayerFile]]] = {}
+    for p in plans:
+        groups.setdefault(LayerKey.of(p.variant), {})[p.variant.name] = overlay_files(p)
+    return SharedLayers(tuple((key, plan_layers(groups[key])) for key in sorted(groups)))

@@ -3,7 +3,7 @@ upstream pin and series digest; rendering is deterministic (an unchanged lock is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +12,7 @@ import yaml
 from imgbuild.atomic import write_text
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.patches.variants import ResolvedVariant
+from imgbuild.platforms import Platform
 from imgbuild.registry import tools
 
 FILENAME = "images.lock"
@@ -27,18 +28,18 @@ class LockedBase:
     ref: str  # as written in images/*.yaml
     digest: str  # what the tag pointed to: an index, or a single manifest
     media_type: str
-    platforms: tuple[tuple[str, str], ...]  # (platform, manifest digest), sorted
+    platforms: tuple[tuple[Platform, str], ...]  # (platform, manifest digest), sorted as written
 
-    def pinned(self, platform: str | None = None) -> str:
+    def pinned(self, platform: Platform | None = None) -> str:
         """`ref:tag@digest` (docker uses the digest): the index's, or one platform's manifest's."""
-        digest = self.digest if platform is None else dict(self.platforms)[normalize_platform(platform)]
+        digest = self.digest if platform is None else dict(self.platforms)[platform]
         return f"{self.ref.split('@', 1)[0]}@{digest}"
 
 
 @dataclass(frozen=True)
 class LockedVariant:
     base: str
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,12 @@ class Lock:
             "upstream": {"tag": self.upstream_tag, "commit": self.upstream_commit, **more},
             "series": self.series,
             "bases": {
-                ref: {"digest": b.digest, "media_type": b.media_type, "platforms": dict(b.platforms)}
+                ref: {"digest": b.digest, "media_type": b.media_type, "platforms": {str(p): d for p, d in b.platforms}}
                 for ref, b in sorted(self.bases.items())
             },
             "variants": {
-                name: {"base": v.base, "platforms": list(v.platforms)} for name, v in sorted(self.variants.items())
+                name: {"base": v.base, "platforms": [str(p) for p in v.platforms]}
+                for name, v in sorted(self.variants.items())
             },
         }
 
@@ -79,11 +81,11 @@ def load_lock(root: Path) -> Lock | None:
             raise ValueError(f"not a version {VERSION} lock")
         bases = {
             str(ref): LockedBase(str(ref), str(b["digest"]), str(b["media_type"]),
-                                 tuple(sorted((str(p), str(d)) for p, d in b["platforms"].items())))
+                                 _sorted((Platform.read(str(p)), str(d)) for p, d in b["platforms"].items()))
             for ref, b in (data.get("bases") or {}).items()
         }  # fmt: skip
         variants = {
-            str(name): LockedVariant(str(v["base"]), tuple(str(p) for p in v["platforms"]))
+            str(name): LockedVariant(str(v["base"]), tuple(Platform.read(str(p)) for p in v["platforms"]))
             for name, v in (data.get("variants") or {}).items()
         }
         up = data["upstream"]
@@ -93,8 +95,9 @@ def load_lock(root: Path) -> Lock | None:
         raise ConfigError(f"{path}: cannot read the lock: {exc}", hint="regenerate it with `imgbuild lock`") from exc
 
 
-def normalize_platform(platform: str) -> str:
-    return platform.removesuffix("/v8") if platform.startswith("linux/arm64") else platform
+def _sorted(platforms: Iterable[tuple[Platform, str]]) -> tuple[tuple[Platform, str], ...]:
+    """In the order of their text, as the lock writes them."""
+    return tuple(sorted(platforms, key=lambda pd: (str(pd[0]), pd[1])))
 
 
 def resolve_base(ref_text: str) -> LockedBase:
@@ -102,23 +105,10 @@ def resolve_base(ref_text: str) -> LockedBase:
     top = tools.inspect_required(ref_text)
     if top.is_index:
         # the first entry of a platform wins (reversed: a later key would overwrite it)
-        platforms = {normalize_platform(p): d for p, d in reversed(top.entries()) if p is not None}
+        platforms = {p: d for p, d in reversed(top.entries()) if p is not None}
     else:
-        platforms = {normalize_platform(tools.image_platform(ref_text)): top.digest}
-    return LockedBase(ref_text, top.digest, top.media_type, tuple(sorted(platforms.items())))
-
-
-def _base_of(v: ResolvedVariant) -> str:
-    if not v.image.base:
-        raise ConfigError(
-            f"images/{v.name}.yaml: image.base is not set (nor inherited through from:)",
-            hint="set image.base, e.g. vllm/vllm-openai:v0.33.0, in the root variant",
-        )
-    return v.image.base
-
-
-def _platforms(v: ResolvedVariant) -> tuple[str, ...]:
-    return tuple(normalize_platform(p) for p in v.image.platforms)
+        platforms = {tools.image_platform(ref_text): top.digest}
+    return LockedBase(ref_text, top.digest, top.media_type, _sorted(platforms.items()))
 
 
 def make_lock(
@@ -130,8 +120,8 @@ def make_lock(
     more: Sequence[tuple[str, str, str]] = (),
 ) -> Lock:
     """`more`: every further pin (name, tag, commit), so that a move of any pin makes the lock stale."""
-    bases = {ref: resolve(ref) for ref in dict.fromkeys(_base_of(v) for v in variants)}
-    locked = {v.name: LockedVariant(_base_of(v), _platforms(v)) for v in variants}
+    bases = {ref: resolve(ref) for ref in dict.fromkeys(v.base_ref() for v in variants)}
+    locked = {v.name: LockedVariant(v.base_ref(), v.image.platforms) for v in variants}
     lock = Lock(upstream_tag, upstream_commit, series, bases, locked, tuple(more))
     missing = missing_platforms(lock)
     if missing:
@@ -148,7 +138,7 @@ def missing_platforms(lock: Lock) -> list[str]:
         have = {p for p, _ in base.platforms} if base else set()
         for p in v.platforms:
             if p not in have:
-                has = ", ".join(sorted(have)) or "none"
+                has = ", ".join(sorted(map(str, have))) or "none"
                 out.append(f"variant {name}: base {v.base} has no {p} image in the lock (has {has})")
     return out
 
@@ -183,13 +173,14 @@ def check(
         if entry is None:
             problems.append(f"variant {v.name}: not in the lock")
             continue
-        base = _base_of(v)
+        base = v.base_ref()
         if entry.base != base:
             problems.append(f"variant {v.name}: locked base {entry.base}, images/ says {base}")
-        want = _platforms(v)
+        want = v.image.platforms
         if entry.platforms != want:
             problems.append(
-                f"variant {v.name}: locked platforms {', '.join(entry.platforms)}, images/ says {', '.join(want)}"
+                f"variant {v.name}: locked platforms {', '.join(map(str, entry.platforms))}, "
+                f"images/ says {', '.join(map(str, want))}"
             )
     problems += missing_platforms(lock)
     if resolve is not None:

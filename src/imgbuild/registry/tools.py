@@ -14,6 +14,7 @@ from typing import Any
 
 from imgbuild import proc
 from imgbuild.errors import RegistryError
+from imgbuild.platforms import Platform
 
 INDEX_TYPES = frozenset(
     {"application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json"}
@@ -45,17 +46,16 @@ class Manifest:
     def is_index(self) -> bool:
         return self.media_type in INDEX_TYPES or (not self.media_type and "manifests" in self.json())
 
-    def entries(self) -> list[tuple[str | None, str]]:
+    def entries(self) -> list[tuple[Platform | None, str]]:
         """An index's (platform, manifest digest) pairs, in order (platform None: an attestation or unknown)."""
         return [(platform_of(e.get("platform")), str(e.get("digest"))) for e in self.json().get("manifests") or []]
 
 
-def platform_of(plat: object) -> str | None:
-    """`linux/arm64` from an index entry's or a config's platform fields (the arm64 `v8` variant is implied)."""
+def platform_of(plat: object) -> Platform | None:
+    """The platform of an index entry's or a config's platform fields (`Platform.of`: arm64's `v8` is implied)."""
     if not isinstance(plat, dict) or not plat.get("os") or not plat.get("architecture") or plat["os"] == "unknown":
         return None
-    os_, arch, var = plat["os"], plat["architecture"], plat.get("variant")
-    return f"{os_}/{arch}" + (f"/{var}" if var and not (arch == "arm64" and var == "v8") else "")
+    return Platform.of(str(plat["os"]), str(plat["architecture"]), str(plat.get("variant") or ""))
 
 
 AGAIN = "publish skips what the registry already holds, and moves a moving tag only after every image it names is in"
@@ -179,7 +179,7 @@ def inspect_required(ref: str) -> Manifest:
     return found
 
 
-def image_platform(ref: str) -> str:
+def image_platform(ref: str) -> Platform:
     """The platform of the single image manifest `ref` names, from its config."""
     args = ["buildx", "imagetools", "inspect", "--format", "{{json .Image}}", ref]
     done = _run(args, f"docker buildx imagetools inspect {ref}", ref)

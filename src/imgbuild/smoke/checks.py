@@ -77,7 +77,7 @@ class SmokeReport:
     image: str
     image_id: str
     variant: str | None
-    platform: str
+    platform: Platform
     checks: list[Check] = field(default_factory=list)
     files: list[FileRow] = field(default_factory=list)
     name: str = ""  # how tables call the image (e.g. its moving tag); default: `image`
@@ -99,7 +99,7 @@ class SmokeReport:
             "image": self.image,
             "image_id": self.image_id,
             "variant": self.variant,
-            "platform": self.platform,
+            "platform": str(self.platform),
             "ok": self.ok,
             "checks": [c.to_json() for c in self.checks],
             "files": [f.to_json() for f in self.files],
@@ -394,7 +394,7 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     """Run every check on `ref`; a failing check is recorded, never raised. With `runtime`, one container does
     everything that runs, and the file hashes come from it too unless it could not run."""
     info = engine.require(ref)
-    report = SmokeReport(ref, info.id, expected.variant, str(expected.platform))
+    report = SmokeReport(ref, info.id, expected.variant, expected.platform)
     report.checks.extend(config_checks(info, expected))
     base = find_base(engine, expected.base_ref, expected.base_id, info.platform)
     report.checks.extend(integrity_checks(info, expected, base))

@@ -36,9 +36,9 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
         return text
     plat = want or engine.arch
     top = tools.inspect_required(str(ref))  # the platform's manifest: the one, or the index's entry
-    found = [digest for p, digest in top.entries() if p == str(plat)] if top.is_index else [top.digest]
+    found = [digest for p, digest in top.entries() if p == plat] if top.is_index else [top.digest]
     if not found:
-        have = ", ".join(p or "unknown" for p, _ in top.entries()) or "none"
+        have = ", ".join(str(p or "unknown") for p, _ in top.entries()) or "none"
         raise RegistryError(f"{ref} has no {plat} image (it has {have})")
     pinned = f"{ref.name}@{found[0]}"
     if engine.image(pinned) is None:
