@@ -250,6 +250,7 @@ def test_the_cache_fills_during_skeleton_runtime(tmp_path: Path, small_lock: Sma
             cache = small_lock.cache(tmp_path / f"cache-{slack}")
             with tmpfs(cache / "runtime", f"size={size}m") as runtime:
                 filler = fill(runtime, slack)
+                assert [p.name for p in runtime.iterdir()] == ["filler"]  # before: nothing of a runtime base's
                 full = run(small_lock.root, cache, *args, **small_lock.env)
                 stopped = said_full(full)
                 assert stopped or full.returncode == 0, (slack, full.stderr[-3000:])
