@@ -48,7 +48,7 @@ OWNER_LABEL = "imgbuild.owner"
 OLD_OWNER_LABEL = "imgbuild.container-of"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
 MIN_VERSION = (26, 0)
-RACED = re.compile(r'image "[^"]+": already exists')  # two builds naming one image at once (test_concurrent.py)
+RACED = re.compile(r'image "[^"]+": already exists')  # two builds named one new image at once: Engine.build
 
 
 @dataclass(frozen=True)
@@ -292,9 +292,16 @@ class Engine:
         try:
             self._buildx([*args, source], stdin, env, verbose, what)
         except DockerError as exc:
-            # Another run (another imgbuild on this daemon) named the same image in the same instant: the
-            # containerd exporter refuses the second create. Equal inputs give equal digests, so building again
-            # (all of it cached) names the same image, now as an update.
+            # The engine's own race, not ours: BuildKit's image exporter (moby/buildkit exporter/containerimage/
+            # export.go, v0.13.2 in Docker 26.1) names an image with `Images.Update`, and with `Images.Create` when
+            # Update found no image of that name. Two builds that name one new image at once (two runs of one
+            # project, two hosts on one daemon) can both find none; containerd's image store then refuses the
+            # second Create: `image "NAME": already exists`. Plain `docker buildx build` does it too (about 1 pair
+            # in 3 here; docker/buildx#3576 with buildx 0.30 and Docker 29). Nothing imgbuild can order prevents it
+            # (a lock would not reach another host on the daemon), and nothing is lost: the content is stored, only
+            # the name was refused. Building again (all of it cached) finds the name and updates it, so it names the
+            # image equal inputs give. Not under --verbose: the log goes to the terminal, so the error is not seen
+            # here, and the build fails as BuildKit said (a rerun succeeds). tests/faults/test_concurrent.py.
             if not RACED.search(exc.message):
                 raise
             self._buildx([*args, source], stdin, env, verbose, what)

@@ -66,10 +66,15 @@ def cleanup(engine: Engine, prefix: str, upstream_url: str) -> None:
     under its own prefix, and `rmi -f <id>` would take its names too.
     """
     for _ in range(6):
-        images = engine.client.images.list()
-        tags = [t for img in images for t in img.tags if t.startswith(prefix)]
+        # one listing, not the SDK's `images.list()`, which inspects each image it listed: one that another session
+        # on this daemon removed in between failed the whole teardown with 404 "No such image"
+        rows = engine.client.api.images()
+        named = {str(r["Id"]): [t for t in r.get("RepoTags") or [] if t != "<none>:<none>"] for r in rows}
+        tags = [t for names in named.values() for t in names if t.startswith(prefix)]
         dangling = {
-            img.id for img in images if not img.tags and img.labels.get("imgbuild.upstream.url") == upstream_url
+            str(r["Id"])
+            for r in rows
+            if not named[str(r["Id"])] and (r.get("Labels") or {}).get("imgbuild.upstream.url") == upstream_url
         }
         if not tags and not dangling:
             return

@@ -23,7 +23,7 @@ import pytest
 from imgbuild.engine import OWNER_LABEL
 from tests.docker.conftest import MakeProject
 from tests.support.jsonschema_check import load_json
-from tests.support.node_daemon import DOCKERD26, Node, node_daemon
+from tests.support.node_daemon import DOCKERD26, Node, node_daemon, stop
 
 pytestmark = pytest.mark.faults
 
@@ -87,13 +87,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, skeleton_base: str) -> Iter
             yield d
         finally:
             for proc in d.restarted:  # ours; node_daemon stops the first one and removes everything
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                stop(proc)
 
 
 def build_killing_dockerd(daemon: Daemon, project: Path, cache: Path, when: str, after: float) -> tuple[int, str]:

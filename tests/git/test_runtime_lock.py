@@ -3,12 +3,10 @@ layout and run options (fast tier: no docker, no network)."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
 import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, UpstreamError
 from imgbuild.platforms import Platform
 from imgbuild.smoke import runtime_run
+from tests.support.wheels import wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 64
@@ -76,27 +75,6 @@ def test_uv_output_parses_with_every_hash_and_its_digest_is_the_text(tmp_path: P
 def test_missing_lock(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no runtime lock for linux/amd64"):
         rl.load_lock(tmp_path, AMD64)
-
-
-def wheel(where: Path, name: str, requires: list[str], version: str = "1.0") -> Path:
-    """A minimal pure-python wheel with these Requires-Dist lines."""
-    dist = f"{name}-{version}.dist-info"
-    head = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    meta = head + "".join(f"Requires-Dist: {r}\n" for r in requires)
-    files = {
-        f"{name}/__init__.py": b"X = 1\n",
-        f"{dist}/METADATA": meta.encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(
-        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
-        for p, d in files.items()
-    )
-    path = where / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for p, d in [*files.items(), (f"{dist}/RECORD", f"{record}{dist}/RECORD,,\n".encode())]:
-            zf.writestr(p, d)
-    return path
 
 
 @pytest.fixture

@@ -67,6 +67,17 @@ def _dockerd26() -> str:
 DOCKERD26 = _dockerd26()
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """A daemon we started, stopped as its service would be: SIGTERM, then SIGKILL after 60 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @contextlib.contextmanager
 def node_daemon(
     root: Path, bridge: str, *, containerd_store: bool = False, address: str = "10.214.77.1/24"
@@ -135,13 +146,7 @@ def node_daemon(
         yield node
     finally:
         for proc in reversed(procs):  # dockerd first, then its containerd
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc)
         for log in logs:
             log.close()
         with contextlib.suppress(subprocess.CalledProcessError):

@@ -34,7 +34,7 @@ from imgbuild.builder.skeleton import (
     log,
 )
 from imgbuild.engine import Engine, ImageInfo
-from imgbuild.errors import DockerError, StateError, UpstreamError
+from imgbuild.errors import DockerError, ImgbuildError, StateError, UpstreamError, disk_full, looks_full
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
@@ -88,7 +88,7 @@ def _target_args(platform: Platform) -> list[str]:
 
 @contextlib.contextmanager
 def cache_lock(cache: Path) -> Iterator[None]:
-    """One imgbuild at a time builds a runtime base; staging a killed run left is removed under it."""
+    """One imgbuild at a time builds a runtime base; what a killed run left half-done is removed under it."""
     base = cache / "runtime"
     base.mkdir(parents=True, exist_ok=True)
     fd = os.open(base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -99,8 +99,11 @@ def cache_lock(cache: Path) -> Iterator[None]:
             raise StateError(
                 f"another imgbuild is building a runtime base in {base}", hint="wait for it to finish"
             ) from None
-        for leftover in base.glob(".staging-*"):
+        for leftover in [*base.glob(".staging-*"), *base.glob(".context-*")]:
             shutil.rmtree(leftover, ignore_errors=True)
+        layout = layout_dir(cache)  # and the temp files of writes a killed run left (never read: they start with .)
+        for leftover in [*layout.glob("blobs/sha256/.new-*"), *layout.glob("keys/.*"), *layout.glob(".*")]:
+            leftover.unlink(missing_ok=True)
         yield
     finally:
         os.close(fd)
@@ -211,13 +214,15 @@ class _Layout:
         return layers.Blob(digest, int(size)) if path.is_file() and path.stat().st_size == int(size) else None
 
     def put(self, key: str | None, write: Callable[[IO[bytes]], tuple[str, int]]) -> layers.Blob:
-        with tempfile.NamedTemporaryFile(dir=self.blobs, prefix=".new-", delete=False) as fh:
-            try:
+        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".new-")
+        try:
+            with os.fdopen(fd, "wb") as fh:  # its close writes what is buffered: a full disk can stop it there too
                 digest, size = write(fh)
-            except BaseException:
-                os.unlink(fh.name)
-                raise
-        os.replace(fh.name, self.path(digest))
+            os.replace(tmp, self.path(digest))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         if key is not None:
             write_text(self.keys / key, f"{digest} {size}\n")
         return layers.Blob(digest, size)
@@ -264,7 +269,7 @@ class _Layout:
             if f"sha256:{blob.name}" not in live and not blob.name.startswith("."):
                 blob.unlink()
         for key in self.keys.iterdir():
-            if key.read_text().split()[0] not in live:
+            if not key.name.startswith(".") and key.read_text().split()[0] not in live:  # .x: a killed write's temp
                 key.unlink()
 
 
@@ -395,17 +400,41 @@ def ensure_runtime(
     info = engine.image(spec.tag)
     if info is not None and info.labels.get(LABEL) == spec.key() and not force:
         return RuntimeResult(info, False, time.monotonic() - start)
-    with cache_lock(cache):
+    with cache_lock(cache), _steps(cache) as step:
+        step("making the rootfs", cache / "skeleton")
         rootfs = ensure_rootfs(spec.rootfs, cache, verbose=verbose)
+        step(f"installing the {len(spec.lock.pins)} locked wheels for {spec.platform} (uv)", cache / "runtime")
         with _staging(cache, "build") as tmp:
             target = Path(tmp) / "tree"
             install_tree(spec.lock, target, verbose=verbose)
+            step(f"writing the package layers and building {spec.tag}", cache / "runtime")
             log(f"building {spec.tag} (BuildKit, from the package layers of the installed tree)")
             build_layered(
                 engine, target, rootfs, cache, tag=spec.tag, platform=spec.platform,
                 site_packages=spec.site_packages, pins=pin_keys(spec.lock), labels=labels_of(spec), verbose=verbose,
             )  # fmt: skip
     return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
+
+
+@contextlib.contextmanager
+def _steps(cache: Path) -> Iterator[Callable[[str, Path], None]]:
+    """Names the step under way, so that a disk that fills in it (uv's `No space left on device`, an OSError, a
+    tool that fails with almost nothing free) is one error naming the step and the directory to free. Nothing a
+    step half-wrote is used later: the install's staging goes with its directory, a layer blob or key is renamed
+    into place only once whole, and the tag is written by BuildKit last."""
+    current = ("starting", cache)
+
+    def step(what: str, where: Path) -> None:
+        nonlocal current
+        current = (what, where)
+
+    try:
+        yield step
+    except (OSError, ImgbuildError) as exc:
+        what, where = current
+        if not looks_full(exc, where):
+            raise
+        raise disk_full(f"the runtime base stopped while {what}", where) from exc
 
 
 def relock(
