@@ -362,9 +362,11 @@ def build_layered(
     site_packages: str,
     pins: Mapping[str, str],
     labels: dict[str, str],
+    no_cache: bool = False,
     verbose: bool = False,
 ) -> Layered:
-    """`tree` and `rootfs` as the layered image `tag`: the layers into the cache's layout, then BuildKit."""
+    """`tree` and `rootfs` as the layered image `tag`: the layers into the cache's layout, then BuildKit (`no_cache`:
+    without its cache)."""
     layout = layout_dir(cache)
     made = write_layers(
         tree, rootfs, layout, platform=platform, site_packages=site_packages, pins=pins,
@@ -380,7 +382,7 @@ def build_layered(
             )  # fmt: skip
 
         try:
-            run(no_cache=False)
+            run(no_cache=no_cache)
         except DockerError as exc:
             if "not found" not in str(exc):
                 raise
