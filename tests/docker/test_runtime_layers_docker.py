@@ -1,7 +1,8 @@
 """The runtime base's package layers through the real engine and a real registry, on small fake trees (fast):
 two "locks" that share a package share its layer byte for byte in the store and in the registry, the same lock
 built twice (from a fresh layer cache, without BuildKit's cache, on a BuildKit that has forgotten the layers) gives
-the same image digest, and a push of the second image uploads only the layers the registry lacks."""
+the same image digest, a lock whose layers left the layout while BuildKit kept its records of them builds again in
+one BuildKit call, and a push of the second image uploads only the layers the registry lacks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import secrets
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,7 @@ from imgbuild.builder.skeleton import SITE_PACKAGES
 from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
 from imgbuild.registry import tools
-from tests.support.buildkit_records import drop_chains
+from tests.support.buildkit_records import chains_of, drop_chains
 from tests.support.registry_env import RegistryProcess, docker, uploads
 
 pytestmark = pytest.mark.docker
@@ -131,3 +133,40 @@ def test_the_same_lock_gives_the_same_image_whatever_buildkit_pulled_before(
     # the layers' history is the layout's own, then the Dockerfile's; nothing BuildKit made up
     assert first_history[: len(a.layers)] == [(f"imgbuild runtime layer {n}", "") for n, _ in a.layers]
     assert all(comment != "buildkit.exporter.image.v0" for _, comment in first_history), first_history
+
+
+def test_a_lock_whose_layers_left_the_layout_builds_again_in_one_buildkit_call(
+    engine: Engine, tmp_path: Path, tags: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the runtime base once answered with a second build without BuildKit's cache ("not found", put down to
+    layers dropped from the layout while BuildKit's cache still named them; not reproduced): a lock built, two more
+    in the same layer cache (the layout keeps two builds per platform, so the first one's own layers leave it),
+    their images removed, BuildKit still holding its records of the first one's layers and a cache entry for its
+    layout image. The first lock again: its layers are written anew, and one BuildKit call makes the same image."""
+    token = secrets.token_hex(8)
+    name = f"imgbuild-test-left-layout-{token[:8]}"
+    locks = [{"big": "1.0", "small": f"{i}.0", "vllm": f"{i}.0"} for i in (1, 2, 3)]
+    tags += [f"{name}:{i}" for i in range(4)]
+    cache = tmp_path / "cache"
+    first = build(engine, tmp_path / "0", cache, tags[0], locks[0], token=token)
+    first_id = engine.require(tags[0]).id
+    for i in (1, 2):
+        build(engine, tmp_path / str(i), cache, tags[i], locks[i], token=token)
+    blobs = rb.layout_dir(cache) / "blobs" / "sha256"
+    left = {n for n, blob in first.layers if not (blobs / blob.digest.removeprefix("sha256:")).exists()}
+    assert left and "pkg-big" not in left, left  # its own buckets left the layout; the shared layers stayed
+    assert not (blobs / first.manifest.digest.removeprefix("sha256:")).exists()
+    docker("rmi", *tags[:3])
+    assert chains_of({first.manifest.digest})  # BuildKit still holds records pulled from the first layout image
+    calls: list[dict[str, Any]] = []
+    build_once = engine.build
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        calls.append(kwargs)
+        return build_once(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "build", counted)
+    again = build(engine, tmp_path / "again", cache, tags[3], locks[0], token=token)
+    assert set(again.written) >= left and again.manifest == first.manifest
+    assert [c["no_cache"] for c in calls] == [False]  # one call, with BuildKit's cache
+    assert engine.require(tags[3]).id == first_id

@@ -34,7 +34,7 @@ from imgbuild.builder.skeleton import (
     log,
 )
 from imgbuild.engine import Engine, ImageInfo
-from imgbuild.errors import DockerError, ImgbuildError, StateError, UpstreamError, disk_full, looks_full
+from imgbuild.errors import ImgbuildError, StateError, UpstreamError, disk_full, looks_full
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
@@ -374,22 +374,10 @@ def build_layered(
     )  # fmt: skip
     log(f"layers: {len(made.layers)}, {len(made.written)} written, the rest from the cache ({layout})")
     with tempfile.TemporaryDirectory(prefix=".context-", dir=layout.parent) as tmp:
-
-        def run(no_cache: bool) -> None:
-            engine.build(
-                build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
-                contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, no_cache=no_cache, verbose=verbose,
-            )  # fmt: skip
-
-        try:
-            run(no_cache=no_cache)
-        except DockerError as exc:
-            if "not found" not in str(exc):
-                raise
-            # seen here after layers were dropped from the layout: BuildKit's cache still named a blob of an
-            # earlier layout image; without its cache it takes every blob from the layout again
-            log(f"BuildKit lost a layer blob ({str(exc).splitlines()[-1][:120]}); building again without its cache")
-            run(no_cache=True)
+        engine.build(
+            build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
+            contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, no_cache=no_cache, verbose=verbose,
+        )  # fmt: skip
     _Layout(layout).record(made.manifest, platform, tag)
     return made
 
@@ -397,7 +385,7 @@ def build_layered(
 def ensure_runtime(
     engine: Engine, spec: RuntimeSpec, cache: Path, *, force: bool = False, verbose: bool = False
 ) -> RuntimeResult:
-    """The runtime base for `spec`, built if the daemon lacks it."""
+    """The runtime base for `spec`, built if the daemon lacks it (`force`: built again, without BuildKit's cache)."""
     start = time.monotonic()
     info = engine.image(spec.tag)
     if info is not None and info.labels.get(LABEL) == spec.key() and not force:
@@ -413,7 +401,8 @@ def ensure_runtime(
             log(f"building {spec.tag} (BuildKit, from the package layers of the installed tree)")
             build_layered(
                 engine, target, rootfs, cache, tag=spec.tag, platform=spec.platform,
-                site_packages=spec.site_packages, pins=pin_keys(spec.lock), labels=labels_of(spec), verbose=verbose,
+                site_packages=spec.site_packages, pins=pin_keys(spec.lock), labels=labels_of(spec), no_cache=force,
+                verbose=verbose,
             )  # fmt: skip
     return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
 

@@ -25,7 +25,12 @@ def skeleton(
         typer.Option("--site-packages", help=f"Where vllm/ goes (default: image.site_packages, else {SITE_PACKAGES})."),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Build the image again even if present (the rootfs stays cached).")
+        bool,
+        typer.Option(
+            "--force",
+            help="Build the image again even if present (the rootfs stays cached; the runtime base is built "
+            "without BuildKit's cache).",
+        ),
     ] = False,
     runtime: Annotated[
         bool,
