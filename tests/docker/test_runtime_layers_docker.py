@@ -71,6 +71,17 @@ def tags() -> Iterator[list[str]]:
         docker("rmi", "-f", tag, check=False)
 
 
+@pytest.fixture
+def pulled(tags: list[str]) -> Iterator[set[str]]:
+    """The layout images (manifest digests) a test made of layers of its own: after it, its images are removed and
+    BuildKit's records of those layers dropped (each run's layers are new: they would pile up in BuildKit's cache)."""
+    made: set[str] = set()
+    yield made
+    for tag in tags:
+        docker("rmi", "-f", tag, check=False)
+    drop_chains(made)
+
+
 def test_locks_that_share_a_package_share_its_layer_and_a_push_sends_only_the_rest(
     engine: Engine, tmp_path: Path, tags: list[str]
 ) -> None:
@@ -110,7 +121,7 @@ def history(tag: str) -> list[tuple[str, str]]:
 
 
 def test_the_same_lock_gives_the_same_image_whatever_buildkit_pulled_before(
-    engine: Engine, tmp_path: Path, tags: list[str]
+    engine: Engine, tmp_path: Path, tags: list[str], pulled: set[str]
 ) -> None:
     """Same lock, same image id: the first build comes after another lock that shares its lower layers (BuildKit's
     records of those then say "pulled from" the other lock's layout image); the second from a fresh layer cache,
@@ -123,10 +134,11 @@ def test_the_same_lock_gives_the_same_image_whatever_buildkit_pulled_before(
     tags += [f"{name}:other", f"{name}:one", f"{name}:again"]
     b = build(engine, tmp_path / "b", tmp_path / "cache", tags[0], other, token=token)
     a = build(engine, tmp_path / "a", tmp_path / "cache", tags[1], one, token=token)
+    pulled |= {a.manifest.digest, b.manifest.digest}
     assert dict(a.layers)["pkg-big"] == dict(b.layers)["pkg-big"]  # shared: BuildKit fetched it for `other`
     first, first_history = engine.require(tags[1]).id, history(tags[1])
     docker("rmi", tags[0], tags[1])  # an image holds BuildKit's records of its layers
-    drop_chains({a.manifest.digest, b.manifest.digest})
+    assert drop_chains(pulled) >= len(a.layers)
     again = build(engine, tmp_path / "again", tmp_path / "fresh-cache", tags[2], one, token=token, no_cache=True)
     assert again.manifest == a.manifest and again.layers == a.layers  # the layout image, written anew
     assert engine.require(tags[2]).id == first
@@ -136,7 +148,7 @@ def test_the_same_lock_gives_the_same_image_whatever_buildkit_pulled_before(
 
 
 def test_a_lock_whose_layers_left_the_layout_builds_again_in_one_buildkit_call(
-    engine: Engine, tmp_path: Path, tags: list[str], monkeypatch: pytest.MonkeyPatch
+    engine: Engine, tmp_path: Path, tags: list[str], pulled: set[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the runtime base once answered with a second build without BuildKit's cache ("not found", put down to
     layers dropped from the layout while BuildKit's cache still named them; not reproduced): a lock built, two more
@@ -150,6 +162,7 @@ def test_a_lock_whose_layers_left_the_layout_builds_again_in_one_buildkit_call(
     cache = tmp_path / "cache"
     first = build(engine, tmp_path / "0", cache, tags[0], locks[0], token=token)
     first_id = engine.require(tags[0]).id
+    pulled.add(first.manifest.digest)  # the bottom layers' records name it; the other locks' layers stand on them
     for i in (1, 2):
         build(engine, tmp_path / str(i), cache, tags[i], locks[i], token=token)
     blobs = rb.layout_dir(cache) / "blobs" / "sha256"
