@@ -211,3 +211,18 @@ def test_the_pth_makes_site_packages_a_site_dir_so_nested_pth_files_work(tmp_pat
     code = f"import site; site.addsitedir({str(outer)!r}); import only_via_nested_pth as m; print(m.X)"
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "42", proc.stderr
+
+
+def test_a_lost_layer_blob_is_said_with_the_way_out_and_nothing_else_is_touched() -> None:
+    from imgbuild.builder.runtime_base import lost_blob_hint
+    from imgbuild.errors import DockerError
+
+    lost = DockerError("buildx build failed: failed to solve: sha256:0a1b: not found")
+    said = lost_blob_hint(lost, no_cache=False)
+    assert said.message == lost.message
+    assert said.hint is not None and "imgbuild skeleton --runtime --force" in said.hint
+    assert lost_blob_hint(lost, no_cache=True) is lost  # --force already built without the cache: nothing to add
+    other = DockerError("buildx build failed: no space left on device")
+    assert lost_blob_hint(other, no_cache=False) is other
+    hinted = DockerError("manifest not found", hint="pull it first")
+    assert lost_blob_hint(hinted, no_cache=False) is hinted

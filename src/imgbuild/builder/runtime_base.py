@@ -34,7 +34,7 @@ from imgbuild.builder.skeleton import (
     log,
 )
 from imgbuild.engine import Engine, ImageInfo
-from imgbuild.errors import ImgbuildError, StateError, UpstreamError, disk_full, looks_full
+from imgbuild.errors import DockerError, ImgbuildError, StateError, UpstreamError, disk_full, looks_full
 from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
@@ -374,12 +374,28 @@ def build_layered(
     )  # fmt: skip
     log(f"layers: {len(made.layers)}, {len(made.written)} written, the rest from the cache ({layout})")
     with tempfile.TemporaryDirectory(prefix=".context-", dir=layout.parent) as tmp:
-        engine.build(
-            build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
-            contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, no_cache=no_cache, verbose=verbose,
-        )  # fmt: skip
+        try:
+            engine.build(
+                build_context(Path(tmp), labels), tags=[tag], platforms=[platform], epoch=BASE_EPOCH, compress=False,
+                contexts={"base": f"oci-layout://{layout}@{made.manifest.digest}"}, no_cache=no_cache, verbose=verbose,
+            )  # fmt: skip
+        except DockerError as exc:
+            said = lost_blob_hint(exc, no_cache=no_cache)
+            if said is exc:
+                raise
+            raise said from exc
     _Layout(layout).record(made.manifest, platform, tag)
     return made
+
+
+def lost_blob_hint(exc: DockerError, *, no_cache: bool) -> DockerError:
+    """A runtime base build BuildKit failed with "not found", with the way out said. Seen once here (after a full
+    disk), never reproduced: BuildKit's cache named a layer blob it could not load, and BuildKit has no fallback
+    but --no-cache (solver/edge.go loadCache, v0.13.2). Said, not retried: a retry doubled every such build."""
+    if "not found" not in exc.message or no_cache or exc.hint:
+        return exc
+    hint = "if BuildKit's cache lost a layer, `imgbuild skeleton --runtime --force` builds the base without that cache"
+    return DockerError(exc.message, hint=hint, details=exc.details)
 
 
 def ensure_runtime(
