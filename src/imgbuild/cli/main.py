@@ -1,10 +1,9 @@
 """The `imgbuild` entry point. Every error, click's usage errors and Ctrl-C included, is printed here,
-in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, jsondoc.py).
+in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, report/documents/deploy.py).
 The app is imported inside `run`'s try, so that a Ctrl-C while it loads is answered too."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from types import FrameType
@@ -19,10 +18,10 @@ def run() -> None:
     except KeyboardInterrupt:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # one answer, however often Ctrl-C is pressed
         from imgbuild.errors import INTERRUPTED, error_json
-        from imgbuild.jsondoc import document
+        from imgbuild.report.documents.deploy import Error
 
         if as_json:
-            print(json.dumps(document("error", error_json("Interrupted", INTERRUPTED, None, 130))), flush=True)
+            print(Error.of(error_json("Interrupted", INTERRUPTED, None, 130)).render(), flush=True)
         print(INTERRUPTED, file=sys.stderr)
         signal.signal(signal.SIGINT, previous)
         code = 130
@@ -51,11 +50,12 @@ def _run(as_json: bool) -> int:
 
     from imgbuild.cli.app import app
     from imgbuild.errors import ExitCode, ImgbuildError, error_json, no_space
-    from imgbuild.jsondoc import document
 
     def fail(kind: str, message: str, hint: str | None, code: int, details: dict[str, object], *, doc: bool) -> int:
         if doc:
-            print(json.dumps(document("error", error_json(kind, message, hint, code, details)), indent=2), flush=True)
+            from imgbuild.report.documents.deploy import Error
+
+            print(Error.of(error_json(kind, message, hint, code, details)).render(), flush=True)
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"hint: {hint}", file=sys.stderr)
@@ -71,8 +71,9 @@ def _run(as_json: bool) -> int:
         )
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
         if as_json:
-            doc = document("error", error_json("UsageError", exc.format_message(), None, exc.exit_code))
-            print(json.dumps(doc, indent=2))
+            from imgbuild.report.documents.deploy import Error
+
+            print(Error.of(error_json("UsageError", exc.format_message(), None, exc.exit_code)).render())
         from typer import rich_utils
 
         # typer forces colour on whenever GITHUB_ACTIONS (or FORCE_COLOR, PY_COLORS) is set, so every CI log and

@@ -40,24 +40,26 @@ def list_(as_json: JsonOpt = False) -> None:
     """List the series in order, with each patch's group and files."""
     from imgbuild.project import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import patches_table, print_json
 
     project = load_project()
     if as_json:
         print_json(
-            "patches-list",
-            {
-                "patches": [
-                    {
-                        "patch": p.filename,
-                        "group": p.group,
-                        "upstream": project.upstream_of(p).name,
-                        "paths": list(p.paths),
-                        "fields": p.fields,
-                    }
-                    for p in project.patches
-                ]
-            },
+            docs.PatchesList.of(
+                {
+                    "patches": [
+                        {
+                            "patch": p.filename,
+                            "group": p.group,
+                            "upstream": project.upstream_of(p).name,
+                            "paths": list(p.paths),
+                            "fields": p.fields,
+                        }
+                        for p in project.patches
+                    ]
+                }
+            )
         )
         return
     tables.console.print(patches_table(project.patches))
@@ -94,6 +96,7 @@ def check(
 
     from imgbuild.project import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import outcomes_table, print_json
     from imgbuild.workflows.checkstack import check_series
 
@@ -109,7 +112,7 @@ def check(
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
     if as_json:
-        print_json("patches-check", result.to_json())
+        print_json(docs.PatchesCheck.of(result.to_json()))
     else:
         for name, outcomes in result.by_upstream():
             pin = project.pin_named(name)
@@ -165,6 +168,7 @@ def apply(
     """
     from imgbuild.project import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import outcomes_table, print_json
     from imgbuild.workflows.checkstack import SeriesRefused, apply_into
 
@@ -176,7 +180,7 @@ def apply(
             tables.console.print(outcomes_table("apply", exc.outcomes))
         raise
     if as_json:
-        print_json("patches-apply", done.to_json())
+        print_json(docs.PatchesApply.of(done.to_json()))
     else:
         tables.console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
         tables.console.print(f"wrote {done.files} files to {done.into}")
@@ -203,6 +207,7 @@ def status(as_json: JsonOpt = False) -> None:
     """Show the pin, the cache state, and header problems in the series."""
     from imgbuild.project import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import print_json
 
     project = load_project()
@@ -218,7 +223,7 @@ def status(as_json: JsonOpt = False) -> None:
     }
     if as_json:
         info["rebase"] = _rebase_state(project.root)
-        print_json("patches-status", info)
+        print_json(docs.PatchesStatus.of(info))
         return
     for p in project.pins:
         tables.console.print(f"upstream: {p.name} {p.tag} @ {p.commit} ({p.source.kind}, {p.package_root}/)")
@@ -274,6 +279,7 @@ def note_rebase(root: Path) -> None:
 
 def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: bool, allow_fuzz: int) -> None:
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import print_json
 
     if allow_fuzz:
@@ -286,7 +292,7 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
     if as_json:
-        print_json("patches-check-onto", matrix.to_json())
+        print_json(docs.PatchesCheckOnto.of(matrix.to_json()))
     else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:

@@ -19,6 +19,7 @@ def plan(
     """
     from imgbuild.plan.layers import describe, overlay_files, plan_layers
     from imgbuild.project import load_project
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, plan_matrix, print_json
 
     project = load_project()
@@ -26,20 +27,21 @@ def plan(
     layers = describe(plan_layers({p.variant.name: overlay_files(p) for p in plans}))
     if as_json:
         print_json(
-            "plan",
-            {
-                "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
-                "upstreams": [
-                    {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
-                    for u in project.pins
-                ],
-                "requirements": [n.to_json() for n in project.pin_needs],
-                "overrides": [{"pin": p.name, **p.override.to_json()} for p in project.pins if p.override],
-                "pin_problems": project.pin_problems,
-                "series_digest": project.series_digest,
-                "variants": [p.to_json() for p in plans],
-                "layers": layers,
-            },
+            docs.Plan.of(
+                {
+                    "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
+                    "upstreams": [
+                        {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
+                        for u in project.pins
+                    ],
+                    "requirements": [n.to_json() for n in project.pin_needs],
+                    "overrides": [{"pin": p.name, **p.override.to_json()} for p in project.pins if p.override],
+                    "pin_problems": project.pin_problems,
+                    "series_digest": project.series_digest,
+                    "variants": [p.to_json() for p in plans],
+                    "layers": layers,
+                }
+            )
         )
         return
     console.print(plan_matrix(plans))

@@ -64,6 +64,7 @@ def skeleton(
     from imgbuild.engine import Engine
     from imgbuild.platforms import Platform
     from imgbuild.project import load_project
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import print_json
     from imgbuild.upstream.mirror import cache_dir
     from imgbuild.upstream.requires import overrides_in_effect
@@ -89,20 +90,21 @@ def skeleton(
         res = rb.ensure_runtime(Engine.connect(), rspec, cache_dir(), force=force, verbose=verbose)
         if as_json:
             print_json(
-                "skeleton-runtime",
-                {
-                    "tag": rspec.tag,
-                    "image_id": res.info.id,
-                    "platform": str(res.info.platform),
-                    "site_packages": rspec.site_packages,
-                    "lock": str(rl.LOCK_DIR / rl.lock_name(rspec.platform)),
-                    "lock_digest": rspec.lock.digest(),
-                    "wheels": len(rspec.lock.pins),
-                    "upstreams": pins_json(project, rspec.lock),
-                    "built": res.built,
-                    "image_bytes": res.info.size,
-                    "seconds": round(res.seconds, 1),
-                },
+                docs.SkeletonRuntime.of(
+                    {
+                        "tag": rspec.tag,
+                        "image_id": res.info.id,
+                        "platform": str(res.info.platform),
+                        "site_packages": rspec.site_packages,
+                        "lock": str(rl.LOCK_DIR / rl.lock_name(rspec.platform)),
+                        "lock_digest": rspec.lock.digest(),
+                        "wheels": len(rspec.lock.pins),
+                        "upstreams": pins_json(project, rspec.lock),
+                        "built": res.built,
+                        "image_bytes": res.info.size,
+                        "seconds": round(res.seconds, 1),
+                    }
+                )
             )
         else:
             print(rspec.tag)
@@ -112,16 +114,17 @@ def skeleton(
     info = skel.ensure_skeleton(Engine.connect(), spec, repos, cache_dir(), force=force, verbose=verbose)
     if as_json:
         print_json(
-            "skeleton",
-            {
-                "tag": spec.tag,
-                "image_id": info.id,
-                "platform": str(info.platform),
-                "site_packages": spec.site_packages,
-                "upstream_commit": spec.upstream_commit,
-                "upstreams": pins_json(project, None),
-                "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
-            },
+            docs.Skeleton.of(
+                {
+                    "tag": spec.tag,
+                    "image_id": info.id,
+                    "platform": str(info.platform),
+                    "site_packages": spec.site_packages,
+                    "upstream_commit": spec.upstream_commit,
+                    "upstreams": pins_json(project, None),
+                    "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
+                }
+            )
         )
     else:
         print(spec.tag)

@@ -109,6 +109,7 @@ def smoke_cmd(
 
 def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], *, as_json: bool) -> None:
     """Every report (and --key's verdicts); exit 8 when a check failed or a signature or an SBOM is not verified."""
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.images import checks_table, file_matrix, supply_chain_lines
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import summary
@@ -120,7 +121,7 @@ def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], 
             {**r.to_json(), **({"supply_chain": chains[r.image].to_json()} if r.image in chains else {})}
             for r in reports
         ]
-        print_json("smoke", {"ok": not failed, "reports": documents})
+        print_json(docs.Smoke.of({"ok": not failed, "reports": documents}))
     else:
         for r in reports:
             console.print(checks_table(r))
