@@ -30,9 +30,9 @@ def bake(
 
       docker buildx bake -f buildkit/docker-bake.json --print   # the targets
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.plan import bake as bakemod
     from imgbuild.plan.inputs import project_inputs
-    from imgbuild.project import load_project
     from imgbuild.registry.lock import load_lock
     from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, err_console, print_json

@@ -98,8 +98,8 @@ def build(
       imgbuild build --platform all --builder spark-farm
     """
     from imgbuild.builder import runner as engine
+    from imgbuild.cli.options import load_project
     from imgbuild.engine import Engine
-    from imgbuild.project import load_project
     from imgbuild.report.build import print_dry_run, print_result
     from imgbuild.report.documents import images as docs
     from imgbuild.report.images import checks_table, file_matrix

@@ -35,7 +35,7 @@ def lock(
 
       imgbuild lock --check --offline  # without asking the registries
     """
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.registry import lock as lockmod
     from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, print_json

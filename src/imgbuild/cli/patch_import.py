@@ -73,7 +73,7 @@ def import_cmd(
 
       imgbuild patches import ~/src/vllm --rev 1a2b3c4d --dry-run --json
     """
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
     from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows.importer import Said, import_patch

@@ -55,7 +55,7 @@ def rebase_cmd(
     """
     from rich.table import Table
 
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
     from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import rebase
@@ -129,7 +129,7 @@ def edit_cmd(
     upstream fix, `git fetch` and `git cherry-pick` it (or `git am` a
     format-patch file) there: refresh makes it a new patch with a DEP-3 header.
     """
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
     from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import queue as pq
@@ -162,7 +162,7 @@ def refresh_cmd(
     new patches; dropped commits leave the series. Refused when the work tree
     has uncommitted changes.
     """
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
     from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import queue as pq
@@ -223,7 +223,7 @@ def bump_cmd(
     `imgbuild patches bump` again, which commits and builds the finished rebase.
     """
     from imgbuild.cli.build import options
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
     from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import bump

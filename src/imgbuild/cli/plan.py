@@ -17,8 +17,8 @@ def plan(
     the variant x file matrix (like section 3 of the deployment report).
     With --json, prints the full plan: states, patches, sha256 and blob ids.
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.plan.layers import describe, overlay_files, plan_layers
-    from imgbuild.project import load_project
     from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, plan_matrix, print_json
 

@@ -61,7 +61,7 @@ def publish(
 
       imgbuild publish latest -r 127.0.0.1:5000 --sbom --sign --key cosign.key
     """
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.publish import push as pub
     from imgbuild.publish import signing
     from imgbuild.report.documents import images as docs

@@ -49,8 +49,8 @@ def recipe(
 
     Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`.
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.deploy.recipes import write_recipe
-    from imgbuild.project import load_project
     from imgbuild.report.documents import deploy as docs
     from imgbuild.report.tables import console, print_json
 

@@ -52,9 +52,10 @@ def smoke_cmd(
     """
     from imgbuild.builder import locate
     from imgbuild.builder import runner as engine
+    from imgbuild.cli.options import load_project
     from imgbuild.config.models import check_platform  # image references take --platform too, without a project
     from imgbuild.engine import Engine
-    from imgbuild.project import Project, load_project
+    from imgbuild.project import Project
     from imgbuild.publish import signing
     from imgbuild.smoke.checks import expected_from_labels, smoke
     from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
