@@ -45,19 +45,17 @@ def list_(as_json: JsonOpt = False) -> None:
     project = load_project()
     if as_json:
         print_json(
-            docs.PatchesList.of(
-                {
-                    "patches": [
-                        {
-                            "patch": p.filename,
-                            "group": p.group,
-                            "upstream": project.upstream_of(p).name,
-                            "paths": list(p.paths),
-                            "fields": p.fields,
-                        }
-                        for p in project.patches
-                    ]
-                }
+            docs.PatchesList(
+                patches=[
+                    docs.ListedPatch(
+                        patch=p.filename,
+                        group=p.group,
+                        upstream=project.upstream_of(p).name,
+                        paths=list(p.paths),
+                        fields=p.fields,
+                    )
+                    for p in project.patches
+                ]
             )
         )
         return
