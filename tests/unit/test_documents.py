@@ -45,3 +45,12 @@ def test_a_document_prints_schema_first_and_refuses_keys_its_type_does_not_name(
         LockCheck.of({"ok": True, "problems": [], "more": 1})
     with pytest.raises(ValidationError):
         LockCheck.of({"ok": True})
+
+
+def test_the_interrupted_document_is_the_error_type() -> None:
+    """cli/main.py prints it with the standard library only (a Ctrl-C may leave a module half imported)."""
+    from imgbuild.errors import INTERRUPTED, error_json
+    from imgbuild.report.documents.deploy import Error
+
+    body = error_json("Interrupted", INTERRUPTED, None, 130)
+    assert Error.of(body).document() == jsondoc.document("error", body)

@@ -4,6 +4,7 @@ The app is imported inside `run`'s try, so that a Ctrl-C while it loads is answe
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from types import FrameType
@@ -18,10 +19,11 @@ def run() -> None:
     except KeyboardInterrupt:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # one answer, however often Ctrl-C is pressed
         from imgbuild.errors import INTERRUPTED, error_json
-        from imgbuild.report.documents.deploy import Error
+        from imgbuild.jsondoc import document
 
-        if as_json:
-            print(Error.of(error_json("Interrupted", INTERRUPTED, None, 130)).render(), flush=True)
+        if as_json:  # standard library only: a Ctrl-C can leave a module half imported (tests/unit/test_documents.py
+            # checks this is the error document's type)
+            print(json.dumps(document("error", error_json("Interrupted", INTERRUPTED, None, 130))), flush=True)
         print(INTERRUPTED, file=sys.stderr)
         signal.signal(signal.SIGINT, previous)
         code = 130
