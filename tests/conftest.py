@@ -136,11 +136,35 @@ def allowed_skip(nodeid: str) -> str | None:
     return ALLOWED_SKIPS.get(nodeid.split("[", 1)[0])
 
 
+def unseen_documents(session: pytest.Session) -> list[str] | None:
+    """The documents (jsondoc.VERSIONS) no test printed and validated, for a whole run of every tier (no paths,
+    -k or -m given); None for any other run, which need not see them all."""
+    from imgbuild import jsondoc
+    from tests.support.jsonschema_check import SEEN
+
+    config = session.config
+    tiers = all(config.getoption(f"--{tier}") for tier in ("docker", "release", "faults"))
+    whole = config.args_source != pytest.Config.ArgsSource.ARGS and not config.option.keyword
+    if not (tiers and whole and not config.option.markexpr):
+        return None
+    return sorted(set(map(jsondoc.schema_id, jsondoc.VERSIONS)) - SEEN)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under IMGBUILD_CHECK_SKIPS=1 (.ci/run): say how many tests were skipped; a skip not in ALLOWED_SKIPS
-    fails the run (exit 1), naming it."""
+    fails the run (exit 1), naming it. A whole run of every tier fails too when a --json document was never
+    printed and validated (tests/support/jsonschema_check.py)."""
+    if os.environ.get("IMGBUILD_DOCUMENTS_SEEN"):  # where to write the documents this run validated
+        from tests.support.jsonschema_check import SEEN
+
+        Path(os.environ["IMGBUILD_DOCUMENTS_SEEN"]).write_text("\n".join(sorted(SEEN)) + "\n")
     if os.environ.get(CHECK_SKIPS) != "1":
         return
+    unseen = unseen_documents(session)
+    if unseen:
+        print(f"\nno test printed and validated: {', '.join(unseen)} (every --json document is tested)")
+        if exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     skips = skipped(session)
     lines, refused = [], 0
     for nodeid, reason in skips:

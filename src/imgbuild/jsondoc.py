@@ -1,6 +1,7 @@
 """The `--json` contract: every document a command prints under `--json` carries `"schema": "imgbuild.<name>/<N>"`,
 and this table names each document and its version. A change to a document's shape bumps its N, and
-`docs/schema/<name>.v<N>.json` describes it. Standard library only: the sparkrun builder plugin reads it too."""
+`docs/schema/<name>.v<N>.json` describes it (generated from the document's type, report/documents/).
+Standard library only: the sparkrun builder plugin reads it too."""
 
 from __future__ import annotations
 

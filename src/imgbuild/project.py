@@ -28,18 +28,10 @@ from imgbuild.upstream.mirror import Mirror, Resolved, open_pinned
 from imgbuild.upstream.requires import Need, needs, problems
 
 
-def _chosen() -> Path | None:
-    """`--project` of the running command (typer's context object, set by cli.app.main); None outside one."""
-    from typer._click.globals import get_current_context  # typer vendors click: its own context stack
-
-    ctx = get_current_context(silent=True)
-    project = ctx.find_root().obj if ctx is not None else None
-    return project if isinstance(project, Path) else None
-
-
-def find_root(start: Path | None = None) -> Path:
-    """The project: --project, else $IMGBUILD_PROJECT, else the nearest parent of `start` with patches/series."""
-    chosen = _chosen() or (Path(os.environ["IMGBUILD_PROJECT"]) if os.environ.get("IMGBUILD_PROJECT") else None)
+def find_root(start: Path | None = None, chosen: Path | None = None) -> Path:
+    """The project: `chosen` (the command's --project), else $IMGBUILD_PROJECT, else the nearest parent of `start`
+    with patches/series."""
+    chosen = chosen or (Path(os.environ["IMGBUILD_PROJECT"]) if os.environ.get("IMGBUILD_PROJECT") else None)
     if chosen is not None:
         root = chosen.resolve()
         if not (root / "patches" / "series").is_file():
@@ -296,5 +288,6 @@ class Project:
         return [plan_variant(v, self.patches, tree, max_fuzz=max_fuzz) for v in chosen]
 
 
-def load_project() -> Project:
-    return Project.load(find_root())
+def load_project(chosen: Path | None = None) -> Project:
+    """The project `find_root` finds (`chosen`: the command's --project)."""
+    return Project.load(find_root(chosen=chosen))

@@ -78,8 +78,10 @@ def test_unchanged_inputs_are_reused_without_any_build(built: Built, engine: Eng
 
 
 def test_smoke_variant_passes_and_its_json_has_every_check(built: Built) -> None:
-    proc = built.cli("smoke", "latest", "engram-mem", "--base", "skeleton", "--json")
+    proc = built.cli("smoke", "latest", "engram-mem", "--base", "skeleton", "--json", env={"IMGBUILD_ECHO": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the plan names the images (builder/locate.py): nothing is built or pulled to learn where they are
+    assert "buildx build" not in proc.stderr and "pulling" not in proc.stderr, proc.stderr
     doc = load_json(proc.stdout)  # what CI keeps; the schema asks each check's group, name, status, detail, seconds
     assert doc["ok"] is True and [r["variant"] for r in doc["reports"]] == ["latest", "engram-mem"]
     checks = [c for r in doc["reports"] for c in r["checks"]]
@@ -89,6 +91,15 @@ def test_smoke_variant_passes_and_its_json_has_every_check(built: Built) -> None
     # per variant: `import vllm` and the import checks, both needing torch
     assert sum(1 for c in checks if c["status"] == "skip") == 4
     assert {c["status"] for c in checks if c["name"] == "python3 -c 'import vllm'"} == {"skip"}  # on the skeleton
+
+
+def test_skeleton_json_names_the_stand_in_in_the_store(built: Built, engine: Engine) -> None:
+    proc = built.cli("skeleton", "--json", env={"IMGBUILD_ECHO": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(proc.stdout, expect="skeleton")
+    assert engine.require(doc["tag"]).id == doc["image_id"] and doc["platform"] == "linux/arm64"
+    assert doc["upstreams"] and doc["upstream_commit"] == doc["upstreams"][0]["commit"]
+    assert "buildx build" not in proc.stderr, proc.stderr  # the build made it: it is there
 
 
 def test_build_one_variant_first_then_latest_shares_its_layer(

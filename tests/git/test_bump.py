@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.workflows.workspace import state_dir
+from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import D41, build_upstream, project
 from tests.support.runner import imgbuild_captured as cli
 from tests.support.synth import Upstream, git
@@ -223,8 +224,15 @@ def test_a_stop_previews_every_pending_patch_as_check_onto_would(
     )
     data = json.loads((tmp_path / "reports" / "bump-v3.json").read_text())
     assert [p["filename"] for p in data["pending"]] == list(pending)
+    # the stop as `patches rebase --json` and `patches status --json` show it, then a successful abort's document
+    status = load_json(cli(capsys, "-C", str(root), "patches", "rebase", "--json")[1], expect="patches-rebase-status")
+    assert status["in_progress"] is True and status["rebase"]["stopped"]["filename"] == "0001-cuda-sm121.patch"
+    shown = load_json(cli(capsys, "-C", str(root), "patches", "status", "--json")[1], expect="patches-status")
+    assert shown["rebase"]["status"] == "stopped" and "0001-cuda-sm121.patch" in shown["rebase"]["message"]
+    code, out, err = cli(capsys, "-C", str(root), "patches", "rebase", "--abort", "--json")
+    aborted = load_json(out, expect="patches-rebase-abort")
+    assert code == 0 and aborted["ok"] is True and aborted["message"], err
     # `patches rebase` says it in the terminal too
-    cli(capsys, "-C", str(root), "patches", "rebase", "--abort")
     code, _, err = cli(capsys, "-C", str(root), "patches", "rebase", "--onto", "v3")
     assert code == 5 and "still to carry" in err and "0009-cuda-guard.patch: conflicting" in err, err
 

@@ -75,3 +75,22 @@ def test_the_lock_and_bake_documents(root: Path, monkeypatch: pytest.MonkeyPatch
     written = doc(root, "lock", "lock")
     assert written["changed"] is True and isinstance(written["lock"], dict) and BASE in written["lock"]["bases"]
     assert doc(root, "lock-check", "lock", "--check", "--offline")["ok"] is True
+
+
+def test_what_skeleton_makes_is_its_documents_shape() -> None:
+    """`skeleton [--runtime] --json` renders builder/standin.py's results as they are (the runtime base is built
+    only in the docker tier's opt-in and slow tests)."""
+    from dataclasses import asdict
+
+    from imgbuild.builder.standin import LockedPinRow, PinRow, RuntimeMade, SkeletonMade
+    from imgbuild.report.documents.images import Skeleton, SkeletonRuntime
+
+    pin = PinRow("vllm", "v1.0.0", "c" * 40, "vllm")
+    made = SkeletonMade("imgbuild/skeleton:x", "sha256:1", "linux/arm64", "/site", "c" * 40, (pin,), "/cache/rootfs")
+    assert load_json(Skeleton.of(asdict(made)).render(), expect="skeleton")["upstreams"][0]["name"] == "vllm"
+    locked = LockedPinRow(**asdict(pin), locked="1.0.0")
+    runtime = RuntimeMade(
+        "imgbuild/runtime:x", "sha256:2", "linux/amd64", "/site", "images/runtime-lock/x.txt", "d", 3, (locked,),
+        True, 10, 1.5,
+    )  # fmt: skip
+    assert load_json(SkeletonRuntime.of(asdict(runtime)).render(), expect="skeleton-runtime")["wheels"] == 3

@@ -36,6 +36,10 @@ def validator(schema_id: str) -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
+# Every schema id this session validated (tests/conftest.py: a whole run of every tier must have seen each document).
+SEEN: set[str] = set()
+
+
 def validate(doc: object) -> None:
     """Fail (AssertionError) unless `doc` is an object whose `schema` names a committed schema it matches."""
     assert isinstance(doc, dict), f"a --json document is an object, not {type(doc).__name__}"
@@ -45,6 +49,7 @@ def validate(doc: object) -> None:
     assert not errors, f"{schema_id}: " + "; ".join(
         f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in errors[:5]
     )
+    SEEN.add(schema_id)
 
 
 def load_json(text: str, expect: str | None = None) -> Any:

@@ -75,10 +75,16 @@ def imgbuild_here(
 
 
 def checked(done: subprocess.CompletedProcess[str], args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    """A `--json` run's stdout, when it printed anything, is one document valid against its schema
-    (tests/support/jsonschema_check.py), whatever the test goes on to read of it."""
-    if "--json" in args and done.stdout.strip():
+    """A `--json` run's stdout is one document valid against its schema (tests/support/jsonschema_check.py),
+    whatever the test goes on to read of it: success or failure, a `--json` run prints one (an empty stdout fails)."""
+    if "--json" in args and "--help" not in args:
         from tests.support.jsonschema_check import load_json
+
+        if not done.stdout.strip():
+            raise AssertionError(
+                f"imgbuild {' '.join(args)} printed nothing on stdout (exit {done.returncode}); under --json every "
+                f"run prints one document. stderr: {done.stderr[-600:]}"
+            )
 
         try:
             load_json(done.stdout)

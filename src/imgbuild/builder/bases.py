@@ -109,9 +109,23 @@ SITE_PROBE = (
 )
 
 
+class NotLocal(Exception):
+    """A base that is not in the local image store, where `Bases(local=True)` neither pulls nor builds it."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref)
+        self.ref = ref
+
+
 class Bases:
-    def __init__(self, engine: Engine, project: Project, base: str | None, verbose: bool, say: Say) -> None:
+    """Each variant and platform's base. `local`: as the local image store has it, nothing pulled or built (a
+    missing one raises NotLocal), for what asks where an image is rather than making it (`smoke VARIANT`)."""
+
+    def __init__(
+        self, engine: Engine, project: Project, base: str | None, verbose: bool, say: Say, *, local: bool = False
+    ) -> None:
         self.engine, self.project, self.base, self.verbose, self.say = engine, project, base, verbose, say
+        self.local = local
         self._info: dict[tuple[str, Platform], ImageInfo] = {}
         self._site: dict[tuple[str, Platform], str] = {}
 
@@ -128,6 +142,10 @@ class Bases:
         return BaseInfo(ref, info.id, info.registry_digest, platform, site)
 
     def _stand_in(self, spec: skeleton.SkeletonSpec | runtime_base.RuntimeSpec) -> ImageInfo:
+        if self.local:
+            if (info := self.engine.image(spec.tag)) is None:
+                raise NotLocal(spec.tag)
+            return info
         if isinstance(spec, skeleton.SkeletonSpec):
             repos = pin_repos(self.project)
             return skeleton.ensure_skeleton(self.engine, spec, repos, cache_dir(), verbose=self.verbose)
@@ -138,6 +156,8 @@ class Bases:
     def _image(self, ref: str, platform: Platform) -> ImageInfo:
         if (ref, platform) not in self._info:
             info = self.engine.image(ref)
+            if info is None and self.local:
+                raise NotLocal(ref)
             if info is None:
                 self.say(f"base {ref} is not in the local image store; pulling it for {platform}")
                 info = self.engine.pull(ref, platform)

@@ -21,6 +21,7 @@ from imgbuild.cli import (
     skeleton,
     smoke,
 )
+from imgbuild.cli.options import CHOSEN
 
 app = typer.Typer(
     name="imgbuild",
@@ -59,7 +60,6 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    ctx: typer.Context,
     project: Annotated[
         Path | None,
         typer.Option("--project", "-C", help="Project directory (default: the nearest parent with patches/series)."),
@@ -68,4 +68,4 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    ctx.obj = project.resolve() if project is not None else None  # project.find_root reads it
+    CHOSEN.set(project.resolve() if project is not None else None)  # cli.options.find_root/load_project read it

@@ -30,10 +30,11 @@ def bake(
 
       docker buildx bake -f buildkit/docker-bake.json --print   # the targets
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.plan import bake as bakemod
     from imgbuild.plan.inputs import project_inputs
-    from imgbuild.project import load_project
     from imgbuild.registry.lock import load_lock
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, err_console, print_json
 
     project = load_project()
@@ -49,7 +50,7 @@ def bake(
     if check:
         problems = bakemod.check(project.root, result)
         if as_json:
-            print_json("bake-check", {"ok": not problems, "problems": problems})
+            print_json(docs.BakeCheck(ok=not problems, problems=problems))
         if problems:
             raise CheckFailed(
                 "\n  ".join(["the bake file is stale:", *problems]),
@@ -63,21 +64,17 @@ def bake(
     ctx = bakemod.write_context(project.root, result)
     if as_json:
         print_json(
-            "bake",
-            {
-                "bake_file": bakemod.BAKE_FILE,
-                "changed": wrote,
-                "context_changed": ctx,
-                "targets": [
-                    {
-                        "variant": t.variant,
-                        "tags": list(t.tags),
-                        "platforms": list(t.platforms),
-                        "layers": list(t.layers),
-                    }
+            docs.Bake(
+                bake_file=bakemod.BAKE_FILE,
+                changed=wrote,
+                context_changed=ctx,
+                targets=[
+                    docs.BakeTarget(
+                        variant=t.variant, tags=list(t.tags), platforms=list(t.platforms), layers=list(t.layers)
+                    )
                     for t in result.targets
                 ],
-            },
+            )
         )
         return
     console.print(f"{bakemod.BAKE_FILE} {'written' if wrote else 'unchanged'}; {bakemod.CONTEXT_DIR}/ "

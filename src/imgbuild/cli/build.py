@@ -98,9 +98,10 @@ def build(
       imgbuild build --platform all --builder spark-farm
     """
     from imgbuild.builder import runner as engine
+    from imgbuild.cli.options import load_project
     from imgbuild.engine import Engine
-    from imgbuild.project import load_project
     from imgbuild.report.build import print_dry_run, print_result
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.images import checks_table, file_matrix
     from imgbuild.report.tables import console, print_json
 
@@ -111,7 +112,7 @@ def build(
     if dry_run:
         dry = engine.dry_run(project, selection, opts)
         if as_json:
-            print_json("build-plan", dry.plan.to_json())
+            print_json(docs.BuildPlan.of(dry.plan.to_json()))
         else:
             print_dry_run(dry)
         return
@@ -128,6 +129,6 @@ def build(
         if reports and not as_json:
             console.print(file_matrix([(r.title, r.files) for r in reports]))
     if as_json:
-        print_json("build", result.to_json())
+        print_json(docs.Build.of(result.to_json()))
         return
     print_result(result)

@@ -41,9 +41,10 @@ def history(
 
       imgbuild history latest --registry 127.0.0.1:5000
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.deploy import history as hist
     from imgbuild.engine import Engine
-    from imgbuild.project import load_project
+    from imgbuild.report.documents import deploy as docs
     from imgbuild.report.history import history_lines
     from imgbuild.report.tables import console, print_json
 
@@ -52,7 +53,7 @@ def history(
     if registry:
         found = hist.read_registry(found, registry)
     if as_json:
-        print_json("history", found.to_json())
+        print_json(docs.History.of(found.to_json()))
         return
     for line in history_lines(found):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -101,9 +102,10 @@ def rollback(
       imgbuild rollback engram-mem --to 0.33.0-2a6da4c5ddd6 --no-smoke --json
     """
     from imgbuild.builder.runner import importer_finder
+    from imgbuild.cli.options import load_project
     from imgbuild.deploy import history as hist
     from imgbuild.engine import Engine
-    from imgbuild.project import load_project
+    from imgbuild.report.documents import deploy as docs
     from imgbuild.report.history import rollback_lines
     from imgbuild.report.tables import console, print_json
 
@@ -121,7 +123,7 @@ def rollback(
         body["recipes"] = [
             {"profile": r.profile.name, "path": str(r.path) if recipe else None, "text": r.text()} for r in recipes
         ]
-        print_json("rollback", body)
+        print_json(docs.Rollback.of(body))
         return
     for line in rollback_lines(result, recipes, rewritten=recipe is not None):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -35,8 +35,9 @@ def lock(
 
       imgbuild lock --check --offline  # without asking the registries
     """
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.registry import lock as lockmod
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, print_json
 
     project = load_project()
@@ -49,7 +50,7 @@ def lock(
         problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve, more)
         problems += runtime_locks(project)
         if as_json:
-            print_json("lock-check", {"ok": not problems, "problems": problems})
+            print_json(docs.LockCheck(ok=not problems, problems=problems))
         if problems:
             raise CheckFailed(
                 f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
@@ -63,7 +64,7 @@ def lock(
     new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest, more=more)
     changed = lockmod.write_lock(project.root, new)
     if as_json:
-        print_json("lock", {"changed": changed, "lock": new.to_dict()})
+        print_json(docs.Lock.of({"changed": changed, "lock": new.to_dict()}))
         return
     for ref, base in sorted(new.bases.items()):
         console.print(f"{ref} -> {base.digest}", soft_wrap=True)

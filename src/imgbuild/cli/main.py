@@ -1,5 +1,5 @@
 """The `imgbuild` entry point. Every error, click's usage errors and Ctrl-C included, is printed here,
-in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, jsondoc.py).
+in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, report/documents/deploy.py).
 The app is imported inside `run`'s try, so that a Ctrl-C while it loads is answered too."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def run() -> None:
         from imgbuild.errors import INTERRUPTED, INTERRUPTED_EXIT, error_json
         from imgbuild.jsondoc import document
 
-        if as_json:
+        if as_json:  # standard library only: a Ctrl-C can leave a module half imported (tests/unit/test_documents.py
+            # checks this is the error document's type)
             doc = document("error", error_json("Interrupted", INTERRUPTED, None, INTERRUPTED_EXIT))
             print(json.dumps(doc), flush=True)
         print(INTERRUPTED, file=sys.stderr)
@@ -52,11 +53,12 @@ def _run(as_json: bool) -> int:
 
     from imgbuild.cli.app import app
     from imgbuild.errors import INTERRUPTED_EXIT, ExitCode, ImgbuildError, error_json, no_space
-    from imgbuild.jsondoc import document
 
     def fail(kind: str, message: str, hint: str | None, code: int, details: dict[str, object], *, doc: bool) -> int:
         if doc:
-            print(json.dumps(document("error", error_json(kind, message, hint, code, details)), indent=2), flush=True)
+            from imgbuild.report.documents.deploy import Error
+
+            print(Error.of(error_json(kind, message, hint, code, details)).render(), flush=True)
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"hint: {hint}", file=sys.stderr)
@@ -72,8 +74,9 @@ def _run(as_json: bool) -> int:
         )
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
         if as_json:
-            doc = document("error", error_json("UsageError", exc.format_message(), None, exc.exit_code))
-            print(json.dumps(doc, indent=2))
+            from imgbuild.report.documents.deploy import Error
+
+            print(Error.of(error_json("UsageError", exc.format_message(), None, exc.exit_code)).render())
         from typer import rich_utils
 
         # typer forces colour on whenever GITHUB_ACTIONS (or FORCE_COLOR, PY_COLORS) is set, so every CI log and

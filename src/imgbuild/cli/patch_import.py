@@ -73,7 +73,8 @@ def import_cmd(
 
       imgbuild patches import ~/src/vllm --rev 1a2b3c4d --dry-run --json
     """
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows.importer import Said, import_patch
 
@@ -82,7 +83,7 @@ def import_cmd(
         find_root(), source, rev=rev, name=name, after=after, group=group, applied=applied, said=said, dry_run=dry_run
     )
     if as_json:
-        print_json("patches-import", result.to_json())
+        print_json(docs.PatchesImport.of(result.to_json()))
         return
     if dry_run:
         print(result.text, end="")

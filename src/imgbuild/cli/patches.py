@@ -11,10 +11,9 @@ import typer
 from imgbuild.cli.options import FuzzOpt, JsonOpt
 from imgbuild.cli.patch_import import import_cmd
 from imgbuild.cli.patchwork import bump_cmd, edit_cmd, rebase_cmd, refresh_cmd
-from imgbuild.errors import CheckFailed, ImgbuildError, UsageError
+from imgbuild.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
-    from imgbuild.config.models import UpstreamPin
     from imgbuild.project import Project
 
 app = typer.Typer(
@@ -38,26 +37,26 @@ def _fuzz(allow_fuzz: int) -> int:
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """List the series in order, with each patch's group and files."""
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import patches_table, print_json
 
     project = load_project()
     if as_json:
         print_json(
-            "patches-list",
-            {
-                "patches": [
-                    {
-                        "patch": p.filename,
-                        "group": p.group,
-                        "upstream": project.upstream_of(p).name,
-                        "paths": list(p.paths),
-                        "fields": p.fields,
-                    }
+            docs.PatchesList(
+                patches=[
+                    docs.ListedPatch(
+                        patch=p.filename,
+                        group=p.group,
+                        upstream=project.upstream_of(p).name,
+                        paths=list(p.paths),
+                        fields=p.fields,
+                    )
                     for p in project.patches
                 ]
-            },
+            )
         )
         return
     tables.console.print(patches_table(project.patches))
@@ -92,8 +91,9 @@ def check(
     """
     from rich.markup import escape
 
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import outcomes_table, print_json
     from imgbuild.workflows.checkstack import check_series
 
@@ -109,7 +109,7 @@ def check(
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
     if as_json:
-        print_json("patches-check", result.to_json())
+        print_json(docs.PatchesCheck.of(result.to_json()))
     else:
         for name, outcomes in result.by_upstream():
             pin = project.pin_named(name)
@@ -163,8 +163,9 @@ def apply(
     All or nothing: the tree is staged beside DIR and renamed into place only
     when every patch applied. Neither the cache nor any existing file changes.
     """
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import outcomes_table, print_json
     from imgbuild.workflows.checkstack import SeriesRefused, apply_into
 
@@ -176,76 +177,47 @@ def apply(
             tables.console.print(outcomes_table("apply", exc.outcomes))
         raise
     if as_json:
-        print_json("patches-apply", done.to_json())
+        print_json(docs.PatchesApply.of(done.to_json()))
     else:
         tables.console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
         tables.console.print(f"wrote {done.files} files to {done.into}")
 
 
-def _pin_status(pin: UpstreamPin) -> dict[str, object]:
-    from imgbuild.upstream.mirror import Mirror
-
-    mirror = Mirror(pin.source, pin.package_root)
-    cached = mirror.path.exists() and bool(mirror.open().resolve_commit(pin.commit))
-    return {
-        "name": pin.name,
-        "tag": pin.tag,
-        "commit": pin.commit,
-        "kind": pin.source.kind,
-        "package_root": pin.package_root,
-        "mirror": str(mirror.path),
-        "pinned_commit_cached": cached,
-    }
-
-
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
     """Show the pin, the cache state, and header problems in the series."""
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import print_json
+    from imgbuild.workflows.status import status as status_of
 
-    project = load_project()
-    upstreams = [_pin_status(p) for p in project.pins]  # `pin` first
-    mirror, cached = upstreams[0]["mirror"], upstreams[0]["pinned_commit_cached"]
-    info: dict[str, object] = {
-        "upstream": {k: upstreams[0][k] for k in ("name", "tag", "commit", "kind")},
-        "upstreams": upstreams,
-        "cache": {"mirror": mirror, "pinned_commit_cached": cached},
-        "series": {"patches": len(project.patches), "digest": project.series_digest},
-        "variants": list(project.variants),
-        "lint": project.lint(),
-    }
+    found = status_of(load_project())
+    first = found.pins[0]
     if as_json:
-        info["rebase"] = _rebase_state(project.root)
-        print_json("patches-status", info)
+        print_json(
+            docs.PatchesStatus(
+                upstream=docs.PinState(name=first.name, tag=first.tag, commit=first.commit, kind=first.kind),
+                upstreams=[docs.PinCache(**vars(p)) for p in found.pins],
+                cache=docs.Cache(mirror=first.mirror, pinned_commit_cached=first.pinned_commit_cached),
+                series=docs.SeriesState(patches=found.patches, digest=found.digest),
+                variants=list(found.variants),
+                lint=list(found.lint),
+                rebase=None if found.rebase is None else docs.RebaseState.model_validate(found.rebase),
+            )
+        )
         return
-    for p in project.pins:
-        tables.console.print(f"upstream: {p.name} {p.tag} @ {p.commit} ({p.source.kind}, {p.package_root}/)")
-    state = "pinned commit cached" if cached else "not cached yet: the next command fetches it"
-    tables.console.print(f"cache:    {mirror} ({state})")
-    tables.console.print(f"series:   {len(project.patches)} patches, digest {project.series_digest[:16]}")
-    tables.console.print(f"variants: {', '.join(project.variants)}")
-    for problem in project.lint():
+    for p in found.pins:
+        tables.console.print(f"upstream: {p.name} {p.tag} @ {p.commit} ({p.kind}, {p.package_root}/)")
+    state = "pinned commit cached" if first.pinned_commit_cached else "not cached yet: the next command fetches it"
+    tables.console.print(f"cache:    {first.mirror} ({state})")
+    tables.console.print(f"series:   {found.patches} patches, digest {found.digest[:16]}")
+    tables.console.print(f"variants: {', '.join(found.variants)}")
+    for problem in found.lint:
         tables.console.print(f"[yellow]lint[/]: {problem}")
-    busy = _rebase_state(project.root)
-    if busy:
-        tables.console.print(f"rebase:   {busy['message']}")
+    if found.rebase:
+        tables.console.print(f"rebase:   {found.rebase['message']}")
         tables.console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
-
-
-def _rebase_state(root: Path) -> dict[str, object] | None:
-    """A rebase that is stopped or was interrupted, as `patches status` shows it."""
-    from imgbuild.workflows import rebase
-
-    message = rebase.in_progress_message(root)
-    if message is None:
-        return None
-    try:
-        info = rebase.status(root)
-    except ImgbuildError:  # a state the message above already calls unreadable
-        info = None
-    return {"message": message, **(info or {})}
 
 
 def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
@@ -274,6 +246,7 @@ def note_rebase(root: Path) -> None:
 
 def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: bool, allow_fuzz: int) -> None:
     from imgbuild.report import tables
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import print_json
 
     if allow_fuzz:
@@ -286,7 +259,7 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
     if as_json:
-        print_json("patches-check-onto", matrix.to_json())
+        print_json(docs.PatchesCheckOnto.of(matrix.to_json()))
     else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:

@@ -55,7 +55,8 @@ def rebase_cmd(
     """
     from rich.table import Table
 
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import rebase
 
@@ -69,7 +70,7 @@ def rebase_cmd(
         raise UsageError(f"{' and '.join(chosen)} cannot be used together")
     if abort:
         message = rebase.abort(root)
-        print_json("patches-rebase-abort", {"ok": True, "message": message}) if as_json else console.print(message)
+        print_json(docs.PatchesRebaseAbort(ok=True, message=message)) if as_json else console.print(message)
         return
     if onto is not None:
         done = rebase.start(root, onto[0], more=onto[1:], report=report.resolve() if report else None, log=_log)
@@ -78,7 +79,7 @@ def rebase_cmd(
     else:
         info = rebase.status(root)
         if as_json:
-            print_json("patches-rebase-status", {"in_progress": info is not None, "rebase": info})
+            print_json(docs.PatchesRebaseStatus.of({"in_progress": info is not None, "rebase": info}))
         elif info is None:
             console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
         else:
@@ -86,7 +87,7 @@ def rebase_cmd(
             console.print("run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
         return
     if as_json:
-        print_json("patches-rebase", done.to_json())
+        print_json(docs.PatchesRebase.of(done.to_json()))
         return
     for one in [*done.earlier, done]:
         what = f"{one.upstream} " if one.upstream else ""
@@ -128,20 +129,21 @@ def edit_cmd(
     upstream fix, `git fetch` and `git cherry-pick` it (or `git am` a
     format-patch file) there: refresh makes it a new patch with a DEP-3 header.
     """
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import queue as pq
 
     root = find_root()
     if discard:
         message = pq.discard(root, force=force)
-        print_json("patches-edit-discard", {"ok": True, "message": message}) if as_json else console.print(message)
+        print_json(docs.PatchesEditDiscard(ok=True, message=message)) if as_json else console.print(message)
         return
     if force:
         raise UsageError("--force only goes with --discard")
     opened = pq.open_queue(root, upstream)
     if as_json:
-        print_json("patches-edit", opened.to_json())
+        print_json(docs.PatchesEdit.of(opened.to_json()))
         return
     verb = "opened" if opened.created else "already open"
     console.print(f"{verb}: {opened.work_tree}")
@@ -160,14 +162,15 @@ def refresh_cmd(
     new patches; dropped commits leave the series. Refused when the work tree
     has uncommitted changes.
     """
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import queue as pq
 
     root = find_root()
     result = pq.refresh(root, close=close)
     if as_json:
-        print_json("patches-refresh", result.to_json())
+        print_json(docs.PatchesRefresh.of(result.to_json()))
         return
     for label, names in (("rewritten", result.written), ("added", result.added), ("removed", result.removed)):
         for n in names:
@@ -220,7 +223,8 @@ def bump_cmd(
     `imgbuild patches bump` again, which commits and builds the finished rebase.
     """
     from imgbuild.cli.build import options
-    from imgbuild.project import find_root
+    from imgbuild.cli.options import find_root
+    from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import bump
 
@@ -228,7 +232,7 @@ def bump_cmd(
     opts = None if no_build else options(base, None)
     done = bump.bump(root, onto, branch=branch, build=opts, report_dir=report_dir, log=_log)
     if as_json:
-        print_json("patches-bump", done.to_json())
+        print_json(docs.PatchesBump.of(done.to_json()))
     else:
         console.print(done.message, markup=False, highlight=False)
         if done.report is not None:

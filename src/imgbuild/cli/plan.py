@@ -17,8 +17,9 @@ def plan(
     the variant x file matrix (like section 3 of the deployment report).
     With --json, prints the full plan: states, patches, sha256 and blob ids.
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.plan.layers import share_layers
-    from imgbuild.project import load_project
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, plan_matrix, print_json
 
     project = load_project()
@@ -27,20 +28,21 @@ def plan(
     layers = share_layers(every).describe(variants or None)
     if as_json:
         print_json(
-            "plan",
-            {
-                "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
-                "upstreams": [
-                    {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
-                    for u in project.pins
-                ],
-                "requirements": [n.to_json() for n in project.pin_needs],
-                "overrides": [{"pin": p.name, **p.override.to_json()} for p in project.pins if p.override],
-                "pin_problems": project.pin_problems,
-                "series_digest": project.series_digest,
-                "variants": [p.to_json() for p in plans],
-                "layers": layers,
-            },
+            docs.Plan.of(
+                {
+                    "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
+                    "upstreams": [
+                        {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
+                        for u in project.pins
+                    ],
+                    "requirements": [n.to_json() for n in project.pin_needs],
+                    "overrides": [{"pin": p.name, **p.override.to_json()} for p in project.pins if p.override],
+                    "pin_problems": project.pin_problems,
+                    "series_digest": project.series_digest,
+                    "variants": [p.to_json() for p in plans],
+                    "layers": layers,
+                }
+            )
         )
         return
     console.print(plan_matrix(plans))

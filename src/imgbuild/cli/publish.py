@@ -61,9 +61,10 @@ def publish(
 
       imgbuild publish latest -r 127.0.0.1:5000 --sbom --sign --key cosign.key
     """
-    from imgbuild.project import load_project
+    from imgbuild.cli.options import load_project
     from imgbuild.publish import push as pub
     from imgbuild.publish import signing
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import print_json
 
     if (sbom or sign) and key is None:
@@ -77,7 +78,7 @@ def publish(
         project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign, dry_run=dry_run
     )
     if as_json:
-        print_json("publish-plan" if dry_run else "publish", result.to_json())
+        print_json(docs.PublishPlan.of(result.to_json()) if dry_run else docs.Publish.of(result.to_json()))
     else:
         print_publish(result)
 

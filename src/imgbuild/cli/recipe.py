@@ -49,15 +49,16 @@ def recipe(
 
     Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`.
     """
+    from imgbuild.cli.options import load_project
     from imgbuild.deploy.recipes import write_recipe
-    from imgbuild.project import load_project
+    from imgbuild.report.documents import deploy as docs
     from imgbuild.report.tables import console, print_json
 
     project = load_project()
     target = out if out is not None else project.root / "deploy" / "out"
     written = write_recipe(project, variant, profile, out=target, image=image, registry=registry, builder=builder)
     if as_json:
-        print_json("recipe", written.to_json())
+        print_json(docs.Recipe.of(written.to_json()))
         return
     console.print(f"image:   {written.image.ref} ({written.image.source})")
     console.print(f"recipe:  {written.path}")

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from dataclasses import asdict
+from typing import Annotated
 
 import typer
 
 from imgbuild.cli.build import VerboseOpt
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import UpstreamError, UsageError
-
-if TYPE_CHECKING:
-    from imgbuild.builder.runtime_lock import Lock
-    from imgbuild.project import Project
 
 # images.skeleton.SITE_PACKAGES, spelled here so --help loads no image code (tests/git/test_cli.py checks it)
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
@@ -28,8 +24,7 @@ def skeleton(
         bool,
         typer.Option(
             "--force",
-            help="Build the image again even if present (the rootfs stays cached; the runtime base is built "
-            "without BuildKit's cache).",
+            help="Build the image again even if present (the rootfs stays cached; the runtime base is built without BuildKit's cache).",
         ),
     ] = False,
     runtime: Annotated[
@@ -61,86 +56,17 @@ def skeleton(
       imgbuild skeleton --runtime --platform linux/amd64 --json
       imgbuild skeleton --runtime --relock --platform linux/arm64
     """
-    from imgbuild.builder import bases
-    from imgbuild.builder import runtime_base as rb
-    from imgbuild.builder import runtime_lock as rl
-    from imgbuild.builder import skeleton as skel
-    from imgbuild.config.models import parse_platforms
-    from imgbuild.engine import Engine
-    from imgbuild.project import load_project
+    from imgbuild.builder import standin
+    from imgbuild.cli.options import load_project
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import print_json
-    from imgbuild.upstream.mirror import cache_dir
-    from imgbuild.upstream.requires import overrides_in_effect
 
-    project = load_project()
-    if site_packages is None:
-        sites = {v.image.site_packages for v in project.variants.values() if v.image.site_packages}
-        site_packages = sites.pop() if len(sites) == 1 else None
-    (pf,) = parse_platforms(platform)
-    if relock and not runtime:
-        raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
-    if runtime:
-        if relock:
-            if project.pin_problems:
-                raise UpstreamError(
-                    "the pins disagree, so the runtime lock cannot hold them all: " + "; ".join(project.pin_problems),
-                    hint="bump the required pin, or write an override with its reason under it in "
-                    "patches/upstream.yaml (docs/configuration.md)",
-                )
-            overrides = overrides_in_effect(project.pin_needs)
-            rb.relock(project.root, pf, project.pin.version, overrides=overrides, verbose=verbose)
-        rspec = bases.runtime_spec(project, site_packages, pf)
-        res = rb.ensure_runtime(Engine.connect(), rspec, cache_dir(), force=force, verbose=verbose)
-        if as_json:
-            print_json(
-                "skeleton-runtime",
-                {
-                    "tag": rspec.tag,
-                    "image_id": res.info.id,
-                    "platform": str(res.info.platform),
-                    "site_packages": rspec.site_packages,
-                    "lock": str(rl.LOCK_DIR / rl.lock_name(rspec.platform)),
-                    "lock_digest": rspec.lock.digest(),
-                    "wheels": len(rspec.lock.pins),
-                    "upstreams": pins_json(project, rspec.lock),
-                    "built": res.built,
-                    "image_bytes": res.info.size,
-                    "seconds": round(res.seconds, 1),
-                },
-            )
-        else:
-            print(rspec.tag)
-        return
-    spec = bases.skeleton_spec(project, site_packages, pf)
-    repos = bases.pin_repos(project)
-    info = skel.ensure_skeleton(Engine.connect(), spec, repos, cache_dir(), force=force, verbose=verbose)
-    if as_json:
-        print_json(
-            "skeleton",
-            {
-                "tag": spec.tag,
-                "image_id": info.id,
-                "platform": str(info.platform),
-                "site_packages": spec.site_packages,
-                "upstream_commit": spec.upstream_commit,
-                "upstreams": pins_json(project, None),
-                "rootfs": str(skel.rootfs_path(spec.rootfs, cache_dir())),
-            },
-        )
+    made = standin.make(
+        load_project(), platform, site_packages, runtime=runtime, force=force, relock=relock, verbose=verbose
+    )
+    if not as_json:
+        print(made.tag)
+    elif isinstance(made, standin.RuntimeMade):
+        print_json(docs.SkeletonRuntime.of(asdict(made)))
     else:
-        print(spec.tag)
-
-
-def pins_json(project: Project, lock: Lock | None) -> list[dict[str, object]]:
-    """Every pin (the first first) as the base carries it; with a runtime lock, the version it locks of each wheel."""
-    from imgbuild.config.models import WheelSource
-
-    out: list[dict[str, object]] = []
-    for p in project.pins:
-        entry: dict[str, object] = {"name": p.name, "tag": p.tag, "commit": p.commit, "package_root": p.package_root}
-        if lock is not None:
-            project_name = p.source.project if isinstance(p.source, WheelSource) else p.name
-            locked = lock.pin(project_name)
-            entry["locked"] = locked.version if locked else None
-        out.append(entry)
-    return out
+        print_json(docs.Skeleton.of(asdict(made)))

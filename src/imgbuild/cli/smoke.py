@@ -11,7 +11,7 @@ import typer
 
 from imgbuild.cli.build import BaseOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError, ExitCode, SmokeError, UsageError
+from imgbuild.errors import ConfigError, SmokeError, UsageError
 
 if TYPE_CHECKING:
     from imgbuild.publish.signing import SupplyChain
@@ -50,10 +50,12 @@ def smoke_cmd(
 
       imgbuild smoke REG/vllm-dsv41:latest --static --platform linux/arm64 --key cosign.pub
     """
+    from imgbuild.builder import locate
     from imgbuild.builder import runner as engine
+    from imgbuild.cli.options import load_project
     from imgbuild.config.models import check_platform  # image references take --platform too, without a project
     from imgbuild.engine import Engine
-    from imgbuild.project import Project, load_project
+    from imgbuild.project import Project
     from imgbuild.publish import signing
     from imgbuild.smoke.checks import expected_from_labels, smoke
     from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
@@ -75,16 +77,10 @@ def smoke_cmd(
     reports: list[SmokeReport] = []
     chains: dict[str, SupplyChain] = {}  # --key: each registry image's signature and SBOM, by its report's image
     finder = engine.importer_finder(project) if project is not None else None
-    if variant_names:
+    if variant_names:  # each platform of each variant, where the plan says it is (nothing pulled or built)
         assert project is not None
-        plan = engine.prepare(eng, project, project.select(variant_names, platform), opts)
-        for ib in plan.images:  # each platform of a multi-platform image
-            if eng.image(ib.immutable_ref) is None:
-                raise SmokeError(
-                    f"{ib.variant}: no image {ib.immutable_ref} for the current inputs",
-                    hint=f"build it first: imgbuild build {ib.variant}" + (f" --base {opts.base}" if opts.base else ""),
-                )
-            reports.append(smoke(eng, ib.immutable_ref, engine.expected_for(ib, finder), runtime=not static))
+        selection = project.select(variant_names, platform)
+        reports += locate.smoke_variants(eng, project, selection, opts, runtime=not static, importers=finder)
     images = [t for t in targets if t not in variant_names]
     if images and platform is not None and (platform == "all" or "," in platform):
         raise UsageError(
@@ -109,6 +105,7 @@ def smoke_cmd(
 
 def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], *, as_json: bool) -> None:
     """Every report (and --key's verdicts); exit 8 when a check failed or a signature or an SBOM is not verified."""
+    from imgbuild.report.documents import images as docs
     from imgbuild.report.images import checks_table, file_matrix, supply_chain_lines
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import summary
@@ -120,7 +117,7 @@ def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], 
             {**r.to_json(), **({"supply_chain": chains[r.image].to_json()} if r.image in chains else {})}
             for r in reports
         ]
-        print_json("smoke", {"ok": not failed, "reports": documents})
+        print_json(docs.Smoke.of({"ok": not failed, "reports": documents}))
     else:
         for r in reports:
             console.print(checks_table(r))
@@ -129,10 +126,9 @@ def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], 
                     console.print(line, highlight=False)
         console.print(file_matrix([(r.title, r.files) for r in reports]))
         console.print(summary(reports))
-    if failed and as_json:
-        raise typer.Exit(ExitCode.SMOKE)  # the JSON above already says what failed
-    if failed:
+    if failed:  # under --json the document above already says what failed: only the error line (stderr)
         raise SmokeError(
             "smoke test failed: " + "; ".join(failed),
             hint="see the table above (or --json) for each failing check",
+            reported=as_json,
         )

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from imgbuild.jsondoc import document
-
 if TYPE_CHECKING:
     from imgbuild.patches.apply import PatchOutcome
     from imgbuild.patches.patchfile import Patch
     from imgbuild.patches.variants import VariantPlan
+    from imgbuild.report.documents import Document
 
 METHOD_STYLE = {
     "exact": "green",
@@ -36,9 +34,9 @@ if not console.is_terminal:
 err_console = Console(stderr=True)
 
 
-def print_json(name: str, body: Mapping[str, object]) -> None:
-    """Print document `name` (a key of `jsondoc.VERSIONS`): `{"schema": "imgbuild.<name>/<N>", **body}`."""
-    sys.stdout.write(json.dumps(document(name, body), indent=2, sort_keys=False) + "\n")
+def print_json(doc: Document) -> None:
+    """Print a `--json` document (report/documents/): `{"schema": "imgbuild.<name>/<N>", ...}`."""
+    sys.stdout.write(doc.render() + "\n")
 
 
 def _m(method: str) -> str:

@@ -1,0 +1,280 @@
+"""The documents of what the images will be and are: plan, build, smoke, skeleton, lock, bake, publish."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from imgbuild.report.documents import Document, Part
+from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, SmokeReport, Upstream
+
+
+# -- plan -----------------------------------------------------------------------------------------------------------
+class PinOverride(Override):
+    pin: str
+
+
+class PlannedFile(Part):
+    path: str
+    state: str = Field(description="patched or original")
+    patches: list[str] = Field(description="the variant's patches that change the file")
+    groups: list[str] = Field(description="the groups of every series patch touching the file")
+    sha256: str | None
+    blob: str | None
+    pristine_blob: str | None
+    pristine_sha256: str | None
+
+
+class VariantPlan(Part):
+    variant: str
+    chain: list[str]
+    patches: list[str]
+    reverted: list[str]
+    files: list[PlannedFile]
+    apply: list[PatchApplied]
+
+
+class Plan(Document):
+    """`imgbuild plan --json`: each variant's patches applied to the pinned release in memory, file by file, and
+    the layers the variants share"""
+
+    name = "plan"
+    upstream: Pin
+    upstreams: list[Upstream] = Field(
+        description="Every pin of patches/upstream.yaml, the first (also `upstream`) first."
+    )
+    requirements: list[Requirement]
+    overrides: list[PinOverride]
+    pin_problems: list[str] = Field(
+        description="pins that disagree with another pin's requirement (no override), and overrides that replace "
+        "nothing; any fails the check"
+    )
+    series_digest: str
+    variants: list[VariantPlan]
+    layers: list[str] = Field(description="the layers, one line each, then each variant's, then notes")
+
+
+# -- build ----------------------------------------------------------------------------------------------------------
+class ImageBuilt(Part):
+    """One platform's image; `index`/`index_ref`: the multi-platform image it is part of (null for a one-platform
+    variant)."""
+
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    moving: list[str]
+    inputs_digest: str
+    built: bool
+    moved: bool
+    rootfs_layers: list[str]
+    base_layers: int
+    index: str | None
+    index_ref: str | None
+    note: str
+    smoke: SmokeReport | None
+
+
+class Build(Document):
+    """`imgbuild build --json`: what was built, tagged and smoke-tested"""
+
+    name = "build"
+    images: list[ImageBuilt]
+
+
+class ImagePlanned(Part):
+    variant: str
+    platform: str
+    base: str
+    immutable: str
+    moving: list[str]
+    inputs_digest: str
+    layers: list[str] = Field(
+        description="the image's layers, bottom first: each a digest of its files (the context's `layers/<name>/`, "
+        "one COPY each)"
+    )
+    dockerfile: str
+    context: list[str] = Field(
+        description="the build context: `layers/<name>/<path>` per file of the image's layers, then the Dockerfile"
+    )
+    labels: dict[str, str]
+
+
+class JoinPlanned(Part):
+    """A multi-platform image: the index over its platforms' images."""
+
+    variant: str
+    platforms: list[str]
+    immutable: str
+    moving: list[str]
+    inputs_digest: str
+    images: list[str]
+    dockerfile: str
+
+
+class BuildPlan(Document):
+    """`imgbuild build --dry-run --json`: the per-platform plan"""
+
+    name = "build-plan"
+    images: list[ImagePlanned]
+    joins: list[JoinPlanned]
+    layer_plans: dict[str, list[str]] = Field(description="per group of variants built together: its layers, as lines")
+
+
+# -- smoke, skeleton ------------------------------------------------------------------------------------------------
+class Smoke(Document):
+    """`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified:
+    the same document, `ok` false)"""
+
+    name = "smoke"
+    ok: bool
+    reports: list[SmokeReport]
+
+
+class Skeleton(Document):
+    """`imgbuild skeleton --json`: the stand-in base image"""
+
+    name = "skeleton"
+    tag: str
+    image_id: str
+    platform: str
+    site_packages: str
+    upstream_commit: str
+    upstreams: list[Upstream] = Field(description="every pin, the first first")
+    rootfs: str
+
+
+class LockedUpstream(Upstream):
+    locked: str | None = Field(description="the version the runtime lock has of the pin's project")
+
+
+class SkeletonRuntime(Document):
+    """`imgbuild skeleton --runtime --json`: the runtime base image"""
+
+    name = "skeleton-runtime"
+    tag: str
+    image_id: str
+    platform: str
+    site_packages: str
+    lock: str
+    lock_digest: str
+    wheels: int
+    upstreams: list[LockedUpstream] = Field(
+        description="every pin, the first first, with the version the runtime lock has of its project (`locked`)"
+    )
+    built: bool
+    image_bytes: int
+    seconds: float
+
+
+# -- lock, bake -----------------------------------------------------------------------------------------------------
+class AlsoPinned(Part):
+    name: str
+    tag: str
+    commit: str
+
+
+class LockUpstream(Pin):
+    also: list[AlsoPinned] | None = Field(default=None, description="the other pins, when there are several")
+
+
+class LockedBase(Part):
+    digest: str
+    media_type: str
+    platforms: dict[str, str]
+
+
+class LockedVariant(Part):
+    base: str
+    platforms: list[str]
+
+
+class LockFile(Part):
+    version: int
+    upstream: LockUpstream
+    series: str
+    bases: dict[str, LockedBase]
+    variants: dict[str, LockedVariant]
+
+
+class Lock(Document):
+    """`imgbuild lock --json`: images.lock as written"""
+
+    name = "lock"
+    changed: bool
+    lock: LockFile
+
+
+class LockCheck(Document):
+    """`imgbuild lock --check --json` (exit 1 when stale: the same document, `ok` false)"""
+
+    name = "lock-check"
+    ok: bool
+    problems: list[str]
+
+
+class BakeTarget(Part):
+    variant: str
+    tags: list[str]
+    platforms: list[str]
+    layers: list[str]
+
+
+class Bake(Document):
+    """`imgbuild bake --json`"""
+
+    name = "bake"
+    bake_file: str
+    changed: bool
+    context_changed: bool
+    targets: list[BakeTarget]
+
+
+class BakeCheck(Document):
+    """`imgbuild bake --check --json` (exit 1 when stale: the same document, `ok` false)"""
+
+    name = "bake-check"
+    ok: bool
+    problems: list[str]
+
+
+# -- publish --------------------------------------------------------------------------------------------------------
+class Push(Part):
+    local: str
+    manifest: str
+    inputs: str
+    ref: str
+
+
+class VariantPlanned(Part):
+    variant: str
+    repository: str
+    immutable: str
+    moving: list[str]
+    platforms: dict[str, Push]
+
+
+class VariantPublished(VariantPlanned):
+    digest: str
+    state: Literal["published", "unchanged", "retagged"]
+    pushed: list[str]
+    moved: list[str]
+
+
+class Publish(Document):
+    """`imgbuild publish --json`: per variant the pushed image (`digest`: the index, or the one platform's manifest
+    for a one-platform variant), `state`, what was pushed and moved"""
+
+    name = "publish"
+    variants: list[VariantPublished]
+    attached: list[str]
+    seconds: float
+
+
+class PublishPlan(Document):
+    """`imgbuild publish --dry-run --json`: what would be pushed"""
+
+    name = "publish-plan"
+    dry_run: Literal[True]
+    variants: list[VariantPlanned]

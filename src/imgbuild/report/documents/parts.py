@@ -1,0 +1,135 @@
+"""Pieces several documents share: pins, applied patches, pin requirements, smoke reports, errors."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from imgbuild.report.documents import Part
+
+
+class Pin(Part):
+    """A release: its tag and commit."""
+
+    tag: str
+    commit: str
+
+
+class Upstream(Part):
+    """One pin of patches/upstream.yaml."""
+
+    name: str
+    tag: str
+    commit: str
+    package_root: str
+
+
+class Hunk(Part):
+    hunk: int
+    header: str
+    method: str
+    offset: int
+    line: int | None
+
+
+class FileApplied(Part):
+    path: str
+    method: str
+    reason: str | None
+    hunks: list[Hunk]
+
+
+class PatchApplied(Part):
+    """One patch applied: `patch` is its file name as patches/series spells it (`.patch` included)."""
+
+    patch: str
+    group: str | None
+    method: str
+    files: list[FileApplied]
+
+
+class Override(Part):
+    """An override in patches/upstream.yaml: the requirement it replaces, the version used instead, and why."""
+
+    requirement: str
+    version: str
+    reason: str
+
+
+class Requirement(Part):
+    """What one pinned release requires of another pin (its wheel's Requires-Dist): met (ok), replaced by an
+    override in patches/upstream.yaml (overridden), or not (mismatch)."""
+
+    by: str
+    by_version: str
+    requirement: str
+    pin: str
+    project: str
+    pinned: str
+    status: Literal["ok", "overridden", "mismatch"]
+    override: Override | None
+    message: str
+
+
+class Check(Part):
+    group: str
+    name: str
+    status: Literal["pass", "fail", "skip"]
+    detail: str
+    seconds: float
+
+
+class FileState(Part):
+    path: str
+    expected: str
+    actual: str
+    expected_sha256: str
+    actual_sha256: str | None
+    ok: bool
+
+
+class Verified(Part):
+    verified: bool
+    detail: str
+
+
+class SbomVerified(Verified):
+    problems: list[str]
+
+
+class SupplyChain(Part):
+    """With --key, for a registry reference: the signature of what it names and the platform image's SPDX SBOM,
+    verified."""
+
+    ok: bool
+    signature: Verified
+    sbom: SbomVerified
+
+
+class SmokeReport(Part):
+    """One image smoke-tested: each check, and each patched file's state in the image."""
+
+    image: str
+    image_id: str | None
+    variant: str | None
+    platform: str | None
+    ok: bool
+    checks: list[Check]
+    files: list[FileState]
+    supply_chain: SupplyChain | None = Field(default=None, description="only with --key (smoke)")
+
+
+class ErrorBody(Part):
+    """What failed. More keys may follow: a refused apply's `patches`, a stopped rebase's `stopped`, an import's
+    `outcome`, a failed smoke test's `smoke` (the image's report, as in imgbuild.smoke/1)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    message: str
+    hint: str | None
+    exit_code: int
+
+
+Json = dict[str, Any]  # a record carried through as the workflow wrote it (not typed here)

@@ -1,0 +1,503 @@
+"""The documents of `imgbuild patches ...`: list, status, check, apply, rebase, edit, refresh, bump, import."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from imgbuild.report.documents import Document, Part
+from imgbuild.report.documents.parts import (
+    ErrorBody,
+    Json,
+    Override,
+    PatchApplied,
+    Pin,
+    Requirement,
+    Upstream,
+)
+
+
+# -- list, status ---------------------------------------------------------------------------------------------------
+class ListedPatch(Part):
+    patch: str
+    group: str | None
+    upstream: str = Field(description="The pin the patch applies to (DEP-3 `Upstream:`, default the first pin).")
+    paths: list[str]
+    fields: dict[str, str] = Field(description="its DEP-3 header fields")
+
+
+class PatchesList(Document):
+    """`imgbuild patches list --json`: the series in order"""
+
+    name = "patches-list"
+    patches: list[ListedPatch]
+
+
+class PinState(Part):
+    name: str
+    tag: str
+    commit: str
+    kind: str
+
+
+class PinCache(Part):
+    """A pin, with its cache mirror and whether the mirror has the pinned commit."""
+
+    name: str
+    tag: str
+    commit: str
+    kind: str
+    package_root: str
+    mirror: str
+    pinned_commit_cached: bool
+
+
+class Cache(Part):
+    mirror: str
+    pinned_commit_cached: bool
+
+
+class SeriesState(Part):
+    patches: int
+    digest: str
+
+
+class Unresolved(Part):
+    path: str
+    reason: str
+
+
+class Stopped(Part):
+    """Where a rebase stopped at a conflict: the work tree, the markers, what did apply."""
+
+    filename: str
+    work_tree: str
+    patch: str = Field(description="the patch's text, saved beside the state")
+    conflicts: dict[str, list[int]] = Field(description="path -> the lines of its conflict markers")
+    unresolved: list[Unresolved]
+    applied: list[str]
+    reason: str
+    moves: list[Json]
+    files: list[Json] = Field(description="the carry's per-file, per-hunk outcomes")
+    pending: list[Json] = Field(description="the carry preview: each patch after this one as it would carry now")
+
+
+class PatchResult(Part):
+    """One patch carried (or not) so far."""
+
+    commit: str | None
+    dormant: bool
+    dropped_hunks: list[Json]
+    filename: str
+    files: list[Json]
+    header: str | None
+    moves: list[Json]
+    outcome: str
+    parent: str | None
+    reason: str
+    upstreamed_checks: list[Json]
+
+
+class RebaseInfo(Part):
+    """The rebase in progress (`.imgbuild-work/rebase/state.json`)."""
+
+    status: Literal["running", "stopped", "committing"]
+    old: Pin
+    onto: Pin
+    next: int
+    stopped: Stopped | None
+    results: list[PatchResult]
+    patches: int
+    work_tree: str
+
+
+class RebaseState(Part):
+    """A rebase that is stopped or was interrupted: the message other commands show, and (when the state is
+    readable) the rebase as `patches rebase --json` shows it."""
+
+    message: str
+    status: Literal["running", "stopped", "committing"] | None = None
+    old: Pin | None = None
+    onto: Pin | None = None
+    next: int | None = None
+    stopped: Stopped | None = None
+    results: list[PatchResult] | None = None
+    patches: int | None = None
+    work_tree: str | None = None
+
+
+class PatchesStatus(Document):
+    """`imgbuild patches status --json`"""
+
+    name = "patches-status"
+    upstream: PinState
+    upstreams: list[PinCache] = Field(
+        description="Every pin, the first (also `upstream`) first, each with its cache mirror."
+    )
+    cache: Cache
+    series: SeriesState
+    variants: list[str]
+    lint: list[str]
+    rebase: RebaseState | None
+
+
+# -- check, check --onto, apply --------------------------------------------------------------------------------------
+class CheckedPatch(PatchApplied):
+    upstream: str = Field(description="The pin the patch applies to (its DEP-3 `Upstream:`, default the first pin).")
+
+
+class VariantApplies(Part):
+    ok: Literal[True]
+    patches: list[str]
+
+
+class VariantFails(Part):
+    ok: Literal[False]
+    error: str
+
+
+class PatchesCheck(Document):
+    """`imgbuild patches check --json` (also what a failed check prints: exit 1, no error document). v2: `ok` is
+    false too when a pin does not have what another pin's release requires and no override in patches/upstream.yaml
+    says why, or an override replaces nothing (`pin_problems`); `requirements`: each pinned release's requirements
+    on the other pins."""
+
+    name = "patches-check"
+    upstream: Pin
+    upstreams: list[Upstream] = Field(
+        description="Every pin of patches/upstream.yaml, the first (top-level, also `upstream`) first."
+    )
+    ok: bool
+    patches: list[CheckedPatch]
+    variants: dict[str, VariantApplies | VariantFails]
+    lint: list[str]
+    requirements: list[Requirement]
+    pin_problems: list[str] = Field(
+        description="pins that disagree with another pin's requirement (no override), and overrides that replace "
+        "nothing; any fails the check"
+    )
+
+
+class RefChecked(Part):
+    ref: str
+    tag: str
+    commit: str
+    upstream: str = Field(
+        description="The pin that moves to this ref (`NAME=REF`; a plain REF is the first pin's); only its patches "
+        "are carried there, the others are absent from this ref's `patches`."
+    )
+    seconds: float
+
+
+class RenameMove(Part):
+    """A file the patch changes that the release moved: `how` is file (git's rename detection) or directory."""
+
+    old: str
+    new: str
+    how: str
+
+
+class DroppedHunk(Part):
+    path: str
+    hunk: int
+    header: str
+    line: int = Field(description="where the release already has it")
+
+
+class Verification(Part):
+    """Why a patch is called upstreamed: its hunks reverse-apply, or their added lines are present, or its
+    patch-id matches."""
+
+    path: str
+    hunks: list[int]
+    reverse_apply: bool
+    added_lines_present: bool
+    patch_id: bool | None
+    note: str
+
+
+class Carried(PatchApplied):
+    """One patch carried onto a ref in memory."""
+
+    reason: str
+    moves: list[RenameMove]
+    dropped_hunks: list[DroppedHunk]
+    upstreamed_checks: list[Verification]
+    conflicts: list[str] = Field(description="the files left with conflict markers")
+    backport: bool | None = Field(default=None, description="only for a backport (DEP-3 `Origin: backport`)")
+    applied_upstream: str | None = Field(default=None, description="only for a backport: the ref that has it")
+
+
+class Cell(Part):
+    ok: bool
+    verdict: str
+    patches: dict[str, Carried]
+
+
+class StackChecked(Part):
+    variant: str
+    patches: list[str]
+    results: dict[str, Cell] = Field(description="ref -> the variant's patches carried there")
+
+
+class PatchesCheckOnto(Document):
+    """`imgbuild patches check --onto REF... --json`: variant x ref x patch"""
+
+    name = "patches-check-onto"
+    ok: bool
+    strict: bool
+    upstream: str
+    refs: list[RefChecked]
+    variants: list[StackChecked]
+    requirements: dict[str, list[Requirement]] = Field(
+        description="ref -> what the pins require of each other with that ref's pin moved there"
+    )
+
+
+class PatchesApply(Document):
+    """`imgbuild patches apply --into DIR --json`"""
+
+    name = "patches-apply"
+    ok: Literal[True]
+    into: str
+    files: int
+    patches: list[PatchApplied]
+
+
+# -- rebase ---------------------------------------------------------------------------------------------------------
+class RebaseRow(Part):
+    patch: str
+    filename: str
+    outcome: str
+    file: str
+    reason: str
+    moves: list[Json]
+    dropped_hunks: list[Json]
+    upstreamed_checks: list[Json]
+
+
+class Rebased(Part):
+    """A rebase that finished."""
+
+    ok: Literal[True]
+    old: Pin
+    onto: Pin
+    patches: list[RebaseRow]
+    written: list[str]
+    report: str | None
+    warnings: list[str]
+    upstream: str = Field(description="The pin that moved (`--onto NAME=REF`); empty for a single-upstream project.")
+    earlier: list[Rebased] = Field(
+        description="With several `--onto NAME=REF`: the rebases of the pins before this one in the same run, each "
+        "a document of this shape (without `schema`)."
+    )
+
+
+class PatchesRebase(Rebased, Document):
+    """`imgbuild patches rebase --onto REF | --continue | --skip --json`: a rebase that finished (one that stops at a
+    conflict prints the error document, `stopped` under `error`)"""
+
+    name = "patches-rebase"
+
+
+class PatchesRebaseStatus(Document):
+    """`imgbuild patches rebase --json` with no option: the rebase in progress, if any"""
+
+    name = "patches-rebase-status"
+    in_progress: bool
+    rebase: RebaseInfo | None
+
+
+class PatchesRebaseAbort(Document):
+    """`imgbuild patches rebase --abort --json`"""
+
+    name = "patches-rebase-abort"
+    ok: Literal[True]
+    message: str
+
+
+# -- edit, refresh --------------------------------------------------------------------------------------------------
+class PatchesEdit(Document):
+    """`imgbuild patches edit --json`"""
+
+    name = "patches-edit"
+    work_tree: str
+    base: str
+    tag: str
+    commits: int
+    created: bool
+
+
+class PatchesEditDiscard(Document):
+    """`imgbuild patches edit --discard --json`"""
+
+    name = "patches-edit-discard"
+    ok: Literal[True]
+    message: str
+
+
+class PatchesRefresh(Document):
+    """`imgbuild patches refresh --json`"""
+
+    name = "patches-refresh"
+    written: list[str]
+    unchanged: list[str]
+    added: list[str]
+    removed: list[str]
+    series_changed: bool
+    warnings: list[str]
+    closed: bool
+
+
+# -- bump -----------------------------------------------------------------------------------------------------------
+class BumpImage(Part):
+    """An image the bump built and smoke-tested."""
+
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    moving: list[str]
+    index: str | None
+    smoke: Literal["passed", "failed", "not run"]
+
+
+class BumpPatch(Part):
+    patch: str | None
+    kind: str | None
+    outcome: str | None
+
+
+class Sides(Part):
+    expected: list[str] = Field(description="what the patch expects to find (context and removed lines)")
+    release: list[str] = Field(description="what the release has where the hunk should land")
+    patch: list[str] = Field(description="what the patch wants there")
+
+
+class Markers(Part):
+    line: int
+    ours: list[str]
+    theirs: list[str]
+
+
+class Context(Part):
+    start: int
+    lines: list[str]
+
+
+class ConflictHunk(Part):
+    """One hunk of the patch the rebase stopped at, where it should land on the release."""
+
+    patch: str
+    file: str
+    original_file: str | None
+    hunk: int
+    header: str
+    reason: str
+    release_has_file: bool
+    sides: Sides
+    release_line: int | None
+    lines_matching: int
+    markers: Markers | None
+    context: Context
+
+
+class PlannedPinMove(Part):
+    """At a stop: a pin that will move with the bump (what the new release requires of it)."""
+
+    pin: str
+    old: str
+    new: str
+    requirement: str
+    required_by: str
+    override: Override | None
+    drop_override: bool
+    message: str
+
+
+class PinMoved(Part):
+    """When carried: a pin that moved with the bump."""
+
+    pin: str
+    old: str
+    new: str
+    requirements: list[str]
+    override: Override | None
+    override_dropped: bool
+    message: str
+    patches: str | None = Field(default=None, description="the tally of its own carry, when it has patches")
+
+
+class ConflictingHunks(Part):
+    file: str
+    hunks: list[int]
+    headers: list[str]
+
+
+class Pending(Part):
+    """A patch not yet carried at a stop, carried in memory as `patches check --onto` does: will it apply, and
+    which hunks conflict."""
+
+    filename: str
+    outcome: str
+    kind: str
+    summary: str
+    reason: str
+    dormant: bool
+    conflicting_hunks: list[ConflictingHunks]
+
+
+class BumpReport(Part):
+    markdown: str
+    json_: str = Field(alias="json")
+
+
+class PatchesBump(Document):
+    """`imgbuild patches bump --json`: the bump's outcome; on a conflict or a failed build `ok` is false and `error`
+    is the error document's body"""
+
+    name = "patches-bump"
+    ok: bool
+    status: Literal["current", "carried", "conflict", "build-failed"]
+    message: str
+    old: Pin = Field(description="the pin before the bump")
+    onto: Pin = Field(description="the release the bump carries the series onto")
+    branch: str | None
+    commit: str | None
+    built: bool
+    images: list[BumpImage]
+    patches: list[BumpPatch]
+    conflicts: list[ConflictHunk] = Field(description="at a conflict: each hunk of the patch that stopped")
+    pins: list[PinMoved | PlannedPinMove] = Field(
+        description="the pins that moved with the bump (a pin the new release requires at another version)"
+    )
+    pending: list[Pending]
+    report: BumpReport | None
+    error: ErrorBody | None
+
+
+# -- import ---------------------------------------------------------------------------------------------------------
+class SeriesEntry(Part):
+    patch: str
+    method: str
+
+
+class PatchesImport(Document):
+    """`imgbuild patches import SOURCE --json`: the patch written (or, with --dry-run, that would be) and the series
+    checked with it"""
+
+    name = "patches-import"
+    ok: Literal[True]
+    filename: str
+    after: str | None = Field(description="the series entry it follows (null: first)")
+    outcome: Literal["exact", "offset", "3way", "partly-upstreamed"] = Field(
+        description="how the source applied where it goes"
+    )
+    source: str
+    kind: Literal["patch", "mbox", "git", "github"]
+    left_out: list[str] = Field(description="files the source changes outside the package root")
+    series: list[SeriesEntry]
+    variants: list[str] = Field(description="the variants that carry the new patch")
+    written: list[str] = Field(description="empty with --dry-run")
+    patch: str = Field(description="the patch file's text")
