@@ -11,6 +11,7 @@ import pytest
 from imgbuild.builder import bases, locate, runner
 from imgbuild.engine import Engine, ImageInfo
 from imgbuild.errors import SmokeError
+from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from tests.support.synth import Upstream
 from tests.support.synth_images import engram_project, release
@@ -53,7 +54,7 @@ def test_a_base_not_in_the_store_is_neither_pulled_nor_built(project: Project) -
     with pytest.raises(SmokeError, match="not in the local image store"):
         opts = runner.BuildOptions(base="skeleton")
         locate.smoke_variants(cast(Engine, store), project, project.select(["latest"], None), opts)
-    skeleton_tag = bases.skeleton_spec(project, None, "linux/arm64").tag
+    skeleton_tag = bases.skeleton_spec(project, None, Platform.parse("linux/arm64")).tag
     assert store.asked[-1] == skeleton_tag, store.asked
 
 
