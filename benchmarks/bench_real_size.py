@@ -116,6 +116,29 @@ def echo_counts(stderr: str) -> tuple[int, int]:
     return len(ops), sum("buildx build" in line for line in ops)
 
 
+READS = ("docker version", "docker info", "docker image inspect", "docker images", "docker ps",
+         "docker buildx imagetools inspect", "docker context inspect")  # fmt: skip
+
+
+def echo_kinds(stderr: str) -> dict[str, list[str]]:
+    """An IMGBUILD_ECHO=1 stderr's docker lines as reads and writes (anything not a read: tag, rmi, rm, run,
+    create, cp, build, push, imagetools create), each line's command without its arguments' values."""
+    out: dict[str, list[str]] = {"reads": [], "writes": []}
+    for line in stderr.splitlines():
+        if not line.startswith("+ docker"):
+            continue
+        cmd = line[2:]
+        kind = "reads" if cmd.startswith(READS) else "writes"
+        out[kind].append(cmd)
+    return out
+
+
+def api_kinds(requests: list[str]) -> dict[str, list[str]]:
+    """Engine API requests (`METHOD /path`) as reads (GET, HEAD) and writes (the rest)."""
+    reads = [r for r in requests if r.split()[0] in ("GET", "HEAD")]
+    return {"reads": reads, "writes": [r for r in requests if r not in reads]}
+
+
 # -- processes ------------------------------------------------------------------------------------
 def sh(
     cmd: list[str],
@@ -130,6 +153,15 @@ def sh(
         tail = (proc.stderr or proc.stdout)[-1500:]
         raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{tail}")
     return proc
+
+
+def sh_bytes(cmd: list[str], input_bytes: bytes | None = None) -> bytes:
+    proc = subprocess.run(cmd, input=input_bytes, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr.decode(errors='replace')[-1500:]}"
+        )
+    return proc.stdout
 
 
 def runs(cmd: list[str], env: dict[str, str] | None = None) -> Callable[[], None]:
@@ -246,27 +278,26 @@ class Bench:
         self.originals = [f.path for f in mem.files if f.state == "original"]
         headers = [p for name in self.series for p in patched_paths((w / "new/patches" / name).read_text())]
         self.modules = sorted({module_name(p) for p in headers})
-        # HAND: each pin's release as a work tree (hand/tree-<pin>; the first pin's is the build context, a
-        # further pin's a named context) and its own copy of the patches
+        # HAND: each pin's release tree copied out once (hand/release/<pin>, `git archive` of the mirror at the pinned
+        # commit, untimed), its own copy of the patches; each run copies the trees to hand/ctx and applies there
         hand = w / "hand"
         hand.mkdir()
         shutil.copytree(w / "new/patches", hand / "patches")
         self.pins = {pin.name: (project.resolved(pin.name).commit, pin.package_root) for pin in project.pins}
         self.first_pin = project.pin.name
         for pin in project.pins:
-            tree = hand / f"tree-{pin.name}"
-            sh(
-                [
-                    "git",
-                    "clone",
-                    "-q",
-                    "--shared",
-                    "--no-checkout",
-                    str(project.resolved(pin.name).repo.path),
-                    str(tree),
-                ]
-            )
-            sh(["git", "-C", str(tree), "checkout", "-q", "-f", "--detach", self.pins[pin.name][0]])
+            tree = hand / "release" / pin.name
+            tree.mkdir(parents=True)
+            up = project.resolved(pin.name)
+            archive = sh_bytes(["git", "-C", str(up.repo.path), "archive", "--format=tar", up.commit])
+            sh_bytes(["tar", "-x", "-C", str(tree)], archive)
+        self.series_of = {pin: [n for n in self.series if self.pin_of[n] == pin] for pin in self.pins}
+        files = sum(1 for _ in (hand / "release").rglob("*"))
+        self.facts.append(
+            f"HAND's release trees (copied out once, untimed): {', '.join(self.pins)}; {files} entries, "
+            f"{gb(du(hand / 'release'))}; each run: rm -rf + cp -{self.args.hand_copy} of them, one git apply per tree "
+            f"({', '.join(f'{p}: {len(s)} patches' for p, s in self.series_of.items())})"
+        )
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
         self.edits = {"new": 0, "old": 0, "hand": 0}
@@ -330,7 +361,7 @@ class Bench:
         path = self.work / ("hand/patches" if who == "hand" else f"{who}/patches") / EDIT_PATCH
         path.write_text(edited(self.patch_text, self.edit_index, f"{who} {self.edits[who]}"))
 
-    def buildx(self, dockerfile_path: Path, tag: str) -> None:
+    def buildx(self, dockerfile_path: Path, tag: str, trees: Path) -> None:
         sh(
             [
                 "docker",
@@ -345,11 +376,11 @@ class Bench:
                 "-t",
                 tag,
                 *(
-                    f"--build-context={root}={self.work / 'hand' / f'tree-{name}'}"
+                    f"--build-context={root}={trees / name}"
                     for name, (_, root) in self.pins.items()
                     if name != self.first_pin
                 ),
-                str(self.work / "hand" / f"tree-{self.first_pin}"),
+                str(trees / self.first_pin),
             ]
         )
 
@@ -361,15 +392,20 @@ class Bench:
         (hand / "engram-mem.Dockerfile").write_text(dockerfile(mem_base, self.originals, self.site, first_root))
 
     def hand(self) -> None:
+        """The release trees copied (one `rm -rf`, one `cp`), the whole series applied with one `git apply` per tree,
+        latest built from the patched copies, engram-mem from the release trees themselves (its three files are
+        the originals there: nothing to put back)."""
         hand = self.work / "hand"
-        for name, (commit, _) in self.pins.items():
-            sh(["git", "-C", str(hand / f"tree-{name}"), "checkout", "-q", "-f", "--detach", commit])
-        for name in self.series:
-            sh(["git", "-C", str(hand / f"tree-{self.pin_of[name]}"), "apply", str(hand / "patches" / name)])
-        self.buildx(hand / "latest.Dockerfile", f"{self.repo['hand']}:latest")
-        first, (commit, _) = self.first_pin, self.pins[self.first_pin]
-        sh(["git", "-C", str(hand / f"tree-{first}"), "checkout", "-q", commit, "--", *self.originals])
-        self.buildx(hand / "engram-mem.Dockerfile", f"{self.repo['hand']}:engram-mem")
+        sh(["rm", "-rf", str(hand / "ctx")])
+        sh(["cp", f"-{self.args.hand_copy}", str(hand / "release"), str(hand / "ctx")])
+        for pin, names in self.series_of.items():
+            if names:
+                sh(["git", "-C", str(hand / "ctx" / pin), "apply", *(str(hand / "patches" / n) for n in names)])
+        self.buildx(hand / "latest.Dockerfile", f"{self.repo['hand']}:latest", hand / "ctx")
+        self.buildx(hand / "engram-mem.Dockerfile", f"{self.repo['hand']}:engram-mem", hand / "release")
+
+    def hand_label(self) -> str:
+        return f"HAND: cp -{self.args.hand_copy}, {len(self.series_of)}x git apply (series), 2x buildx --load"
 
     # pairs --------------------------------------------------------------------------------------
     def pair_edit(self) -> Row:
@@ -384,7 +420,7 @@ class Bench:
 
         sides = [imgbuild_side(who) for who in self.imgbuilds]
         hand = Contender(
-            f"HAND: checkout -f, {len(self.series)}x git apply, 2x buildx --load",
+            self.hand_label(),
             self.hand,
             prep=lambda: self.set_edit("hand"),
         )
@@ -402,16 +438,19 @@ class Bench:
 
     def pair_noop(self) -> Row:
         """--no-smoke on both sides: the edit pair's builds were --no-smoke, so their moving tags never moved,
-        and only a --no-smoke build is a no-op after them."""
+        and only a --no-smoke build is a no-op after them. Then, untimed: what reached the engine in one run, through
+        a logging proxy on its socket (every request, whoever sent it), beside what IMGBUILD_ECHO=1 printed."""
         notes = ["both with --no-smoke, as the edit pair's builds before them (a build with smoke would move tags)"]
         for who in self.imgbuilds:  # nothing changed since the edit pair's last build: a no-op already
             sh(self.build_cmd(who, "runtime", "--no-smoke"), env=self.env[who])
         counts: dict[str, list[tuple[int, int]]] = {"new": [], "old": []}
+        echoed: dict[str, list[dict[str, list[str]]]] = {"new": [], "old": []}
 
         def side(who: str) -> Contender:
             def fn() -> None:
                 proc = sh(self.build_cmd(who, "runtime", "--no-smoke"), env={**self.env[who], "IMGBUILD_ECHO": "1"})
                 counts[who].append(echo_counts(proc.stderr))
+                echoed[who].append(echo_kinds(proc.stderr))
 
             return Contender(f"{who.upper()}: build latest engram-mem --no-smoke (no change)", fn)
 
@@ -422,8 +461,34 @@ class Bench:
             bx = sorted({c[1] for c in counts[who]})
             verdict = "ok" if bx == [0] else "MISSES"
             notes.append(
-                f"{who.upper()} IMGBUILD_ECHO=1: docker operations per run {ops}, buildx build calls {bx} {verdict}"
+                f"{who.upper()} IMGBUILD_ECHO=1: docker lines per run {ops}, buildx build calls {bx} {verdict}"
             )
+            kinds = {k: sorted({len(e[k]) for e in echoed[who]}) for k in ("reads", "writes")}
+            last = echoed[who][-1]
+            notes.append(
+                f"{who.upper()} IMGBUILD_ECHO=1 per run: engine reads {kinds['reads']}, writes/builds "
+                f"{kinds['writes']}; one run's lines: {'; '.join(last['reads'] + last['writes'])}"
+            )
+        from engine_proxy import EngineProxy
+
+        with EngineProxy(self.work / "engine.sock") as proxy:
+            for who in self.imgbuilds:
+                seen = []
+                for _ in range(self.args.proxy_rounds):
+                    env = {**self.env[who], "IMGBUILD_ECHO": "1", "DOCKER_HOST": proxy.docker_host}
+                    proc = sh(self.build_cmd(who, "runtime", "--no-smoke"), env=env)
+                    time.sleep(0.2)  # the relay threads finish copying what the process sent
+                    seen.append((api_kinds(proxy.reset()), echo_kinds(proc.stderr)))
+                api, echo = seen[-1]
+                reads = sorted({len(a["reads"]) for a, _ in seen})
+                writes = sorted({len(a["writes"]) for a, _ in seen})
+                lines = sorted({len(e["reads"]) + len(e["writes"]) for _, e in seen})
+                notes.append(
+                    f"{who.upper()} engine API requests at the socket (proxy, {len(seen)} untimed runs): reads "
+                    f"{reads}, writes {writes}; echoed docker lines in the same runs: {lines}"
+                )
+                notes.append(f"{who.upper()} one run's requests: {'; '.join(api['reads'] + api['writes'])}")
+                self.noop_counts = (api, echo)
         return Row("noop", sides, sides[-1], None, notes)  # the reference: OLD, or NEW itself without OLD
 
     def pair_smoke(self) -> Row:
@@ -506,7 +571,7 @@ class Bench:
             )
 
         new, old = side("new"), side("old")
-        hand = Contender("HAND: 2x buildx --load, new base, cache pruned", self.hand, prep=prep("hand"))
+        hand = Contender(f"{self.hand_label()}, new base, cache pruned", self.hand, prep=prep("hand"))
         interleave_all(
             [new, old, hand] if self.args.old_first_rounds else [new, hand], self.args.first_rounds, warm=False
         )
@@ -532,7 +597,7 @@ class Bench:
 
 # -- report ---------------------------------------------------------------------------------------
 def table(rows: list[Row]) -> list[str]:
-    header = f"{'pair':<6} {'contender':<58} {'n':>2} {'median s':>9} {'min-max s':>15} {'ratio':>6} {'target':>7}"
+    header = f"{'pair':<6} {'contender':<72} {'n':>2} {'median s':>9} {'min-max s':>15} {'ratio':>6} {'target':>7}"
     lines = [header, "-" * len(header)]
     for row in rows:
         ref = statistics.median(row.ref.times)
@@ -543,7 +608,7 @@ def table(rows: list[Row]) -> list[str]:
             if row.target is not None and c.label.startswith("NEW"):
                 target = f"{row.target:5.1f}x " + ("ok" if med / ref <= row.target else "MISSES")
             lines.append(
-                f"{row.pair:<6} {c.label:<58} {len(c.times):>2} {med:>9.2f} {spread(c.times):>15} {ratio} {target}"
+                f"{row.pair:<6} {c.label:<72} {len(c.times):>2} {med:>9.2f} {spread(c.times):>15} {ratio} {target}"
             )
     return lines
 
@@ -588,20 +653,39 @@ def check() -> int:
 
     project = Project.load(ROOT)  # each pin's mirror of its release in the user's cache
     pin_of = {p.filename: project.upstream_of(p).name for p in project.patches}
-    with tempfile.TemporaryDirectory() as tmp:  # the edited patch still applies, with the others, by git apply
+    with tempfile.TemporaryDirectory() as tmp:  # HAND's steps: the edited series applies, one git apply per tree
+        release, ctx = Path(tmp) / "release", Path(tmp) / "ctx"
         for pin in project.pins:
             up = project.resolved(pin.name)
-            tree = Path(tmp) / f"tree-{pin.name}"
-            sh(["git", "clone", "-q", "--shared", "--no-checkout", str(up.repo.path), str(tree)])
-            sh(["git", "-C", str(tree), "checkout", "-q", "-f", "--detach", up.commit])
+            (release / pin.name).mkdir(parents=True)
+            sh_bytes(["tar", "-x", "-C", str(release / pin.name)],
+                     sh_bytes(["git", "-C", str(up.repo.path), "archive", "--format=tar", up.commit]))  # fmt: skip
         (Path(tmp) / EDIT_PATCH).write_text(a)
-        for name in series:
-            patch = str(Path(tmp) / name if name == EDIT_PATCH else patches / name)
-            sh(["git", "-C", str(Path(tmp) / f"tree-{pin_of[name]}"), "apply", patch])
-        print(f"git apply: the {len(series)} patches apply, {EDIT_PATCH} edited")
+        before = {
+            q: (release / pin_of[n] / q).read_bytes() for n in series for q in patched_paths((patches / n).read_text())
+        }
+        sh(["cp", "-al", str(release), str(ctx)])  # hard links: git apply must leave the release's files alone
+        for pin in project.pins:
+            names = [n for n in series if pin_of[n] == pin.name]
+            args = [str(Path(tmp) / n if n == EDIT_PATCH else patches / n) for n in names]
+            sh(["git", "-C", str(ctx / pin.name), "apply", *args])
+        after = {
+            q: (release / pin_of[n] / q).read_bytes() for n in series for q in patched_paths((patches / n).read_text())
+        }
+        assert before == after, "git apply changed a hard-linked release file"
+        changed = [
+            q
+            for q in before
+            if (ctx / pin_of[next(n for n in series if q in patched_paths((patches / n).read_text()))] / q).read_bytes()
+            != before[q]
+        ]
+        assert len(changed) == len(before), (changed, list(before))
+        print(f"git apply: the {len(series)} patches apply, one call per tree, {EDIT_PATCH} edited; cp -al is safe")
     print(dockerfile("imgbuild-runtime:amd64-x", paths[:2], "/usr/local/lib/python3.12/dist-packages"))
     err = "+ docker image inspect a\nimgbuild: x\n+ docker buildx build --load -\n+ git status\n"
     assert echo_counts(err) == (2, 1), echo_counts(err)
+    assert {k: len(v) for k, v in echo_kinds(err).items()} == {"reads": 1, "writes": 1}, echo_kinds(err)
+    assert api_kinds(["GET /version", "HEAD /_ping", "POST /images/x/tag"])["writes"] == ["POST /images/x/tag"]
     assert module_name("vllm/a/__init__.py") == "vllm.a"
     calls: list[str] = []
     cs = [Contender(x, lambda x=x: calls.append(x), limit=1 if x == "c" else None) for x in "abc"]
@@ -624,6 +708,10 @@ def main() -> int:
     ap.add_argument("--new-src", type=Path, default=ROOT / "src")
     ap.add_argument("--old-src", type=Path, default=Path("/work/old/src"))
     ap.add_argument("--old-rev", default=OLD_REV, help="the commit OLD's project is cloned at (its src: --old-src)")
+    ap.add_argument("--hand-copy", choices=["a", "al"], default="a",
+                    help="HAND's copy of the release trees each run: cp -a, or cp -al (hard links; git apply writes a "
+                    "new file, so the release tree stays as it was: --check tests it)")  # fmt: skip
+    ap.add_argument("--proxy-rounds", type=int, default=3, help="noop: untimed runs counted at the engine socket")
     ap.add_argument("--no-old", action="store_true", help="leave OLD out of edit and noop (its OCI layout needs ~9 GB)")
     ap.add_argument("--work-parent", default=None, help="where the work directory goes (default: $TMPDIR)")
     ap.add_argument("--out", type=Path, default=None, help="also write the report here")
