@@ -1,4 +1,4 @@
-"""Issue 21's benchmarks at real size: imgbuild on the runtime base (torch + vLLM 0.33.0, ~9 GB), amd64 native.
+"""Issue 21's benchmarks at real size: imgbuild on the runtime base (torch + the pinned vLLM, ~9.5 GB), amd64 native.
 
     python3 benchmarks/bench_real_size.py [--pairs edit noop smoke first] [--rounds 5] [--smoke-rounds 3]
         [--first-rounds 3] [--old-first-rounds 1] [--out benchmarks/results/issue21-real-size.txt]
@@ -10,20 +10,27 @@ order: forward on even rounds, reversed on odd ones; with three contenders the s
 - NEW: this branch's code (`--new-src`, default ROOT/src) on a throwaway clone of this repository at HEAD;
 - OLD: the tree before issue 21 (`--old-src`, default /work/old/src: `git worktree add /work/old ad15516`)
   on a clone at ad15516 (its patches/ and images/ are this branch's);
-- HAND: what a user would write: a work tree of each pinned release (a clone of imgbuild's mirror
-  at the pinned commit: vLLM, and FlashInfer since issue 26), each patch applied with `git apply`
-  in its pin's tree, then two `docker buildx build --load` of the seed's Dockerfiles (latest: FROM
-  the base, COPY each patched file, FlashInfer's from a named build context, ENTRYPOINT [] CMD [];
-  engram-mem: FROM latest, COPY the three original Engram files, ENTRYPOINT [] CMD []).
+- HAND: what a user would write: each pinned release's tree copied out once (`git archive` of imgbuild's
+  mirror at the pinned commit: vLLM, and FlashInfer since issue 26) and a work copy of those trees made once
+  (`cp -al`), both untimed; then on every run one `cp` puts the patched files back from the release trees,
+  the whole series is applied with ONE `git apply` per tree (that pin's patches in series order), then two
+  `docker buildx build --load` of the seed's Dockerfiles (latest: FROM the base, COPY each patched file from
+  the work copy, FlashInfer's from a named build context, ENTRYPOINT [] CMD []; engram-mem: FROM latest,
+  COPY the three original Engram files from the release tree itself, ENTRYPOINT [] CMD []). Copying the
+  trees on every run would cost HAND 8-13 s here (843 MB, 22k entries), so it copies them once. Before
+  issue 36 HAND ran `git checkout -f` of a clone and one `git apply` per patch, and put the Engram files
+  back with a checkout.
 
 Pairs:
 
 - edit: one added comment line of 0001's patch gets a new suffix before every run (a different
   text per contender and run, so each run is a real change and no contender hits another's
-  BuildKit cache), then both variants rebuilt `--no-smoke` (HAND: checkout -f, 8x git apply, 2x
-  buildx). BuildKit cache warm on every side. Target NEW <= 1.2x HAND.
-- noop: `build latest engram-mem --base runtime` with nothing changed (after one untimed full
-  build with smoke), under IMGBUILD_ECHO=1: the `buildx build` lines must be 0. NEW against OLD.
+  BuildKit cache), then both variants rebuilt `--no-smoke` (HAND: cp of the patched files, one git apply
+  per tree, 2x buildx). BuildKit cache warm on every side. Target NEW <= 1.2x HAND.
+- noop: `build latest engram-mem --base runtime --no-smoke` with nothing changed, under IMGBUILD_ECHO=1:
+  the `buildx build` lines must be 0; the echoed docker lines are counted as engine reads and writes.
+  NEW against OLD. Then --proxy-rounds untimed runs with DOCKER_HOST on a logging proxy of the engine's
+  socket (engine_proxy.py): every API request that reached the engine, against the lines echoed.
 - smoke: `imgbuild smoke latest --base runtime` (NEW, OLD) against one bare
   `docker run --rm --entrypoint python3 IMAGE -c "import vllm, <the 7 patched modules>"`. One
   untimed bare run first (page cache). Target NEW <= 1.3x bare.
@@ -279,7 +286,7 @@ class Bench:
         headers = [p for name in self.series for p in patched_paths((w / "new/patches" / name).read_text())]
         self.modules = sorted({module_name(p) for p in headers})
         # HAND: each pin's release tree copied out once (hand/release/<pin>, `git archive` of the mirror at the pinned
-        # commit, untimed), its own copy of the patches; each run copies the trees to hand/ctx and applies there
+        # commit) and a work copy of them (hand/ctx, `cp -al`: hard links), untimed; its own copy of the patches
         hand = w / "hand"
         hand.mkdir()
         shutil.copytree(w / "new/patches", hand / "patches")
@@ -291,12 +298,20 @@ class Bench:
             up = project.resolved(pin.name)
             archive = sh_bytes(["git", "-C", str(up.repo.path), "archive", "--format=tar", up.commit])
             sh_bytes(["tar", "-x", "-C", str(tree)], archive)
+        t0 = time.monotonic()
+        sh(["cp", "-al", str(hand / "release"), str(hand / "ctx")])
+        copy_s = time.monotonic() - t0
         self.series_of = {pin: [n for n in self.series if self.pin_of[n] == pin] for pin in self.pins}
+        self.touched = [
+            f"{self.pin_of[n]}/{q}" for n in self.series for q in patched_paths((hand / "patches" / n).read_text())
+        ]
         files = sum(1 for _ in (hand / "release").rglob("*"))
         self.facts.append(
-            f"HAND's release trees (copied out once, untimed): {', '.join(self.pins)}; {files} entries, "
-            f"{gb(du(hand / 'release'))}; each run: rm -rf + cp -{self.args.hand_copy} of them, one git apply per tree "
-            f"({', '.join(f'{p}: {len(s)} patches' for p, s in self.series_of.items())})"
+            f"HAND's release trees, copied out once (untimed): {', '.join(self.pins)}, {files} entries, "
+            f"{gb(du(hand / 'release'))}; their work copy: cp -al, {copy_s:.1f} s once (cp -a: 8-13 s, rm -rf: 3-5 s "
+            f"at this load, so no run copies the trees); each run: one cp of the {len(self.touched)} patched files "
+            f"back from the release, one git apply per tree "
+            f"({', '.join(f'{p}: {len(s)} patches' for p, s in self.series_of.items())}), 2 buildx"
         )
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
@@ -392,12 +407,12 @@ class Bench:
         (hand / "engram-mem.Dockerfile").write_text(dockerfile(mem_base, self.originals, self.site, first_root))
 
     def hand(self) -> None:
-        """The release trees copied (one `rm -rf`, one `cp`), the whole series applied with one `git apply` per tree,
-        latest built from the patched copies, engram-mem from the release trees themselves (its three files are
-        the originals there: nothing to put back)."""
+        """The patched files put back from the release trees (one `cp`; a new file each, so the hard-linked release
+        stays as it is), the whole series applied with one `git apply` per tree, latest built from the work copy,
+        engram-mem from the release trees themselves (its three files are the originals there: nothing to put
+        back)."""
         hand = self.work / "hand"
-        sh(["rm", "-rf", str(hand / "ctx")])
-        sh(["cp", f"-{self.args.hand_copy}", str(hand / "release"), str(hand / "ctx")])
+        sh(["cp", "--parents", "--remove-destination", *self.touched, str(hand / "ctx")], cwd=hand / "release")
         for pin, names in self.series_of.items():
             if names:
                 sh(["git", "-C", str(hand / "ctx" / pin), "apply", *(str(hand / "patches" / n) for n in names)])
@@ -405,7 +420,7 @@ class Bench:
         self.buildx(hand / "engram-mem.Dockerfile", f"{self.repo['hand']}:engram-mem", hand / "release")
 
     def hand_label(self) -> str:
-        return f"HAND: cp -{self.args.hand_copy}, {len(self.series_of)}x git apply (series), 2x buildx --load"
+        return f"HAND: cp {len(self.touched)} files, {len(self.series_of)}x git apply (series), 2x buildx --load"
 
     # pairs --------------------------------------------------------------------------------------
     def pair_edit(self) -> Row:
@@ -661,26 +676,20 @@ def check() -> int:
             sh_bytes(["tar", "-x", "-C", str(release / pin.name)],
                      sh_bytes(["git", "-C", str(up.repo.path), "archive", "--format=tar", up.commit]))  # fmt: skip
         (Path(tmp) / EDIT_PATCH).write_text(a)
-        before = {
-            q: (release / pin_of[n] / q).read_bytes() for n in series for q in patched_paths((patches / n).read_text())
-        }
-        sh(["cp", "-al", str(release), str(ctx)])  # hard links: git apply must leave the release's files alone
-        for pin in project.pins:
-            names = [n for n in series if pin_of[n] == pin.name]
-            args = [str(Path(tmp) / n if n == EDIT_PATCH else patches / n) for n in names]
-            sh(["git", "-C", str(ctx / pin.name), "apply", *args])
-        after = {
-            q: (release / pin_of[n] / q).read_bytes() for n in series for q in patched_paths((patches / n).read_text())
-        }
-        assert before == after, "git apply changed a hard-linked release file"
-        changed = [
-            q
-            for q in before
-            if (ctx / pin_of[next(n for n in series if q in patched_paths((patches / n).read_text()))] / q).read_bytes()
-            != before[q]
-        ]
-        assert len(changed) == len(before), (changed, list(before))
-        print(f"git apply: the {len(series)} patches apply, one call per tree, {EDIT_PATCH} edited; cp -al is safe")
+        touched = [f"{pin_of[n]}/{q}" for n in series for q in patched_paths((patches / n).read_text())]
+        before = {t: (release / t).read_bytes() for t in touched}
+        sh(["cp", "-al", str(release), str(ctx)])  # hard links: neither cp nor git apply may write through them
+        for _ in range(2):  # HAND's run, twice: the files put back, then the series applied again
+            sh(["cp", "--parents", "--remove-destination", *touched, str(ctx)], cwd=release)
+            for pin in project.pins:
+                names = [n for n in series if pin_of[n] == pin.name]
+                args = [str(Path(tmp) / n if n == EDIT_PATCH else patches / n) for n in names]
+                sh(["git", "-C", str(ctx / pin.name), "apply", *args])
+        assert before == {t: (release / t).read_bytes() for t in touched}, "a hard-linked release file changed"
+        assert all((ctx / t).read_bytes() != before[t] for t in touched), "a patched file is unchanged"
+        print(
+            f"git apply: the {len(series)} patches, one call per tree, {EDIT_PATCH} edited, twice on a cp -al copy: ok"
+        )
     print(dockerfile("imgbuild-runtime:amd64-x", paths[:2], "/usr/local/lib/python3.12/dist-packages"))
     err = "+ docker image inspect a\nimgbuild: x\n+ docker buildx build --load -\n+ git status\n"
     assert echo_counts(err) == (2, 1), echo_counts(err)
@@ -708,9 +717,6 @@ def main() -> int:
     ap.add_argument("--new-src", type=Path, default=ROOT / "src")
     ap.add_argument("--old-src", type=Path, default=Path("/work/old/src"))
     ap.add_argument("--old-rev", default=OLD_REV, help="the commit OLD's project is cloned at (its src: --old-src)")
-    ap.add_argument("--hand-copy", choices=["a", "al"], default="a",
-                    help="HAND's copy of the release trees each run: cp -a, or cp -al (hard links; git apply writes a "
-                    "new file, so the release tree stays as it was: --check tests it)")  # fmt: skip
     ap.add_argument("--proxy-rounds", type=int, default=3, help="noop: untimed runs counted at the engine socket")
     ap.add_argument("--no-old", action="store_true", help="leave OLD out of edit and noop (its OCI layout needs ~9 GB)")
     ap.add_argument("--work-parent", default=None, help="where the work directory goes (default: $TMPDIR)")
