@@ -49,6 +49,7 @@ at the end, as is the work directory.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -327,6 +328,7 @@ class Bench:
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
         self.edits = {"new": 0, "old": 0, "hand": 0}
+        self.hand_steps: list[list[float]] = []  # seconds of each HAND run's steps: cp, git apply, latest, engram-mem
         self.facts.append(f"patched modules ({len(self.modules)}): {', '.join(self.modules)}")
         self.facts.append(f"engram originals: {', '.join(self.originals)}")
         self.facts.append(
@@ -423,12 +425,18 @@ class Bench:
         engram-mem from the release trees themselves (its three files are the originals there: nothing to put
         back)."""
         hand = self.work / "hand"
+        steps: list[float] = [time.perf_counter()]
         sh(["cp", "--parents", "--remove-destination", *self.touched, str(hand / "ctx")], cwd=hand / "release")
+        steps.append(time.perf_counter())
         for pin, names in self.series_of.items():
             if names:
                 sh(["git", "-C", str(hand / "ctx" / pin), "apply", *(str(hand / "patches" / n) for n in names)])
+        steps.append(time.perf_counter())
         self.buildx(hand / "latest.Dockerfile", f"{self.repo['hand']}:latest", hand / "ctx")
+        steps.append(time.perf_counter())
         self.buildx(hand / "engram-mem.Dockerfile", f"{self.repo['hand']}:engram-mem", hand / "release")
+        steps.append(time.perf_counter())
+        self.hand_steps.append([b - a for a, b in itertools.pairwise(steps)])
 
     def hand_label(self) -> str:
         return f"HAND: cp {len(self.touched)} files, {len(self.series_of)}x git apply (series), 2x buildx --load"
@@ -453,6 +461,12 @@ class Bench:
         t0 = time.monotonic()
         interleave_all([*sides, hand], self.args.rounds, warm=True)
         notes = [f"pair wall time {time.monotonic() - t0:.0f} s (warm runs included)"]
+        steps = self.hand_steps[-len(hand.times) :]
+        names = ("cp", "git apply", "buildx latest", "buildx engram-mem")
+        notes.append(
+            "HAND's steps, median of the timed runs: "
+            + ", ".join(f"{n} {statistics.median(x[i] for x in steps):.2f} s" for i, n in enumerate(names))
+        )
         notes += [
             f"untimed warm run (the first build on the runtime base): {c.label}: {c.warm:.1f} s"
             for c in (*sides, hand)
