@@ -260,7 +260,7 @@ class Bench:
         self.work = Path(tempfile.mkdtemp(prefix="bench-real-size-", dir=args.work_parent))
         self.facts: list[str] = []
         self.notes: list[str] = []
-        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand")}
+        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand", "hand1")}
         self.imgbuilds = ["new"] if args.no_old else ["new", "old"]  # the imgbuild contenders of edit and noop
         self.base_repo = f"{PREFIX}-base/runtime"
         self.py = sys.executable
@@ -327,7 +327,7 @@ class Bench:
         )
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
-        self.edits = {"new": 0, "old": 0, "hand": 0}
+        self.edits = {"new": 0, "old": 0, "hand": 0, "hand1": 0}
         self.hand_steps: list[list[float]] = []  # seconds of each HAND run's steps: cp, git apply, latest, engram-mem
         self.facts.append(f"patched modules ({len(self.modules)}): {', '.join(self.modules)}")
         self.facts.append(f"engram originals: {', '.join(self.originals)}")
@@ -386,7 +386,7 @@ class Bench:
 
     def set_edit(self, who: str) -> None:
         self.edits[who] += 1
-        path = self.work / ("hand/patches" if who == "hand" else f"{who}/patches") / EDIT_PATCH
+        path = self.work / who / "patches" / EDIT_PATCH
         path.write_text(edited(self.patch_text, self.edit_index, f"{who} {self.edits[who]}"))
 
     def buildx(self, dockerfile_path: Path, tag: str, trees: Path) -> None:
@@ -438,6 +438,38 @@ class Bench:
         steps.append(time.perf_counter())
         self.hand_steps.append([b - a for a, b in itertools.pairwise(steps)])
 
+    def setup_hand1(self) -> None:
+        """HAND1, untimed: its own patches and work copy of the release trees (cp -al), a staging directory laid out
+        as site-packages for latest's files, one of the three Engram originals for engram-mem (they never change),
+        and two Dockerfiles of one `COPY . SITE/` each: one layer per image, as few as imgbuild's."""
+        h1 = self.work / "hand1"
+        h1.mkdir()
+        shutil.copytree(self.work / "new/patches", h1 / "patches")
+        sh(["cp", "-al", str(self.work / "hand/release"), str(h1 / "ctx")])
+        (h1 / "stage").mkdir()
+        (h1 / "stage-mem").mkdir()
+        sh(["cp", "--parents", *self.originals, str(h1 / "stage-mem")], cwd=self.work / "hand/release" / self.first_pin)
+        tail = ["ENTRYPOINT []", "CMD []", ""]
+        (h1 / "latest.Dockerfile").write_text("\n".join([f"FROM {self.runtime}", f"COPY . {self.site}/", *tail]))
+        mem = [f"FROM {self.repo['hand1']}:latest", f"COPY . {self.site}/", *tail]
+        (h1 / "engram-mem.Dockerfile").write_text("\n".join(mem))
+
+    def hand1(self) -> None:
+        """HAND's steps, then the patched files copied into the staging directory (one `cp --parents` per tree) and
+        one `COPY .` per image."""
+        h1, release = self.work / "hand1", self.work / "hand/release"
+        sh(["cp", "--parents", "--remove-destination", *self.touched, str(h1 / "ctx")], cwd=release)
+        for pin, names in self.series_of.items():
+            if names:
+                sh(["git", "-C", str(h1 / "ctx" / pin), "apply", *(str(h1 / "patches" / n) for n in names)])
+        for pin in self.series_of:
+            files = [t.split("/", 1)[1] for t in self.touched if t.split("/", 1)[0] == pin]
+            if files:
+                sh(["cp", "--parents", "--remove-destination", *files, str(h1 / "stage")], cwd=h1 / "ctx" / pin)
+        for image, context in (("latest", "stage"), ("engram-mem", "stage-mem")):
+            sh(["docker", "buildx", "build", "--platform", PLATFORM, "--load", "-q", "-f",
+                str(h1 / f"{image}.Dockerfile"), "-t", f"{self.repo['hand1']}:{image}", str(h1 / context)])  # fmt: skip
+
     def hand_label(self) -> str:
         return f"HAND: cp {len(self.touched)} files, {len(self.series_of)}x git apply (series), 2x buildx --load"
 
@@ -458,8 +490,14 @@ class Bench:
             self.hand,
             prep=lambda: self.set_edit("hand"),
         )
+        self.setup_hand1()
+        hand1 = Contender(
+            f"HAND1: as HAND, then cp {len(self.touched)} files to a staging dir, 1 COPY layer per image",
+            self.hand1,
+            prep=lambda: self.set_edit("hand1"),
+        )
         t0 = time.monotonic()
-        interleave_all([*sides, hand], self.args.rounds, warm=True)
+        interleave_all([*sides, hand, hand1], self.args.rounds, warm=True)
         notes = [f"pair wall time {time.monotonic() - t0:.0f} s (warm runs included)"]
         steps = self.hand_steps[-len(hand.times) :]
         names = ("cp", "git apply", "buildx latest", "buildx engram-mem")
@@ -469,12 +507,18 @@ class Bench:
         )
         notes += [
             f"untimed warm run (the first build on the runtime base): {c.label}: {c.warm:.1f} s"
-            for c in (*sides, hand)
+            for c in (*sides, hand, hand1)
             if c.warm is not None
         ]
+        new_med = statistics.median(sides[0].times)
+        notes.append(
+            f"NEW against HAND1 (one layer per image, as imgbuild's images have few): "
+            f"{new_med / statistics.median(hand1.times):.2f}x (target 1.2x: "
+            f"{'ok' if new_med / statistics.median(hand1.times) <= 1.2 else 'MISSES'})"
+        )
         if "old" in self.imgbuilds:
             notes.append(f"OLD's oci-layout after the edit pair: {gb(du(self.work / 'cache-old' / 'oci-layout'))}")
-        return Row("edit", [*sides, hand], hand, 1.2, notes)
+        return Row("edit", [*sides, hand, hand1], hand, 1.2, notes)
 
     def pair_noop(self) -> Row:
         """--no-smoke on both sides: the edit pair's builds were --no-smoke, so their moving tags never moved,
