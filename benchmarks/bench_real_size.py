@@ -261,7 +261,7 @@ class Bench:
         self.work = Path(tempfile.mkdtemp(prefix="bench-real-size-", dir=args.work_parent))
         self.facts: list[str] = []
         self.notes: list[str] = []
-        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand", "hand1")}
+        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand", "hand1", "hand2")}
         self.imgbuilds = ["new"] if args.no_old else ["new", "old"]  # the imgbuild contenders of edit and noop
         self.base_repo = f"{PREFIX}-base/runtime"
         self.py = sys.executable
@@ -328,7 +328,7 @@ class Bench:
         )
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
-        self.edits = {"new": 0, "old": 0, "hand": 0, "hand1": 0}
+        self.edits = {"new": 0, "old": 0, "hand": 0, "hand1": 0, "hand2": 0}
         self.hand_steps: list[list[float]] = []  # seconds of each HAND run's steps: cp, git apply, latest, engram-mem
         self.facts.append(f"patched modules ({len(self.modules)}): {', '.join(self.modules)}")
         self.facts.append(f"engram originals: {', '.join(self.originals)}")
@@ -471,6 +471,47 @@ class Bench:
             sh(["docker", "buildx", "build", "--platform", PLATFORM, "--load", "-q", "-f",
                 str(h1 / f"{image}.Dockerfile"), "-t", f"{self.repo['hand1']}:{image}", str(h1 / context)])  # fmt: skip
 
+    def setup_hand2(self) -> None:
+        """HAND2, untimed: its own patches and work copy (cp -al), the seed's two Dockerfiles (engram-mem's `FROM
+        latest` names bake's `target:latest` context, not a local image) and a bake file of both targets."""
+        h2 = self.work / "hand2"
+        h2.mkdir()
+        shutil.copytree(self.work / "new/patches", h2 / "patches")
+        sh(["cp", "-al", str(self.work / "hand/release"), str(h2 / "ctx")])
+        first_root = self.pins[self.first_pin][1]
+        (h2 / "latest.Dockerfile").write_text(dockerfile(self.runtime, self.latest_files, self.site, first_root))
+        (h2 / "engram-mem.Dockerfile").write_text(dockerfile("latest", self.originals, self.site, first_root))
+        others = {root: str(h2 / "ctx" / name) for name, (_, root) in self.pins.items() if name != self.first_pin}
+        common = {"platforms": [PLATFORM], "output": ["type=docker"]}
+        bake = {
+            "target": {
+                "latest": {
+                    "context": str(h2 / "ctx" / self.first_pin),
+                    "dockerfile": str(h2 / "latest.Dockerfile"),
+                    "contexts": others,
+                    "tags": [f"{self.repo['hand2']}:latest"],
+                    **common,
+                },
+                "engram-mem": {
+                    "context": str(self.work / "hand/release" / self.first_pin),
+                    "dockerfile": str(h2 / "engram-mem.Dockerfile"),
+                    "contexts": {"latest": "target:latest"},
+                    "tags": [f"{self.repo['hand2']}:engram-mem"],
+                    **common,
+                },
+            }
+        }
+        (h2 / "bake.json").write_text(json.dumps(bake, indent=1))
+
+    def hand2(self) -> None:
+        """HAND's steps, then one `docker buildx bake` of both images (one process, one BuildKit session)."""
+        h2, release = self.work / "hand2", self.work / "hand/release"
+        sh(["cp", "--parents", "--remove-destination", *self.touched, str(h2 / "ctx")], cwd=release)
+        for pin, names in self.series_of.items():
+            if names:
+                sh(["git", "-C", str(h2 / "ctx" / pin), "apply", *(str(h2 / "patches" / n) for n in names)])
+        sh(["docker", "buildx", "bake", "-f", str(h2 / "bake.json"), "--progress", "quiet", "latest", "engram-mem"])
+
     def hand_label(self) -> str:
         return f"HAND: cp {len(self.touched)} files, {len(self.series_of)}x git apply (series), 2x buildx --load"
 
@@ -497,8 +538,14 @@ class Bench:
             self.hand1,
             prep=lambda: self.set_edit("hand1"),
         )
+        self.setup_hand2()
+        hand2 = Contender(
+            "HAND2: as HAND, then 1 buildx bake of both (engram-mem FROM target:latest)",
+            self.hand2,
+            prep=lambda: self.set_edit("hand2"),
+        )
         t0 = time.monotonic()
-        interleave_all([*sides, hand, hand1], self.args.rounds, warm=True)
+        interleave_all([*sides, hand, hand1, hand2], self.args.rounds, warm=True)
         notes = [f"pair wall time {time.monotonic() - t0:.0f} s (warm runs included)"]
         steps = self.hand_steps[-len(hand.times) :]
         names = ("cp", "git apply", "buildx latest", "buildx engram-mem")
@@ -508,18 +555,18 @@ class Bench:
         )
         notes += [
             f"untimed warm run (the first build on the runtime base): {c.label}: {c.warm:.1f} s"
-            for c in (*sides, hand, hand1)
+            for c in (*sides, hand, hand1, hand2)
             if c.warm is not None
         ]
         new_med = statistics.median(sides[0].times)
-        notes.append(
-            f"NEW against HAND1 (one layer per image, as imgbuild's images have few): "
-            f"{new_med / statistics.median(hand1.times):.2f}x (target 1.2x: "
-            f"{'ok' if new_med / statistics.median(hand1.times) <= 1.2 else 'MISSES'})"
-        )
+        for c in (hand1, hand2):
+            r = new_med / statistics.median(c.times)
+            notes.append(
+                f"NEW against {c.label.split(':')[0]}: {r:.2f}x (target 1.2x: {'ok' if r <= 1.2 else 'MISSES'})"
+            )
         if "old" in self.imgbuilds:
             notes.append(f"OLD's oci-layout after the edit pair: {gb(du(self.work / 'cache-old' / 'oci-layout'))}")
-        return Row("edit", [*sides, hand, hand1], hand, 1.2, notes)
+        return Row("edit", [*sides, hand, hand1, hand2], hand, 1.2, notes)
 
     def pair_noop(self) -> Row:
         """--no-smoke on both sides: the edit pair's builds were --no-smoke, so their moving tags never moved,
