@@ -261,7 +261,7 @@ class Bench:
         self.work = Path(tempfile.mkdtemp(prefix="bench-real-size-", dir=args.work_parent))
         self.facts: list[str] = []
         self.notes: list[str] = []
-        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand", "hand1", "hand2")}
+        self.repo = {who: f"{PREFIX}-{who}/vllm-dsv41" for who in ("new", "old", "hand", "hand1", "hand2", "hand3")}
         self.imgbuilds = ["new"] if args.no_old else ["new", "old"]  # the imgbuild contenders of edit and noop
         self.base_repo = f"{PREFIX}-base/runtime"
         self.py = sys.executable
@@ -328,7 +328,7 @@ class Bench:
         )
         self.patch_text = (w / "new/patches" / EDIT_PATCH).read_text()
         self.edit_index = edit_line_index(self.patch_text)
-        self.edits = {"new": 0, "old": 0, "hand": 0, "hand1": 0, "hand2": 0}
+        self.edits = {"new": 0, "old": 0, "hand": 0, "hand1": 0, "hand2": 0, "hand3": 0}
         self.hand_steps: list[list[float]] = []  # seconds of each HAND run's steps: cp, git apply, latest, engram-mem
         self.facts.append(f"patched modules ({len(self.modules)}): {', '.join(self.modules)}")
         self.facts.append(f"engram originals: {', '.join(self.originals)}")
@@ -439,11 +439,12 @@ class Bench:
         steps.append(time.perf_counter())
         self.hand_steps.append([b - a for a, b in itertools.pairwise(steps)])
 
-    def setup_hand1(self) -> None:
-        """HAND1, untimed: its own patches and work copy of the release trees (cp -al), a staging directory laid out
-        as site-packages for latest's files, one of the three Engram originals for engram-mem (they never change),
-        and two Dockerfiles of one `COPY . SITE/` each: one layer per image, as few as imgbuild's."""
-        h1 = self.work / "hand1"
+    def setup_hand1(self, who: str = "hand1") -> None:
+        """HAND1 (HAND3), untimed: its own patches and work copy of the release trees (cp -al), a staging directory
+        laid out as site-packages for latest's files, one of the three Engram originals for engram-mem (they never
+        change), and two Dockerfiles of one `COPY . SITE/` each: one layer per image, as few as imgbuild's. HAND3's
+        engram-mem is `FROM latest` (bake's `target:latest`), and a bake file builds both."""
+        h1 = self.work / who
         h1.mkdir()
         shutil.copytree(self.work / "new/patches", h1 / "patches")
         sh(["cp", "-al", str(self.work / "hand/release"), str(h1 / "ctx")])
@@ -452,13 +453,24 @@ class Bench:
         sh(["cp", "--parents", *self.originals, str(h1 / "stage-mem")], cwd=self.work / "hand/release" / self.first_pin)
         tail = ["ENTRYPOINT []", "CMD []", ""]
         (h1 / "latest.Dockerfile").write_text("\n".join([f"FROM {self.runtime}", f"COPY . {self.site}/", *tail]))
-        mem = [f"FROM {self.repo['hand1']}:latest", f"COPY . {self.site}/", *tail]
-        (h1 / "engram-mem.Dockerfile").write_text("\n".join(mem))
+        mem_base = "latest" if who == "hand3" else f"{self.repo[who]}:latest"
+        (h1 / "engram-mem.Dockerfile").write_text("\n".join([f"FROM {mem_base}", f"COPY . {self.site}/", *tail]))
+        common = {"platforms": [PLATFORM], "output": ["type=docker"]}
+        bake = {
+            "target": {
+                "latest": {"context": str(h1 / "stage"), "dockerfile": str(h1 / "latest.Dockerfile"),
+                           "tags": [f"{self.repo[who]}:latest"], **common},
+                "engram-mem": {"context": str(h1 / "stage-mem"), "dockerfile": str(h1 / "engram-mem.Dockerfile"),
+                               "contexts": {"latest": "target:latest"}, "tags": [f"{self.repo[who]}:engram-mem"],
+                               **common},
+            }
+        }  # fmt: skip
+        (h1 / "bake.json").write_text(json.dumps(bake, indent=1))
 
-    def hand1(self) -> None:
+    def hand1(self, who: str = "hand1") -> None:
         """HAND's steps, then the patched files copied into the staging directory (one `cp --parents` per tree) and
-        one `COPY .` per image."""
-        h1, release = self.work / "hand1", self.work / "hand/release"
+        one `COPY .` per image: two buildx builds (HAND1), or one bake of both (HAND3)."""
+        h1, release = self.work / who, self.work / "hand/release"
         sh(["cp", "--parents", "--remove-destination", *self.touched, str(h1 / "ctx")], cwd=release)
         for pin, names in self.series_of.items():
             if names:
@@ -467,9 +479,12 @@ class Bench:
             files = [t.split("/", 1)[1] for t in self.touched if t.split("/", 1)[0] == pin]
             if files:
                 sh(["cp", "--parents", "--remove-destination", *files, str(h1 / "stage")], cwd=h1 / "ctx" / pin)
+        if who == "hand3":
+            sh(["docker", "buildx", "bake", "-f", str(h1 / "bake.json"), "--progress", "quiet", "latest", "engram-mem"])
+            return
         for image, context in (("latest", "stage"), ("engram-mem", "stage-mem")):
             sh(["docker", "buildx", "build", "--platform", PLATFORM, "--load", "-q", "-f",
-                str(h1 / f"{image}.Dockerfile"), "-t", f"{self.repo['hand1']}:{image}", str(h1 / context)])  # fmt: skip
+                str(h1 / f"{image}.Dockerfile"), "-t", f"{self.repo[who]}:{image}", str(h1 / context)])  # fmt: skip
 
     def setup_hand2(self) -> None:
         """HAND2, untimed: its own patches and work copy (cp -al), the seed's two Dockerfiles (engram-mem's `FROM
@@ -544,8 +559,14 @@ class Bench:
             self.hand2,
             prep=lambda: self.set_edit("hand2"),
         )
+        self.setup_hand1("hand3")
+        hand3 = Contender(
+            "HAND3: as HAND1, then 1 buildx bake of both (engram-mem FROM target:latest)",
+            lambda: self.hand1("hand3"),
+            prep=lambda: self.set_edit("hand3"),
+        )
         t0 = time.monotonic()
-        interleave_all([*sides, hand, hand1, hand2], self.args.rounds, warm=True)
+        interleave_all([*sides, hand, hand1, hand2, hand3], self.args.rounds, warm=True)
         notes = [f"pair wall time {time.monotonic() - t0:.0f} s (warm runs included)"]
         steps = self.hand_steps[-len(hand.times) :]
         names = ("cp", "git apply", "buildx latest", "buildx engram-mem")
@@ -555,18 +576,18 @@ class Bench:
         )
         notes += [
             f"untimed warm run (the first build on the runtime base): {c.label}: {c.warm:.1f} s"
-            for c in (*sides, hand, hand1, hand2)
+            for c in (*sides, hand, hand1, hand2, hand3)
             if c.warm is not None
         ]
         new_med = statistics.median(sides[0].times)
-        for c in (hand1, hand2):
+        for c in (hand1, hand2, hand3):
             r = new_med / statistics.median(c.times)
             notes.append(
                 f"NEW against {c.label.split(':')[0]}: {r:.2f}x (target 1.2x: {'ok' if r <= 1.2 else 'MISSES'})"
             )
         if "old" in self.imgbuilds:
             notes.append(f"OLD's oci-layout after the edit pair: {gb(du(self.work / 'cache-old' / 'oci-layout'))}")
-        return Row("edit", [*sides, hand, hand1, hand2], hand, 1.2, notes)
+        return Row("edit", [*sides, hand, hand1, hand2, hand3], hand, 1.2, notes)
 
     def pair_noop(self) -> Row:
         """--no-smoke on both sides: the edit pair's builds were --no-smoke, so their moving tags never moved,
