@@ -20,6 +20,10 @@ order: forward on even rounds, reversed on odd ones; with three contenders the s
   trees on every run would cost HAND 8-13 s here (843 MB, 22k entries), so it copies them once. Before
   issue 36 HAND ran `git checkout -f` of a clone and one `git apply` per patch, and put the Engram files
   back with a checkout.
+- HAND1-3 (edit pair only), stronger hand pipelines on HAND's steps: HAND1 copies the patched files into a
+  staging directory laid out as site-packages and builds one `COPY . SITE/` layer per image (two buildx);
+  HAND2 builds HAND's Dockerfiles with one `docker buildx bake` (engram-mem FROM target:latest); HAND3 builds
+  HAND1's with one bake.
 
 Pairs:
 
