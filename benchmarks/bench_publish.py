@@ -1,4 +1,4 @@
-"""`imgbuild publish` against the plain engine commands it stands for, on a loopback registry.
+"""`imgbuild publish` against the plain engine commands a user would type for the same result, on a loopback registry.
 
     python3 benchmarks/bench_publish.py [--rounds 5] [--platform linux/amd64]
 
@@ -7,25 +7,36 @@ skeleton stand-in. Then, round after round, interleaved, each into a fresh
 repository of one loopback `docker-registry`:
 
 - A: `imgbuild publish engram-mem --base skeleton --platform P` (a build that
-  finds the image current, the push, the index and the moving tag);
-- B: `docker push` of the same local image, then `docker buildx imagetools
-  create` of the index and of the moving tag.
+  finds the image current; for one platform it pushes the image's plain
+  manifest under its immutable tag, then the same manifest under the moving
+  tag: no index, none is made for one platform);
+- B: what a user types for that result: `docker tag` + `docker push` of the
+  immutable tag, then `docker tag` + `docker push` of the moving tag;
+- C: the same with one push process: two `docker tag`, then
+  `docker push --all-tags` of the repository.
 
-Both push the same image into a new repository of the same registry, so the
-difference is imgbuild's own work: the no-op build and the look-ups around
-the push. Caches, the same on both sides: the image built and in the local
-store, the registry empty of that repository; imgbuild's own cache (its
-mirror and drift-check records) is warm from the untimed build, and the hand
-side needs none. Round 0 is untimed (it warms both). Prints median and
-min-max of each and the ratio A/B, with the load. Needs the docker tier's
-set-up.
+All three push the same local image into a new repository of the same
+registry, and after the rounds each side's repository is read back
+(`imagetools inspect --raw` of both tags): the same digest, a plain manifest,
+on every side, or the run fails. So the difference is imgbuild's own work:
+the no-op build and the look-ups around the push. Caches, the same on every
+side: the image built and in the local store, the registry empty of that
+repository; imgbuild's own cache (its mirror and drift-check records) is warm
+from the untimed build, and the hand sides need none. Round 0 is untimed (it
+warms all). Prints median and min-max of each and the ratios A/B and A/C,
+with the load. Needs the docker tier's set-up.
+
+Before issue 36 B also made an index (`imagetools create`), read it back and
+pointed the moving tag at it: work imgbuild does not do for one platform.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +59,24 @@ def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = No
     return proc.stdout
 
 
+def same_result(repos: dict[str, list[str]], tags: tuple[str, ...]) -> str:
+    """The one manifest digest every side's repositories name under every tag; fails on an index or a difference."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for name, targets in repos.items():
+        for target in targets:
+            for t in tags:
+                raw = subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", f"{target}:{t}"],
+                                     capture_output=True, check=True).stdout  # fmt: skip
+                doc = json.loads(raw)
+                if "manifests" in doc:
+                    raise SystemExit(f"{target}:{t} is an index ({doc.get('mediaType', '')})")
+                found.setdefault((name, t), set()).add("sha256:" + hashlib.sha256(raw).hexdigest())
+    digests = set().union(*found.values())
+    if len(digests) != 1:
+        raise SystemExit(f"the sides pushed different manifests: {found}")
+    return digests.pop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -55,6 +84,10 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-publish-"))
     env = {**os.environ, "IMGBUILD_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT / "src")}
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imgbuild" / "skeleton"
+    user.mkdir(parents=True, exist_ok=True)
+    (work / "cache").mkdir()
+    (work / "cache" / "skeleton").symlink_to(user)  # the stand-in's rootfs (mmdebstrap, once), shared
     imgbuild = [sys.executable, "-m", "imgbuild"]
     upstream = Upstream(work / "upstream")
     release(upstream)
@@ -65,12 +98,16 @@ def main() -> None:
     local = built["images"][0]["immutable"]
     registry = RegistryProcess.start(work / "registry")
     host = registry.host
+    tag = local.rsplit(":", 1)[1]
+    moving = "engram-mem"
     try:
         n = 0
+        repos: dict[str, list[str]] = {"a": [], "b": [], "c": []}
 
         def a() -> None:
             nonlocal n
             n += 1
+            repos["a"].append(f"{host}/a{n}/x")
             run([*imgbuild, "-C", str(project), "publish", "engram-mem", "--base", "skeleton", "--platform",
                  args.platform, "-r", host, "--repository", f"a{n}/x", "--json"], env=env)  # fmt: skip
 
@@ -78,34 +115,43 @@ def main() -> None:
             nonlocal n
             n += 1
             target = f"{host}/b{n}/x"
-            tag = local.rsplit(":", 1)[1]
-            run(["docker", "tag", local, f"{target}:{tag}"])
-            out = run(["docker", "push", f"{target}:{tag}"])
-            digest = out.split("digest: ")[-1].split()[0]
-            run(["docker", "buildx", "imagetools", "create", "-t", f"{target}:index", f"{target}@{digest}"])
-            index = run(["docker", "buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}",
-                         f"{target}:index"])  # fmt: skip
-            run(["docker", "buildx", "imagetools", "create", "-t", f"{target}:engram-mem",
-                 f"{target}@{json.loads(index)['digest']}"])  # fmt: skip
+            repos["b"].append(target)
+            for t in (tag, moving):
+                run(["docker", "tag", local, f"{target}:{t}"])
+                run(["docker", "push", f"{target}:{t}"])
 
-        times: dict[str, list[float]] = {"a": [], "b": []}
+        def c() -> None:
+            nonlocal n
+            n += 1
+            target = f"{host}/c{n}/x"
+            repos["c"].append(target)
+            for t in (tag, moving):
+                run(["docker", "tag", local, f"{target}:{t}"])
+            run(["docker", "push", "--all-tags", target])
+
+        sides = [("a", a), ("b", b), ("c", c)]
+        times: dict[str, list[float]] = {"a": [], "b": [], "c": []}
         for i in range(args.rounds + 1):
-            order = [("a", a), ("b", b)] if i % 2 == 0 else [("b", b), ("a", a)]
-            for name, fn in order:
+            for name, fn in sides if i % 2 == 0 else list(reversed(sides)):
                 t0 = time.perf_counter()
                 fn()
-                if i > 0:  # the first round warms both
+                if i > 0:  # the first round warms all
                     times[name].append(time.perf_counter() - t0)
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"{args.rounds} interleaved rounds, {args.platform}, load average {load} on {os.cpu_count()} cores")
-        for name, label in (("a", "imgbuild publish"), ("b", "docker push + imagetools create")):
+        end_load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        digest = same_result(repos, (tag, moving))
+        print(f"{args.rounds} interleaved rounds, {args.platform}, load average {end_load} on {os.cpu_count()} cores")
+        print(f"every side's repository: {tag} and {moving} name one plain manifest, {digest[:19]}")
+        labels = (("a", "imgbuild publish"), ("b", "docker tag + push, twice"), ("c", "2x docker tag, push --all-tags"))
+        for name, label in labels:
             t = times[name]
             print(f"  {label:34s} median {statistics.median(t):6.2f} s  (min {min(t):.2f}, max {max(t):.2f})")
-        print(f"  ratio {statistics.median(times['a']) / statistics.median(times['b']):.2f}x")
+        for ref in ("b", "c"):
+            print(f"  ratio A/{ref.upper()} {statistics.median(times['a']) / statistics.median(times[ref]):.2f}x")
     finally:
         registry.stop()
         remove_images(host + "/")
         remove_images(repo)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -153,6 +153,7 @@ class Engine:
     def connect(cls) -> Engine:
         """The local engine, checked: reachable, Docker 26+, containerd image store."""
         try:
+            echo(["docker", "version", "--format", "{{.Server.APIVersion}}"])  # the SDK's API version handshake
             client = docker.from_env(version="auto", timeout=300)
             echo(["docker", "version"])
             version = client.version()
@@ -196,6 +197,7 @@ class Engine:
 
     def _answers(self) -> bool:
         try:
+            echo(["docker", "version"])  # the engine's /_ping: does it still answer
             self.client.ping()
         except SdkErrors:
             return False
@@ -252,6 +254,7 @@ class Engine:
         echo(["docker", "pull", "--platform", str(platform), ref])
         try:
             self.client.images.pull(ref, platform=str(platform))
+            echo(["docker", "image", "inspect", ref])  # the SDK's pull reads the image back
         except SdkErrors as exc:
             raise DockerError(
                 f"base image {ref} is not in the local image store, and pulling it for {platform} failed: "
@@ -351,8 +354,9 @@ class Engine:
 
     # -- containers -------------------------------------------------------
     @contextlib.contextmanager
-    def _container(self, ref: str, **kwargs: Any) -> Iterator[str]:
-        """A container of `ref` labelled with this process (remove_leftovers' mark), removed after."""
+    def _container(self, ref: str, *, echo_rm: bool = False, **kwargs: Any) -> Iterator[str]:
+        """A container of `ref` labelled with this process (remove_leftovers' mark), removed after (`echo_rm`: the
+        removal echoed as `docker rm`; a `docker run --rm` echoes none)."""
         api = self.client.api
         cid = None
         try:
@@ -363,13 +367,16 @@ class Engine:
         finally:
             with held_interrupts(), contextlib.suppress(*SdkErrors):
                 if cid is not None:
+                    if echo_rm:
+                        echo(["docker", "rm", "--force", cid[:12]])
                     api.remove_container(cid, force=True)
 
     def file_digests(self, ref: str, paths: Sequence[str], platform: Platform | None = None) -> dict[str, str | None]:
         """The sha256 of each absolute path in the image (None: missing or not a regular file); the container
         is never started, so no emulation is needed."""
         echo(["docker", "create", *(["--platform", str(platform)] if platform else []), ref, "imgbuild-read-only"])
-        with self._container(ref, command=["imgbuild-read-only"], platform=str(platform) if platform else None) as cid:
+        plat = str(platform) if platform else None
+        with self._container(ref, echo_rm=True, command=["imgbuild-read-only"], platform=plat) as cid:
             return {path: self._sha256(cid, path) for path in paths}
 
     def _sha256(self, cid: str, path: str) -> str | None:

@@ -1,6 +1,6 @@
 """Build variant images: plan, resolve bases and check drift, refuse tag collisions, build (two at a
-time; an image whose inputs digest matches is reused with no docker call), then in plan order smoke-test
-each and move its moving tags, then join each multi-platform variant. A failure puts the tags back."""
+time; an image whose inputs digest matches is reused with no build: the engine is only read), then in plan order
+smoke-test each and move its moving tags, then join each multi-platform variant. A failure puts the tags back."""
 
 from __future__ import annotations
 
