@@ -738,7 +738,7 @@ class Bench:
             )
 
         new, old = side("new"), side("old")
-        cache = "cache pruned" if self.args.prune else "new base id"
+        cache = "cache pruned" if self.args.prune else "cache not pruned"
         hand = Contender(f"{self.hand_label()}, new base, {cache}", self.hand, prep=prep("hand"))
         if not (self.work / "hand3").exists():
             self.setup_hand1("hand3")
