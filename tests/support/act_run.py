@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -244,4 +245,12 @@ def jobs_succeeded(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def tail(done: subprocess.CompletedProcess[str], n: int = 6000) -> str:
-    return (done.stdout + done.stderr)[-n:]
+    """The end of act's output, and first the end of each failed job's own lines (act interleaves the jobs, so
+    the end of the whole output can be another job's success)."""
+    out = done.stdout + done.stderr
+    failed = re.findall(r"Error: Job '([^']+)' failed", out)
+    jobs = []
+    for job in failed:
+        own = [line for line in out.splitlines() if line.startswith(f"[{job}]") or f"/{job}]" in line]
+        jobs.append(f"--- the failed job {job}, its last lines:\n" + "\n".join(own[-60:]))
+    return "\n".join(jobs) + ("\n--- the end of the output:\n" if jobs else "") + out[-n:]
