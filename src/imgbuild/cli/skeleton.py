@@ -24,7 +24,8 @@ def skeleton(
         bool,
         typer.Option(
             "--force",
-            help="Build the image again even if present (the rootfs stays cached; the runtime base is built without BuildKit's cache).",
+            help="Build the image again even if present (the rootfs stays cached; the runtime base is built without "
+            "BuildKit's cache).",
         ),
     ] = False,
     runtime: Annotated[
