@@ -148,6 +148,7 @@ class Engine:
         self.client = client
         self.cli = cli
         self._arch: Platform | None = None
+        self._kept: dict[str, ImageInfo | None] | None = None  # reads_kept: ref or id -> what `image` found
 
     @classmethod
     def connect(cls) -> Engine:
@@ -218,13 +219,37 @@ class Engine:
                         self.client.api.remove_container(c["Id"], force=True)
 
     # -- images -----------------------------------------------------------
+    @contextlib.contextmanager
+    def reads_kept(self) -> Iterator[None]:
+        """Within, each image lookup (`image`, `require`) asks the engine once: the answer is kept under the ref
+        asked and the id found until this engine writes (tag, untag, build, pull) or makes a container, which drops
+        every kept answer. What is kept so spans reads alone, with no step of this run between them that could move
+        a tag (`builder.runner.build`: a build with nothing to do asks about each image once)."""
+        self._kept = {}
+        try:
+            yield
+        finally:
+            self._kept = None
+
+    def _forget(self) -> None:
+        """A write or a container: what reads_kept kept may be stale now."""
+        if self._kept is not None:
+            self._kept = {}
+
     def image(self, ref: str) -> ImageInfo | None:
+        kept = self._kept  # this dict, even if a write (another thread's build) replaces it meanwhile
+        if kept is not None and ref in kept:
+            return kept[ref]
         echo(["docker", "image", "inspect", ref])
         try:
-            img = self._call(self.client.images.get, ref)
+            info: ImageInfo | None = ImageInfo.from_attrs(self._call(self.client.images.get, ref).attrs)
         except docker.errors.NotFound:
-            return None
-        return ImageInfo.from_attrs(img.attrs)
+            info = None
+        if kept is not None:
+            kept[ref] = info
+            if info is not None:
+                kept[info.id] = info
+        return info
 
     def require(self, ref: str) -> ImageInfo:
         info = self.image(ref)
@@ -241,16 +266,25 @@ class Engine:
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = parse_repository_tag(ref)
+        self._forget()
         echo(["docker", "tag", image_id, ref])
-        if not self._call(self.client.api.tag, image_id, repo, tag or "latest", force=True):
-            raise DockerError(f"could not tag {image_id} as {ref}")
+        try:
+            if not self._call(self.client.api.tag, image_id, repo, tag or "latest", force=True):
+                raise DockerError(f"could not tag {image_id} as {ref}")
+        finally:
+            self._forget()  # before and after: a read another thread made meanwhile is dropped too
 
     def untag(self, ref: str) -> None:
+        self._forget()
         echo(["docker", "rmi", "--no-prune", ref])
-        with contextlib.suppress(docker.errors.NotFound):
-            self._call(self.client.api.remove_image, ref, noprune=True)
+        try:
+            with contextlib.suppress(docker.errors.NotFound):
+                self._call(self.client.api.remove_image, ref, noprune=True)
+        finally:
+            self._forget()
 
     def pull(self, ref: str, platform: Platform) -> ImageInfo:
+        self._forget()
         echo(["docker", "pull", "--platform", str(platform), ref])
         try:
             self.client.images.pull(ref, platform=str(platform))
@@ -262,6 +296,7 @@ class Engine:
                 hint="load it (`docker load -i FILE`), pull it where a registry is reachable, or build on the offline "
                 "stand-in with `--base skeleton`",
             ) from exc
+        self._forget()
         return self.require(ref)
 
     # -- builds -----------------------------------------------------------
@@ -292,6 +327,7 @@ class Engine:
             env.pop("BUILDX_BUILDER", None)  # the explicit choice wins
         what = f"docker buildx build for {', '.join(map(str, platforms))} ({', '.join(tags)})"
         source, stdin = (str(context), b"") if isinstance(context, Path) else ("-", context)
+        self._forget()
         try:
             self._buildx([*args, source], stdin, env, verbose, what)
         except DockerError as exc:
@@ -308,6 +344,7 @@ class Engine:
             if not RACED.search(exc.message):
                 raise
             self._buildx([*args, source], stdin, env, verbose, what)
+        self._forget()
         return self.require(tags[0]).id  # on the containerd store: the manifest (or index) digest
 
     def _builder_args(self, builder: str | None) -> list[str]:
@@ -359,6 +396,7 @@ class Engine:
         removal echoed as `docker rm`; a `docker run --rm` echoes none)."""
         api = self.client.api
         cid = None
+        self._forget()
         try:
             with held_interrupts():  # a Ctrl-C now would lose the id of a container the daemon made
                 labels = {OWNER_LABEL: Owner.of_this_process().label()}

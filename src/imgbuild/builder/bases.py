@@ -128,12 +128,15 @@ class Bases:
         self.local = local
         self._info: dict[tuple[str, Platform], ImageInfo] = {}
         self._site: dict[tuple[str, Platform], str] = {}
+        self._specs: dict[tuple[str, str | None, Platform], skeleton.SkeletonSpec | runtime_base.RuntimeSpec] = {}
 
     def resolve(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
         ref = plan.variant.base_ref(self.base, takes_base=True)
         site_cfg = plan.variant.image.site_packages
         if ref in STAND_INS:  # built here when missing
-            spec = STAND_INS[ref](self.project, site_cfg, platform)
+            if (ref, site_cfg, platform) not in self._specs:  # (the runtime lock is read once)
+                self._specs[(ref, site_cfg, platform)] = STAND_INS[ref](self.project, site_cfg, platform)
+            spec = self._specs[(ref, site_cfg, platform)]
             if (spec.tag, platform) not in self._info:
                 self._info[(spec.tag, platform)] = self._stand_in(spec)
             ref = spec.tag

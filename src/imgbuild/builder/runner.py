@@ -375,10 +375,12 @@ def build(
     on_smoke: OnSmoke | None = None,
 ) -> BuildResult:
     inputs = project_inputs(project)
-    plan = prepare(engine, project, selection, options, say, inputs)
-    check_collisions(engine, plan)
-    finder = importer_finder(project)
-    return Runner(engine, plan, options, say, on_smoke, epoch=labels.epoch(inputs.created), importers=finder).run()
+    with engine.reads_kept():  # each image asked about once between this run's writes
+        plan = prepare(engine, project, selection, options, say, inputs)
+        check_collisions(engine, plan)
+        finder = importer_finder(project)
+        runner = Runner(engine, plan, options, say, on_smoke, epoch=labels.epoch(inputs.created), importers=finder)
+        return runner.run()
 
 
 def dry_run(project: Project, selection: Selection, options: BuildOptions) -> DryRun:

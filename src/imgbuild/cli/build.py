@@ -101,10 +101,10 @@ def build(
     from imgbuild.cli.options import load_project
     from imgbuild.engine import Engine
     from imgbuild.report.build import print_dry_run, print_result
-    from imgbuild.report.documents import images as docs
-    from imgbuild.report.images import checks_table, file_matrix
     from imgbuild.report.tables import console, print_json
 
+    if as_json:  # the documents' types: under --json only
+        from imgbuild.report.documents import images as docs
     project = load_project()
     project.refuse_bad_headers()
     selection = project.select(variants, platform)
@@ -119,6 +119,8 @@ def build(
     reports: list[SmokeReport] = []
 
     def on_smoke(report: SmokeReport) -> None:
+        from imgbuild.report.images import checks_table
+
         reports.append(report)
         if not as_json:
             console.print(checks_table(report))
@@ -127,6 +129,8 @@ def build(
         result = engine.build(Engine.connect(), project, selection, opts, on_smoke=on_smoke)
     finally:
         if reports and not as_json:
+            from imgbuild.report.images import file_matrix
+
             console.print(file_matrix([(r.title, r.files) for r in reports]))
     if as_json:
         print_json(docs.Build.of(result.to_json()))

@@ -61,11 +61,14 @@ def load_yaml(path: Path) -> YamlDoc:
         raise ConfigError(f"{path}: file not found") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    loader = yaml.SafeLoader(text)  # parsed once: the nodes (for `where`), then the data made from them
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = loader.get_single_node()  # what yaml.compose does
+        data = None if root is None else loader.construct_document(root)  # what yaml.safe_load does
     except yaml.YAMLError as exc:
         raise yaml_error(path, text, exc) from exc
+    finally:
+        loader.dispose()
     _refuse_duplicate_keys(path, root)
     return YamlDoc(path, data, root)
 

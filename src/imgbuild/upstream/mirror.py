@@ -79,6 +79,7 @@ class Mirror:
         self.root = root or cache_dir()
         self.path = self.root / "mirrors" / f"{source_key(source)}.git"
         self._repo: GitRepo | None = None  # the mirror, once opened: its one object reader serves every read
+        self._whole: set[str] = set()  # objects of the opened mirror that `_check_whole` found whole
 
     # -- the mirror itself ----------------------------------------------
     def open(self) -> GitRepo:
@@ -122,6 +123,7 @@ class Mirror:
         _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
         self._repo = None
+        self._whole.clear()
         return aside
 
     def resolve_pin(self, pin: UpstreamPin) -> Resolved:
@@ -176,16 +178,23 @@ class Mirror:
         sha = done.stdout.decode().strip()
         if sha:
             repo = self._git_repo()
-            if repo.resolve_commit(sha) is None:  # (an annotated tag's object, peeled)
+            commit = repo.resolve_commit(sha)  # (an annotated tag's object, peeled)
+            if commit is None:
                 raise BrokenMirror(f"{ref} points at {sha}, which cannot be read")
             self._check_whole(repo, sha)
+            self._whole.add(commit)  # reached from `sha`: `_resolve_pin` need not check it again
 
     def _check_whole(self, repo: GitRepo, commit: str) -> None:
-        """Every object of `commit` is there and readable (a few ms for a release tree)."""
+        """Every object of `commit` is there and readable (a few ms for a release tree); once per object and
+        opened mirror."""
+        if commit in self._whole and repo is self._repo:
+            return
         done = run_git(["fsck", "--connectivity-only", "--no-dangling", "--no-progress", commit], cwd=repo.path)
         bad = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.startswith(PROBLEMS)]
         if done.returncode != 0 or bad:
             raise BrokenMirror(bad[0] if bad else f"git fsck exited {done.returncode}")
+        if repo is self._repo:
+            self._whole.add(commit)
 
     def _check_wheel_digest(self, repo: GitRepo, tag: str) -> None:
         """The cached release must come from the wheel the pin names (its sha256)."""
