@@ -251,6 +251,7 @@ def tail(done: subprocess.CompletedProcess[str], n: int = 6000) -> str:
     failed = re.findall(r"Error: Job '([^']+)' failed", out)
     jobs = []
     for job in failed:
-        own = [line for line in out.splitlines() if line.startswith(f"[{job}]") or f"/{job}]" in line]
+        mine = re.compile(rf"^\[[^\]]*/{re.escape(job)}\s*\]")  # act pads the name: `[ci/full-tiers      ]`
+        own = [line for line in out.splitlines() if mine.match(line)]
         jobs.append(f"--- the failed job {job}, its last lines:\n" + "\n".join(own[-60:]))
     return "\n".join(jobs) + ("\n--- the end of the output:\n" if jobs else "") + out[-n:]
