@@ -138,14 +138,15 @@ def allowed_skip(nodeid: str) -> str | None:
 
 def unseen_documents(session: pytest.Session) -> list[str] | None:
     """The documents (jsondoc.VERSIONS) no test printed and validated, for a whole run of every tier (no paths,
-    -k or -m given); None for any other run, which need not see them all."""
+    -k or -m given, tests run: not --collect-only, which .ci/run does nested under act); None for any other run,
+    which need not see them all."""
     from imgbuild import jsondoc
     from tests.support.jsonschema_check import SEEN
 
     config = session.config
     tiers = all(config.getoption(f"--{tier}") for tier in ("docker", "release", "faults"))
     whole = config.args_source != pytest.Config.ArgsSource.ARGS and not config.option.keyword
-    if not (tiers and whole and not config.option.markexpr):
+    if not (tiers and whole and not config.option.markexpr) or config.option.collectonly:
         return None
     return sorted(set(map(jsondoc.schema_id, jsondoc.VERSIONS)) - SEEN)
 
