@@ -44,6 +44,7 @@ fi
 DOCKERD_LOG=/var/log/dockerd.log
 DOCKERD_PIDFILE=/var/run/docker.pid
 DOCKERD_WAIT=60
+BUILDKIT_STATE=/var/lib/docker/buildkit
 PY=/usr/bin/python3
 
 TMP_ROOT="$(mktemp -d /tmp/setup-host.XXXXXX)"
@@ -323,11 +324,13 @@ if docker_answers && ! engine_ok; then
     stop_dockerd
 fi
 
-if docker_answers; then
-    log "dockerd: already running ($(server_engine))"
-else
+# start_dockerd: start a daemon on the default socket (unless one is starting already) and wait until it
+# answers; 1 when it exits or does not answer in time (it is stopped then). DOCKERD_MARK: its log's first line.
+start_dockerd() {
+    local pid="" cpid t0
     if pid_is dockerd "$DOCKERD_PIDFILE"; then
-        log "dockerd: pid $(cat "$DOCKERD_PIDFILE") alive but not answering yet; waiting"
+        pid="$(tr -dc '0-9' < "$DOCKERD_PIDFILE")"
+        log "dockerd: pid $pid alive but not answering yet; waiting"
     else
         # Stale pid files from a killed daemon would make dockerd (or its
         # managed containerd) refuse to start or talk to the wrong process.
@@ -343,26 +346,74 @@ else
         DOCKERD="$(command -v /usr/sbin/dockerd dockerd 2>/dev/null | head -n1 || true)"
         [ -n "$DOCKERD" ] || die "dockerd not found (is docker.io installed?)"
         log "dockerd: starting $DOCKERD (log: $DOCKERD_LOG)"
-        printf '\n==== %s setup-host.sh starts dockerd\n' "$(date -u +%FT%TZ)" >> "$DOCKERD_LOG"
+        DOCKERD_MARK="==== $(date -u +%FT%T.%NZ) setup-host.sh starts dockerd"
+        printf '\n%s\n' "$DOCKERD_MARK" >> "$DOCKERD_LOG"
         setsid nohup "$DOCKERD" >> "$DOCKERD_LOG" 2>&1 < /dev/null &
-        started_pid=$!
+        pid=$!
     fi
     t0=$SECONDS
     while ((SECONDS - t0 < DOCKERD_WAIT)); do
-        docker_answers && break
-        if [ -n "${started_pid:-}" ] && ! alive "$started_pid"; then
+        if docker_answers; then
+            log "dockerd: up after $((SECONDS - t0))s"
+            return 0
+        fi
+        if ! alive "$pid"; then
+            log "dockerd: exited during start-up"
             tail -n 20 "$DOCKERD_LOG" >&2 || true
-            die "dockerd exited during start-up; see $DOCKERD_LOG"
+            return 1
         fi
         sleep 1
     done
-    if ! docker_answers; then
-        tail -n 20 "$DOCKERD_LOG" >&2 || true
-        die "dockerd (pid file $DOCKERD_PIDFILE) did not answer on /var/run/docker.sock within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
-    fi
-    log "dockerd: up after $((SECONDS - t0))s"
-    engine_ok || die "dockerd answers as $(server_engine || echo '?'), not docker $ENGINE_PREFIX* with the containerd image store; see $DOCKERD_LOG and $DAEMON_JSON"
+    docker_answers && return 0
+    log "dockerd: pid $pid did not answer on /var/run/docker.sock within ${DOCKERD_WAIT}s; stopping it"
+    tail -n 20 "$DOCKERD_LOG" >&2 || true
+    kill -TERM "$pid" 2>/dev/null || true
+    t0=$SECONDS
+    while alive "$pid" && ((SECONDS - t0 < DOCKERD_WAIT)); do sleep 1; done
+    return 1
+}
+
+# stalled_in_buildkit_load: the last start got through "Daemon has completed initialization" but never opened
+# its API. dockerd 26.1 sets BuildKit up in between, and BuildKit loads every build-cache record at start-up,
+# asking containerd about each record's every ancestor layer; with ~5,000 records of deep layer chains that
+# outlasted dockerd's deadline, and it exited with "context deadline exceeded" (CI of 2026-12-05, this host).
+stalled_in_buildkit_load() {
+    local since
+    [ -n "${DOCKERD_MARK:-}" ] || return 1
+    since="$(awk -v m="$DOCKERD_MARK" '$0 == m {found = 1} found' "$DOCKERD_LOG")"
+    grep -q 'Daemon has completed initialization' <<<"$since" && ! grep -q 'API listen on' <<<"$since"
+}
+
+# drop_orphaned_leases BEFORE: delete the containerd leases created before BEFORE in BuildKit's namespaces.
+# Run once BuildKit's old state was set aside: only that state knew them, and containerd's garbage collector
+# frees the snapshots and blobs that nothing else (an image) holds.
+drop_orphaned_leases() {
+    local ns ids n sock=/var/run/docker/containerd/containerd.sock
+    command -v ctr >/dev/null 2>&1 || { log "buildkit: no ctr; the old cache's layers stay on disk"; return 0; }
+    for ns in moby moby_history; do
+        ids="$(ctr -a "$sock" -n "$ns" leases ls 2>/dev/null | awk -v t="$1" 'NR > 1 && $2 < t {print $1}')"
+        [ -n "$ids" ] || continue
+        n="$(wc -l <<<"$ids")"
+        xargs -r -n 200 ctr -a "$sock" -n "$ns" leases rm <<<"$ids" >/dev/null 2>&1 || true
+        log "buildkit: dropped $n leases of the set-aside cache in containerd namespace $ns"
+    done
+}
+
+if docker_answers; then
+    log "dockerd: already running ($(server_engine))"
+elif ! start_dockerd; then
+    stalled_in_buildkit_load || die "dockerd did not start; see $DOCKERD_LOG"
+    aside="$BUILDKIT_STATE.unloadable-$(date -u +%Y%m%dT%H%M%SZ)"
+    log "dockerd: stalled loading BuildKit's build cache ($BUILDKIT_STATE, $(du -sh "$BUILDKIT_STATE" | cut -f1));" \
+        "moving it to $aside and starting again: the build cache is lost, images stay"
+    rm -rf "$BUILDKIT_STATE".unloadable-*  # the last one is kept, for a bug report
+    mv "$BUILDKIT_STATE" "$aside"
+    before="$(date -u +%FT%TZ)"
+    start_dockerd || die "dockerd did not start, even without BuildKit's cache; see $DOCKERD_LOG"
+    drop_orphaned_leases "$before"
 fi
+engine_ok || die "dockerd answers as $(server_engine || echo '?'), not docker $ENGINE_PREFIX* with the containerd image store; see $DOCKERD_LOG and $DAEMON_JSON"
+bash "$(dirname "$0")/bound-build-cache.sh"
 
 # ---------------------------------------------------------------- 4. the buildx plugin
 PLUGINS=(docker-buildx)
