@@ -6,10 +6,11 @@ layer (the tree before issue 34), amd64.
     python3 benchmarks/bench_bump.py --subset-mb 100 --bumps release vllm --rounds 2   # both paths, interleaved
     python3 benchmarks/bench_bump.py --check                                 # the locks only
 
-Locks (in a temp folder, never in images/runtime-lock): `base` is this repository's 0.33.0 lock; `release` the
-0.34.0 lock the lead resolved with uv (/tmp/lock34-x86_64.txt: vllm 0.34.0, flashinfer-python 0.7.4 and 6 other
-packages); `vllm` the 0.33.0 lock with only vllm's pin (and hashes) from the 0.34.0 lock; `torch` the 0.33.0 lock
-with only torch's pin replaced by torch 2.13.0 (hashes from `uv pip compile --no-deps --generate-hashes`).
+Locks (in a temp folder, never in images/runtime-lock): `base` is the repository's 0.33.0 lock (images/runtime-lock/
+linux-amd64.txt at LOCK33_REV, the commit before the 0.34.0 relock); `release` the 0.34.0 lock (that file at
+LOCK34_REV); `vllm` the 0.33.0 lock with only vllm's pin (and hashes) from the 0.34.0 lock; `torch` the 0.33.0 lock
+with only torch's pin replaced by torch 2.13.0 (hashes from `uv pip compile --no-deps --generate-hashes`). Runs
+before 2026-12-05 took the 0.34.0 lock from /tmp/lock34-x86_64.txt (the lead's first resolution), which differs.
 Every wheel of every lock is put in uv's cache before anything is timed (same caches on both sides).
 
 Real size (default mode): per path, the `base` lock's runtime base (the "0.33.0 present" state), then each bump's,
@@ -21,7 +22,8 @@ the bump's push (what a node holding the base pulls: the same blob set).
 
 `--analyze`: each lock installed (hard links into uv's cache), split, and each layer identified by its cache key
 (pins + files), as the docker test shows equal keys give equal digests: per bump the changed layers, their bytes,
-and what a node re-unpacks in this tree's order (largest first) and in the first commit's order (by name).
+and what a node re-unpacks in this tree's order (`size_order`: dependency height, then largest first; the name is
+kept for the results' sake), in the order before that (`largest_first`) and in the first commit's (`name_order`).
 
 `--subset-mb N`: the same locks without the dists larger than N MiB installed (vllm and flashinfer-python kept),
 so that the single-layer path fits the shared disk twice: both paths' bases, then each bump on both paths
@@ -48,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCK33 = ROOT / "images" / "runtime-lock" / "linux-amd64.txt"
-LOCK34 = Path("/tmp/lock34-x86_64.txt")
+LOCK_PATH = "images/runtime-lock/linux-amd64.txt"
+LOCK33_REV = "ba9817b^"  # vllm 0.33.0
+LOCK34_REV = "ba9817b"  # vllm 0.34.0, flashinfer-python 0.7.4, relocked with uv
 TORCH = "2.13.0"
 CTR = ["ctr", "-a", "/var/run/docker/containerd/containerd.sock", "-n", "moby"]
 UV_TARGET = ["--python-platform", "x86_64-manylinux_2_36", "--python-version", "3.11", "--only-binary", ":all:"]
@@ -72,6 +75,12 @@ def sh(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess
     return subprocess.run(args, text=True, capture_output=True, check=False, input=stdin)
 
 
+def git_show(rev: str, path: str) -> str:
+    done = sh(["git", "-C", str(ROOT), "show", f"{rev}:{path}"])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def blocks(text: str) -> dict[str, str]:
     """A lock's requirements by name: `name==version \\ --hash ...` blocks, as written."""
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
@@ -92,8 +101,8 @@ def write_lock(path: Path, head: str, pins: dict[str, str]) -> Path:
 
 
 def make_locks(work: Path) -> dict[str, Path]:
-    base_text = LOCK33.read_text()
-    base, new = blocks(base_text), blocks(LOCK34.read_text())
+    base_text = git_show(LOCK33_REV, LOCK_PATH)
+    base, new = blocks(base_text), blocks(git_show(LOCK34_REV, LOCK_PATH))
     args = ["uv", "pip", "compile", "-", "--no-deps", "--generate-hashes", "--no-header", "--no-annotate"]
     torch = sh([*args, "--no-config", *UV_TARGET], stdin=f"torch=={TORCH}\n")
     assert torch.returncode == 0, torch.stderr
@@ -143,6 +152,12 @@ def by_name_order(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(layers, key=lambda x: ("vllm" in x["members"], rank[x["name"].split("-")[0]], x["name"]))
 
 
+def largest_first(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order before dependency height (2026-12-04): pkg-* largest first, buckets, unowned, vllm's layer last."""
+    rank = {"pkg": 0, "bucket": 1, "unowned": 2}
+    return sorted(layers, key=lambda x: ("vllm" in x["members"], rank[x["name"].split("-")[0]], -x["bytes"], x["name"]))
+
+
 def key_diff(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, int]:
     have = {x["key"] for x in base}
     first = next((i for i, (a, b) in enumerate(zip(base, new, strict=False)) if a["key"] != b["key"]), len(new))
@@ -162,6 +177,7 @@ def analyze(locks: dict[str, Path], bumps: list[str], work: Path, lines: list[st
         row = {
             "size_order": key_diff(base, new),
             "name_order": key_diff(by_name_order(base), by_name_order(new)),
+            "largest_first": key_diff(largest_first(base), largest_first(new)),
             "changed": sorted(x["name"] for x in new if x["key"] not in {b["key"] for b in base}),
         }
         lines.append(f"analyze {bump}: " + json.dumps(row, sort_keys=True))

@@ -14,8 +14,8 @@ MB = 1024 * 1024
 SITE, BIN = "/usr/local/lib/python3.12/dist-packages", "/usr/local/bin"
 
 
-def dist(name: str, size: int, *files: str) -> L.Dist:
-    return L.Dist(name, "1.0", tuple(sorted(files or (f"{name}/__init__.py",))), size)
+def dist(name: str, size: int, *files: str, requires: tuple[str, ...] = ()) -> L.Dist:
+    return L.Dist(name, "1.0", tuple(sorted(files or (f"{name}/__init__.py",))), size, frozenset(requires))
 
 
 def test_large_dists_get_a_layer_and_small_ones_a_bucket_by_name() -> None:
@@ -33,6 +33,26 @@ def test_the_largest_layers_come_first_so_a_change_puts_the_fewest_bytes_above_i
     dists = [dist("a-small-big", 30 * MB), dist("z-huge", 900 * MB), dist("m-mid", 200 * MB), dist("vllm", 300 * MB)]
     names = [lay.name for lay in L.split(dists, [], last=["vllm"])]
     assert names == ["pkg-z-huge", "pkg-m-mid", "pkg-a-small-big", "pkg-vllm"]
+
+
+def test_large_layers_come_in_dependency_order_so_a_bump_puts_only_its_dependents_above_it() -> None:
+    # torch's CUDA library and a large leaf below torch, what pins torch above it, whatever the sizes
+    dists = [
+        dist("nvidia-cublas", 600 * MB),
+        dist("leaf", 900 * MB),
+        dist("torch", 800 * MB, requires=("nvidia-cublas", "not-installed")),
+        dist("torchvision", 30 * MB, requires=("torch",)),
+        dist("flashinfer", 400 * MB, requires=("torch", "leaf")),
+        dist("vllm", 300 * MB, requires=("torch", "torchvision", "flashinfer")),
+    ]
+    names = [lay.name for lay in L.split(dists, [], last=["vllm"])]
+    assert names == ["pkg-leaf", "pkg-nvidia-cublas", "pkg-torch", "pkg-flashinfer", "pkg-torchvision", "pkg-vllm"]
+    assert L.heights(dists) == {"leaf": 0, "nvidia-cublas": 0, "torch": 1, "torchvision": 2, "flashinfer": 2, "vllm": 3}
+
+
+def test_a_dependency_cycle_is_cut_not_followed_forever() -> None:
+    dists = [dist("a", 1, requires=("b",)), dist("b", 1, requires=("a", "c")), dist("c", 1)]
+    assert L.heights(dists) == {"c": 0, "b": 1, "a": 2}
 
 
 def test_adding_or_bumping_a_package_changes_only_its_own_layer() -> None:
@@ -74,9 +94,13 @@ def test_read_dists_attributes_files_by_record_and_keeps_scripts(tmp_path: Path)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "tool").write_text("#!/usr/bin/python3\n")
     (info / "RECORD").write_text("my_pkg/__init__.py,sha256=x,6\nbin/tool,,\n../../etc/escape,,\nmissing.py,,\n")
-    (info / "METADATA").write_text("Name: my-pkg\n")
+    (info / "METADATA").write_text(
+        "Name: my-pkg\nRequires-Dist: Torch_Vision (>=0.1)\nRequires-Dist: numpy; python_version >= '3.9'\n"
+        'Requires-Dist: pytest ; extra == "test"\n\nRequires-Dist: in-the-body\n'
+    )
     (d,) = L.read_dists(tmp_path)
     assert (d.name, d.version) == ("my-pkg", "2.0")
+    assert d.requires == {"torch-vision", "numpy"}  # an extra's requirement and the description's text left out
     assert d.files == ("bin/tool", "my_pkg-2.0.dist-info/METADATA", "my_pkg-2.0.dist-info/RECORD", "my_pkg/__init__.py")
     assert L.archive_name("bin/tool", SITE, BIN) == "usr/local/bin/tool"
     assert L.archive_name("my_pkg/__init__.py", SITE, BIN) == f"{SITE[1:]}/my_pkg/__init__.py"

@@ -39,7 +39,7 @@ from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
 REPOSITORY = "imgbuild-runtime"
-FORMAT = "imgbuild-runtime/4"  # 3: installed by uv; 4: package-granular layers
+FORMAT = "imgbuild-runtime/5"  # 3: installed by uv; 4: package-granular layers; 5: in dependency order
 LABEL = "imgbuild.runtime-base"
 INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, which sparkrun's health check runs
 IMAGE_PYTHON = "/usr/bin/python3"

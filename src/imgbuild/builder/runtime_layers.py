@@ -17,14 +17,19 @@ the smaller ones share `BUCKETS` buckets, chosen by a stable hash of the dist's 
 changes one bucket, never reshuffles the others); files that no RECORD lists go to one more bucket, `unowned`.
 The order of the layers decides what a node unpacks again: a snapshotter keys each unpacked layer by its chain (the
 layers below it), so a changed layer makes every layer above it unpack again (not download: the blobs are the
-same). So the large layers come first, largest first (with any one layer as likely to change, this puts the fewest
-bytes above a change), then the buckets (many small packages: more likely to change), `unowned`, and last the
-layers of `last` (the lock's root, `vllm`, new in every release).
+same). A package's new release usually comes with new releases of the packages that pin it (torch's with
+torchvision's, xformers', flashinfer's, vLLM's), rarely with its own dependencies'. So the large layers come in
+dependency order: a layer's height is its dist's longest chain of installed dependencies (`heights`, from each
+dist's `Requires-Dist`), lowest first, largest first within a height (torch's CUDA libraries below torch, torch
+below what pins it); then the buckets (many small packages: more likely to change), `unowned`, and last the layers
+of `last` (the lock's root, `vllm`, new in every release). Measured on the 0.33.0 -> 0.34.0 locks:
+benchmarks/results/issue34-layer-order.txt.
 """
 
 from __future__ import annotations
 
 import csv
+import email.parser
 import hashlib
 import io
 import json
@@ -46,6 +51,8 @@ LAYER_MEDIA = "application/vnd.oci.image.layer.v1.tar"
 MANIFEST_MEDIA = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_MEDIA = "application/vnd.oci.image.config.v1+json"
 _NORMALIZE = re.compile(r"[-_.]+")
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*(?:;(.*))?")
+_EXTRA_MARKER = re.compile(r"\bextra\s*==")
 
 
 def normalize(name: str) -> str:
@@ -59,6 +66,7 @@ class Dist:
     version: str
     files: tuple[str, ...]  # relative to the installed tree, sorted; the dist-info folder's own files included
     size: int
+    requires: frozenset[str] = frozenset()  # normalized names of its Requires-Dist, those of extras left out
 
 
 @dataclass(frozen=True)
@@ -95,8 +103,39 @@ def read_dists(tree: Path) -> list[Dist]:
         files = {p for p in _record_paths(record) if (tree / p).is_file() or (tree / p).is_symlink()}
         files |= {p.relative_to(tree).as_posix() for p in info.rglob("*") if not p.is_dir()}
         size = sum((tree / p).lstat().st_size for p in files)
-        dists.append(Dist(normalize(raw), version, tuple(sorted(files)), size))
+        dists.append(Dist(normalize(raw), version, tuple(sorted(files)), size, _requires(info / "METADATA")))
     return dists
+
+
+def _requires(metadata: Path) -> frozenset[str]:
+    """The dists a METADATA file's `Requires-Dist` names, but those only an extra asks for (`extra == "x"`)."""
+    if not metadata.is_file():
+        return frozenset()
+    head = metadata.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
+    msg = email.parser.HeaderParser().parsestr(head)
+    out = set()
+    for req in msg.get_all("Requires-Dist") or ():
+        found = _REQUIREMENT.match(req)
+        if found and not _EXTRA_MARKER.search(found.group(2) or ""):
+            out.add(normalize(found.group(1)))
+    return frozenset(out)
+
+
+def heights(dists: Sequence[Dist]) -> dict[str, int]:
+    """Each dist's longest chain of installed dependencies: 0 for a dist that needs none of the others. A cycle
+    (rare, but metadata allows it) is cut where the walk meets it again."""
+    needs = {d.name: d.requires for d in dists}
+    found: dict[str, int] = {}
+
+    def height(name: str, path: frozenset[str]) -> int:
+        if name not in found:
+            below = [height(dep, path | {name}) for dep in sorted(needs[name]) if dep in needs and dep not in path]
+            found[name] = 1 + max(below) if below else 0
+        return found[name]
+
+    for name in sorted(needs):
+        height(name, frozenset())
+    return found
 
 
 def walk_files(tree: Path) -> list[str]:
@@ -157,9 +196,12 @@ def split(
         layers.append(LayerPlan(UNOWNED, (), tuple(unowned), 0))
     tail = {normalize(n) for n in last}
     rank = {"pkg": 0, "bucket": 1, UNOWNED: 2}
+    height = heights(dists)
 
-    def order(lay: LayerPlan) -> tuple[bool, int, int, str]:
-        return bool(tail & set(lay.members)), rank[lay.name.split("-")[0]], -lay.size, lay.name
+    def order(lay: LayerPlan) -> tuple[bool, int, int, int, str]:
+        kind = lay.name.split("-")[0]
+        level = max((height[m] for m in lay.members), default=0) if kind == "pkg" else 0
+        return bool(tail & set(lay.members)), rank[kind], level, -lay.size, lay.name
 
     return tuple(sorted(layers, key=order))
 
