@@ -402,7 +402,7 @@ drop_orphaned_leases() {
 if docker_answers; then
     log "dockerd: already running ($(server_engine))"
 elif ! start_dockerd; then
-    stalled_in_buildkit_load || die "dockerd did not start; see $DOCKERD_LOG"
+    { stalled_in_buildkit_load && [ -d "$BUILDKIT_STATE" ]; } || die "dockerd did not start; see $DOCKERD_LOG"
     aside="$BUILDKIT_STATE.unloadable-$(date -u +%Y%m%dT%H%M%SZ)"
     log "dockerd: stalled loading BuildKit's build cache ($BUILDKIT_STATE, $(du -sh "$BUILDKIT_STATE" | cut -f1));" \
         "moving it to $aside and starting again: the build cache is lost, images stay"
@@ -442,7 +442,9 @@ else
         src="$(find "$A/root" -type f -path "*/cli-plugins/$p" | head -n1)"
         [ -n "$src" ] || die "$p binary not found in the downloaded package"
         for d in "${PLUGIN_DIRS[@]}"; do
-            install -D -m 0755 "$src" "$d/$p"
+            # a temp name, then rename: a docker client running meanwhile sees the old plugin or the new one
+            install -D -m 0755 "$src" "$d/.$p.new.$$"
+            mv -f "$d/.$p.new.$$" "$d/$p"
         done
     done
     log "plugins: installed into ${PLUGIN_DIRS[*]}"
