@@ -28,7 +28,12 @@ kept for the results' sake), in the order before that (`largest_first`) and in t
 `--subset-mb N`: the same locks without the dists larger than N MiB installed (vllm and flashinfer-python kept),
 so that the single-layer path fits the shared disk twice: both paths' bases, then each bump on both paths
 alternately (reversed on odd rounds), bump images removed after measuring; `docker save | wc -c` of each bump
-image (what sparkrun's built-in save/load distribution sends to a node, whatever the node holds).
+image (what sparkrun's built-in save/load distribution sends to a node, whatever the node holds). With `--node`,
+each path's base and each bump image are pushed to a loopback docker-registry, and a second dockerd standing for a
+node (tests/support/node_daemon.py: containerd image store, its own data root) pulls the path's base once, then
+each bump: the bytes of the blob GETs the registry logs for that pull (what the node fetched), the pull's wall
+time, and the blob uploads of the push (after the first round the registry holds them: 0). The node removes the
+bump image after each pull, so every round's pull starts from a node holding the base only.
 
 Each side runs in its own process with PYTHONPATH set to its code: this tree's src, or --old-src (the tree
 before issue 34: `git worktree add --detach /tmp/before cc08260`).
@@ -37,6 +42,7 @@ before issue 34: `git worktree add --detach /tmp/before cc08260`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -291,7 +297,50 @@ def forget_but_base(cache: Path, base_tag: str) -> None:
     rb._Layout(root)._collect({m["digest"] for m in kept})
 
 
+BLOB_GET = re.compile(r'"GET \S+/blobs/(?P<digest>sha256:[0-9a-f]{64}) HTTP/[0-9.]+" (?P<status>\d{3}) (?P<bytes>\d+)')
+
+
+class NodePull:
+    """A node (a second dockerd) pulling from a loopback registry; `pull` returns what the registry sent it."""
+
+    def __init__(self, stack: contextlib.ExitStack, work: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests.support.node_daemon import node_daemon
+
+        self.registry = Registry(work / "registry")
+        stack.callback(self.registry.proc.stop)
+        node = stack.enter_context(
+            node_daemon(work / "node", "br-imgb-bump", containerd_store=True, address="10.214.81.1/24")
+        )
+        self.docker = ["docker", "-H", node.socket]
+
+    def publish(self, image: str, name: str) -> dict[str, float]:
+        return self.registry.push(image, name)
+
+    def pull(self, name: str, keep: bool) -> dict[str, float]:
+        ref = f"{self.registry.proc.host}/{name}"
+        mark, t0 = self.registry.proc.log_mark(), time.monotonic()
+        done = sh([*self.docker, "pull", "-q", ref])
+        took = time.monotonic() - t0
+        assert done.returncode == 0, done.stderr[-2000:]
+        with (self.registry.dir / "registry.log").open("rb") as fh:
+            fh.seek(mark)
+            gets = [m for m in BLOB_GET.finditer(fh.read().decode(errors="replace")) if m["status"] == "200"]
+        if not keep:
+            assert sh([*self.docker, "rmi", ref]).returncode == 0
+        return {"node_pull_s": took, "node_pulled_bytes": sum(int(m["bytes"]) for m in gets),
+                "node_pulled_blobs": len(gets)}  # fmt: skip
+
+
 def interleaved(args: argparse.Namespace, locks: dict[str, Path], work: Path, lines: list[str]) -> None:
+    with contextlib.ExitStack() as stack:
+        node = NodePull(stack, work) if args.node else None
+        interleaved_rounds(args, locks, work, lines, node)
+
+
+def interleaved_rounds(
+    args: argparse.Namespace, locks: dict[str, Path], work: Path, lines: list[str], node: NodePull | None
+) -> None:
     cache, log = args.cache or work / "cache", work / "build.log"
     srcs = {"layered": ROOT / "src", "single": args.old_src}
     bases, bases_tag = {}, {}
@@ -302,6 +351,9 @@ def interleaved(args: argparse.Namespace, locks: dict[str, Path], work: Path, li
             got = build(srcs[path], locks["base"], cache, log)
         bases_tag[path] = got["tag"]
         bases[path] = layers_of(got["id"])
+        if node:
+            got.update(node.publish(got["tag"], f"bench-bump:{path}-base"))
+            got.update(node.pull(f"bench-bump:{path}-base", keep=True))
         lines.append(f"{path} base: " + json.dumps({**got, **diff([], bases[path])}, sort_keys=True))
         print(lines[-1], flush=True)
     for rnd in range(args.rounds):
@@ -314,6 +366,9 @@ def interleaved(args: argparse.Namespace, locks: dict[str, Path], work: Path, li
                 save = subprocess.run(f"docker save {got['tag']} | wc -c", shell=True, text=True,
                                       capture_output=True, check=False)  # fmt: skip
                 got["docker_save_bytes"] = int(save.stdout.strip() or 0)
+                if node:
+                    got.update(node.publish(got["tag"], f"bench-bump:{path}-{bump}"))
+                    got.update(node.pull(f"bench-bump:{path}-{bump}", keep=False))
                 sh(["docker", "rmi", got["tag"]])
                 lines.append(f"{path} {bump} round {rnd}: " + json.dumps(got, sort_keys=True))
                 print(lines[-1], flush=True)
@@ -329,6 +384,7 @@ def main() -> int:
     ap.add_argument("--analyze", action="store_true", help="layer identity by key only: no docker")
     ap.add_argument("--subset-mb", type=int, default=0, help="drop dists larger than this (vllm, flashinfer kept)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (--subset-mb)")
+    ap.add_argument("--node", action="store_true", help="a node dockerd pulls each bump (--subset-mb)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "issue34-bump.txt")
     args = ap.parse_args()
