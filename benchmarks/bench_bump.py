@@ -25,7 +25,8 @@ the bump's push (what a node holding the base pulls: the same blob set).
 and what a node re-unpacks in this tree's order (`size_order`: dependency height, then largest first; the name is
 kept for the results' sake), in the order before that (`largest_first`) and in the first commit's (`name_order`).
 
-`--subset-mb N`: the same locks without the dists larger than N MiB installed (vllm and flashinfer-python kept),
+`--subset-mb N`: the same locks without the dists larger than N MiB installed (vllm and flashinfer-python kept;
+torch is left out, so its bump is measured at real size only),
 so that the single-layer path fits the shared disk twice: both paths' bases, then each bump on both paths
 alternately (reversed on odd rounds), bump images removed after measuring; `docker save | wc -c` of each bump
 image (what sparkrun's built-in save/load distribution sends to a node, whatever the node holds). With `--node`,
@@ -388,7 +389,10 @@ def main() -> int:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "issue34-bump.txt")
     args = ap.parse_args()
+    if args.subset_mb and "torch" in args.bumps:  # the subset leaves torch out of every lock: nothing would change
+        ap.error("--subset-mb leaves torch out, so a torch bump changes nothing: --bumps release vllm")
     work = Path(tempfile.mkdtemp(prefix="bench-bump-"))
+    lines: list[str] = []
     try:
         locks = make_locks(work)
         if args.check:
@@ -397,8 +401,8 @@ def main() -> int:
             return 0
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         when = time.strftime("%F %T UTC", time.gmtime())
-        lines = [f"# issue 34 bump benchmark: {' '.join(sys.argv)}",
-                 f"# machine: {platform.node()}, {os.cpu_count()} cores, load {load}, {when}"]  # fmt: skip
+        lines += [f"# issue 34 bump benchmark: {' '.join(sys.argv)}",
+                  f"# machine: {platform.node()}, {os.cpu_count()} cores, load {load}, {when}"]  # fmt: skip
         for name in ["base", *args.bumps]:  # every wheel in uv's cache before anything is timed
             install(locks[name], work / "warm")
             shutil.rmtree(work / "warm")
@@ -410,12 +414,15 @@ def main() -> int:
             interleaved(args, locks, work, lines)
         else:
             real_size(args, locks, work, lines)
-        with args.out.open("a") as fh:
-            fh.write("\n".join(lines) + "\n")
-        print(f"results: {args.out}")
-    except BaseException:
+    except BaseException as exc:  # what was measured before the failure is kept, with the failure said
+        lines.append(f"# FAILED here: {type(exc).__name__}: {str(exc)[-300:]}; the work dir {work} is kept")
         print(f"failed: the work dir {work} is kept (build.log)", file=sys.stderr)
         raise
+    finally:
+        if lines:
+            with args.out.open("a") as fh:
+                fh.write("\n".join(lines) + "\n")
+            print(f"results: {args.out}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
