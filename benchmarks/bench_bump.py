@@ -2,6 +2,7 @@
 layer (the tree before issue 34), amd64.
 
     python3 benchmarks/bench_bump.py --paths layered --push --cache DIR     # real size, layered only
+    python3 benchmarks/bench_bump.py --cycle                                 # real size, both paths in turn
     python3 benchmarks/bench_bump.py --analyze                               # layer identity by key: no docker
     python3 benchmarks/bench_bump.py --subset-mb 100 --bumps release vllm --rounds 2   # both paths, interleaved
     python3 benchmarks/bench_bump.py --check                                 # the locks only
@@ -18,7 +19,11 @@ timed (wall of the whole `ensure_runtime`: install on the host, layers, BuildKit
 store (the bump image's layer blobs the base image lacks: the content store keeps blobs by digest), the bytes of the
 layers from the first differing one up (what a snapshotter unpacks again: it keys layers by their chain), and with
 `--push` both images pushed to a loopback docker-registry: the growth of its blob storage and its blob uploads for
-the bump's push (what a node holding the base pulls: the same blob set).
+the bump's push (what a node holding the base pulls: the same blob set). Each bump starts from the layer cache as
+a node that built only the base has it; each path from an empty BuildKit cache, its images and layer cache removed
+after it (two real-size paths do not fit the shared disk at once, so they run one after the other, not
+interleaved). `--cycle`: both variants built and smoke-tested on each bump whose vLLM is the project's release
+(`imgbuild build latest engram-mem --base TAG`, this tree's code on both paths), timed apart from the base.
 
 `--analyze`: each lock installed (hard links into uv's cache), split, and each layer identified by its cache key
 (pins + files), as the docker test shows equal keys give equal digests: per bump the changed layers, their bytes,
@@ -259,29 +264,80 @@ class Registry:
         return {"push_s": took, "pushed_bytes": registry_bytes(self.dir) - before, "blob_uploads": len(puts)}
 
 
+def prune_contexts() -> None:
+    """BuildKit's copies of build contexts (a single-layer build sends its whole staged tree, from a new temporary
+    folder each time, so no later build can reuse it): gone after every build, on both paths, or the disk fills."""
+    sh(["docker", "builder", "prune", "-f", "--filter", "type=source.local"])
+
+
+def cycle(tag: str, path: str) -> dict[str, Any]:
+    """Both variants built on `tag` and smoke-tested (`imgbuild build latest engram-mem --base TAG`: this tree's
+    code and project, the user's cache), timed; then their images removed."""
+    repo = f"bench-bump-{path}/vllm-dsv41"
+    cmd = [sys.executable, "-m", "imgbuild", "-C", str(ROOT), "build", "latest", "engram-mem", "--base", tag,
+           "--platform", "linux/amd64", "--repository", repo, "--json"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "IMGBUILD_CACHE"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, env=env, text=True, capture_output=True, check=False)
+    took = time.monotonic() - t0
+    assert done.returncode == 0, f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-1500:]}"
+    images = json.loads(done.stdout)["images"]
+    smoked = [i["variant"] for i in images if isinstance(i.get("smoke"), dict) and i["smoke"].get("ok")]
+    assert len(smoked) == 2, f"not both variants smoke-tested: {done.stdout[-1500:]}"
+    base_layers = {d for d, _ in layers_of(image_id(tag))}
+    own = {d: s for i in images for d, s in layers_of(image_id(i["immutable"])) if d not in base_layers}
+    refs = sh(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", repo]).stdout.split()
+    sh(["docker", "rmi", *refs])
+    return {"cycle_variants_s": took, "cycle_smoked": smoked, "cycle_variant_new_bytes": sum(own.values())}
+
+
+def image_id(ref: str) -> str:
+    done = sh(["docker", "image", "inspect", "--format", "{{.Id}}", ref])
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def real_size(args: argparse.Namespace, locks: dict[str, Path], work: Path, lines: list[str]) -> None:
+    """Each path in turn (not interleaved: two real-size bases do not fit the shared disk at once), from an empty
+    BuildKit cache; each bump from the base alone (the layer cache as a node that built only the base has it), its
+    image removed after measuring; with --cycle, both variants built and smoke-tested on each bump whose vLLM is the
+    project's; the path's images and layer cache removed before the next path."""
     cache, log = args.cache or work / "cache", work / "build.log"
     srcs = {"layered": ROOT / "src", "single": args.old_src}
+    ours = blocks((ROOT / LOCK_PATH).read_text())["vllm"]
     for path in args.paths:
+        sh(["docker", "builder", "prune", "-af"])
         base = build(srcs[path], locks["base"], cache, log)
+        prune_contexts()
         base_layers = layers_of(base["id"])
         rows: dict[str, dict[str, Any]] = {"base": {**base, **diff([], base_layers)}}
+        print(path, "base", json.dumps(rows["base"]), flush=True)
         registry = Registry(work / f"registry-{path}") if args.push else None
         if registry:
             rows["base"].update(registry.push(base["tag"], f"bench-bump:{path}-base"))
         for bump in args.bumps:
+            if path == "layered":
+                forget_but_base(cache, base["tag"])
             got = build(srcs[path], locks[bump], cache, log)
+            prune_contexts()
             got.update(diff(base_layers, layers_of(got["id"])))
             if registry:
                 got.update(registry.push(got["tag"], f"bench-bump:{path}-{bump}"))
+            if args.cycle and blocks(locks[bump].read_text())["vllm"] == ours:
+                got.update(cycle(got["tag"], path))
+                got["cycle_s"] = got["wall"] + got["cycle_variants_s"]
+            elif args.cycle:
+                got["cycle_skipped"] = "its vLLM is not the project's release, which the patches are for"
             rows[bump] = got
             print(path, bump, json.dumps(got), flush=True)
-            if path == "single":
-                sh(["docker", "rmi", got["tag"]])
+            sh(["docker", "rmi", got["tag"]])
         if registry:
             registry.proc.stop()
             shutil.rmtree(registry.dir, ignore_errors=True)
         lines.append(f"{path}: " + json.dumps(rows, sort_keys=True))
+        sh(["docker", "rmi", base["tag"]])
+        shutil.rmtree(cache / "runtime", ignore_errors=True)  # both paths keep their layers and staging there
 
 
 def forget_but_base(cache: Path, base_tag: str) -> None:
@@ -386,6 +442,7 @@ def main() -> int:
     ap.add_argument("--subset-mb", type=int, default=0, help="drop dists larger than this (vllm, flashinfer kept)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (--subset-mb)")
     ap.add_argument("--node", action="store_true", help="a node dockerd pulls each bump (--subset-mb)")
+    ap.add_argument("--cycle", action="store_true", help="both variants built and smoke-tested per bump (real size)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "issue34-bump.txt")
     args = ap.parse_args()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.engine import OWNER_LABEL
+from imgbuild.owner import OWNER_LABEL
 from tests.docker.conftest import MakeProject
 from tests.support.jsonschema_check import load_json
 from tests.support.node_daemon import DOCKERD26, Node, node_daemon, stop

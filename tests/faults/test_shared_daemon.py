@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.engine import OLD_OWNER_LABEL, OWNER_LABEL, Engine, Owner
+from imgbuild.engine import Engine
+from imgbuild.owner import OLD_OWNER_LABEL, OWNER_LABEL, Owner
 from tests.support import needs
 
 pytestmark = pytest.mark.faults

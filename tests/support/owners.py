@@ -1,8 +1,9 @@
-"""The containers a process made, by the owner label imgbuild puts on each (imgbuild.engine.Owner)."""
+"""The containers a process made, by the owner label imgbuild puts on each (imgbuild.owner.Owner)."""
 
 from __future__ import annotations
 
-from imgbuild.engine import OWNER_LABEL, Engine, Owner
+from imgbuild.engine import Engine
+from imgbuild.owner import OWNER_LABEL, Owner
 
 
 def containers_of(engine: Engine, pid: int) -> list[str]:

@@ -13,6 +13,7 @@ RANK = {
     "digests": 0,
     "atomic": 0,
     "proc": 0,
+    "owner": 0,  # who made a container: its label, and whether its maker is certainly dead
     "jsondoc": 0,  # the --json contract: each document's schema id and version
     "platforms": 0.5,  # the Platform value: on errors only
     "config": 1,

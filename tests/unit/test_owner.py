@@ -1,11 +1,11 @@
-"""Who made a container (imgbuild.engine.Owner): the label, and when a leftover may be removed."""
+"""Who made a container (imgbuild.owner.Owner): the label, and when a leftover may be removed."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from imgbuild.engine import Owner
+from imgbuild.owner import Owner
 
 
 def unused_pid() -> int:
