@@ -303,7 +303,9 @@ def real_size(args: argparse.Namespace, locks: dict[str, Path], work: Path, line
     """Each path in turn (not interleaved: two real-size bases do not fit the shared disk at once), from an empty
     BuildKit cache; each bump from the base alone (the layer cache as a node that built only the base has it), its
     image removed after measuring; with --cycle, both variants built and smoke-tested on each bump whose vllm and
-    flashinfer-python are the project's; the path's images and layer cache removed before the next path."""
+    flashinfer-python are the project's; the path's images and layer cache removed before the next path. The
+    single-layer base is removed once measured (without --push): its bumps build from nothing, and two 19 GB
+    single-layer images plus a 9 GB build context do not fit the shared disk."""
     cache, log = args.cache or work / "cache", work / "build.log"
     srcs = {"layered": ROOT / "src", "single": args.old_src}
     ours = blocks((ROOT / LOCK_PATH).read_text())
@@ -313,11 +315,14 @@ def real_size(args: argparse.Namespace, locks: dict[str, Path], work: Path, line
         base = build(srcs[path], locks["base"], cache, log)
         prune_contexts()
         base_layers = layers_of(base["id"])
-        rows: dict[str, dict[str, Any]] = {"base": {**base, **diff([], base_layers)}}
-        print(path, "base", json.dumps(rows["base"]), flush=True)
         registry = Registry(work / f"registry-{path}") if args.push else None
+        row = {**base, **diff([], base_layers)}
         if registry:
-            rows["base"].update(registry.push(base["tag"], f"bench-bump:{path}-base"))
+            row.update(registry.push(base["tag"], f"bench-bump:{path}-base"))
+        lines.append(f"{path} base: " + json.dumps(row, sort_keys=True))
+        print(lines[-1], flush=True)
+        if path == "single" and not registry:  # its bumps build from nothing: the base's 19 GB only fill the disk
+            sh(["docker", "rmi", base["tag"]])
         for bump in args.bumps:
             if path == "layered":
                 forget_but_base(cache, base["tag"])
@@ -332,13 +337,12 @@ def real_size(args: argparse.Namespace, locks: dict[str, Path], work: Path, line
                 got["cycle_s"] = got["wall"] + got["cycle_variants_s"]
             elif args.cycle:
                 got["cycle_skipped"] = "its vllm or flashinfer-python is not the project's (imgbuild refuses the drift)"
-            rows[bump] = got
-            print(path, bump, json.dumps(got), flush=True)
+            lines.append(f"{path} {bump}: " + json.dumps(got, sort_keys=True))
+            print(lines[-1], flush=True)
             sh(["docker", "rmi", got["tag"]])
         if registry:
             registry.proc.stop()
             shutil.rmtree(registry.dir, ignore_errors=True)
-        lines.append(f"{path}: " + json.dumps(rows, sort_keys=True))
         sh(["docker", "rmi", base["tag"]])
         shutil.rmtree(cache / "runtime", ignore_errors=True)  # both paths keep their layers and staging there
 
