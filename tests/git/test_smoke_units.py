@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,7 +114,7 @@ def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
     undefined = res.imports["pk.undefined"]
     assert undefined.error.startswith("NameError") and undefined.where.endswith("undefined.py:2")
     assert res.imports["pk.syntax"].where.endswith("syntax.py:1")
-    assert res.cli is not None and res.cli.exit_code == 0 and res.importing is None, res.cli
+    assert res.cli is not None and res.cli.exit_code == 0 and not res.importing, res.cli
     assert res.cli.stdout.strip(), "imgbuild --version printed its version"
 
 
@@ -139,7 +140,56 @@ def test_a_python3_c_command_runs_through_the_shell_as_written(tmp_path: Path) -
 def test_probe_output_cut_off_mid_import_names_the_module() -> None:
     out = "imgbuild-probe ('python', '3.12.1')\nimgbuild-probe ('import-start', 'vllm.x')\nSegmentation fault\n"
     res = probe.parse(out)
-    assert res.ran and res.importing == "vllm.x" and res.imports == {}
+    assert res.ran and res.importing == {"vllm.x"} and res.imports == {}
+
+
+def test_the_importers_are_shared_with_forked_workers_that_start_from_the_planned_modules(tmp_path: Path) -> None:
+    pkg = tmp_path / "pk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "planned.py").write_text("")
+    seen = tmp_path / "seen"
+    record = (
+        "import os, sys\n"
+        f"with open({str(seen)!r}, 'a') as f:\n"
+        "    f.write(f'{__name__} {os.getpid()} {\"pk.planned\" in sys.modules}\\n')\n"
+    )
+    names = [f"pk.m{i}" for i in range(6)]
+    for name in names:
+        (pkg / f"{name[3:]}.py").write_text(record)
+    (pkg / "bad.py").write_text("raise RuntimeError('bad ' + 'x' * 5000)\n")  # a long error: cut, one line
+    job = probe.Job((), (), 10, ("pk.planned", *names, "pk.bad"), "", split=1)
+    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
+    res = probe.parse(proc.stdout)
+    assert proc.returncode == 0 and not res.importing and not res.lost, proc.stderr
+    assert all(res.imports[n].ok for n in ("pk.planned", *names))
+    assert not res.imports["pk.bad"].ok and res.imports["pk.bad"].error.startswith("RuntimeError: bad xxx")
+    rows = [line.split() for line in seen.read_text().splitlines()]
+    assert sorted(r[0] for r in rows) == names and all(r[2] == "True" for r in rows)  # each once, planned loaded
+    pids = {r[1] for r in rows}
+    assert len(pids) == min(job.workers, len(os.sched_getaffinity(0))), pids  # this process and its workers
+
+
+def test_a_worker_that_dies_fails_its_modules_and_the_probe_goes_on(tmp_path: Path) -> None:
+    pkg = tmp_path / "pk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("")
+    (pkg / "die.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    (pkg / "b.py").write_text("")
+    (pkg / "after.py").write_text("")
+    # two processes: pk.a and pk.b in the probe's own, pk.die then pk.after in the worker
+    job = probe.Job((), (), 10, ("pk.a", "pk.die", "pk.b", "pk.after"), "", split=0, workers=2)
+    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
+    res = probe.parse(proc.stdout)
+    checks = smoke._import_checks(job, [], False, res, RunResult(proc.returncode, proc.stdout, proc.stderr))
+    details = {c.name: (c.status, c.detail) for c in checks}
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert proc.returncode == 0 and res.imports["pk.a"].ok and res.imports["pk.b"].ok
+        assert details["import pk.die"] == ("fail", "a probe worker died (signal 9) while importing it")
+        assert details["import pk.after"] == ("fail", "not run: its probe worker died (signal 9)")
+    else:  # one CPU: no worker, the probe itself dies there
+        assert proc.returncode == -9 and details["import pk.die"][0] == "fail"
 
 
 BASE = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)

@@ -287,11 +287,12 @@ def runtime_checks(
     check_binfmt(info.platform, engine.arch)
     skeleton, spec = lbl.SKELETON in info.labels, expected.smoke
     commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
-    modules: tuple[str, ...] = ()
-    if not skeleton:  # the planned files' modules, then the release's modules importing them
-        importers = list(expected.importers()) if expected.importers else []
-        modules = tuple(modules_to_import([f.path for f in expected.files], importers))
-    job = probe.Job(expected.paths, commands, spec.timeout if spec else 600, modules, CLI if modules else "")
+    files = [f.path for f in expected.files]
+    planned, modules = modules_to_import(files, []), tuple[str, ...]()
+    if not skeleton:  # the planned files' modules, then the release's modules importing them (shared by workers)
+        modules = tuple(modules_to_import(files, list(expected.importers()) if expected.importers else []))
+    timeout = spec.timeout if spec else 600
+    job = probe.Job(expected.paths, commands, timeout, modules, CLI if modules else "", split=len(planned))
     t0 = time.monotonic()
     # under qemu, an arm64 torch needs an aarch64 cpuinfo
     opts = runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine.arch.arch)
@@ -323,7 +324,6 @@ def runtime_checks(
         ok, reason = result.compiles.get(path, (False, "not run"))
         checks.append(Check("runtime", f"compile {f.path}", "pass" if ok else "fail", reason or "byte-compiles"))
     checks.extend(_command_checks(expected.smoke, skeleton, result, res.exit_code))
-    planned = modules_to_import([f.path for f in expected.files], [])
     checks.extend(_import_checks(job, planned, skeleton, result, res))
     return checks, result, launcher
 
@@ -371,9 +371,12 @@ def _import_checks(
                 # a module of the release that fails on this base by itself (a ROCm or XPU model on a CPU base)
                 status, detail = "skip", f"fails on this base without a planned file involved: {detail}"
             checks.append(Check("import", name, status, detail))
-        elif result.importing == module:
-            checks.append(Check("import", name, "fail", f"{_died(res)} while importing it"))
+        elif module in result.importing:
+            died = f"a probe worker died ({result.lost[module]})" if module in result.lost else _died(res)
+            checks.append(Check("import", name, "fail", f"{died} while importing it"))
             stopped = True
+        elif module in result.lost:
+            checks.append(Check("import", name, "fail", f"not run: its probe worker died ({result.lost[module]})"))
         else:
             why = "not run: the probe stopped before it" if stopped or result.ran else "not run"
             checks.append(Check("import", name, "fail", why))

@@ -19,9 +19,13 @@ class Job:
     timeout: int  # per command, in seconds
     modules: tuple[str, ...] = ()
     cli: str = ""  # a console script whose `--version` runs after the imports, in the probe's process
+    split: int | None = None  # the first `split` modules in the probe's process, the rest shared with forked
+    # workers that start from those imported; None: every module in the probe's process, in order
+    workers: int = 4  # processes sharing the rest at most (one per CPU the container may use)
 
     def argv(self) -> list[str]:
-        spec = (list(self.paths), list(self.commands), self.timeout, list(self.modules), self.cli)
+        split = len(self.modules) if self.split is None else self.split
+        spec = (list(self.paths), list(self.commands), self.timeout, list(self.modules), split, self.workers, self.cli)
         return ["python3", "-c", PROBE, repr(spec)]
 
     def under_bash(self, script: str) -> list[str]:
@@ -64,7 +68,8 @@ class ProbeResult:
     commands: dict[str, CommandResult] = field(default_factory=dict)
     imports: dict[str, ImportResult] = field(default_factory=dict)
     cli: CommandResult | None = None  # `CLI --version`
-    importing: str | None = None  # the module being imported when output stopped, if it never finished
+    importing: set[str] = field(default_factory=set)  # modules whose import started and never finished
+    lost: dict[str, str] = field(default_factory=dict)  # module -> how the worker importing it died
 
     @property
     def ran(self) -> bool:
@@ -95,11 +100,13 @@ def parse(stdout: str) -> ProbeResult:
                 else:
                     res.commands[name] = result
             elif kind == "import-start":
-                res.importing = name
+                res.importing.add(name)
             elif kind == "import":
                 ok, error, where, files = rest
                 res.imports[name] = ImportResult(bool(ok), str(error), str(where), tuple(map(str, files)))
-                res.importing = None
+                res.importing.discard(name)
+            elif kind == "worker-died":
+                res.lost.update((str(m), name) for m in rest[0])
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, IndexError):
             continue  # a line cut off, or not the probe's
     return res

@@ -1,6 +1,13 @@
 """The smoke probe: runs INSIDE the image as `python3 -c` (maybe python3-minimal: no json; few imports under
-qemu). smoke/probe.py reads its lines."""
+qemu). smoke/probe.py reads its lines.
 
+The planned modules are imported in this process; the rest (the release's modules importing them) are shared
+between this process and forked workers (one per CPU, at most the job's number), which start from the planned
+modules imported, as one process importing them all would. Each line is one write; while workers run, only import lines
+are written, each at most LINE bytes, so the lines of several processes on one pipe never mix (a pipe write of at
+most PIPE_BUF bytes is atomic: 4096 on Linux)."""
+
+import os
 import sys
 
 try:  # the built-in sha256 (3.12: _sha2; 3.11: _sha256): hashlib loads OpenSSL (~0.1 s under qemu)
@@ -12,12 +19,17 @@ except ImportError:
         from hashlib import sha256
 
 
+LINE = 4000
+
+
 def out(*rec: object) -> None:
-    print("imgbuild-probe", repr(rec), flush=True)
+    line = ("imgbuild-probe " + repr(rec) + "\n").encode()
+    while line:
+        line = line[os.write(1, line) :]
 
 
 # The host wrote the job with repr() (ast.literal_eval would cost ~0.15 s to import under qemu).
-paths, commands, timeout, modules, cli = eval(sys.argv[1], {"__builtins__": {}})
+paths, commands, timeout, modules, split, most, cli = eval(sys.argv[1], {"__builtins__": {}})
 out("python", sys.version.split()[0])
 for p in paths:
     try:
@@ -51,25 +63,67 @@ def run(kind: str, cmd: str) -> None:
 
 for c in commands:
     run("command", c)
-if modules:
+
+
+def attempt(m: str) -> None:
     import importlib
     import traceback
 
-    for m in modules:
-        out("import-start", m)
+    out("import-start", m)
+    try:
+        importlib.import_module(m)
+        out("import", m, True, "", "", [])
+    except BaseException as e:  # noqa: BLE001 (an import that fails in any way, SystemExit too, is reported)
+        where = ""
+        tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+        files = sorted(set(f.filename for f in tb))
+        if isinstance(e, SyntaxError) and e.filename:
+            where = f"{e.filename}:{e.lineno}"
+            files.append(e.filename)
+        elif tb:
+            where = f"{tb[-1].filename}:{tb[-1].lineno}"
+        error = type(e).__name__ + ": " + str(e).replace("\n", " ")[:300]
+        while files and len(repr((m, error, where, files)).encode()) > LINE - 40:  # as many files as fit a line
+            files.pop()
+        out("import", m, False, error, where, files)
+
+
+def fork(share: list[str]) -> int:
+    """A worker importing `share`, or 0 where none could be forked (this process imports it then)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        return 0
+    if pid == 0:  # the worker: its lines, then out without the interpreter's teardown
         try:
-            importlib.import_module(m)
-            out("import", m, True, "", "", [])
-        except BaseException as e:  # noqa: BLE001 (an import that fails in any way, SystemExit too, is reported)
-            where = ""
-            tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
-            files = sorted(set(f.filename for f in tb))
-            if isinstance(e, SyntaxError) and e.filename:
-                where = f"{e.filename}:{e.lineno}"
-                files.append(e.filename)
-            elif tb:
-                where = f"{tb[-1].filename}:{tb[-1].lineno}"
-            out("import", m, False, type(e).__name__ + ": " + str(e).replace("\n", " ")[:300], where, files)
+            for m in share:
+                attempt(m)
+        finally:
+            os._exit(0)
+    return pid
+
+
+for m in modules[:split]:
+    attempt(m)
+rest = modules[split:]
+if rest:  # python 3.12+ warns on stderr that a fork with native threads alive may deadlock: these threads (BLAS
+    # pools, started at import) wait idle, holding no lock the worker needs
+    import warnings
+
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
+n = max(1, min(most, len(rest), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+workers = []
+for k in range(1, n):
+    pid = fork(rest[k::n])
+    if pid:
+        workers.append((pid, rest[k::n]))
+    else:
+        for m in rest[k::n]:
+            attempt(m)
+for m in rest[0::n]:
+    attempt(m)
 if cli:
     # `CLI --version` run as its console script would run it (on PATH, its entry point's function), but in
     # this process: a second python would import vllm again, as long as all of the imports above.
@@ -92,6 +146,13 @@ if cli:
                 main()
             except SystemExit as e:  # argparse's version action exits 0
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        out("cli", cli, code, False, cut(printed.getvalue().encode()), cut(errors.getvalue().encode()))
+        version = ("cli", cli, code, False, cut(printed.getvalue().encode()), cut(errors.getvalue().encode()))
     except BaseException as e:  # noqa: BLE001 (any failure is the result to report)
-        out("cli", cli, 1, False, "", type(e).__name__ + ": " + str(e).replace("\n", " ")[:300])
+        version = ("cli", cli, 1, False, "", type(e).__name__ + ": " + str(e).replace("\n", " ")[:300])
+for pid, share in workers:
+    _, status = os.waitpid(pid, 0)
+    if status:  # killed, or exited other than through os._exit(0)
+        why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+        out("worker-died", why, share)
+if cli:
+    out(*version)  # after the workers: it may be longer than one atomic write
