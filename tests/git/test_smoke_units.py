@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from imgbuild.smoke.importcheck import (
     candidate,
     imported_names,
     importers,
+    kept_release_importers,
     module_name,
     modules_to_import,
     needles,
@@ -81,6 +83,25 @@ def test_release_importers_read_a_real_git_tree(tmp_path: Path) -> None:
     tree = CommitTree(repo, commit)
     assert release_importers(tree, ["vllm/models/engram.py"], "vllm") == importers(TREE, ["vllm.models.engram"])
     assert release_importers(tree, ["vllm/none_such.py"], "vllm") == []  # nothing contains the word
+
+
+def test_a_releases_importers_are_kept_by_commit_and_files(tmp_path: Path) -> None:
+    up = Upstream(tmp_path / "up")
+    up.release("v1.0.0", {k: v.decode() for k, v in TREE.items()})
+    up.release(
+        "v1.1.0", {**{k: v.decode() for k, v in TREE.items()}, "vllm/late.py": "from vllm.models import engram\n"}
+    )
+    repo, cache = GitRepo(up.path), tmp_path / "cache"
+    one, two = (CommitTree(repo, repo.resolve_commit(tag) or "") for tag in ("v1.0.0", "v1.1.0"))
+    found = kept_release_importers(one, ["vllm/models/engram.py"], "vllm", cache)
+    assert found == importers(TREE, ["vllm.models.engram"])
+    (kept,) = (cache / "importers").iterdir()
+    kept.write_text('["vllm.as.kept"]')  # what is kept is what is returned: the tree is not read again
+    assert kept_release_importers(one, ["vllm/models/engram.py"], "vllm", cache) == ["vllm.as.kept"]
+    assert "vllm.late" in kept_release_importers(two, ["vllm/models/engram.py"], "vllm", cache)  # another commit
+    kept.write_text("{not json")  # a damaged entry is found again, and written again
+    assert kept_release_importers(one, ["vllm/models/engram.py"], "vllm", cache) == found
+    assert json.loads(kept.read_text()) == found
 
 
 def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.smoke import launchcheck
 from imgbuild.smoke.checks import Expected, SmokeReport, smoke
-from imgbuild.smoke.importcheck import release_importers
+from imgbuild.smoke.importcheck import kept_release_importers
 from imgbuild.upstream.mirror import cache_dir
 
 Say = Callable[[str], None]
@@ -308,7 +308,7 @@ def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Exp
 
 def importer_finder(project: Project) -> ImporterFinder:
     """Each release's modules that import the given planned files of that upstream, scanned once per set
-    of files (every pinned upstream: its patched files, its importers in its own release)."""
+    of files and release (every pinned upstream: its patched files, its importers in its own release)."""
 
     @functools.cache
     def find(files: tuple[str, ...]) -> list[str]:
@@ -316,7 +316,7 @@ def importer_finder(project: Project) -> ImporterFinder:
         for pin in project.pins:
             own = [f for f in files if f.split("/", 1)[0] == pin.package_root]
             if own:
-                out += release_importers(project.pin_tree(pin.name), own, pin.package_root)
+                out += kept_release_importers(project.pin_tree(pin.name), own, pin.package_root)
         return sorted(dict.fromkeys(out))
 
     return find

@@ -1,15 +1,26 @@
 """Which modules smoke imports: the planned files, and the release's modules importing them (static `ast`
-resolution of import statements; dynamic imports are not followed)."""
+resolution of import statements; dynamic imports are not followed). A release's importers are kept under
+`<cache>/importers/` by commit, files and this module's code: a commit never changes, and finding them reads and
+parses the release's candidates (about 2 s for vLLM's, before the container can start)."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import hashlib
 import importlib.util
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from imgbuild.atomic import write_json
+from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:
     from imgbuild.upstream.git import CommitTree
+
+RULES = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()  # a change to how importers are found finds anew
 
 
 def module_name(path: str) -> str | None:
@@ -123,3 +134,19 @@ def release_importers(tree: CommitTree, files: Sequence[str], package_root: str)
         if data is not None and any(candidate(path, data, f) for f in files):
             sources[path] = data
     return importers(sources, targets)
+
+
+def kept_release_importers(
+    tree: CommitTree, files: Sequence[str], package_root: str, cache: Path | None = None
+) -> list[str]:
+    """release_importers, kept in the cache (best effort: an unreadable or unwritable entry is found again)."""
+    key = json.dumps([RULES, tree.commit, package_root, sorted(files)])
+    path = (cache or cache_dir()) / "importers" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    with contextlib.suppress(OSError, ValueError):
+        kept = json.loads(path.read_text())
+        if isinstance(kept, list) and all(isinstance(m, str) for m in kept):
+            return kept
+    found = release_importers(tree, files, package_root)
+    with contextlib.suppress(OSError):
+        write_json(path, found)
+    return found
