@@ -104,14 +104,30 @@ def test_a_releases_importers_are_kept_by_commit_and_files(tmp_path: Path) -> No
     assert json.loads(kept.read_text()) == found
 
 
-def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
+def package(tmp_path: Path, modules: dict[str, str]) -> Path:
+    """`tmp_path/pk`, a package of `modules` (name -> source), importable from `tmp_path`."""
     pkg = tmp_path / "pk"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "good.py").write_text("x = 1\n")
-    (pkg / "bad.py").write_text("import os\n\nfrom os import no_such_name\n")
-    (pkg / "undefined.py").write_text("y = 2\nz = not_defined_anywhere\n")
-    (pkg / "syntax.py").write_text("def f(:\n")
+    for name, source in {"__init__": "", **modules}.items():
+        (pkg / f"{name}.py").write_text(source)
+    return pkg
+
+
+def run_probe(job: probe.Job, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The probe's program as `job` has it, run here by this python."""
+    return subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=cwd, check=False)
+
+
+def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
+    pkg = package(
+        tmp_path,
+        {
+            "good": "x = 1\n",
+            "bad": "import os\n\nfrom os import no_such_name\n",
+            "undefined": "y = 2\nz = not_defined_anywhere\n",
+            "syntax": "def f(:\n",
+        },
+    )
     good, syntax = str(pkg / "good.py"), str(pkg / "syntax.py")
     job = probe.Job(
         (good, syntax, "/no/such.py"),
@@ -141,7 +157,7 @@ def test_probe_runs_here_and_its_lines_parse(tmp_path: Path) -> None:
 
 def test_a_console_script_that_is_not_there_fails_naming_it(tmp_path: Path) -> None:
     job = probe.Job((), (), 10, (), "no-such-cli")
-    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
+    proc = run_probe(job, tmp_path)
     res = probe.parse(proc.stdout)
     assert res.cli is not None and res.cli.exit_code == 1
     assert res.cli.stderr == "LookupError: no-such-cli is not on PATH"
@@ -165,10 +181,6 @@ def test_probe_output_cut_off_mid_import_names_the_module() -> None:
 
 
 def test_the_importers_are_shared_with_forked_workers_that_start_from_the_planned_modules(tmp_path: Path) -> None:
-    pkg = tmp_path / "pk"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "planned.py").write_text("")
     seen = tmp_path / "seen"
     record = (
         "import os, sys\n"
@@ -176,11 +188,12 @@ def test_the_importers_are_shared_with_forked_workers_that_start_from_the_planne
         "    f.write(f'{__name__} {os.getpid()} {\"pk.planned\" in sys.modules}\\n')\n"
     )
     names = [f"pk.m{i}" for i in range(6)]
-    for name in names:
-        (pkg / f"{name[3:]}.py").write_text(record)
-    (pkg / "bad.py").write_text("raise RuntimeError('bad ' + 'x' * 5000)\n")  # a long error: cut, one line
+    # pk.bad: a long error, cut to one line
+    package(
+        tmp_path, {"planned": "", **{n[3:]: record for n in names}, "bad": "raise RuntimeError('bad ' + 'x' * 5000)\n"}
+    )
     job = probe.Job((), (), 10, ("pk.planned", *names, "pk.bad"), "", split=1)
-    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
+    proc = run_probe(job, tmp_path)
     res = probe.parse(proc.stdout)
     assert proc.returncode == 0 and not res.importing and not res.lost, proc.stderr
     assert all(res.imports[n].ok for n in ("pk.planned", *names))
@@ -192,16 +205,12 @@ def test_the_importers_are_shared_with_forked_workers_that_start_from_the_planne
 
 
 def test_a_worker_that_dies_fails_its_modules_and_the_probe_goes_on(tmp_path: Path) -> None:
-    pkg = tmp_path / "pk"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("")
-    (pkg / "die.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-    (pkg / "b.py").write_text("")
-    (pkg / "after.py").write_text("")
+    package(
+        tmp_path, {"a": "", "die": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "b": "", "after": ""}
+    )
     # two processes: pk.a and pk.b in the probe's own, pk.die then pk.after in the worker
     job = probe.Job((), (), 10, ("pk.a", "pk.die", "pk.b", "pk.after"), "", split=0, workers=2)
-    proc = subprocess.run([sys.executable, *job.argv()[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
+    proc = run_probe(job, tmp_path)
     res = probe.parse(proc.stdout)
     checks = smoke._import_checks(job, [], False, res, RunResult(proc.returncode, proc.stdout, proc.stderr))
     details = {c.name: (c.status, c.detail) for c in checks}
