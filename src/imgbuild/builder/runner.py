@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
+from imgbuild.builder.compile import compile_for_bases
+from imgbuild.builder.packages import check_packages
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
 from imgbuild.patches.variants import VariantPlan
@@ -341,7 +343,10 @@ def prepare(
     plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_entrypoints(engine, plans, bases)
+        check_packages(engine, project.pins, bases, cache_dir())
         check_drift(engine, plans, bases, cache_dir(), project)
+        bytecode = compile_for_bases(engine, plans, bases, cache_dir())
+        plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository, bytecode=bytecode)
     return plan
 
 
