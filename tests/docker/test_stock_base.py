@@ -4,6 +4,7 @@ than the pin (what the stock image's own vLLM requires)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def test_every_patched_module_loads_as_patched_over_each_bytecode_mode(
 
 @pytest.mark.release
 def test_a_base_with_the_flashinfer_its_vllm_requires_is_refused_naming_versions_and_why(
-    engine: Engine, prefix: str
+    engine: Engine, prefix: str, tmp_path: Path
 ) -> None:
     """The real project on a stand-in of the stock v0.34.0 image: FlashInfer 0.7.3 by its metadata (what vLLM
     0.34.0 requires and its Dockerfile installs, with the kernels of `flashinfer download-kernels`)."""
@@ -109,5 +110,26 @@ def test_a_base_with_the_flashinfer_its_vllm_requires_is_refused_naming_versions
             ("flashinfer-cubin", "0.7.3", "0.7.4"),
         ]
         assert not [t for img in engine.client.images.list() for t in img.tags if t.startswith(f"{repo}:")]
+
+        # `plan --bases` shows the same before any build: the project with the stand-in as its image.base
+        project = tmp_path / "project"
+        for part in ("patches", "images"):
+            shutil.copytree(root / part, project / part)
+        spec = project / "images" / "latest.yaml"
+        spec.write_text(spec.read_text().replace("vllm/vllm-openai:v0.34.0", stock))
+        planned = run_cli(project, "plan", "--bases", "--json")
+        assert planned.returncode == 0, planned.stderr
+        (base,) = load_json(planned.stdout)["bases"]
+        assert base["ref"] == stock and base["variants"] == ["engram-mem", "latest"] and not base["unread"]
+        rows = {p["package"]: (p["base_version"], p["pinned"], p["agrees"]) for p in base["packages"]}
+        assert rows == {
+            "vllm": (None, "0.34.0", True),  # the stand-in has no dist-info for it: the drift check compares files
+            "flashinfer-python": ("0.7.3", "0.7.4", False),
+            "flashinfer-cubin": ("0.7.3", "0.7.4", False),
+        }
+        text = run_cli(project, "plan", "--bases").stdout
+        assert (
+            "DIFF flashinfer-python: the base has 0.7.3, the stack pins 0.7.4: patches/upstream.yaml overrides" in text
+        )
     finally:
         engine.untag(stock)

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -20,8 +21,9 @@ from imgbuild.atomic import write_json
 from imgbuild.config.models import UpstreamPin
 from imgbuild.engine import Engine, check_binfmt
 from imgbuild.errors import DockerError, UpstreamError
+from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
-from imgbuild.plan.packages import Mismatch, message, mismatches
+from imgbuild.plan.packages import Carried, carried, message, mismatches
 
 KEPT = "packages"  # the cache's folder: one JSON per base and site-packages
 FORMAT = "imgbuild-packages/1"
@@ -64,7 +66,7 @@ def parse(listing: str) -> dict[str, str]:
 
 def check_packages(engine: Engine, pins: Sequence[UpstreamPin], bases: BaseMap, cache: Path) -> None:
     """Refuse, before anything is built, a base whose packages are not the pins' (one read per base)."""
-    checked: dict[tuple[str, str], list[Mismatch]] = {}
+    checked: dict[tuple[str, str], list[Carried]] = {}
     for base in bases.values():
         key = (base.image_id, base.site_packages)
         if key in checked:
@@ -78,3 +80,51 @@ def check_packages(engine: Engine, pins: Sequence[UpstreamPin], bases: BaseMap, 
                 "packages": [m.to_json() for m in found],
             }
             raise UpstreamError(text, hint=hint, details=details)
+
+
+@dataclass(frozen=True)
+class BaseCarries:
+    """What `imgbuild plan --bases` shows of one base: its pinned packages, or why they were not read."""
+
+    ref: str
+    variants: tuple[str, ...]
+    platform: str | None = None
+    image_id: str | None = None
+    packages: tuple[Carried, ...] = ()
+    unread: str = ""  # why the base was not read ("" when it was)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ref": self.ref,
+            "variants": list(self.variants),
+            "platform": self.platform,
+            "image_id": self.image_id,
+            "packages": [c.to_json() | {"agrees": c.agrees} for c in self.packages],
+            "unread": self.unread or None,
+        }
+
+
+def bases_against_pins(
+    engine: Engine | None, pins: Sequence[UpstreamPin], plans: Sequence[VariantPlan], cache: Path
+) -> list[BaseCarries]:
+    """Each variant's `image.base` as the local image store has it (nothing pulled or built), against the pins."""
+    by_ref: dict[str, list[VariantPlan]] = {}
+    for plan in plans:
+        if plan.variant.image.base:
+            by_ref.setdefault(plan.variant.image.base, []).append(plan)
+    out = []
+    for ref, users in by_ref.items():
+        names = tuple(p.variant.name for p in users)
+        info = engine.image(ref) if engine is not None else None
+        if engine is None or info is None:
+            why = "the Docker engine does not answer" if engine is None else "not in the local image store"
+            out.append(BaseCarries(ref, names, unread=f"{why} (`imgbuild build` pulls it and checks it)"))
+            continue
+        site = users[0].variant.image.site_packages or info.labels.get("imgbuild.site-packages")
+        if not site:
+            out.append(BaseCarries(ref, names, str(info.platform), info.id, unread="image.site_packages is not set"))
+            continue
+        base = BaseInfo(ref, info.id, None, info.platform, site)
+        found = tuple(carried(pins, base_packages(engine, base, cache)))
+        out.append(BaseCarries(ref, names, str(info.platform), info.id, found))
+    return out
