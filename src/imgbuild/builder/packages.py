@@ -24,6 +24,7 @@ from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.plan.packages import Carried, carried, message, mismatches
+from imgbuild.upstream.mirror import cache_dir
 
 KEPT = "packages"  # the cache's folder: one JSON per base and site-packages
 FORMAT = "imgbuild-packages/1"
@@ -128,3 +129,12 @@ def bases_against_pins(
         found = tuple(carried(pins, base_packages(engine, base, cache)))
         out.append(BaseCarries(ref, names, str(info.platform), info.id, found))
     return out
+
+
+def read_bases(pins: Sequence[UpstreamPin], plans: Sequence[VariantPlan]) -> list[BaseCarries]:
+    """`bases_against_pins` on this machine's engine, if it answers (`plan --bases`)."""
+    try:
+        engine: Engine | None = Engine.connect()
+    except DockerError:
+        engine = None
+    return bases_against_pins(engine, pins, plans, cache_dir())

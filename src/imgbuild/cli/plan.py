@@ -1,16 +1,10 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from imgbuild.cli.options import JsonOpt
-
-if TYPE_CHECKING:
-    from imgbuild.builder.packages import BaseCarries
-    from imgbuild.patches.variants import VariantPlan
-    from imgbuild.project import Project
 
 
 def plan(
@@ -37,6 +31,7 @@ def plan(
       imgbuild plan engram-mem
       imgbuild plan --bases --json
     """
+    from imgbuild.builder.packages import read_bases
     from imgbuild.cli.options import load_project
     from imgbuild.plan.layers import share_layers
     from imgbuild.report.documents import images as docs
@@ -46,7 +41,7 @@ def plan(
     every = project.plan()  # the layers are planned over every variant, as `build` and the bake file plan them
     plans = project.plan(variants) if variants else every
     layers = share_layers(every).describe(variants or None)
-    carries = _bases(project, plans) if bases else None
+    carries = read_bases(project.pins, plans) if bases else None
     if as_json:
         print_json(
             docs.Plan.of(
@@ -97,16 +92,3 @@ def plan(
         for c in b.packages:
             mark = "ok  " if c.agrees else "DIFF"
             console.print(f"  {mark} {c.say()}", markup=False, highlight=False)
-
-
-def _bases(project: Project, plans: Sequence[VariantPlan]) -> list[BaseCarries]:
-    from imgbuild.builder.packages import bases_against_pins
-    from imgbuild.engine import Engine
-    from imgbuild.errors import DockerError
-    from imgbuild.upstream.mirror import cache_dir
-
-    try:
-        engine: Engine | None = Engine.connect()
-    except DockerError:
-        engine = None
-    return bases_against_pins(engine, project.pins, plans, cache_dir())
