@@ -1,9 +1,12 @@
-"""The base's packages against the pins (plan/packages.py, builder/packages.py's parsing): pure."""
+"""The base's packages against the pins (plan/packages.py) and the base probe's lines (builder/base_probe.py): pure."""
 
 from __future__ import annotations
 
-from imgbuild.builder.packages import parse
+import pytest
+
+from imgbuild.builder.base_probe import parse
 from imgbuild.config.models import UpstreamPin
+from imgbuild.errors import DockerError
 from imgbuild.plan.packages import message, mismatches
 
 WHEEL = {"kind": "wheel", "filename": "x.whl", "sha256": "0" * 64}
@@ -23,9 +26,27 @@ FLASHINFER = UpstreamPin.model_validate(
 )
 
 
-def test_dist_info_names_parse_to_canonical_names_and_versions() -> None:
-    listing = "flashinfer_python-0.7.3.dist-info\nvllm-0.34.0+cu130.dist-info\nnot-a-dist\ntorch-2.14.0.dist-info\n"
-    assert parse(listing) == {"flashinfer-python": "0.7.3", "vllm": "0.34.0+cu130", "torch": "2.14.0"}
+def test_the_base_probes_lines_parse_to_canonical_names_versions_and_bytecode() -> None:
+    dists = [
+        "flashinfer_python-0.7.3.dist-info",
+        "vllm-0.34.0+cu130.dist-info",
+        "torch-2.14.0.dist-info",
+        "x.dist-info",
+    ]
+    site = "/usr/local/lib/python3.12/dist-packages"
+    pyc = f"imgbuild-base pyc vllm/a.py {site}/vllm/__pycache__/a.cpython-312.pyc aGk="
+    out = "\n".join(["noise", "imgbuild-base python cpython-312", *(f"imgbuild-base dist {d}" for d in dists), pyc])
+    facts = parse(out, site, "base:1")
+    assert facts.packages == {"flashinfer-python": "0.7.3", "vllm": "0.34.0+cu130", "torch": "2.14.0"}
+    assert facts.bytecode.python == "cpython-312"
+    assert facts.bytecode.for_files(["vllm/a.py", "vllm/b.txt"]) == {"vllm/__pycache__/a.cpython-312.pyc": b"hi"}
+
+
+def test_a_pycache_prefix_outside_site_packages_is_refused_naming_it() -> None:
+    line = "imgbuild-base pyc vllm/a.py /pyc/usr/local/vllm/a.cpython-312.pyc aGk="
+    with pytest.raises(DockerError, match="PYTHONPYCACHEPREFIX") as info:
+        parse(line, "/usr/local/lib/python3.12/dist-packages", "base:1")
+    assert "unset PYTHONPYCACHEPREFIX" in (info.value.hint or "")
 
 
 def test_the_stock_images_flashinfer_is_named_with_both_versions_and_the_override() -> None:

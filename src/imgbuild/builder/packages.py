@@ -1,78 +1,33 @@
-"""Read which packages a base carries: the `*.dist-info` directories of its site-packages, by name and version,
-one container per base and site-packages, kept in the cache by the base's id (plan/packages.py compares them).
-
-Checked, and why not: `importlib.metadata` in the base would import more and read every METADATA file under
-emulation; the dist-info directory's name is the wheel's `{name}-{version}` (the binary distribution format), and
-listing one directory is all this needs. The Docker API's archive endpoint cannot list a directory without
-copying all of it (gigabytes for site-packages)."""
+"""The base's packages against the pins: the check a build makes (`check_packages`, on what base_probe.py read) and
+what `plan --bases` shows (`bases_against_pins`, nothing pulled or built)."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
-from imgbuild.atomic import write_json
+from imgbuild.builder import base_probe
 from imgbuild.config.models import UpstreamPin
-from imgbuild.engine import Engine, check_binfmt
+from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.plan.packages import Carried, carried, message, mismatches
 from imgbuild.upstream.mirror import cache_dir
 
-KEPT = "packages"  # the cache's folder: one JSON per base and site-packages
-FORMAT = "imgbuild-packages/1"
-LIST = "import os, sys\nfor n in sorted(os.listdir(sys.argv[1])):\n    n.endswith('.dist-info') and print(n)\n"
+
+def base_packages(engine: Engine, base: BaseInfo, cache: Path) -> Mapping[str, str]:
+    """Canonical project name -> version, for every dist-info in the base's site-packages (base_probe.py)."""
+    return base_probe.read(engine, base, {}, cache).packages
 
 
-def base_packages(engine: Engine, base: BaseInfo, cache: Path) -> dict[str, str]:
-    """Canonical project name -> version, for every dist-info in the base's site-packages."""
-    key = hashlib.sha256(f"{FORMAT}\n{base.image_id}\n{base.site_packages}".encode()).hexdigest()
-    kept = cache / KEPT / f"{key}.json"
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-        data = json.loads(kept.read_text())
-        return {str(k): str(v) for k, v in data["packages"].items()}
-    check_binfmt(base.platform, engine.arch)
-    res = engine.run(
-        base.image_id, ["-c", LIST, base.site_packages], platform=base.platform, entrypoint=["python3"], timeout=300
-    )
-    if res.exit_code != 0:
-        raise DockerError(
-            f"base {base.ref}: cannot list {base.site_packages}: {(res.stderr or res.stdout).strip()[-300:]!r}",
-            hint="set image.site_packages in the variant's YAML to where the base's packages live",
-        )
-    packages = parse(res.stdout)
-    with contextlib.suppress(OSError):  # a cache that cannot keep it asks again next time
-        write_json(kept, {"format": FORMAT, "base": base.image_id, "packages": packages})
-    return packages
-
-
-def parse(listing: str) -> dict[str, str]:
-    """`name-version.dist-info` lines -> canonical name -> version (the wheel spec escapes `-` in both parts)."""
-    out: dict[str, str] = {}
-    for line in listing.split():
-        if not line.endswith(".dist-info"):
-            continue
-        name, sep, version = line.removesuffix(".dist-info").partition("-")
-        if sep and version:
-            out[canonicalize_name(name)] = version
-    return out
-
-
-def check_packages(engine: Engine, pins: Sequence[UpstreamPin], bases: BaseMap, cache: Path) -> None:
-    """Refuse, before anything is built, a base whose packages are not the pins' (one read per base)."""
-    checked: dict[tuple[str, str], list[Carried]] = {}
+def check_packages(
+    pins: Sequence[UpstreamPin], bases: BaseMap, facts: Mapping[tuple[str, str], base_probe.BaseFacts]
+) -> None:
+    """Refuse, before anything is built, a base whose packages are not the pins' (`facts`: base_probe's)."""
     for base in bases.values():
-        key = (base.image_id, base.site_packages)
-        if key in checked:
-            continue
-        checked[key] = found = mismatches(pins, base_packages(engine, base, cache))
+        found = mismatches(pins, facts[(base.image_id, base.site_packages)].packages)
         if found:
             text, hint = message(base.ref, found)
             details: dict[str, object] = {

@@ -1,5 +1,5 @@
 """The bytecode a layer carries beside its files (pure): one checked-hash `.pyc` per overlaid `.py`, compiled by the
-base's own python (builder/compile.py), at the path that python's import system looks for it.
+base's own python (builder/base_probe.py), at the path that python's import system looks for it.
 
 Why: a base may carry `.pyc` files of the release (vLLM's Dockerfile sets UV_COMPILE_BYTECODE=1). Python checks a
 timestamp `.pyc` by the source's mtime and size and a checked-hash one by the source's hash, but an unchecked-hash
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-
-FORMAT = "imgbuild-bytecode/1"
 
 
 @dataclass(frozen=True)
