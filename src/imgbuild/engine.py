@@ -411,6 +411,19 @@ class Engine:
         with self._container(ref, echo_rm=True, command=["imgbuild-read-only"], platform=plat) as cid:
             return {path: self._sha256(cid, path) for path in paths}
 
+    def archive(self, ref: str, path: str, platform: Platform | None = None) -> bytes | None:
+        """A tar of `path` (a file or a directory, recursively) in the image, or None if it is missing; the
+        container is never started."""
+        echo(["docker", "create", *(["--platform", str(platform)] if platform else []), ref, "imgbuild-read-only"])
+        plat = str(platform) if platform else None
+        with self._container(ref, echo_rm=True, command=["imgbuild-read-only"], platform=plat) as cid:
+            echo(["docker", "cp", f"{cid[:12]}:{path}", "-"])
+            try:
+                stream, _ = self._call(self.client.api.get_archive, cid, path)
+            except docker.errors.NotFound:
+                return None
+            return b"".join(stream)
+
     def _sha256(self, cid: str, path: str) -> str | None:
         echo(["docker", "cp", f"{cid[:12]}:{path}", "-"])
         try:
