@@ -101,3 +101,19 @@ def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Projec
         (base,) = [p for p in pinned["packages"] if p["SPDXID"] == "SPDXRef-Package-base"]  # type: ignore[attr-defined]
         purl = base["externalRefs"][0]["referenceLocator"]
         assert purl == f"pkg:oci/vllm-openai@sha256%3A{'a' * 64}?repository_url=docker.io/vllm/vllm-openai", purl
+
+
+def test_a_base_built_here_has_no_registry_identity_in_labels_or_sbom(project: Project) -> None:
+    from imgbuild.publish import sbom
+
+    skeleton = "imgbuild-skeleton:arm64-1"  # a stand-in: its local id is no registry digest, its name no registry's
+    bases = {(v, ARM): BaseInfo(skeleton, "sha256:" + "1" * 64, None, ARM, SITE, local=True) for v in project.variants}
+    ib = make_build_plan(project_inputs(project), project.plan(), bases, project.select(["engram-mem"])).images[0]
+    assert f"{OCI}base.name" not in ib.labels and f"{OCI}base.digest" not in ib.labels
+    assert ib.labels[labels.BASE_LOCAL] == skeleton and labels.missing_required(ib.labels) == []
+    assert f"FROM {skeleton}" in ib.dockerfile  # built on it all the same
+    doc = sbom.spdx("127.0.0.1:5000/t/vllm", "linux/arm64", "sha256:" + "e" * 64, ib.labels)
+    (base,) = [p for p in doc["packages"] if p["SPDXID"] == "SPDXRef-Package-base"]  # type: ignore[attr-defined]
+    assert base["name"] == base["versionInfo"] == "NOASSERTION" and base["externalRefs"] == []
+    assert "skeleton" not in sbom.render(doc).decode()
+    assert sbom.check(doc, ib.labels) == []

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from imgbuild.atomic import write_text
+from imgbuild.deploy import identity
 from imgbuild.deploy import profiles as deploy
 from imgbuild.deploy.profiles import Profile
 from imgbuild.engine import Engine
@@ -213,7 +214,8 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
         reference.parse(image)  # a ConfigError names what is wrong with it
         return Pinned(image, None, "given"), None
     wanted = image or _variant_tag(variant)
-    info = Engine.connect().image(wanted)
+    engine = Engine.connect()
+    info = engine.image(wanted)
     if info is None:
         raise DockerError(
             f"no image {wanted!r} in the local image store",
@@ -225,7 +227,10 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
             hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
         )
-    tagged = immutable_ref(None if image else variant.image.repository, info.tags, info.labels.get("imgbuild.inputs"))
+    repository = None if image else variant.image.repository
+    tagged = immutable_ref(repository, info.tags, info.labels.get("imgbuild.inputs"))
+    if tagged is None and label:  # a join's tag: its digest is its parts', not its label's (deploy/identity.py)
+        tagged = identity.join_ref(repository, info, engine.labelled("imgbuild.variant", label))
     if tagged is None:
         raise DockerError(
             f"{wanted} ({info.id[7:19]}) has no immutable tag (REPO:<version>-<inputs digest>); a bare image id "

@@ -21,11 +21,11 @@ OCI = "org.opencontainers.image."
 PREFIX = "imgbuild."
 FORMAT = "1"
 
+BASE_LOCAL = f"{PREFIX}base"  # the local name of a base with no registry origin (no OCI base.name/base.digest)
 # Keys every image built by imgbuild carries; smoke relies on them.
 REQUIRED = (
     f"{OCI}version",
     f"{OCI}created",
-    f"{OCI}base.name",
     f"{OCI}title",
     f"{PREFIX}format",
     f"{PREFIX}variant",
@@ -203,8 +203,10 @@ def image_labels(
     layers: Sequence[str],
     title: str,
     source: Source | None,
+    local_base: str = "",
 ) -> dict[str, str]:
-    """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
+    """Every label of a variant image except `imgbuild.inputs` (which hashes these). `base_ref` empty: a base with
+    no registry origin (a stand-in built here), named by `local_base` in `imgbuild.base` only."""
     user, upstream, upstreams = dict(plan.variant.image.labels), inputs.upstream, inputs.upstreams
     for key in user:
         if key.startswith(PREFIX):
@@ -223,7 +225,7 @@ def image_labels(
         f"{OCI}created": inputs.created,
         f"{OCI}title": title,
         f"{OCI}licenses": LICENSES,
-        f"{OCI}base.name": qualified(base_ref) if base_ref else "",
+        **({f"{OCI}base.name": qualified(base_ref)} if base_ref else {BASE_LOCAL: local_base} if local_base else {}),
         **{k: v for k, v in known.items() if v},
         **user,
         f"{PREFIX}format": FORMAT,

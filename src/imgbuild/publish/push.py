@@ -1,17 +1,23 @@
-"""`imgbuild publish`: build and smoke-test locally, then `docker push` each platform image, the join, and the
-moving tags last. On the containerd store a push keeps the local digest (anything else is an error)."""
+"""`imgbuild publish`: ask the registry first, build and smoke-test locally, then `docker push` each platform image
+and the join of every variant, and the moving tags last. On the containerd store a push keeps the local digest
+(anything else is an error).
+
+A moving tag keeps the platforms a publish does not make: publishing linux/arm64 alone over a tag that names an
+index of arm64 and amd64 writes a new index (`docker buildx imagetools create` over the manifests, by digest) with
+the new arm64 manifest beside the amd64 one it had. A failure at any step puts the local moving tags back."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imgbuild.builder import runner as build
 from imgbuild.engine import Engine
-from imgbuild.errors import ConfigError, RegistryError
+from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
@@ -61,6 +67,26 @@ class Push:
         return {"local": self.local, "manifest": self.digest, "inputs": self.inputs_digest, "ref": self.target}
 
 
+def merged(before: Mapping[str, str] | None, new: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What a moving tag names after a publish of `new` (platform -> manifest digest) over `before` (what it
+    names now; None: nothing): the new platforms beside the others it had, and those kept (pure)."""
+    kept = {p: d for p, d in (before or {}).items() if p not in new}
+    return dict(sorted({**new, **kept}.items())), tuple(sorted(kept))
+
+
+@dataclass(frozen=True)
+class MovingIndex:
+    """A registry moving tag before and after the publish, platform -> manifest digest."""
+
+    ref: str
+    before: dict[str, str] | None  # None: the registry has no such tag (or, in a dry run, did not answer)
+    after: dict[str, str]
+    kept: tuple[str, ...]  # platforms this publish does not make, kept from `before` by digest
+
+    def to_json(self) -> dict[str, object]:
+        return {"ref": self.ref, "before": self.before, "after": self.after, "kept": list(self.kept)}
+
+
 @dataclass(frozen=True)
 class VariantPublish:
     variant: str
@@ -68,10 +94,22 @@ class VariantPublish:
     images: tuple[Push, ...]  # one per platform
     top: Push  # what the moving tags name: the one platform's image, or the join
     moving_tags: tuple[str, ...]
+    before: Mapping[str, dict[str, str] | None] = field(default_factory=dict)  # moving ref -> what the registry had
 
     @property
     def moving_refs(self) -> list[str]:
         return [f"{self.name}:{t}" for t in self.moving_tags]
+
+    @property
+    def new(self) -> dict[str, str]:
+        """platform -> the manifest this publish puts there."""
+        return {p.platform: p.digest for p in self.images}
+
+    def indexes(self) -> list[MovingIndex]:
+        """Each moving tag before (as read before the build) and after."""
+        return [
+            MovingIndex(ref, self.before.get(ref), *merged(self.before.get(ref), self.new)) for ref in self.moving_refs
+        ]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -80,6 +118,7 @@ class VariantPublish:
             "immutable": self.top.target,
             "moving": self.moving_refs,
             "platforms": {p.platform: p.to_json() for p in self.images},
+            "moving_index": [m.to_json() for m in self.indexes()],
         }
 
 
@@ -124,6 +163,7 @@ class Outcome:
     state: str  # "published", "unchanged", "retagged"
     pushed: list[str]
     moved: list[str]
+    kept: list[str] = field(default_factory=list)  # platforms a moving tag kept (this publish did not make them)
 
 
 def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
@@ -144,13 +184,90 @@ def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
     return True
 
 
-def push_variant(vp: VariantPublish, say: Say) -> Outcome:
-    """Each platform's image, then the join (several platforms), then the moving tags, last."""
+def push_immutable(vp: VariantPublish, say: Say) -> list[str]:
+    """Each platform's image, then the join (several platforms), under their immutable tags: what it pushed."""
     immutable = [*vp.images, *((vp.top,) if vp.top not in vp.images else ())]
-    pushed = [p.target for p in immutable if _push(p, p.target, say)]
-    moved = [ref.rsplit(":", 1)[1] for ref in vp.moving_refs if _push(vp.top, ref, say, name=vp.name)]
+    return [p.target for p in immutable if _push(p, p.target, say)]
+
+
+def move_tag(vp: VariantPublish, ref: str, say: Say) -> tuple[str, bool, tuple[str, ...]]:
+    """Point the moving tag `ref` at the variant's images, keeping the platforms it names that this publish does
+    not make (a new index over the manifests, by digest): (the digest it names, whether it moved, kept)."""
+    now = tools.inspect(ref)
+    before = tools.platforms_at(now) if now is not None else None
+    after, kept = merged(before, vp.new)
+    if not kept:
+        return vp.top.digest, _push(vp.top, ref, say, name=vp.name), ()
+    assert now is not None  # kept platforms came from it
+    if now.is_index and before == after:
+        return now.digest, False, kept
+    say(f"{ref}: {', '.join(vp.new)} beside {', '.join(kept)} (kept), as one index")
+    tools.create_index(ref, [f"{vp.name}@{d}" for d in after.values()])
+    got = tools.inspect_required(ref)
+    if tools.platforms_at(got) != after:
+        raise RegistryError(f"{ref}: the registry's index names {tools.platforms_at(got)}, not {after}")
+    return got.digest, True, kept
+
+
+def push_variant(vp: VariantPublish, say: Say) -> Outcome:
+    """One variant: its immutable tags, then its moving tags, last."""
+    return move_variant(vp, push_immutable(vp, say), say)
+
+
+def move_variant(vp: VariantPublish, pushed: list[str], say: Say) -> Outcome:
+    digest, moved, kept = vp.top.digest, list[str](), set[str]()
+    for ref in vp.moving_refs:
+        digest, did, kept_here = move_tag(vp, ref, say)
+        moved += [ref.rsplit(":", 1)[1]] if did else []
+        kept.update(kept_here)
     say(f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if pushed or moved else ", already published"))
-    return Outcome(vp.top.digest, "published" if pushed else "retagged" if moved else "unchanged", pushed, moved)
+    state = "published" if pushed else "retagged" if moved else "unchanged"
+    return Outcome(digest, state, pushed, moved, sorted(kept))
+
+
+def push_all(plan: Sequence[VariantPublish], say: Say) -> list[Outcome]:
+    """Every variant's immutable tags first, then every moving tag: a failure while pushing images moves none."""
+    pushed = [push_immutable(vp, say) for vp in plan]
+    return [move_variant(vp, p, say) for vp, p in zip(plan, pushed, strict=True)]
+
+
+def read_moving(plan: Sequence[VariantPublish], *, strict: bool) -> list[VariantPublish]:
+    """Each variant with what the registry's moving tags name now. `strict`: a registry that does not answer or
+    refuses the credentials is a RegistryError (a publish asks before it builds anything); else (a dry run)
+    it is said as `before` None."""
+    out = []
+    for vp in plan:
+        before: dict[str, dict[str, str] | None] = {}
+        for ref in vp.moving_refs:
+            try:
+                found = tools.check_access(ref)
+            except RegistryError:
+                if strict:
+                    raise
+                found = None
+            before[ref] = tools.platforms_at(found) if found is not None else None
+        out.append(replace(vp, before=before))
+    return out
+
+
+@contextlib.contextmanager
+def local_tags_kept(engine: Engine, refs: Sequence[str], say: Say) -> Iterator[None]:
+    """On a failure, put the local moving tags `refs` back on what they named before (or remove them)."""
+    before = {ref: (info.id if (info := engine.image(ref)) else None) for ref in dict.fromkeys(refs)}
+    try:
+        yield
+    except BaseException:
+        for ref, image_id in before.items():
+            try:
+                now = engine.image(ref)
+                if image_id is None and now is not None:
+                    engine.untag(ref)
+                elif image_id is not None and (now is None or now.id != image_id):
+                    engine.tag(image_id, ref)
+            except DockerError as exc:  # the daemon may be gone: say what to do
+                fix = f"docker tag {image_id} {ref}" if image_id else f"docker image rm --no-prune {ref}"
+                say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}; to do it: {fix}")
+        raise
 
 
 def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say) -> list[str]:
@@ -209,11 +326,17 @@ def publish(
     options = build.BuildOptions(base=base, repository=None if configured else repository, smoke=True)
     if dry_run:
         planned = build.dry_run(project, selection, options)
-        return PublishResult(plan_dry(planned.plan, registry, repository), seconds=time.perf_counter() - t0)
+        dry = read_moving(plan_dry(planned.plan, registry, repository), strict=False)
+        return PublishResult(dry, seconds=time.perf_counter() - t0)
     engine = Engine.connect()
-    built = build.build(engine, project, selection, options, say)
-    found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
-    plan = plan_built(built, registry, repository, found)
-    outcomes = [push_variant(vp, say) for vp in plan]
+    ahead = build.dry_plan(project, selection, options, engine).plan
+    # the registry answers and takes docker's credentials, before anything is built, smoke-tested or tagged
+    before = {vp.variant: vp.before for vp in read_moving(plan_dry(ahead, registry, repository), strict=True)}
+    local_moving = [ref for t in (*ahead.images, *ahead.joins) for ref in t.moving_refs]
+    with local_tags_kept(engine, local_moving, say):
+        built = build.build(engine, project, selection, options, say)
+        found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
+        plan = [replace(vp, before=before[vp.variant]) for vp in plan_built(built, registry, repository, found)]
+        outcomes = push_all(plan, say)
     attached = attach(plan, key, sbom=sbom, sign=sign, say=say) if key is not None and (sbom or sign) else []
     return PublishResult(plan, outcomes, attached, time.perf_counter() - t0)
