@@ -172,8 +172,11 @@ def test_a_bad_registry_is_exit_9_and_names_the_ref(world: World) -> None:
     gone = f"127.0.0.1:{free_port()}"
     proc = world.publish("engram-mem", "-r", gone, "--platform", "linux/amd64")
     assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert f"{gone}/{world.repo}:1.0.0-" in proc.stderr and "connection refused" in proc.stderr
-    assert f"is the registry at {gone} running" in proc.stderr
+    # asked before the build: the moving tag it would write is named, nothing was built or smoke-tested
+    err = " ".join(proc.stderr.split())
+    assert f"cannot publish to {gone}" in err and f"{gone}/{world.repo}:engram-mem" in err, err
+    assert "connection refused" in err and f"is the registry at {gone} running" in err, err
+    assert "smoke-testing" not in proc.stderr and "pushing" not in proc.stderr
     dry = world.publish("engram-mem", "-r", gone, "--platform", "linux/amd64", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     plan = load_json(dry.stdout)
@@ -202,8 +205,10 @@ def test_credentials_are_dockers_own(world: World, tmp_path: Path) -> None:
         args = ("engram-mem", "-r", guarded.host, "--platform", "linux/amd64")
         proc = world.publish(*args, env={"DOCKER_CONFIG": str(_docker_config(tmp_path / "none"))})
         assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
-        assert f"{guarded.host}/{world.repo}:1.0.0-" in proc.stderr and f"docker login {guarded.host}" in proc.stderr
-        assert f"has no credentials for {guarded.host}" in " ".join(proc.stderr.split())
+        err = " ".join(proc.stderr.split())
+        assert f"the registry at {guarded.host} asks for credentials" in err, err
+        assert f"{guarded.host}/{world.repo}:engram-mem" in err and f"docker login {guarded.host}" in err, err
+        assert f"has no credentials for {guarded.host}" in err and "smoke-testing" not in err, err
         wrong = _docker_config(tmp_path / "wrong", guarded.host, "ci", "not-the-password")
         proc = world.publish(*args, env={"DOCKER_CONFIG": str(wrong)})
         assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -216,6 +221,13 @@ def test_credentials_are_dockers_own(world: World, tmp_path: Path) -> None:
         assert secret not in proc.stdout + proc.stderr
         plat = out["engram-mem"]["platforms"]["linux/amd64"]  # type: ignore[index]
         assert plat["manifest"] == local_id(plat["local"])
+        # published before: wrong credentials are said as such on the first read, in text and in --json
+        for extra in ((), ("--json",)):
+            proc = world.publish(*args, *extra, env={"DOCKER_CONFIG": str(wrong)})
+            assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
+            said = " ".join((proc.stdout + proc.stderr).split())
+            assert f"the registry at {guarded.host} refused the credentials docker holds for it" in said, said
+            assert f"the `auths` entry in {wrong}/config.json" in said, said
     finally:
         guarded.stop()
         remove_images(guarded.host + "/")

@@ -154,10 +154,15 @@ class Runner:
             self._previous[ref] = _image_id(self.engine, ref)
 
     def _move(self, image_id: str, refs: Sequence[str]) -> bool:
-        pending = [r for r in refs if _image_id(self.engine, r) != image_id]
-        for ref in pending:
+        """Point each moving ref at `image_id`; one that named another image (an earlier build, or the one a
+        `rollback` put it on) is said, from what to what."""
+        pending = [(r, _image_id(self.engine, r)) for r in refs]
+        pending = [(r, old) for r, old in pending if old != image_id]
+        for ref, old in pending:
             self._note(ref)
             self.engine.tag(image_id, ref)
+            if old is not None:
+                self.say(f"{ref}: moved from {old[7:19]} to {image_id[7:19]} (`imgbuild rollback --to` moves it back)")
         return bool(pending)
 
     def make(self) -> dict[str, tuple[str, bool]]:

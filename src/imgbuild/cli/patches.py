@@ -263,7 +263,10 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
     else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:
-            tables.console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
+            named = ref.tag if ref.ref == ref.tag else f"{ref.ref} is {ref.tag}"  # e.g. `latest is v0.34.0`
+            tables.console.print(
+                f"{named} ({ref.commit[:12]}): {matrix.seconds.get(ref.ref, 0.0):.3f} s", markup=False, highlight=False
+            )
             for need in matrix.needs.get(ref.ref, ()):
                 style = {"ok": "green", "overridden": "yellow"}.get(need.status, "bold red")
                 tables.console.print(f"  [{style}]pins[/]: {escape(need.message)}", highlight=False)
