@@ -157,7 +157,7 @@ def test_publish_pushes_each_local_tag_as_it_is_and_the_moving_tags_name_the_top
     assert latest.moving_refs == ["127.0.0.1:5000/team/vllm-dsv41:latest"]
     # one platform: no index; the moving tag names the image itself, as it does locally
     assert mem.top == mem.images[0] and mem.top.digest == "sha256:" + "c" * 64
-    # --repository moves where it goes, not what it is
+    # --repository: the repository the build used (it names the images locally too), under the registry
     (other, _) = publish.plan_built(_built(), "127.0.0.1:5000", "x/y", {})  # type: ignore[arg-type]
     assert other.name == "127.0.0.1:5000/x/y" and other.top.digest == JOIN
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from imgbuild.cli.build import RepoOpt
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
 
@@ -20,9 +21,7 @@ def publish(
     registry: Annotated[
         str, typer.Option("--registry", "-r", help="Registry (and optional path prefix), e.g. ghcr.io/org.")
     ],
-    repository: Annotated[
-        str | None, typer.Option("--repository", help="Repository name instead of image.repository.")
-    ] = None,
+    repository: RepoOpt = None,
     platform: Annotated[
         list[str] | None,
         typer.Option(

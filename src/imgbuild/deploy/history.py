@@ -211,7 +211,10 @@ def _entry(
         upstreams=upstreams_of(lab),
         series=lab.get(f"{lbl.PREFIX}series", ""),
         patches={str(k): str(v) for k, v in patches.items()} if isinstance(patches, dict) else {},
-        base={"name": lab.get(f"{lbl.OCI}base.name", ""), "digest": lab.get(f"{lbl.OCI}base.digest")},
+        base={  # a base with no registry origin (a stand-in) by its local name
+            "name": lab.get(f"{lbl.OCI}base.name") or lab.get(lbl.BASE_LOCAL, ""),
+            "digest": lab.get(f"{lbl.OCI}base.digest"),
+        },
         created=lab.get(f"{lbl.OCI}created", ""),
         inputs=lab[lbl.INPUTS],
         last_tagged=info.last_tagged,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from imgbuild.builder import runner as build
 from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError
+from imgbuild.plan.labels import INPUTS
 from imgbuild.platforms import Platform
 from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
@@ -140,17 +141,39 @@ def plan_built(
     return out
 
 
-def plan_dry(plan: BuildPlan, registry: str, repository: str | None) -> list[VariantPublish]:
-    """Where each image would go, from the build plan (nothing built yet)."""
+def current(engine: Engine | None, plan: BuildPlan) -> dict[str, str]:
+    """immutable ref -> local id of the plan's images already built (a one-platform image whose inputs label is
+    the plan's; a join under its immutable tag, whose digest covers its parts' immutable tags)."""
+    if engine is None:
+        return {}
+    out: dict[str, str] = {}
+    for ib in plan.images:
+        if (info := engine.image(ib.immutable_ref)) is not None and info.labels.get(INPUTS) == ib.inputs_digest:
+            out[ib.immutable_ref] = info.id
+    for join in plan.joins:
+        if (info := engine.image(join.immutable_ref)) is not None:
+            out[join.immutable_ref] = info.id
+    return out
+
+
+def plan_dry(
+    plan: BuildPlan, registry: str, repository: str | None, have: Mapping[str, str] | None = None
+) -> list[VariantPublish]:
+    """Where each image would go, from the build plan: `have`, the local ids of those already built (the others
+    are NOT_BUILT)."""
     out = []
+    have = have or {}
     joins = {j.variant: j for j in plan.joins}
     for variant in dict.fromkeys(ib.variant for ib in plan.images):
         parts = [ib for ib in plan.images if ib.variant == variant]
         name = reference.join(registry, repository or parts[0].repository).name
-        pushes = tuple(Push(ib.immutable_ref, NOT_BUILT, name, (ib.platform,), ib.inputs_digest) for ib in parts)
+        pushes = tuple(
+            Push(ib.immutable_ref, have.get(ib.immutable_ref, NOT_BUILT), name, (ib.platform,), ib.inputs_digest)
+            for ib in parts
+        )
         join = joins.get(variant)
         platforms = tuple(ib.platform for ib in parts)
-        top = Push(join.immutable_ref, NOT_BUILT, name, platforms) if join else pushes[0]
+        top = Push(join.immutable_ref, have.get(join.immutable_ref, NOT_BUILT), name, platforms) if join else pushes[0]
         out.append(
             VariantPublish(variant, name, pushes, top, tuple(join.moving_tags if join else parts[0].moving_tags))
         )
@@ -321,12 +344,15 @@ def publish(
 ) -> PublishResult:
     """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
     t0 = time.perf_counter()
-    # built under the configured repository: --repository changes where an image goes, not what it is
-    configured = all(project.variants[n].image.repository for n in selection.names)
-    options = build.BuildOptions(base=base, repository=None if configured else repository, smoke=True)
+    # --repository is the images' repository, locally and in the registry (REG/REPO), as for `build`
+    options = build.BuildOptions(base=base, repository=repository, smoke=True)
     if dry_run:
-        planned = build.dry_run(project, selection, options)
-        dry = read_moving(plan_dry(planned.plan, registry, repository), strict=False)
+        try:
+            maybe: Engine | None = Engine.connect()
+        except DockerError:
+            maybe = None
+        planned = build.dry_plan(project, selection, options, maybe).plan
+        dry = read_moving(plan_dry(planned, registry, repository, current(maybe, planned)), strict=False)
         return PublishResult(dry, seconds=time.perf_counter() - t0)
     engine = Engine.connect()
     ahead = build.dry_plan(project, selection, options, engine).plan

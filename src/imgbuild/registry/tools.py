@@ -151,9 +151,15 @@ def _run(
 
 
 def push(local: str, target: str) -> str:
-    """Tag the local image `local` as `target` (`host/repo:tag`), push it, and return the digest pushed."""
+    """Tag the local image `local` as `target` (`host/repo:tag`), push it, and return the digest pushed. The
+    `target` tag is for the push only: it is taken off again (`local` keeps the image), so the local store
+    names the image as build did, and nothing later finds it under the registry's name."""
     _run(["tag", local, target], f"docker tag {local} {target}", target)
-    done = _run(["push", target], f"docker push {target}", target)
+    try:
+        done = _run(["push", target], f"docker push {target}", target)
+    finally:
+        if target != local:
+            _run(["image", "rm", "--no-prune", target], f"docker image rm --no-prune {target}", target, check=False)
     found = PUSHED.findall(done.stdout + done.stderr)
     return str(found[-1]) if found else inspect_required(target).digest  # no digest line: ask the registry
 
