@@ -72,19 +72,10 @@ def _run(as_json: bool) -> int:
         return fail(
             type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details, doc=as_json and not exc.reported
         )
-    except typer.TyperException as exc:  # click's usage errors (typer vendors click)
-        if as_json:
-            from imgbuild.report.documents.deploy import Error
-
-            print(Error.of(error_json("UsageError", exc.format_message(), None, exc.exit_code)).render())
-        from typer import rich_utils
-
-        # typer forces colour on whenever GITHUB_ACTIONS (or FORCE_COLOR, PY_COLORS) is set, so every CI log and
-        # captured stderr got escape codes. Leave it to rich: colour on a terminal or under FORCE_COLOR, none
-        # when NO_COLOR is set or stderr is a pipe or a file.
-        rich_utils.FORCE_TERMINAL = None
-        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
-        return exc.exit_code
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click): the same two lines as ours
+        ctx = getattr(exc, "ctx", None)
+        where = f"`{ctx.command_path} --help`" if ctx is not None else "`imgbuild --help`"
+        return fail("UsageError", exc.format_message(), f"{where} lists what it takes", exc.exit_code, {}, doc=as_json)
     except OSError as exc:  # a path the OS refused that no command foresaw: still one line, no traceback
         where = f": {exc.filename}" if exc.filename else ""
         hint = (
