@@ -293,20 +293,24 @@ def local_tags_kept(engine: Engine, refs: Sequence[str], say: Say) -> Iterator[N
         raise
 
 
-def attach(plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say) -> list[str]:
-    """An SPDX SBOM attested on each platform's manifest, then a signature on what the moving tags name."""
+def attach(
+    plan: Sequence[VariantPublish], key: Path, *, sbom: bool, sign: bool, say: Say, named: Sequence[str] = ()
+) -> list[str]:
+    """An SPDX SBOM attested on each platform's manifest, then a signature on what the moving tags name (`named`,
+    per variant: an index that kept other platforms is not the variant's own top)."""
     done = []
-    for vp in plan:
+    for i, vp in enumerate(plan):
+        top = named[i] if i < len(named) else vp.top.digest
         for p in vp.images if sbom else ():
             ref = f"{vp.name}@{p.digest}"
             signing.attest_sbom(ref, sbommod.render(sbommod.spdx(vp.name, p.platform, p.digest, p.labels)), key)
             done.append(f"sbom {ref}")
             say(f"{vp.variant} {p.platform}: SPDX SBOM attested on {p.digest[:19]}")
         if sign:
-            ref = f"{vp.name}@{vp.top.digest}"
+            ref = f"{vp.name}@{top}"
             signing.sign(ref, key)
             done.append(f"signature {ref}")
-            say(f"{vp.variant}: {vp.top.digest[:19]} signed")
+            say(f"{vp.variant}: {top[:19]} signed")
     return done
 
 
@@ -364,5 +368,8 @@ def publish(
         found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
         plan = [replace(vp, before=before[vp.variant]) for vp in plan_built(built, registry, repository, found)]
         outcomes = push_all(plan, say)
-    attached = attach(plan, key, sbom=sbom, sign=sign, say=say) if key is not None and (sbom or sign) else []
+    named = [o.digest for o in outcomes]
+    attached = (
+        attach(plan, key, sbom=sbom, sign=sign, say=say, named=named) if key is not None and (sbom or sign) else []
+    )
     return PublishResult(plan, outcomes, attached, time.perf_counter() - t0)
