@@ -95,7 +95,8 @@ class VariantPublish:
     images: tuple[Push, ...]  # one per platform
     top: Push  # what the moving tags name: the one platform's image, or the join
     moving_tags: tuple[str, ...]
-    before: Mapping[str, dict[str, str] | None] = field(default_factory=dict)  # moving ref -> what the registry had
+    # moving ref -> what the registry had there (a dry run: now; a publish: when it wrote the tag)
+    before: Mapping[str, dict[str, str] | None] = field(default_factory=dict)
 
     @property
     def moving_refs(self) -> list[str]:
@@ -107,7 +108,7 @@ class VariantPublish:
         return {p.platform: p.digest for p in self.images}
 
     def indexes(self) -> list[MovingIndex]:
-        """Each moving tag before (as read before the build) and after."""
+        """Each moving tag before and after."""
         return [
             MovingIndex(ref, self.before.get(ref), *merged(self.before.get(ref), self.new)) for ref in self.moving_refs
         ]
@@ -189,10 +190,13 @@ class Outcome:
     kept: list[str] = field(default_factory=list)  # platforms a moving tag kept (this publish did not make them)
 
 
-def _push(push: Push, target: str, say: Say, *, name: str = "") -> bool:
+_ASK = tools.Manifest("", b"")  # _push's `have` when the caller has not read the target yet
+
+
+def _push(push: Push, target: str, say: Say, *, name: str = "", have: tools.Manifest | None = _ASK) -> bool:
     """Push `push` as `target` unless the registry has it at its digest (a join's moving tag is copied from
-    the index pushed to `name`, one write); whether it pushed."""
-    have = tools.inspect(target)
+    the index pushed to `name`, one write); whether it pushed. `have`: what the target names, already read."""
+    have = tools.inspect(target) if have is _ASK else have
     if have is not None and have.digest == push.digest:
         return False
     say(f"pushing {push.local} ({push.platform}) as {target}")
@@ -213,42 +217,50 @@ def push_immutable(vp: VariantPublish, say: Say) -> list[str]:
     return [p.target for p in immutable if _push(p, p.target, say)]
 
 
-def move_tag(vp: VariantPublish, ref: str, say: Say) -> tuple[str, bool, tuple[str, ...]]:
+def move_tag(vp: VariantPublish, ref: str, say: Say) -> tuple[MovingIndex, str, bool]:
     """Point the moving tag `ref` at the variant's images, keeping the platforms it names that this publish does
-    not make (a new index over the manifests, by digest): (the digest it names, whether it moved, kept)."""
+    not make (a new index over the manifests, by digest): (before and after, the digest it names, moved?)."""
     now = tools.inspect(ref)
-    before = tools.platforms_at(now) if now is not None else None
+    if now is None:
+        before = None
+    elif not now.is_index and now.digest in vp.new.values():  # one of this publish's own images: its platform known
+        before = {p: d for p, d in vp.new.items() if d == now.digest}
+    else:
+        before = tools.platforms_at(now)
     after, kept = merged(before, vp.new)
+    seen = MovingIndex(ref, before, after, kept)
     if not kept:
-        return vp.top.digest, _push(vp.top, ref, say, name=vp.name), ()
+        return seen, vp.top.digest, _push(vp.top, ref, say, name=vp.name, have=now)
     assert now is not None  # kept platforms came from it
     if now.is_index and before == after:
-        return now.digest, False, kept
+        return seen, now.digest, False
     say(f"{ref}: {', '.join(vp.new)} beside {', '.join(kept)} (kept), as one index")
     tools.create_index(ref, [f"{vp.name}@{d}" for d in after.values()])
     got = tools.inspect_required(ref)
     if tools.platforms_at(got) != after:
         raise RegistryError(f"{ref}: the registry's index names {tools.platforms_at(got)}, not {after}")
-    return got.digest, True, kept
+    return seen, got.digest, True
 
 
-def push_variant(vp: VariantPublish, say: Say) -> Outcome:
+def push_variant(vp: VariantPublish, say: Say) -> tuple[VariantPublish, Outcome]:
     """One variant: its immutable tags, then its moving tags, last."""
     return move_variant(vp, push_immutable(vp, say), say)
 
 
-def move_variant(vp: VariantPublish, pushed: list[str], say: Say) -> Outcome:
-    digest, moved, kept = vp.top.digest, list[str](), set[str]()
+def move_variant(vp: VariantPublish, pushed: list[str], say: Say) -> tuple[VariantPublish, Outcome]:
+    """The variant's moving tags; the variant with each tag's `before` as read when it was written."""
+    digest, moved, kept, before = vp.top.digest, list[str](), set[str](), dict[str, dict[str, str] | None]()
     for ref in vp.moving_refs:
-        digest, did, kept_here = move_tag(vp, ref, say)
+        seen, digest, did = move_tag(vp, ref, say)
         moved += [ref.rsplit(":", 1)[1]] if did else []
-        kept.update(kept_here)
+        kept.update(seen.kept)
+        before[ref] = seen.before
     say(f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if pushed or moved else ", already published"))
     state = "published" if pushed else "retagged" if moved else "unchanged"
-    return Outcome(digest, state, pushed, moved, sorted(kept))
+    return replace(vp, before=before), Outcome(digest, state, pushed, moved, sorted(kept))
 
 
-def push_all(plan: Sequence[VariantPublish], say: Say) -> list[Outcome]:
+def push_all(plan: Sequence[VariantPublish], say: Say) -> list[tuple[VariantPublish, Outcome]]:
     """Every variant's immutable tags first, then every moving tag: a failure while pushing images moves none."""
     pushed = [push_immutable(vp, say) for vp in plan]
     return [move_variant(vp, p, say) for vp, p in zip(plan, pushed, strict=True)]
@@ -268,7 +280,8 @@ def read_moving(plan: Sequence[VariantPublish], *, strict: bool) -> list[Variant
                 if strict:
                     raise
                 found = None
-            before[ref] = tools.platforms_at(found) if found is not None else None
+            if not strict:  # a publish reads each tag again when it writes it, and says it as it was then
+                before[ref] = tools.platforms_at(found) if found is not None else None
         out.append(replace(vp, before=before))
     return out
 
@@ -361,13 +374,13 @@ def publish(
     engine = Engine.connect()
     ahead = build.dry_plan(project, selection, options, engine).plan
     # the registry answers and takes docker's credentials, before anything is built, smoke-tested or tagged
-    before = {vp.variant: vp.before for vp in read_moving(plan_dry(ahead, registry, repository), strict=True)}
+    read_moving(plan_dry(ahead, registry, repository), strict=True)
     local_moving = [ref for t in (*ahead.images, *ahead.joins) for ref in t.moving_refs]
     with local_tags_kept(engine, local_moving, say):
         built = build.build(engine, project, selection, options, say)
         found = {img.image_id: engine.require(img.image_id).labels for img in built.images}
-        plan = [replace(vp, before=before[vp.variant]) for vp in plan_built(built, registry, repository, found)]
-        outcomes = push_all(plan, say)
+        done = push_all(plan_built(built, registry, repository, found), say)
+    plan, outcomes = [vp for vp, _ in done], [o for _, o in done]
     named = [o.digest for o in outcomes]
     attached = (
         attach(plan, key, sbom=sbom, sign=sign, say=say, named=named) if key is not None and (sbom or sign) else []

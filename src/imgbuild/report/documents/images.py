@@ -248,8 +248,9 @@ class Push(Part):
 
 
 class MovingIndex(Part):
-    """A registry moving tag, platform -> manifest digest: `before` as read before the build (null: no such tag, or
-    in a dry run a registry that did not answer), `after` with the platforms this publish does not make `kept`"""
+    """A registry moving tag, platform -> manifest digest: `before` as the registry had it when the tag was written
+    (a dry run: now; null: no such tag, or in a dry run a registry that did not answer), `after` with the platforms
+    this publish does not make `kept`"""
 
     ref: str
     before: dict[str, str] | None
