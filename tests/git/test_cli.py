@@ -172,3 +172,19 @@ def test_exit_1_is_reached_only_through_check_failed() -> None:
     codes = {c.exit_code: c.__name__ for c in classes}
     assert len(codes) == len(classes)  # one class per exit code
     assert codes[errors.ExitCode.FAILURE] == "CheckFailed" and codes[errors.ExitCode.USAGE] == "UsageError"
+
+
+def test_the_entry_module_imports_nothing_before_its_try() -> None:
+    """A Ctrl-C while `imgbuild.cli.main` itself loads had no handler yet and printed a traceback (issue 44: its
+    `import json` at the top was the widest window): it now imports only `sys` (and `typing`, `__future__`) before
+    `run`'s try, where the app and everything else load."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; before = set(sys.modules); import imgbuild.cli.main; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert loaded <= {"imgbuild", "imgbuild.cli", "imgbuild.cli.main", "typing", "__future__"}, loaded
