@@ -14,7 +14,7 @@ import tarfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -411,6 +411,19 @@ class Engine:
         with self._container(ref, echo_rm=True, command=["imgbuild-read-only"], platform=plat) as cid:
             return {path: self._sha256(cid, path) for path in paths}
 
+    def archive(self, ref: str, path: str, platform: Platform | None = None) -> bytes | None:
+        """A tar of `path` (a file or a directory, recursively) in the image, or None if it is missing; the
+        container is never started."""
+        echo(["docker", "create", *(["--platform", str(platform)] if platform else []), ref, "imgbuild-read-only"])
+        plat = str(platform) if platform else None
+        with self._container(ref, echo_rm=True, command=["imgbuild-read-only"], platform=plat) as cid:
+            echo(["docker", "cp", f"{cid[:12]}:{path}", "-"])
+            try:
+                stream, _ = self._call(self.client.api.get_archive, cid, path)
+            except docker.errors.NotFound:
+                return None
+            return b"".join(stream)
+
     def _sha256(self, cid: str, path: str) -> str | None:
         echo(["docker", "cp", f"{cid[:12]}:{path}", "-"])
         try:
@@ -434,8 +447,11 @@ class Engine:
         entrypoint: Sequence[str] | None = None,
         binds: Sequence[str] = (),
         environment: Mapping[str, str] | None = None,
+        files: Mapping[str, bytes] | None = None,
     ) -> RunResult:
-        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given."""
+        """`docker run --rm IMAGE ARGV...`; the image's own entrypoint applies unless `entrypoint` is given.
+        `files` (absolute path -> bytes) are put into the container before it starts (`docker cp`: no bind
+        mount, so a daemon that does not share this machine's filesystem gets them too)."""
         opts = ["--platform", str(platform)] if platform else []
         opts += ["--entrypoint", shlex.join(entrypoint)] if entrypoint is not None else []
         opts += [a for b in binds for a in ("-v", b)]
@@ -450,6 +466,9 @@ class Engine:
             environment=dict(environment) if environment else None,
             host_config=api.create_host_config(binds=list(binds)) if binds else None,
         ) as cid:
+            if files:
+                echo(["docker", "cp", "-", f"{cid[:12]}:/"])
+                self._call(api.put_archive, cid, "/", _tar(files))
             try:
                 api.start(cid)
             except docker.errors.APIError as exc:  # e.g. the entrypoint does not exist in the image
@@ -481,6 +500,22 @@ def held_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    """A tar of `files` (absolute path -> bytes) and their parent directories, to extract at /."""
+    buf = io.BytesIO()
+    dirs = sorted({str(p) for path in files for p in PurePosixPath(path.lstrip("/")).parents[:-1]})
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.mode, info.size = 0o644, len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def _short(exc: BaseException) -> str:

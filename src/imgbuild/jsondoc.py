@@ -14,7 +14,7 @@ PREFIX = "imgbuild."
 # shapes (e.g. `build` and `build --dry-run`) has two names.
 VERSIONS: dict[str, int] = {
     "error": 1,  # the failure document cli/main.py prints: {"error": {...}}
-    "plan": 1,
+    "plan": 2,  # 2: `bases` (plan --bases)
     "patches-list": 1,
     "patches-status": 1,
     "patches-check": 2,  # 2: `ok` is false too when the pins disagree (`requirements`, `pin_problems`)

@@ -179,6 +179,8 @@ def test_bump_takes_the_override_and_it_is_shown_and_recorded(
     assert moved["new"] == "v0.3.0" and moved["override"]["reason"] == "no 0.2.0 on the index"
     md = (tmp_path / "r" / "bump-v2.0.0.md").read_text()
     assert "override in patches/upstream.yaml: flashinfer-python==0.2.0 → 0.3.0: no 0.2.0 on the index" in md
+    # the stock base installs what its vLLM requires: the report says a build on it stops at the package check
+    assert "vllm/vllm-openai:v1 carries flashinfer-python==0.2.0 (what its vLLM requires), not 0.3.0" in md
     code, doc, err = run(capsys, project, "patches", "check")
     assert code == 0, err
     [need] = doc["requirements"]  # type: ignore[misc]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import py_compile
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from imgbuild.engine import RunResult
 from imgbuild.plan import labels as lbl
@@ -357,3 +361,25 @@ def test_the_launcher_checks_and_the_probe_share_one_shell(tmp_path: Path) -> No
     assert launched.ran and launched.kill, proc.stdout  # sparkrun's sentinel, then the standalone kill
     res = probe.parse(proc.stdout)
     assert res.ran and res.commands["echo hi"].stdout == "hi\n", proc.stderr
+
+
+@pytest.mark.parametrize("mode", list(py_compile.PycInvalidationMode))
+def test_the_probe_asks_the_loader_which_code_import_would_run(
+    tmp_path: Path, mode: py_compile.PycInvalidationMode
+) -> None:
+    """A .pyc compiled from the release beside a patched file: only an unchecked-hash one makes import run the
+    release (Python never checks it against the file); the probe says so, and passes once the .pyc is the file's."""
+    pkg = package(tmp_path, {"patched": "x = 'release'\n"})
+    path = pkg / "patched.py"
+    py_compile.compile(str(path), invalidation_mode=mode, doraise=True)  # the base's bytecode, of the release
+    path.write_text("x = 'patched!'\n")  # the overlay (a size change: a timestamp .pyc is stale by its header)
+    job = probe.Job((str(path),), (), 10)
+    ok, detail = probe.parse(run_probe(job, tmp_path).stdout).loads[str(path)]
+    unchecked = mode is py_compile.PycInvalidationMode.UNCHECKED_HASH
+    assert ok is not unchecked, detail
+    if unchecked:
+        assert detail.startswith("the interpreter would run ") and "(unchecked-hash), not this file's code" in detail
+    py_compile.compile(str(path), invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH, doraise=True)
+    ok, detail = probe.parse(run_probe(job, tmp_path).stdout).loads[str(path)]
+    assert ok and detail.endswith("(checked-hash)"), detail
+    assert detail == f"from {Path(importlib.util.cache_from_source(str(path))).relative_to(pkg)} (checked-hash)"

@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from imgbuild.builder import base_probe
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
+from imgbuild.builder.packages import check_packages
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
 from imgbuild.patches.variants import VariantPlan
@@ -354,7 +356,11 @@ def prepare(
     plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_entrypoints(engine, plans, bases)
+        facts = base_probe.read_for_build(engine, plans, bases, cache_dir())  # one container per new base
+        check_packages(project.pins, bases, facts)
         check_drift(engine, plans, bases, cache_dir(), project)
+        bytecode = {k: f.bytecode for k, f in facts.items()}
+        plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository, bytecode=bytecode)
     return plan
 
 

@@ -36,6 +36,15 @@ def rebase_cmd(
     report: Annotated[
         Path | None, typer.Option("--report", help="Where to write the review report (markdown; JSON beside it).")
     ] = None,
+    from_base: Annotated[
+        str | None,
+        typer.Option(
+            "--from-base",
+            metavar="IMAGE",
+            help="With --onto NAME=VERSION: take that release of the wheel pin NAME from the base image IMAGE (its "
+            "installed files, each checked against its RECORD), for a release the package index does not have.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Carry the patch series onto another upstream release, like `git rebase`.
@@ -52,6 +61,11 @@ def rebase_cmd(
     With several upstreams pinned, --onto NAME=REF moves the pin NAME and carries
     only its patches (a plain REF is the first pin's); --onto A=x --onto B=y
     rebases A, then B, each with its own report.
+
+    --from-base IMAGE takes the release from a base image instead of the
+    package index: the stock vLLM 0.34.0 image carries FlashInfer 0.7.3, which
+    the index never had, so `--onto flashinfer=0.7.3 --from-base
+    vllm/vllm-openai:v0.34.0` carries the stack onto what that image holds.
     """
     from rich.table import Table
 
@@ -72,7 +86,13 @@ def rebase_cmd(
         message = rebase.abort(root)
         print_json(docs.PatchesRebaseAbort(ok=True, message=message)) if as_json else console.print(message)
         return
+    if from_base is not None and (onto is None or len(onto) != 1 or "=" not in onto[0]):
+        raise UsageError("--from-base goes with one --onto NAME=VERSION", hint="e.g. --onto flashinfer=0.7.3")
     if onto is not None:
+        if from_base is not None:
+            from imgbuild.builder.base_wheel import from_base as wheel_from_base
+
+            wheel_from_base(root, onto[0], from_base, _log)
         done = rebase.start(root, onto[0], more=onto[1:], report=report.resolve() if report else None, log=_log)
     elif continue_ or skip:
         done = rebase.resume(root, "skip" if skip else "continue", log=_log)

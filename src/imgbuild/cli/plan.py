@@ -9,6 +9,14 @@ from imgbuild.cli.options import JsonOpt
 
 def plan(
     variants: Annotated[list[str] | None, typer.Argument(help="Variants to plan (default: all in images/).")] = None,
+    bases: Annotated[
+        bool,
+        typer.Option(
+            "--bases",
+            help="Also read each variant's image.base from the local image store (nothing pulled or built; one "
+            "container per base, kept in the cache) and show its packages against the pins.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show which files each image variant carries patched or original.
@@ -16,7 +24,14 @@ def plan(
     Applies each variant's patches to the pinned release in memory and prints
     the variant x file matrix (like section 3 of the deployment report).
     With --json, prints the full plan: states, patches, sha256 and blob ids.
+    With --bases, also what each base carries of the pinned packages (a build
+    refuses a base that disagrees: docs/building-images.md, The stock vLLM image).
+
+    Examples:
+      imgbuild plan engram-mem
+      imgbuild plan --bases --json
     """
+    from imgbuild.builder.packages import read_bases
     from imgbuild.cli.options import load_project
     from imgbuild.plan.layers import share_layers
     from imgbuild.report.documents import images as docs
@@ -26,6 +41,7 @@ def plan(
     every = project.plan()  # the layers are planned over every variant, as `build` and the bake file plan them
     plans = project.plan(variants) if variants else every
     layers = share_layers(every).describe(variants or None)
+    carries = read_bases(project.pins, plans) if bases else None
     if as_json:
         print_json(
             docs.Plan.of(
@@ -41,6 +57,7 @@ def plan(
                     "series_digest": project.series_digest,
                     "variants": [p.to_json() for p in plans],
                     "layers": layers,
+                    "bases": [b.to_json() for b in carries] if carries is not None else None,
                 }
             )
         )
@@ -67,3 +84,12 @@ def plan(
             )
     for problem in project.pin_problems:
         console.print(f"pins disagree: {problem}", markup=False, highlight=False)
+    for b in carries or ():
+        head = f"base {b.ref} ({', '.join(b.variants)})"
+        if b.unread:
+            console.print(f"{head}: not read: {b.unread}", markup=False, highlight=False)
+            continue
+        console.print(f"{head}, {b.platform}:", markup=False, highlight=False)
+        for c in b.packages:
+            mark = "ok  " if c.agrees else "DIFF"
+            console.print(f"  {mark} {c.say()}", markup=False, highlight=False)

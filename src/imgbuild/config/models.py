@@ -167,6 +167,11 @@ class UpstreamPin(Strict):
         default=None,
         description="another pin requires this pin's project at a version it does not have: what replaces it, and why",
     )
+    companions: list[str] = Field(
+        default_factory=list,
+        description="projects released in lockstep with this wheel pin (e.g. flashinfer-cubin): where a base has one, "
+        "it must be at the pin's version",
+    )
 
     @property
     def version(self) -> str:
@@ -174,6 +179,8 @@ class UpstreamPin(Strict):
 
     @model_validator(mode="after")
     def _override_names_this_project(self) -> UpstreamPin:
+        if self.companions and not isinstance(self.source, WheelSource):
+            raise ValueError("companions: only a wheel pin (source.kind: wheel) has a version they must match")
         o = self.override
         if o is None:
             return self

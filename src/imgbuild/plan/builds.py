@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
+from imgbuild.plan.bytecode import BytecodeMap
 from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import LayerKey, LayerNode, LayerPlan, describe, digest_lines, share_layers
 from imgbuild.platforms import Platform
@@ -17,7 +18,7 @@ from imgbuild.platforms import Platform
 if TYPE_CHECKING:
     from imgbuild.project import Selection
 
-IMAGE_FORMAT = "imgbuild-image/1"
+IMAGE_FORMAT = "imgbuild-image/2"  # 2: the layers carry the bytecode of their modules (plan/bytecode.py)
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,12 @@ def make_build_plan(
     selection: Selection,
     *,
     repository: str | None = None,
+    bytecode: BytecodeMap | None = None,
 ) -> BuildPlan:
-    """The images of the selected variants on their platforms. Their layers are `share_layers` over all `plans`
-    (so `build engram-mem` alone makes the COPY `build latest` reuses); `layer_plans` shows them per platform and
-    base of the images in `bases`."""
+    """The images of the selected variants on their platforms; each layer carries the `bytecode` of its modules for
+    its base (None: none, in a plan that builds nothing: a dry run, the no-op check). Their layers are
+    `share_layers` over all `plans` (so `build engram-mem` alone makes the COPY `build latest` reuses);
+    `layer_plans` shows them per platform and base of the images in `bases`."""
     by_name = {p.variant.name: p for p in plans}
     shared = share_layers(plans)
     layer_plans: dict[tuple[Platform, LayerKey], tuple[str, LayerPlan]] = {}
@@ -168,7 +171,7 @@ def make_build_plan(
         plan = by_name[name]
         platforms = selection.platforms_of(name)
         parts = tuple(
-            _image(project, plan, pf, bases[(name, pf)], shared.chain(name), repository, len(platforms) == 1)
+            _image(project, plan, pf, bases[(name, pf)], shared.chain(name), repository, len(platforms) == 1, bytecode)
             for pf in platforms
         )
         images += parts
@@ -206,6 +209,7 @@ def _image(
     chain: tuple[LayerNode, ...],
     repository: str | None,
     moving: bool,
+    bytecode: BytecodeMap | None = None,
 ) -> ImageBuild:
     """One platform's image; it carries the variant's moving tags when it is the variant's only platform."""
     v = plan.variant
@@ -229,7 +233,15 @@ def _image(
     final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
     text = dockerfile.render_image(base.ref, site, names, v.image.env, final_labels, keep_entrypoint=keep)
     # the layers' files are the plan's (the pre-Dockerfile names them by their digest: the inputs cover them)
-    files = {node.name: {f.path: plan.contents[f.path] for f in node.files} for node in chain}
+    # and each module's .pyc, compiled by the base's python (a function of the base's id and the files: the same)
+    pyc = (bytecode or {}).get((base.image_id, site))
+    files = {
+        node.name: {
+            **{f.path: plan.contents[f.path] for f in node.files},
+            **(pyc.for_files(f.path for f in node.files) if pyc else {}),
+        }
+        for node in chain
+    }
     return ImageBuild(
         variant=v.name,
         platform=platform,

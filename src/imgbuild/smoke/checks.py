@@ -323,6 +323,9 @@ def runtime_checks(
     for f, path in zip(expected.files, job.paths, strict=True):
         ok, reason = result.compiles.get(path, (False, "not run"))
         checks.append(Check("runtime", f"compile {f.path}", "pass" if ok else "fail", reason or "byte-compiles"))
+        if ok:  # what import would run: a stale .pyc the loader trusts (unchecked-hash) runs other code
+            ok, reason = result.loads.get(path, (False, "not run"))
+            checks.append(Check("runtime", f"loads {f.path}", "pass" if ok else "fail", reason))
     checks.extend(_command_checks(expected.smoke, skeleton, result, res.exit_code))
     checks.extend(_import_checks(job, planned, skeleton, result, res))
     return checks, result, launcher

@@ -65,6 +65,7 @@ class ProbeResult:
     python: str | None = None
     hashes: dict[str, str | None] = field(default_factory=dict)  # path -> sha256, None when unreadable
     compiles: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    loads: dict[str, tuple[bool, str]] = field(default_factory=dict)  # path -> whether import runs the file's code
     commands: dict[str, CommandResult] = field(default_factory=dict)
     imports: dict[str, ImportResult] = field(default_factory=dict)
     cli: CommandResult | None = None  # `CLI --version`
@@ -92,6 +93,8 @@ def parse(stdout: str) -> ProbeResult:
                 res.hashes[name] = None if rest[0] is None else str(rest[0])
             elif kind == "compile":
                 res.compiles[name] = (bool(rest[0]), str(rest[1]))
+            elif kind == "loads":
+                res.loads[name] = (bool(rest[0]), str(rest[1]))
             elif kind in ("command", "cli"):
                 code, timed_out, out, err = rest
                 result = CommandResult(int(code), bool(timed_out), str(out), str(err))

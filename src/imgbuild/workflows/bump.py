@@ -334,6 +334,7 @@ def _moved_pins(
         if pin.override:
             o = pin.override
             extra.append(f"  - override in patches/upstream.yaml: {o.requirement} → {o.version}: {o.reason}")
+            extra += [f"  - {stock_line}" for stock_line in _stock_carries(project, o.requirement, o.version)]
         sub = review.report_md(root, f"rebase-{old.tag}-to-{pin.tag}")
         if old.commit != pin.commit and sub.is_file():
             body = sub.read_text(encoding="utf-8").replace("\n#", "\n###")  # its sections under this one
@@ -406,3 +407,14 @@ def move_base_tags(root: Path, old_tag: str, new_tag: str, log: Log) -> list[str
             log(f"{rel}: image.base {old_tag} -> {new_tag}")
             moved.append(rel)
     return moved
+
+
+def _stock_carries(project: Project, requirement: str, pinned: str) -> list[str]:
+    """What the variants' stock bases carry of an overridden requirement: a stock vLLM image installs what its
+    vLLM requires (requirements/cuda.txt), so the package check refuses it (docs/building-images.md)."""
+    bases = sorted({c.image.base for c in project.variant_configs.values() if c.image.base})
+    return [
+        f"{base} carries {requirement} (what its vLLM requires), not {pinned}: a build on it stops at the "
+        "package check (docs/building-images.md, The stock vLLM image)"
+        for base in bases
+    ]

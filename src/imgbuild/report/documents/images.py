@@ -26,6 +26,25 @@ class PlannedFile(Part):
     pristine_sha256: str | None
 
 
+class CarriedPackage(Part):
+    package: str
+    base_version: str | None = Field(description="the base's version by its *.dist-info; null: it has none")
+    pinned: str
+    pin: str
+    why: str = Field(description="why the pin is at `pinned`: its override and reason, or the pin")
+    companion_of: str | None = Field(description="the pin's own project, for a companion released with it")
+    agrees: bool = Field(description="the base is at the pin (or has no dist-info for it); false: a build refuses it")
+
+
+class PlanBase(Part):
+    ref: str
+    variants: list[str]
+    platform: str | None
+    image_id: str | None
+    packages: list[CarriedPackage]
+    unread: str | None = Field(description="why the base was not read (not in the local image store...); null: read")
+
+
 class VariantPlan(Part):
     variant: str
     chain: list[str]
@@ -53,6 +72,9 @@ class Plan(Document):
     series_digest: str
     variants: list[VariantPlan]
     layers: list[str] = Field(description="the layers, one line each, then each variant's, then notes")
+    bases: list[PlanBase] | None = Field(
+        default=None, description="with --bases: each variant's image.base against the pinned packages"
+    )
 
 
 # -- build ----------------------------------------------------------------------------------------------------------

@@ -28,6 +28,33 @@ def out(*rec: object) -> None:
         line = line[os.write(1, line) :]
 
 
+PYC_MODES = {0: "timestamp", 1: "unchecked-hash", 3: "checked-hash"}  # the .pyc header's flags (PEP 552)
+
+
+def loads(path: str, code: object) -> tuple[bool, str]:
+    """Whether the code this interpreter's import system would run for `path` is `code` (the file compiled): the
+    loader's answer, which takes a .pyc in __pycache__ over the file where the .pyc's header says so (an
+    unchecked-hash .pyc is never checked against the file). Nothing is executed or written."""
+    import importlib.machinery
+    import importlib.util
+
+    sys.dont_write_bytecode = True
+    try:
+        loaded = importlib.machinery.SourceFileLoader("imgbuild_probe", path).get_code("imgbuild_probe")
+    except Exception as e:  # noqa: BLE001 (a loader that fails is the result to report)
+        return False, "the loader failed: " + type(e).__name__ + " " + str(e).replace("\n", " ")[:300]
+    pyc = importlib.util.cache_from_source(path)
+    try:
+        with open(pyc, "rb") as f:
+            flags = int.from_bytes(f.read(8)[4:8], "little")
+        cached = os.path.relpath(pyc, os.path.dirname(path)) + " (" + PYC_MODES.get(flags, "flags " + str(flags)) + ")"
+    except OSError:
+        cached = ""
+    if loaded == code:
+        return True, ("from " + cached) if cached else "from the file (no .pyc)"
+    return False, "the interpreter would run " + (cached or "other code") + ", not this file's code"
+
+
 # The host wrote the job with repr() (ast.literal_eval would cost ~0.15 s to import under qemu).
 paths, commands, timeout, modules, split, most, cli = eval(sys.argv[1], {"__builtins__": {}})
 out("python", sys.version.split()[0])
@@ -41,10 +68,12 @@ for p in paths:
         continue
     out("file", p, sha256(data).hexdigest(), "")
     try:
-        compile(data, p, "exec", dont_inherit=True)
+        own = compile(data, p, "exec", dont_inherit=True)
         out("compile", p, True, "")
     except Exception as e:  # noqa: BLE001 (any failure to compile is the result to report)
         out("compile", p, False, type(e).__name__ + " " + str(e).replace("\n", " ")[:300])
+        continue
+    out("loads", p, *loads(p, own))
 
 
 def cut(data: bytes) -> str:
