@@ -147,6 +147,13 @@ def test_the_operator_loop_on_two_platforms(loop: Loop) -> None:
     hist = loop.ok("history", "engram-mem", "--registry", loop.registry.host)
     joins = [e for e in hist["entries"] if e["kind"] == "join"]  # type: ignore[attr-defined]
     assert [e["ref"] for e in joins] == [first_join]
+    # the registry's moving tag is an index no local build is: history names the build of each of its platforms
+    by_id = {e["image_id"]: e["ref"] for e in hist["entries"]}  # type: ignore[attr-defined]
+    held = hist["registry"]["platforms"][f"{remote}:engram-mem"]  # type: ignore[index]
+    assert held == {p: by_id[d] for p, d in after[1].items()}, held
+    assert all(ref.startswith(f"{loop.repo}:") for ref in held.values()), held
+    text = loop.run("history", "engram-mem", "--registry", loop.registry.host)
+    assert f"an index of linux/amd64 {held['linux/amd64']}, linux/arm64 {held['linux/arm64']}" in text.stdout
     back = loop.run("rollback", "engram-mem", "--to", first_join, "--no-smoke", "--registry", loop.registry.host)
     assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
     assert local_id(f"{loop.repo}:engram-mem") == join_digest
