@@ -107,14 +107,14 @@ def main() -> None:
         def a() -> None:
             nonlocal n
             n += 1
-            repos["a"].append(f"{host}/a{n}/x")
+            repos["a"].append(f"{host}/a{n}/{repo}")  # a new registry path, the same local repository
             run([*imgbuild, "-C", str(project), "publish", "engram-mem", "--base", "skeleton", "--platform",
-                 args.platform, "-r", host, "--repository", f"a{n}/x", "--json"], env=env)  # fmt: skip
+                 args.platform, "-r", f"{host}/a{n}", "--json"], env=env)  # fmt: skip
 
         def b() -> None:
             nonlocal n
             n += 1
-            target = f"{host}/b{n}/x"
+            target = f"{host}/b{n}/{repo}"
             repos["b"].append(target)
             for t in (tag, moving):
                 run(["docker", "tag", local, f"{target}:{t}"])
@@ -123,7 +123,7 @@ def main() -> None:
         def c() -> None:
             nonlocal n
             n += 1
-            target = f"{host}/c{n}/x"
+            target = f"{host}/c{n}/{repo}"
             repos["c"].append(target)
             for t in (tag, moving):
                 run(["docker", "tag", local, f"{target}:{t}"])

@@ -18,7 +18,7 @@ from imgbuild.config.models import (
     load_variant,
     parse_platforms,
 )
-from imgbuild.errors import ConfigError, PatchError, unknown_name
+from imgbuild.errors import ConfigError, PatchError, UsageError, unknown_name
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
 from imgbuild.patches.series import SeriesEntry, parse_series
 from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
@@ -177,7 +177,7 @@ class Project:
 
     def variant(self, name: str) -> ResolvedVariant:
         if name not in self.variants:
-            raise ConfigError(unknown_name("variant", name, self.variants), hint="variants are the files in images/")
+            raise UsageError(unknown_name("variant", name, self.variants), hint="variants are the files in images/")
         return self.variants[name]
 
     def select(

@@ -98,9 +98,9 @@ def published(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, obj
 
 
 def test_one_platform_keeps_its_local_digest_in_the_registry(world: World) -> None:
-    host = world.registry.host
+    host, target = world.registry.host, f"{world.repo}-one"  # --repository: the images' repository, here too
     out = published(
-        world.publish("engram-mem", "-r", host, "--repository", "one/x", "--platform", "linux/amd64", "--json")
+        world.publish("engram-mem", "-r", host, "--repository", target, "--platform", "linux/amd64", "--json")
     )
     mem = out["engram-mem"]
     plat = mem["platforms"]["linux/amd64"]  # type: ignore[index]
@@ -110,15 +110,41 @@ def test_one_platform_keeps_its_local_digest_in_the_registry(world: World) -> No
     assert not pushed.is_index and pushed.digest == plat["manifest"]
     # one platform: no index; the moving tag names that manifest, as the local moving tag does
     assert mem["immutable"] == plat["ref"] and mem["digest"] == plat["manifest"]
-    assert tools.inspect_required(f"{host}/one/x:engram-mem").digest == plat["manifest"]
+    assert tools.inspect_required(f"{host}/{target}:engram-mem").digest == plat["manifest"]
+    assert plat["local"].startswith(f"{target}:") and local_id(f"{target}:engram-mem") == plat["manifest"]
+    # the registry's name is for the push only: nothing local is left under it
+    assert docker("images", "-q", f"{host}/{target}").stdout.strip() == ""
     assert mem["state"] == "published" and mem["moved"] == ["engram-mem"]
 
 
-def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
-    host, target = world.registry.host, "two/vllm-dsv41"
+def _refs(variants: dict[str, dict[str, object]]) -> dict[str, object]:
+    """variant -> (immutable ref, moving refs, platform -> ref): what a publish names."""
+    return {
+        k: (v["immutable"], v["moving"], {p: x["ref"] for p, x in v["platforms"].items()})  # type: ignore[attr-defined]
+        for k, v in variants.items()
+    }
+
+
+def test_two_platforms_then_again_uploads_nothing(world: World, tmp_path: Path) -> None:
+    host, target = world.registry.host, f"{world.repo}-two"
+    ask = ("latest", "engram-mem", "-r", host, "--repository", target, "--dry-run", "--json")
+    dry = published(world.publish(*ask))
     mark = world.registry.log_mark()
     out = published(world.publish("latest", "engram-mem", "-r", host, "--repository", target, "--json"))
     first = world.registry.requests_since(mark)
+    # what the dry run named is what the run pushed, ref for ref; asked again, it names the pushed manifests too
+    assert _refs(dry) == _refs(out)
+    again_dry = published(world.publish(*ask))
+    assert {k: v["platforms"] for k, v in again_dry.items()} == {k: v["platforms"] for k, v in out.items()}
+    # recipe and --registry find them under the same --repository
+    (world.project / "deploy").mkdir(exist_ok=True)
+    shutil.copy(REPO_ROOT / "deploy" / "profiles.yaml", world.project / "deploy" / "profiles.yaml")
+    recipe = ("recipe", "engram-mem", "--profile", "TP8-300K", "--repository", target, "--out", str(tmp_path))
+    mem = out["engram-mem"]
+    local = load_json(imgbuild(world.project, *recipe, "--json").stdout)
+    assert local["image"] == str(mem["immutable"]).removeprefix(f"{host}/") and local["image_id"] == mem["digest"]
+    remote = load_json(imgbuild(world.project, *recipe, "--registry", host, "--json").stdout)
+    assert remote["image"] == f"{host}/{target}@{mem['digest']}"
     for variant, v in out.items():
         platforms = v["platforms"]
         assert sorted(platforms) == PLATFORMS  # type: ignore[arg-type]
@@ -126,7 +152,7 @@ def test_two_platforms_then_again_uploads_nothing(world: World) -> None:
             assert p["manifest"] == local_id(p["local"]) == tools.inspect_required(p["ref"]).digest
         # the moving tag is the local join, digest for digest: an index over exactly those manifests
         index = tools.inspect_required(f"{host}/{target}:{variant}")
-        assert index.digest == v["digest"] == local_id(f"{world.repo}:{variant}")
+        assert index.digest == v["digest"] == local_id(f"{target}:{variant}")
         entries = [(str(p), d) for p, d in index.entries()]
         assert sorted(entries) == sorted((p, platforms[p]["manifest"]) for p in PLATFORMS)  # type: ignore[index]
     # the moving tag is written after the immutable one, and once
@@ -172,8 +198,11 @@ def test_a_bad_registry_is_exit_9_and_names_the_ref(world: World) -> None:
     gone = f"127.0.0.1:{free_port()}"
     proc = world.publish("engram-mem", "-r", gone, "--platform", "linux/amd64")
     assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert f"{gone}/{world.repo}:1.0.0-" in proc.stderr and "connection refused" in proc.stderr
-    assert f"is the registry at {gone} running" in proc.stderr
+    # asked before the build: the moving tag it would write is named, nothing was built or smoke-tested
+    err = " ".join(proc.stderr.split())
+    assert f"cannot publish to {gone}" in err and f"{gone}/{world.repo}:engram-mem" in err, err
+    assert "connection refused" in err and f"is the registry at {gone} running" in err, err
+    assert "smoke-testing" not in proc.stderr and "pushing" not in proc.stderr
     dry = world.publish("engram-mem", "-r", gone, "--platform", "linux/amd64", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     plan = load_json(dry.stdout)
@@ -202,8 +231,10 @@ def test_credentials_are_dockers_own(world: World, tmp_path: Path) -> None:
         args = ("engram-mem", "-r", guarded.host, "--platform", "linux/amd64")
         proc = world.publish(*args, env={"DOCKER_CONFIG": str(_docker_config(tmp_path / "none"))})
         assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
-        assert f"{guarded.host}/{world.repo}:1.0.0-" in proc.stderr and f"docker login {guarded.host}" in proc.stderr
-        assert f"has no credentials for {guarded.host}" in " ".join(proc.stderr.split())
+        err = " ".join(proc.stderr.split())
+        assert f"the registry at {guarded.host} asks for credentials" in err, err
+        assert f"{guarded.host}/{world.repo}:engram-mem" in err and f"docker login {guarded.host}" in err, err
+        assert f"has no credentials for {guarded.host}" in err and "smoke-testing" not in err, err
         wrong = _docker_config(tmp_path / "wrong", guarded.host, "ci", "not-the-password")
         proc = world.publish(*args, env={"DOCKER_CONFIG": str(wrong)})
         assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -216,6 +247,13 @@ def test_credentials_are_dockers_own(world: World, tmp_path: Path) -> None:
         assert secret not in proc.stdout + proc.stderr
         plat = out["engram-mem"]["platforms"]["linux/amd64"]  # type: ignore[index]
         assert plat["manifest"] == local_id(plat["local"])
+        # published before: wrong credentials are said as such on the first read, in text and in --json
+        for extra in ((), ("--json",)):
+            proc = world.publish(*args, *extra, env={"DOCKER_CONFIG": str(wrong)})
+            assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]
+            said = " ".join((proc.stdout + proc.stderr).split())
+            assert f"the registry at {guarded.host} refused the credentials docker holds for it" in said, said
+            assert f"the `auths` entry in {wrong}/config.json" in said, said
     finally:
         guarded.stop()
         remove_images(guarded.host + "/")
@@ -232,12 +270,12 @@ def test_publish_with_sbom_and_signature_and_smoke_verifies_them(world: World, t
     needs.tool("cosign", "docker", "publish --sign and smoke --key run it")
     key, pub_key = _key_pair(tmp_path / "keys")
     host, env = world.registry.host, {"COSIGN_PASSWORD": ""}
-    args = ("engram-mem", "-r", host, "--repository", "t6/vllm-dsv41", "--platform", "linux/amd64")
+    args = ("engram-mem", "-r", host, "--repository", f"{world.repo}-t6", "--platform", "linux/amd64")
     out = published(world.publish(*args, "--json", "--sbom", "--sign", "--key", str(key), env=env))
     index = out["engram-mem"]["digest"]
     done = load_json(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)
     assert done["variants"][0]["state"] == "unchanged"
-    ref = f"{host}/t6/vllm-dsv41:engram-mem"
+    ref = f"{host}/{world.repo}-t6:engram-mem"
     check = ("smoke", ref, "--static", "--platform", "linux/amd64")
     proc = imgbuild(world.project, *check, "--json", "--key", str(pub_key))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
@@ -257,7 +295,7 @@ def test_publish_with_sbom_and_signature_and_smoke_verifies_them(world: World, t
     assert text.returncode == 8 and "missing or not verified" in text.stdout
     assert "signature not verified; SBOM not verified" in text.stderr
     assert (
-        f"signature {host}/t6/vllm-dsv41@{index}"
+        f"signature {host}/{world.repo}-t6@{index}"
         in load_json(world.publish(*args, "--json", "--sign", "--key", str(key), env=env).stdout)["attached"]
     )
     unsigned = world.publish(*args, "--sbom")  # --sbom without --key: usage error, nothing pushed

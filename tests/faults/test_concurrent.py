@@ -122,17 +122,17 @@ def test_two_projects_on_one_cache_at_once(make_project: MakeProject, tmp_path: 
     assert images(one(second, tmp_path / "own-2", *BUILD, "--force")) == b
 
 
-def test_two_publishes_of_one_variant_to_one_registry(make_project: MakeProject, tmp_path: Path) -> None:
+def test_two_publishes_of_one_variant_to_one_registry(make_project: MakeProject, tmp_path: Path, prefix: str) -> None:
     registry = RegistryProcess.start(tmp_path / "registry")
     try:
-        project, cache = make_project("pub2"), tmp_path / "cache"
-        args = ("publish", "engram-mem", "-r", registry.host, "--repository", "two/at-once", "--base", "skeleton")
+        project, cache, repo = make_project("pub2"), tmp_path / "cache", f"{prefix}-at-once"
+        args = ("publish", "engram-mem", "-r", registry.host, "--repository", repo, "--base", "skeleton")
         runs = together((project, cache, (*args, "--json")), (project, cache, (*args, "--json")))
         assert all(d.returncode == 0 or refused_for_the_other(d) for d in runs), [d.stderr[-2000:] for d in runs]
         digests = {v["digest"] for d in runs if d.returncode == 0 for v in load_json(d.stdout)["variants"]}
         assert len(digests) == 1, digests
         (digest,) = digests
-        url = f"http://{registry.host}/v2/two/at-once/manifests/engram-mem"
+        url = f"http://{registry.host}/v2/{repo}/manifests/engram-mem"
         req = urllib.request.Request(url, method="HEAD", headers={"Accept": ACCEPT})
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert resp.headers["Docker-Content-Digest"] == digest  # the moving tag names what both pushed

@@ -36,6 +36,7 @@ class Stage:
     proxy: FaultProxy
     project: Path
     cache: Path
+    prefix: str  # local repositories (--repository names them locally too) under the session's, which it removes
 
     def args(self, repository: str) -> tuple[str, ...]:
         return ("publish", "engram-mem", "-r", self.proxy.host, "--repository", repository, "--base", "skeleton")
@@ -102,7 +103,7 @@ def stage(tmp_path_factory: pytest.TempPathFactory, prefix: str, skeleton_base: 
         upstream = Upstream(root / "upstream")
         release(upstream)
         project = engram_project(root / "project", upstream, f"{prefix}-regfault")
-        stage = Stage(registry, proxy, project, root / "cache")
+        stage = Stage(registry, proxy, project, root / "cache", prefix)
         done = imgbuild(project, "build", "engram-mem", "--base", "skeleton", env={"IMGBUILD_CACHE": str(stage.cache)})
         assert done.returncode == 0, done.stderr
         yield stage
@@ -144,7 +145,7 @@ def converges(stage: Stage, repository: str, *, moved_only: bool = False, blobs_
 
 
 def test_a_5xx_on_the_moving_tag_leaves_it_unmoved_and_the_rerun_only_moves_it(stage: Stage) -> None:
-    repo = "faults/five"
+    repo = f"{stage.prefix}-five"
     stage.proxy.faults = [Fault("PUT", r"/manifests/engram-mem$", "503")]
     done = stage.publish(repo)
     assert done.returncode == 9, done.stdout[-2000:] + done.stderr[-2000:]
@@ -160,7 +161,7 @@ def test_a_5xx_on_the_moving_tag_leaves_it_unmoved_and_the_rerun_only_moves_it(s
 
 def test_a_connection_closed_at_the_first_upload_fails_the_push_and_the_rerun_completes(stage: Stage) -> None:
     """docker does not retry a connection the registry closes on a blob upload: the publish fails, saying so."""
-    repo = "faults/closed"
+    repo = f"{stage.prefix}-closed"
     stage.proxy.faults = [Fault("*", r"/blobs/uploads/", "close")]
     done = stage.publish(repo)
     stage.proxy.faults = []
@@ -173,7 +174,7 @@ def test_a_connection_closed_at_the_first_upload_fails_the_push_and_the_rerun_co
 
 
 def test_the_registry_killed_before_the_manifest_leaves_no_tag_and_the_rerun_uploads_no_blob(stage: Stage) -> None:
-    repo = "faults/killed"
+    repo = f"{stage.prefix}-killed"
     stage.proxy.faults = [Fault("PUT", r"/manifests/", "kill", times=1)]  # every blob is in; then it dies
     try:
         done = stage.publish(repo)
@@ -203,7 +204,7 @@ def test_publish_killed_between_pushes_leaves_tags_whole_and_the_rerun_converges
 ) -> None:
     """SIGKILL of imgbuild when its push reaches `point` (its `docker push` child goes on, as it would): each
     tag the registry has names the local image and all of it; a moving tag never without the immutable one."""
-    repo = f"faults/killed-at-{len(point)}-{method.lower()}"  # a repository per point
+    repo = f"{stage.prefix}-killed-at-{len(point)}-{method.lower()}"  # a repository per point
     env = {**os.environ, "IMGBUILD_CACHE": str(stage.cache)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "imgbuild", "-C", str(stage.project), *stage.args(repo)],

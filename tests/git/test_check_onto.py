@@ -128,6 +128,8 @@ def test_the_scheduled_workflow_summarises_the_json_document(
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "patches-check.yml").read_text())
     step = next(s for s in workflow["jobs"]["check"]["steps"] if "GITHUB_STEP_SUMMARY" in str(s.get("run", "")))
     root = project(tmp_path / "p", world, ["0001-cuda-sm121.patch", "0002-arch-sm121.patch"])
+    code, text, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "latest")
+    assert code == 1 and "latest is v3 (" in text, text  # which release `latest` is, said in words (issue 44)
     code, out, _ = cli(capsys, "-C", str(root), "patches", "check", "--onto", "v2", "latest", "--json")
     assert code == 1  # 0001 conflicts on v3
     (tmp_path / "patches-check-vllm.json").write_text(out)

@@ -52,7 +52,7 @@ def test_the_patch_author_documents(root: Path, tmp_path: Path) -> None:
     # failures: the error document (here: no rebase to abort, an unknown variant, a usage error)
     error = doc(root, "error", "patches", "rebase", "--abort", code=10)["error"]
     assert isinstance(error, dict) and error["exit_code"] == 10 and error["type"] == "StateError"
-    assert doc(root, "error", "plan", "no-such-variant", code=3)["error"]
+    assert doc(root, "error", "plan", "no-such-variant", code=2)["error"]  # a bad command line: exit 2
     assert doc(root, "error", "plan", "--bogus", code=2)["error"]
 
 

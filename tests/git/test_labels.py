@@ -101,3 +101,43 @@ def test_sbom_names_the_files_the_release_and_the_base_by_digest(project: Projec
         (base,) = [p for p in pinned["packages"] if p["SPDXID"] == "SPDXRef-Package-base"]  # type: ignore[attr-defined]
         purl = base["externalRefs"][0]["referenceLocator"]
         assert purl == f"pkg:oci/vllm-openai@sha256%3A{'a' * 64}?repository_url=docker.io/vllm/vllm-openai", purl
+
+
+def test_a_base_built_here_has_no_registry_identity_in_labels_or_sbom(project: Project) -> None:
+    from imgbuild.publish import sbom
+
+    skeleton = "imgbuild-skeleton:arm64-1"  # a stand-in: its local id is no registry digest, its name no registry's
+    bases = {(v, ARM): BaseInfo(skeleton, "sha256:" + "1" * 64, None, ARM, SITE, local=True) for v in project.variants}
+    ib = make_build_plan(project_inputs(project), project.plan(), bases, project.select(["engram-mem"])).images[0]
+    assert f"{OCI}base.name" not in ib.labels and f"{OCI}base.digest" not in ib.labels
+    assert ib.labels[labels.BASE_LOCAL] == skeleton and labels.missing_required(ib.labels) == []
+    assert f"FROM {skeleton}" in ib.dockerfile  # built on it all the same
+    doc = sbom.spdx("127.0.0.1:5000/t/vllm", "linux/arm64", "sha256:" + "e" * 64, ib.labels)
+    (base,) = [p for p in doc["packages"] if p["SPDXID"] == "SPDXRef-Package-base"]  # type: ignore[attr-defined]
+    assert base["name"] == base["versionInfo"] == "NOASSERTION" and base["externalRefs"] == []
+    assert "skeleton" not in sbom.render(doc).decode()
+    assert sbom.check(doc, ib.labels) == []
+
+
+def test_an_edit_of_a_patch_a_variant_leaves_out_makes_no_new_image_of_it(project: Project) -> None:
+    """Its `created` and `imgbuild.series` cover only the patches it applies (issue 44: a rebuild of engram-mem
+    after an edit of a patch it reverts made a new image with identical layers)."""
+    bases = {(v, ARM): BaseInfo("base:1", "sha256:" + "1" * 64, None, ARM, SITE) for v in project.variants}
+
+    def plan(p: Project) -> dict[str, tuple[str, str, str]]:
+        images = make_build_plan(project_inputs(p), p.plan(), bases, p.select(["latest", "engram-mem"])).images
+        return {
+            ib.variant: (ib.inputs_digest, ib.labels[f"{OCI}created"], ib.labels["imgbuild.series"]) for ib in images
+        }
+
+    before = plan(project)
+    assert before["latest"][2] == project.series_digest  # every patch: the project's series digest
+    left_out = [n for n in project.variant("latest").selected if n not in project.variant("engram-mem").selected]
+    assert left_out, "engram-mem leaves out none of latest's patches"
+    patch = next(p for p in project.patches if p.name == left_out[0])
+    path = project.patches_dir / patch.filename
+    text = path.read_text()
+    path.write_text(text.replace("Last-Update: ", "Last-Update: 2099-01-01\nX-Old-Update: ", 1) + "\n")
+    after = plan(Project.load(project.root))
+    assert after["engram-mem"] == before["engram-mem"]  # the same image: nothing it applies changed
+    assert after["latest"][0] != before["latest"][0] and after["latest"][1] == "2099-01-01T00:00:00Z"

@@ -190,7 +190,9 @@ def test_bump_takes_the_override_and_it_is_shown_and_recorded(
     assert doc["overrides"] == [{"pin": "flashinfer", "requirement": "flashinfer-python==0.2.0", "version": "0.3.0",
                                  "reason": "no 0.2.0 on the index"}]  # fmt: skip
     code, out, err = cli(capsys, "-C", str(project), "plan")
-    assert "override: flashinfer pin: flashinfer-python==0.2.0 -> 0.3.0 (no 0.2.0 on the index)" in out
+    # the requirement's line names the override and its reason, once (issue 44: it was printed twice)
+    assert "overridden: the flashinfer pin is 0.3.0 (patches/upstream.yaml: no 0.2.0 on the index)" in out, out
+    assert " ".join(out.split()).count("no 0.2.0 on the index") == 1, out
     # recorded in every image's labels
     from imgbuild.plan.inputs import project_inputs
     from imgbuild.plan.labels import OVERRIDES, image_labels

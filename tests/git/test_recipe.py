@@ -143,7 +143,7 @@ def test_bad_values_are_named_too(synth: Path) -> None:
 
 def test_unknown_profile_missing_model_and_wrong_variant(synth: Path, tmp_path: Path) -> None:
     project = Project.load(synth)
-    with pytest.raises(ConfigError, match="unknown profile 'TP8-1m' \\(did you mean 'TP8-1M'\\?\\)"):
+    with pytest.raises(UsageError, match="unknown profile 'TP8-1m' \\(did you mean 'TP8-1M'\\?\\)"):
         deploy.profile(synth, "TP8-1m")
     with pytest.raises(ConfigError, match="profile TP8-1M runs variant latest, not engram-mem"):
         write_recipe(project, "engram-mem", "TP8-1M", out=tmp_path, image=PINNED)

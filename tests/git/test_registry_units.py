@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.errors import ConfigError
+from imgbuild.platforms import Platform
 from imgbuild.publish import push as publish
 from imgbuild.registry import reference, tools
 
@@ -156,7 +157,7 @@ def test_publish_pushes_each_local_tag_as_it_is_and_the_moving_tags_name_the_top
     assert latest.moving_refs == ["127.0.0.1:5000/team/vllm-dsv41:latest"]
     # one platform: no index; the moving tag names the image itself, as it does locally
     assert mem.top == mem.images[0] and mem.top.digest == "sha256:" + "c" * 64
-    # --repository moves where it goes, not what it is
+    # --repository: the repository the build used (it names the images locally too), under the registry
     (other, _) = publish.plan_built(_built(), "127.0.0.1:5000", "x/y", {})  # type: ignore[arg-type]
     assert other.name == "127.0.0.1:5000/x/y" and other.top.digest == JOIN
 
@@ -166,3 +167,46 @@ def test_a_local_ref_without_a_tag_is_refused() -> None:
     for bad in ("127.0.0.1:5000/a/b", "plain"):
         with pytest.raises(ConfigError):
             publish.split_ref(bad)
+
+
+def test_a_moving_tag_keeps_the_platforms_a_publish_does_not_make() -> None:
+    amd, arm, arm2 = ("sha256:" + c * 64 for c in "abc")
+    both = {"linux/amd64": amd, "linux/arm64": arm}
+    # arm64 alone over an index of both: the new arm64 beside the amd64 it had, by digest
+    assert publish.merged(both, {"linux/arm64": arm2}) == ({"linux/amd64": amd, "linux/arm64": arm2}, ("linux/amd64",))
+    # every platform it had: nothing kept; nothing there: only the new ones
+    assert publish.merged(both, {"linux/arm64": arm2, "linux/amd64": amd}) == (
+        {"linux/amd64": amd, "linux/arm64": arm2},
+        (),
+    )
+    assert publish.merged(None, {"linux/arm64": arm}) == ({"linux/arm64": arm}, ())
+    # what --dry-run says: before as read, after with the platforms kept
+    vp = publish.VariantPublish(
+        "engram-mem",
+        "127.0.0.1:5000/x",
+        (publish.Push("x:1.0.0-cccccccccccc", arm2, "127.0.0.1:5000/x", (Platform.parse("linux/arm64"),)),),
+        publish.Push("x:1.0.0-cccccccccccc", arm2, "127.0.0.1:5000/x", (Platform.parse("linux/arm64"),)),
+        ("engram-mem",),
+        {"127.0.0.1:5000/x:engram-mem": both},
+    )
+    (moving,) = vp.to_json()["moving_index"]  # type: ignore[misc]
+    assert moving == {
+        "ref": "127.0.0.1:5000/x:engram-mem",
+        "before": both,
+        "after": {"linux/amd64": amd, "linux/arm64": arm2},
+        "kept": ["linux/amd64"],
+    }
+
+
+def test_an_index_lists_its_platforms_without_attestations() -> None:
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    index = {
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"digest": a, "platform": {"os": "linux", "architecture": "amd64"}},
+            {"digest": b, "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+            {"digest": b, "platform": {"os": "unknown", "architecture": "unknown"}},
+        ],
+    }
+    found = tools.Manifest("127.0.0.1:5000/x:latest", json.dumps(index).encode())
+    assert tools.platforms_at(found) == {"linux/amd64": a, "linux/arm64": b}

@@ -89,15 +89,15 @@ def dry_bases(
         for platform in selection.platforms_of(plan.variant.name):
             ref = plan.variant.base_ref(base, takes_base=True)
             site = plan.variant.image.site_packages
-            if ref in STAND_INS:
+            stand_in = ref in STAND_INS  # built here: no registry origin, so no registry digest
+            if stand_in:
                 spec = STAND_INS[ref](project, site, platform)
                 ref, site = spec.tag, spec.site_packages
             info = engine.image(ref) if engine else None
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
             image_id = info.id if info else "unresolved"
-            out[(plan.variant.name, platform)] = BaseInfo(
-                ref, image_id, info.registry_digest if info else None, platform, site
-            )
+            digest = info.registry_digest if info and not stand_in else None
+            out[(plan.variant.name, platform)] = BaseInfo(ref, image_id, digest, platform, site, local=stand_in)
     return out
 
 
@@ -142,7 +142,8 @@ class Bases:
             ref = spec.tag
         info = self._image(ref, platform)
         site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
-        return BaseInfo(ref, info.id, info.registry_digest, platform, site)
+        stand_in = plan.variant.base_ref(self.base, takes_base=True) in STAND_INS  # built here: no registry origin
+        return BaseInfo(ref, info.id, None if stand_in else info.registry_digest, platform, site, local=stand_in)
 
     def _stand_in(self, spec: skeleton.SkeletonSpec | runtime_base.RuntimeSpec) -> ImageInfo:
         if self.local:

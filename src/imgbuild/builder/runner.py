@@ -130,7 +130,7 @@ class Runner:
         say: Say,
         on_smoke: OnSmoke | None = None,
         *,
-        epoch: int,
+        epoch: int,  # SOURCE_DATE_EPOCH of an image whose labels carry no `created` of its own
         importers: ImporterFinder | None = None,
     ) -> None:
         self.engine, self.plan, self.options, self.say = engine, plan, options, say
@@ -139,13 +139,19 @@ class Runner:
         self._previous: dict[str, str | None] = {}  # tag -> what it named before this run wrote it
         self._passed: set[str] = set()  # immutable refs whose smoke passed (or was not asked for)
 
-    def _build(self, context: bytes, tag: str, platforms: Sequence[Platform]) -> str:
+    def _epoch(self, ib: ImageBuild) -> int:
+        """The image's SOURCE_DATE_EPOCH: its own `created` (the patches it applies), so that an edit of a patch it
+        leaves out makes no new image of it."""
+        created = ib.labels.get(f"{labels.OCI}created")
+        return labels.epoch(created) if created else self.epoch
+
+    def _build(self, context: bytes, tag: str, platforms: Sequence[Platform], epoch: int) -> str:
         self._note(tag)
         return self.engine.build(
             context,
             tags=[tag],
             platforms=list(platforms),
-            epoch=self.epoch,
+            epoch=epoch,
             no_cache=self.options.force,
             verbose=self.options.verbose,
             builder=self.options.builder,
@@ -156,10 +162,15 @@ class Runner:
             self._previous[ref] = _image_id(self.engine, ref)
 
     def _move(self, image_id: str, refs: Sequence[str]) -> bool:
-        pending = [r for r in refs if _image_id(self.engine, r) != image_id]
-        for ref in pending:
+        """Point each moving ref at `image_id`; one that named another image (an earlier build, or the one a
+        `rollback` put it on) is said, from what to what."""
+        pending = [(r, _image_id(self.engine, r)) for r in refs]
+        pending = [(r, old) for r, old in pending if old != image_id]
+        for ref, old in pending:
             self._note(ref)
             self.engine.tag(image_id, ref)
+            if old is not None:
+                self.say(f"{ref}: moved from {old[7:19]} to {image_id[7:19]} (`imgbuild rollback --to` moves it back)")
         return bool(pending)
 
     def make(self) -> dict[str, tuple[str, bool]]:
@@ -177,7 +188,9 @@ class Runner:
                          "(no docker build)")  # fmt: skip
                 made[ib.immutable_ref] = (image_id, False)
         with ThreadPoolExecutor(1 if self.options.verbose else BUILDS_AT_ONCE) as pool:  # --verbose: one log at a time
-            ids = list(pool.map(lambda ib: self._build(ib.context, ib.immutable_ref, [ib.platform]), todo))
+            ids = list(
+                pool.map(lambda ib: self._build(ib.context, ib.immutable_ref, [ib.platform], self._epoch(ib)), todo)
+            )
         made.update({ib.immutable_ref: (image_id, True) for ib, image_id in zip(todo, ids, strict=True)})
         return made
 
@@ -232,7 +245,7 @@ class Runner:
         index_id = None if self.options.force else _image_id(self.engine, join.immutable_ref)
         if index_id is None:
             self.say(f"{join.variant}: joining {', '.join(map(str, platforms))} as {join.immutable_ref}")
-            index_id = self._build(join.context, join.immutable_ref, platforms)
+            index_id = self._build(join.context, join.immutable_ref, platforms, self._epoch(join.parts[0]))
         smoked = self.options.smoke and all(p.immutable_ref in self._passed for p in join.parts)
         moved = self._move(index_id, join.moving_refs) if smoked else False
         for r in results:

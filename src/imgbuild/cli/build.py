@@ -24,7 +24,12 @@ BaseOpt = Annotated[
     ),
 ]
 RepoOpt = Annotated[
-    str | None, typer.Option("--repository", help="Repository for every tag, overriding image.repository.")
+    str | None,
+    typer.Option(
+        "--repository",
+        help="The images' repository instead of image.repository: locally, and REG/REPO in a registry "
+        "(one meaning in build, publish, recipe, history and rollback).",
+    ),
 ]
 PlatformOpt = Annotated[
     str | None,

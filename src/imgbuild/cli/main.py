@@ -1,13 +1,16 @@
 """The `imgbuild` entry point. Every error, click's usage errors and Ctrl-C included, is printed here,
 in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, report/documents/deploy.py).
-The app is imported inside `run`'s try, so that a Ctrl-C while it loads is answered too."""
+The app is imported inside `run`'s try, so that a Ctrl-C while it loads is answered too; this module imports
+nothing but `sys` before that try (a Ctrl-C during `import json` at the top printed a traceback). What Python runs
+before this module (`site` and the environment's `.pth` files) is outside it: a Ctrl-C there is Python's own."""
 
 from __future__ import annotations
 
-import json
-import signal
 import sys
-from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 def run() -> None:
@@ -17,6 +20,8 @@ def run() -> None:
     try:
         code = _run(as_json)
     except KeyboardInterrupt:
+        import signal
+
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # one answer, however often Ctrl-C is pressed
         from imgbuild.errors import INTERRUPTED, INTERRUPTED_EXIT, error_json
         from imgbuild.jsondoc import document
@@ -24,6 +29,8 @@ def run() -> None:
         if as_json:  # standard library only: a Ctrl-C can leave a module half imported (tests/unit/test_documents.py
             # checks this is the error document's type)
             doc = document("error", error_json("Interrupted", INTERRUPTED, None, INTERRUPTED_EXIT))
+            import json
+
             print(json.dumps(doc), flush=True)
         print(INTERRUPTED, file=sys.stderr)
         signal.signal(signal.SIGINT, previous)
@@ -72,19 +79,10 @@ def _run(as_json: bool) -> int:
         return fail(
             type(exc).__name__, exc.message, exc.hint, exc.exit_code, exc.details, doc=as_json and not exc.reported
         )
-    except typer.TyperException as exc:  # click's usage errors (typer vendors click)
-        if as_json:
-            from imgbuild.report.documents.deploy import Error
-
-            print(Error.of(error_json("UsageError", exc.format_message(), None, exc.exit_code)).render())
-        from typer import rich_utils
-
-        # typer forces colour on whenever GITHUB_ACTIONS (or FORCE_COLOR, PY_COLORS) is set, so every CI log and
-        # captured stderr got escape codes. Leave it to rich: colour on a terminal or under FORCE_COLOR, none
-        # when NO_COLOR is set or stderr is a pipe or a file.
-        rich_utils.FORCE_TERMINAL = None
-        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
-        return exc.exit_code
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click): the same two lines as ours
+        ctx = getattr(exc, "ctx", None)
+        where = f"`{ctx.command_path} --help`" if ctx is not None else "`imgbuild --help`"
+        return fail("UsageError", exc.format_message(), f"{where} lists what it takes", exc.exit_code, {}, doc=as_json)
     except OSError as exc:  # a path the OS refused that no command foresaw: still one line, no traceback
         where = f": {exc.filename}" if exc.filename else ""
         hint = (

@@ -204,6 +204,8 @@ def status(as_json: JsonOpt = False) -> None:
                 variants=list(found.variants),
                 lint=list(found.lint),
                 rebase=None if found.rebase is None else docs.RebaseState.model_validate(found.rebase),
+                edit=None if found.edit is None else docs.EditState.model_validate(found.edit),
+                modified=list(found.modified),
             )
         )
         return
@@ -218,6 +220,22 @@ def status(as_json: JsonOpt = False) -> None:
     if found.rebase:
         tables.console.print(f"rebase:   {found.rebase['message']}")
         tables.console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
+    if found.edit:
+        edit = found.edit
+        if edit.get("problem"):
+            tables.console.print(f"edit:     {edit['problem']}", markup=False, highlight=False)
+        else:
+            work = "work not in patches/ yet" if edit["unrefreshed"] else "nothing to refresh"
+            line = f"edit:     {edit['upstream']} {edit['tag']} open at {edit['tree']} ({work})"
+            tables.console.print(line, markup=False, highlight=False)
+            if edit["changed_since_opened"]:
+                changed = ", ".join(edit["changed_since_opened"])
+                tables.console.print(f"          changed in patches/ since it was opened: {changed}", markup=False)
+            tables.console.print(
+                "          `imgbuild patches refresh` writes it back, `patches edit --discard` drops it"
+            )
+    if found.modified:
+        tables.console.print(f"modified: {', '.join(found.modified)} (not committed)", markup=False, highlight=False)
 
 
 def split_refs(onto: list[str] | None, extra: list[str] | None) -> list[str]:
@@ -263,7 +281,10 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
     else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:
-            tables.console.print(f"{ref.tag}: {matrix.seconds.get(ref.ref, 0.0):.3f} s")
+            named = ref.tag if ref.ref == ref.tag else f"{ref.ref} is {ref.tag}"  # e.g. `latest is v0.34.0`
+            tables.console.print(
+                f"{named} ({ref.commit[:12]}): {matrix.seconds.get(ref.ref, 0.0):.3f} s", markup=False, highlight=False
+            )
             for need in matrix.needs.get(ref.ref, ()):
                 style = {"ok": "green", "overridden": "yellow"}.get(need.status, "bold red")
                 tables.console.print(f"  [{style}]pins[/]: {escape(need.message)}", highlight=False)

@@ -75,8 +75,9 @@ def plan(
         console.print(f"  {line}", markup=False)
     for need in project.pin_needs:
         console.print(f"pins: {need.message}", markup=False, highlight=False)
+    said = {need.pin for need in project.pin_needs if need.override is not None}  # its message gave the reason
     for pin in project.pins:
-        if pin.override:
+        if pin.override and pin.name not in said:
             o = pin.override
             console.print(
                 f"override: {pin.name} pin: {o.requirement} -> {o.version} ({o.reason})", markup=False, highlight=False

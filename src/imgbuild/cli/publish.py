@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from imgbuild.cli.build import RepoOpt
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
 
@@ -20,11 +21,14 @@ def publish(
     registry: Annotated[
         str, typer.Option("--registry", "-r", help="Registry (and optional path prefix), e.g. ghcr.io/org.")
     ],
-    repository: Annotated[
-        str | None, typer.Option("--repository", help="Repository name instead of image.repository.")
-    ] = None,
+    repository: RepoOpt = None,
     platform: Annotated[
-        list[str] | None, typer.Option("--platform", help="Publish only these platforms (default: image.platforms).")
+        list[str] | None,
+        typer.Option(
+            "--platform",
+            help="Publish only these platforms; a moving tag keeps the registry's other platforms "
+            "(default: image.platforms).",
+        ),
     ] = None,
     base: Annotated[
         str | None,
@@ -50,8 +54,12 @@ def publish(
 ) -> None:
     """Build each variant's images locally and push them as they are, one digest everywhere.
 
-    Built and smoke-tested as `imgbuild build` does; the moving tags are pushed last. Publishing
-    again pushes nothing. Credentials are docker's own (`docker login`).
+    The registry is asked first (it answers, it takes docker's credentials): a refusal
+    builds nothing. Built and smoke-tested as `imgbuild build` does; every image is pushed,
+    then the moving tags, last. A moving tag keeps the platforms this publish does not make
+    (a new index beside them, by digest); --dry-run shows each one before and after. A
+    failure puts the local moving tags back. Publishing again pushes nothing. Credentials
+    are docker's own (`docker login`).
 
     Examples:
 
@@ -104,5 +112,16 @@ def print_publish(result: PublishResult) -> None:
         console.print(f"{vp.variant}: {digest}", soft_wrap=True, highlight=False)
         for ref in (vp.top.target, *vp.moving_refs):
             console.print(f"  {ref}", soft_wrap=True, highlight=False)
+        for m in vp.indexes():
+            kept = f" (kept: {', '.join(m.kept)})" if m.kept else ""
+            line = f"  {m.ref}: before {_platforms(m.before)}; after {_platforms(m.after)}{kept}"
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
     if result.outcomes is not None:
         console.print(f"{result.seconds:.2f}s")
+
+
+def _platforms(found: dict[str, str] | None) -> str:
+    """`linux/amd64 0123456789ab, ...` (a digest shortened), or `nothing`."""
+    if found is None:
+        return "nothing"
+    return ", ".join(f"{p} {d[7:19] if d.startswith('sha256:') else d}" for p, d in found.items())

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from imgbuild.cli.build import RepoOpt
 from imgbuild.cli.options import JsonOpt
 
 
@@ -31,6 +32,7 @@ def recipe(
             "--builder", help="Let sparkrun build the variant at launch (`builder: imgbuild`) instead of pinning."
         ),
     ] = False,
+    repository: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a sparkrun recipe for VARIANT with a launch profile.
@@ -56,7 +58,9 @@ def recipe(
 
     project = load_project()
     target = out if out is not None else project.root / "deploy" / "out"
-    written = write_recipe(project, variant, profile, out=target, image=image, registry=registry, builder=builder)
+    written = write_recipe(
+        project, variant, profile, out=target, image=image, registry=registry, repository=repository, builder=builder
+    )
     if as_json:
         print_json(docs.Recipe.of(written.to_json()))
         return

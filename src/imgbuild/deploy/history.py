@@ -103,6 +103,8 @@ class History:
     entries: tuple[Entry, ...]  # newest first
     registry: str | None = None
     registry_moving: dict[str, str | None] = field(default_factory=dict)  # REG/REPO:tag -> digest there
+    # REG/REPO:tag naming an index -> platform -> the local entry of that manifest (its ref), else the digest
+    registry_platforms: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def find(self, image_id: str) -> Entry | None:
         return next((e for e in self.entries if e.image_id == image_id), None)
@@ -115,7 +117,11 @@ class History:
             "moving": dict(self.moving),
             "registry": None
             if self.registry is None
-            else {"registry": self.registry, "moving": dict(self.registry_moving)},
+            else {
+                "registry": self.registry,
+                "moving": dict(self.registry_moving),
+                "platforms": {k: dict(v) for k, v in self.registry_platforms.items()},
+            },
             "entries": [e.to_json() for e in self.entries],
         }
 
@@ -211,7 +217,10 @@ def _entry(
         upstreams=upstreams_of(lab),
         series=lab.get(f"{lbl.PREFIX}series", ""),
         patches={str(k): str(v) for k, v in patches.items()} if isinstance(patches, dict) else {},
-        base={"name": lab.get(f"{lbl.OCI}base.name", ""), "digest": lab.get(f"{lbl.OCI}base.digest")},
+        base={  # a base with no registry origin (a stand-in) by its local name
+            "name": lab.get(f"{lbl.OCI}base.name") or lab.get(lbl.BASE_LOCAL, ""),
+            "digest": lab.get(f"{lbl.OCI}base.digest"),
+        },
         created=lab.get(f"{lbl.OCI}created", ""),
         inputs=lab[lbl.INPUTS],
         last_tagged=info.last_tagged,
@@ -250,9 +259,14 @@ def read_registry(history: History, registry: str) -> History:
     """`history` with each build's immutable tag and each moving tag looked up in `registry` (one inspect each)."""
     name = registry_name(registry, history.repository)
     moving: dict[str, str | None] = {}
+    platforms: dict[str, dict[str, str]] = {}
+    by_id = {e.image_id: e.ref for e in history.entries}  # a push keeps the digest: the registry's is the local id
     for ref in history.moving:
         found = tools.inspect(f"{name}:{ref.rpartition(':')[2]}")
         moving[f"{name}:{ref.rpartition(':')[2]}"] = found.digest if found else None
+        if found is not None and found.is_index:  # a join, or an index a publish of some platforms left
+            entries = tools.platforms_at(found)
+            platforms[f"{name}:{ref.rpartition(':')[2]}"] = {p: by_id.get(d, d) for p, d in entries.items()}
     out = []
     for e in history.entries:
         there = f"{name}:{e.ref.rpartition(':')[2]}"
@@ -260,7 +274,7 @@ def read_registry(history: History, registry: str) -> History:
         digest = found.digest if found else None
         named = [r for r, d in moving.items() if digest is not None and d == digest]
         out.append(replace(e, registry=InRegistry(there, digest, tuple(named))))
-    return replace(history, entries=tuple(out), registry=registry, registry_moving=moving)
+    return replace(history, entries=tuple(out), registry=registry, registry_moving=moving, registry_platforms=platforms)
 
 
 # -- rollback ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 
 from imgbuild.config.models import Strict
 from imgbuild.config.yamlsrc import YamlDoc, load_yaml, validate
-from imgbuild.errors import ConfigError, unknown_name
+from imgbuild.errors import ConfigError, UsageError, unknown_name
 
 PROFILES_FILE = Path("deploy") / "profiles.yaml"
 ULIMITS = ("nofile", "memlock", "stack", "core", "nproc", "rtprio", "msgqueue")
@@ -124,7 +124,7 @@ def load_profiles(root: Path) -> tuple[YamlDoc, ProfilesFile]:
 def profile(root: Path, name: str) -> Profile:
     doc, data = load_profiles(root)
     if name not in data.profiles:
-        raise ConfigError(
+        raise UsageError(  # a name on the command line: a bad command line, exit 2
             f"{doc.path}: {unknown_name('profile', name, data.profiles)}",
             hint="profiles are the keys under `profiles:` in deploy/profiles.yaml",
         )

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from imgbuild.atomic import write_text
+from imgbuild.deploy import identity
 from imgbuild.deploy import profiles as deploy
 from imgbuild.deploy.profiles import Profile
 from imgbuild.engine import Engine
@@ -189,19 +190,23 @@ def merged_env(variant: ResolvedVariant, profile: deploy.Profile) -> dict[str, s
     return {**image_env, **profile.env}
 
 
-def _variant_tag(variant: ResolvedVariant) -> str:
-    """`REPO:TAG`, the variant's first tag."""
-    if not variant.image.repository or not variant.image.tags:
+def _variant_tag(variant: ResolvedVariant, repository: str | None = None) -> str:
+    """`REPO:TAG`, the variant's first tag (in `repository`, --repository, when given)."""
+    repo = repository or variant.image.repository
+    if not repo or not variant.image.tags:
         raise ConfigError(f"variant {variant.name} has no image repository or tag", hint="set image: in images/")
-    return f"{variant.image.repository}:{variant.image.tags[0]}"
+    return f"{repo}:{variant.image.tags[0]}"
 
 
-def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | None) -> tuple[Pinned, str | None]:
-    """The digest-pinned reference, and the image's platform when it was looked at."""
+def pin_image(
+    variant: ResolvedVariant, *, image: str | None, registry: str | None, repository: str | None = None
+) -> tuple[Pinned, str | None]:
+    """The digest-pinned reference, and the image's platform when it was looked at. `repository`: the
+    image's repository (--repository), locally and under `registry`, instead of image.repository."""
     if registry is not None:
         if image is not None:
             raise UsageError("--image and --registry cannot be used together")
-        ref = reference.join(registry, _variant_tag(variant))
+        ref = reference.join(registry, _variant_tag(variant, repository))
         found = tools.inspect(str(ref))
         if found is None:
             raise RegistryError(
@@ -212,8 +217,9 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
     if image is not None and "@sha256:" in image:
         reference.parse(image)  # a ConfigError names what is wrong with it
         return Pinned(image, None, "given"), None
-    wanted = image or _variant_tag(variant)
-    info = Engine.connect().image(wanted)
+    wanted = image or _variant_tag(variant, repository)
+    engine = Engine.connect()
+    info = engine.image(wanted)
     if info is None:
         raise DockerError(
             f"no image {wanted!r} in the local image store",
@@ -225,7 +231,10 @@ def pin_image(variant: ResolvedVariant, *, image: str | None, registry: str | No
             f"{wanted} is not an imgbuild image of variant {variant.name} (label imgbuild.variant={label!r})",
             hint=f"rebuild it with `imgbuild build {variant.name}`, or name the image with --image",
         )
-    tagged = immutable_ref(None if image else variant.image.repository, info.tags, info.labels.get("imgbuild.inputs"))
+    repository = None if image else repository or variant.image.repository
+    tagged = immutable_ref(repository, info.tags, info.labels.get("imgbuild.inputs"))
+    if tagged is None and label:  # a join's tag: its digest is its parts', not its label's (deploy/identity.py)
+        tagged = identity.join_ref(repository, info, engine.labelled("imgbuild.variant", label))
     if tagged is None:
         raise DockerError(
             f"{wanted} ({info.id[7:19]}) has no immutable tag (REPO:<version>-<inputs digest>); a bare image id "
@@ -243,6 +252,7 @@ def write_recipe(
     out: Path,
     image: str | None = None,
     registry: str | None = None,
+    repository: str | None = None,
     builder: bool = False,
     pinned: Pinned | None = None,
     path: Path | None = None,
@@ -262,9 +272,11 @@ def write_recipe(
         raise UsageError("--builder cannot be used with --image or --registry: the builder makes the image")
     seen_platform = None
     if builder:  # `container:` names the variant's tag; the builder replaces it with the one it builds
-        pinned = Pinned(_variant_tag(variant), None, "builder imgbuild (replaced by the immutable tag it builds)")
+        pinned = Pinned(
+            _variant_tag(variant, repository), None, "builder imgbuild (replaced by the immutable tag it builds)"
+        )
     elif pinned is None:
-        pinned, seen_platform = pin_image(variant, image=image, registry=registry)
+        pinned, seen_platform = pin_image(variant, image=image, registry=registry, repository=repository)
     platform = seen_platform or (str(variant.image.platforms[0]) if variant.image.platforms else "linux/arm64")
     config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
     path = path or out / f"{variant.name}-{profile.name.lower()}.yaml"

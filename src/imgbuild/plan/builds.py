@@ -30,6 +30,7 @@ class BaseInfo:
     digest: str | None  # its manifest digest in a registry (a repo digest, or the lock's); None if unknown
     platform: Platform
     site_packages: str
+    local: bool = False  # built here (a stand-in): no registry origin, so no base.name or base.digest label
 
 
 BaseMap = Mapping[tuple[str, Platform], BaseInfo]  # (variant, platform) -> its resolved base
@@ -179,9 +180,16 @@ def make_build_plan(
     return BuildPlan(tuple(images), tuple(layer_plans.values()), tuple(joins))
 
 
+def join_inputs(images: Mapping[str, str]) -> str:
+    """A join's inputs digest (the tail of its immutable tag): its Dockerfile over its parts, arch -> immutable
+    ref. The engine shows a join with one part's labels, so `recipe` and `history` recompute it from the parts."""
+    return digest_lines([IMAGE_FORMAT, "join", dockerfile.render_join(images)])
+
+
 def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
-    text = dockerfile.render_join({p.platform.arch: p.immutable_ref for p in parts})
-    inputs = digest_lines([IMAGE_FORMAT, "join", text])
+    images = {p.platform.arch: p.immutable_ref for p in parts}
+    text = dockerfile.render_join(images)
+    inputs = join_inputs(images)
     return JoinBuild(
         variant=plan.variant.name,
         parts=parts,
@@ -210,8 +218,9 @@ def _image(
     image_labels = labels.image_labels(
         plan,
         project,
-        base_ref=base.ref,
-        base_digest=base.digest,
+        base_ref="" if base.local else base.ref,  # a base with no registry origin has neither OCI label
+        base_digest=None if base.local else base.digest,
+        local_base=base.ref if base.local else "",
         site_packages=base.site_packages,
         layers=names,
         title=title_of(repo, v.name, v.image.tags),

@@ -27,6 +27,8 @@ def project_inputs(project: Project) -> ProjectInputs:
         overrides=tuple(
             (p.name, p.override.requirement, p.override.version, p.override.reason) for p in project.pins if p.override
         ),
+        patches=tuple((p.name, p.filename, p.sha256, p.fields.get("Last-Update", "")) for p in project.patches),
+        commit_time=when,
     )
 
 

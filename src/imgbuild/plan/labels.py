@@ -21,11 +21,11 @@ OCI = "org.opencontainers.image."
 PREFIX = "imgbuild."
 FORMAT = "1"
 
+BASE_LOCAL = f"{PREFIX}base"  # the local name of a base with no registry origin (no OCI base.name/base.digest)
 # Keys every image built by imgbuild carries; smoke relies on them.
 REQUIRED = (
     f"{OCI}version",
     f"{OCI}created",
-    f"{OCI}base.name",
     f"{OCI}title",
     f"{PREFIX}format",
     f"{PREFIX}variant",
@@ -191,6 +191,23 @@ class ProjectInputs:
     upstreams: tuple[Upstream, ...] = ()  # every pin, the first first; empty: just `upstream`
     patch_upstreams: tuple[tuple[str, str], ...] = ()  # patch name -> its pin's name (several pins only)
     overrides: tuple[tuple[str, str, str, str], ...] = ()  # (pin, requirement, version, reason) per pin's override
+    # each patch in series order: (name, filename, sha256, Last-Update), and the newest pinned commit's time; with
+    # them a variant's `created` and `imgbuild.series` cover only the patches it applies (variant_series)
+    patches: tuple[tuple[str, str, str, str], ...] = ()
+    commit_time: int = 0
+
+
+def variant_series(inputs: ProjectInputs, selected: Sequence[str]) -> tuple[str, str]:
+    """(`created`, series digest) of an image applying the patches `selected`: a patch it leaves out is in
+    neither, so an edit of it makes no new image of this variant (without `inputs.patches`: the project's)."""
+    if not inputs.patches:
+        return inputs.created, inputs.series_digest
+    chosen = set(selected)
+    mine = [p for p in inputs.patches if p[0] in chosen]
+    h = hashlib.sha256()
+    for _, filename, sha256, _ in mine:
+        h.update(f"{filename}\0{sha256}\n".encode())
+    return source_date([p[3] for p in mine], inputs.commit_time), h.hexdigest()
 
 
 def image_labels(
@@ -203,9 +220,12 @@ def image_labels(
     layers: Sequence[str],
     title: str,
     source: Source | None,
+    local_base: str = "",
 ) -> dict[str, str]:
-    """Every label of a variant image except `imgbuild.inputs` (which hashes these)."""
+    """Every label of a variant image except `imgbuild.inputs` (which hashes these). `base_ref` empty: a base with
+    no registry origin (a stand-in built here), named by `local_base` in `imgbuild.base` only."""
     user, upstream, upstreams = dict(plan.variant.image.labels), inputs.upstream, inputs.upstreams
+    created, series = variant_series(inputs, plan.variant.selected)
     for key in user:
         if key.startswith(PREFIX):
             raise ConfigError(
@@ -220,10 +240,10 @@ def image_labels(
     }
     labels = {
         f"{OCI}version": upstream.version,
-        f"{OCI}created": inputs.created,
+        f"{OCI}created": created,
         f"{OCI}title": title,
         f"{OCI}licenses": LICENSES,
-        f"{OCI}base.name": qualified(base_ref) if base_ref else "",
+        **({f"{OCI}base.name": qualified(base_ref)} if base_ref else {BASE_LOCAL: local_base} if local_base else {}),
         **{k: v for k, v in known.items() if v},
         **user,
         f"{PREFIX}format": FORMAT,
@@ -231,7 +251,7 @@ def image_labels(
         f"{PREFIX}upstream.url": upstream.url,
         f"{PREFIX}upstream.tag": upstream.tag,
         f"{PREFIX}upstream.commit": upstream.commit,
-        f"{PREFIX}series": inputs.series_digest,
+        f"{PREFIX}series": series,
         f"{PREFIX}patches": patches_label(plan),
         f"{PREFIX}files": files_label(plan),
         f"{PREFIX}site-packages": site_packages,

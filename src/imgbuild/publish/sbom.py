@@ -65,9 +65,14 @@ def spdx(name: str, platform: str, manifest_digest: str, labels: Mapping[str, st
         licenseDeclared=labels.get(f"{lbl.OCI}licenses", "NOASSERTION"),
     )  # fmt: skip
     base_name = labels.get(f"{lbl.OCI}base.name", "")
-    last = base_name.split("@", 1)[0].rsplit("/", 1)  # neither a digest nor a tag is part of the name
-    untagged = "/".join([*last[:-1], last[-1].split(":", 1)[0]])
-    base = _package("SPDXRef-Package-base", base_name, base_digest(labels), _purl_oci(untagged, base_digest(labels)))
+    if base_name and f"{lbl.OCI}base.digest" in labels:
+        last = base_name.split("@", 1)[0].rsplit("/", 1)  # neither a digest nor a tag is part of the name
+        untagged = "/".join([*last[:-1], last[-1].split(":", 1)[0]])
+        base = _package(
+            "SPDXRef-Package-base", base_name, base_digest(labels), _purl_oci(untagged, base_digest(labels))
+        )
+    else:  # no registry origin (a stand-in, a loaded image): no name, digest or purl it does not have
+        base = {**_package("SPDXRef-Package-base", NO_BASE_DIGEST, NO_BASE_DIGEST, ""), "externalRefs": []}
     rels = [
         _rel("SPDXRef-DOCUMENT", "DESCRIBES", "SPDXRef-Package-image"),
         _rel("SPDXRef-Package-image", "DESCENDANT_OF", "SPDXRef-Package-base"),

@@ -151,9 +151,15 @@ def _run(
 
 
 def push(local: str, target: str) -> str:
-    """Tag the local image `local` as `target` (`host/repo:tag`), push it, and return the digest pushed."""
+    """Tag the local image `local` as `target` (`host/repo:tag`), push it, and return the digest pushed. The
+    `target` tag is for the push only: it is taken off again (`local` keeps the image), so the local store
+    names the image as build did, and nothing later finds it under the registry's name."""
     _run(["tag", local, target], f"docker tag {local} {target}", target)
-    done = _run(["push", target], f"docker push {target}", target)
+    try:
+        done = _run(["push", target], f"docker push {target}", target)
+    finally:
+        if target != local:
+            _run(["image", "rm", "--no-prune", target], f"docker image rm --no-prune {target}", target, check=False)
     found = PUSHED.findall(done.stdout + done.stderr)
     return str(found[-1]) if found else inspect_required(target).digest  # no digest line: ask the registry
 
@@ -198,6 +204,40 @@ def copy_tag(source: str, target: str) -> None:
     _run(
         ["buildx", "imagetools", "create", "-t", target, source], f"docker buildx imagetools create -t {target}", target
     )
+
+
+def create_index(target: str, sources: Sequence[str]) -> None:
+    """Write at `target` one index over the manifests `sources` (`host/repo@digest`, each one platform's), as
+    they are: `imagetools create` with several sources (what a publish of some of a tag's platforms writes)."""
+    args = ["buildx", "imagetools", "create", "-t", target, *sources]
+    _run(args, f"docker buildx imagetools create -t {target} {' '.join(sources)}", target)
+
+
+def platforms_at(found: Manifest) -> dict[str, str]:
+    """platform -> manifest digest of what a registry ref names: an index's platform entries (attestations and
+    unknown ones left out), or the one manifest's platform (read from its config)."""
+    if found.is_index:
+        return {str(p): d for p, d in found.entries() if p is not None}
+    from imgbuild.registry.reference import parse
+
+    return {str(image_platform(f"{parse(found.ref).name}@{found.digest}")): found.digest}
+
+
+def check_access(ref: str) -> Manifest | None:
+    """Ask the registry for `ref` before anything changes: it answers, and accepts docker's credentials for
+    reading (None: it answered that `ref` is not there). A refusal is a RegistryError saying which."""
+    host = ref.split("/", 1)[0]
+    try:
+        return inspect(ref)
+    except RegistryError as exc:
+        if exc.hint and exc.hint.startswith("the registry refused the credentials"):
+            raise RegistryError(
+                f"the registry at {host} refused the credentials docker holds for it (reading {ref})",
+                hint=exc.hint,
+            ) from exc
+        if exc.hint and exc.hint.startswith("log in first"):
+            raise RegistryError(f"the registry at {host} asks for credentials (reading {ref})", hint=exc.hint) from exc
+        raise RegistryError(f"cannot publish to {host}: {exc.message}", hint=exc.hint) from exc
 
 
 def copy_tags(source: str, targets: Sequence[str]) -> None:

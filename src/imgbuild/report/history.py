@@ -47,7 +47,10 @@ def history_lines(history: History) -> list[str]:
         lines.append(f"  {ref} -> {named.ref if named else image_id or 'nothing'}")
     for ref, digest in history.registry_moving.items():
         named = next((e for e in history.entries if e.registry and e.registry.digest == digest), None)
-        lines.append(f"  {ref} -> {named.ref if named and digest else digest or 'nothing'}")
+        line = f"  {ref} -> {named.ref if named and digest else digest or 'nothing'}"
+        if named is None and ref in history.registry_platforms:  # an index no build here is: say what it holds
+            line += ", an index of " + ", ".join(f"{p} {r}" for p, r in history.registry_platforms[ref].items())
+        lines.append(line)
     for entry in history.entries:
         lines += ["", *entry_lines(entry)]
     return lines

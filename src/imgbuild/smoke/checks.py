@@ -441,7 +441,7 @@ def expected_from_labels(info: ImageInfo) -> Expected:
         files=files,
         site_packages=info.labels.get(f"{lbl.PREFIX}site-packages", ""),
         variant=info.labels.get(f"{lbl.PREFIX}variant"),
-        base_ref=info.labels.get(f"{lbl.OCI}base.name", ""),
+        base_ref=info.labels.get(f"{lbl.OCI}base.name") or info.labels.get(lbl.BASE_LOCAL, ""),
         layers=layers,
     )
 

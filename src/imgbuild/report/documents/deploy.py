@@ -78,6 +78,11 @@ class Entry(Part):
 class RegistryMoving(Part):
     registry: str
     moving: dict[str, str | None]
+    platforms: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="each moving tag that names an index: platform -> the local build of that manifest (its "
+        "immutable tag), or the digest when none is here (a publish of some platforms keeps the others)",
+    )
 
 
 class History(Document):

@@ -269,12 +269,24 @@ class Push(Part):
     ref: str
 
 
+class MovingIndex(Part):
+    """A registry moving tag, platform -> manifest digest: `before` as the registry had it when the tag was written
+    (a dry run: now; null: no such tag, or in a dry run a registry that did not answer), `after` with the platforms
+    this publish does not make `kept`"""
+
+    ref: str
+    before: dict[str, str] | None
+    after: dict[str, str]
+    kept: list[str]
+
+
 class VariantPlanned(Part):
     variant: str
     repository: str
     immutable: str
     moving: list[str]
     platforms: dict[str, Push]
+    moving_index: list[MovingIndex]
 
 
 class VariantPublished(VariantPlanned):
@@ -282,6 +294,7 @@ class VariantPublished(VariantPlanned):
     state: Literal["published", "unchanged", "retagged"]
     pushed: list[str]
     moved: list[str]
+    kept: list[str]
 
 
 class Publish(Document):

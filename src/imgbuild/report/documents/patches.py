@@ -127,6 +127,17 @@ class RebaseState(Part):
     work_tree: str | None = None
 
 
+class EditState(Part):
+    tree: str
+    upstream: str | None = None
+    tag: str | None = None
+    unrefreshed: bool = Field(default=False, description="It holds work `patches refresh` has not written back.")
+    changed_since_opened: list[str] = Field(
+        default_factory=list, description="Patch files changed in patches/ since the work tree was opened."
+    )
+    problem: str | None = None
+
+
 class PatchesStatus(Document):
     """`imgbuild patches status --json`"""
 
@@ -140,6 +151,10 @@ class PatchesStatus(Document):
     variants: list[str]
     lint: list[str]
     rebase: RebaseState | None
+    edit: EditState | None = Field(default=None, description="An open `patches edit` work tree (null: none).")
+    modified: list[str] = Field(
+        default_factory=list, description="patches/ files changed since the project's last commit (git status)."
+    )
 
 
 # -- check, check --onto, apply --------------------------------------------------------------------------------------
