@@ -209,7 +209,7 @@ class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not t
             from imgbuild.deploy import sparkrun_head
 
             head = hosts[0] if hosts else "localhost"
-            return sparkrun_head.build_on_head(cfg, variant, head, ssh_kwargs or {}, dry_run=False, offline=offline)
+            return sparkrun_head.build_on_head(cfg, variant, head, ssh_kwargs or {}, offline=offline)
         project = local_project(cfg)
         return run_build(build_argv(cfg, project, variant, dry_run=dry_run, offline=offline), variant)
 

@@ -29,9 +29,19 @@ def head_key(project: str) -> str:
     return hashlib.sha256(project.encode()).hexdigest()[:16]
 
 
-def fetch_script(url: str, revision: str | None) -> str:
-    """On the head: a clone of `url` at `revision` (the remote's HEAD without one), printed as its path."""
+def fetch_script(url: str, revision: str | None, *, offline: bool = False) -> str:
+    """On the head: a clone of `url` at `revision` (the remote's HEAD without one), printed as its path. Offline:
+    the clone already there, checked out at `revision` (a commit or tag it has; without one, as it is), no fetch."""
     where = f"{HEAD_DIR}/{head_key(url)}"
+    if offline:
+        missing = shlex.quote(f"offline: no clone of {url} on this head")
+        return (
+            "set -e\n"
+            f"d={where}\n"
+            f'if [ ! -d "$d/.git" ]; then echo {missing} >&2; exit 11; fi\n'
+            + (f'git -C "$d" checkout --quiet --detach {shlex.quote(revision)}\n' if revision else "")
+            + 'echo "$d"\n'
+        )
     return (
         "set -e\n"
         f"d={where}\n"
@@ -59,14 +69,15 @@ def send_commands(project: str) -> tuple[str, str]:
     return here, there
 
 
-def project_on_head(cfg: dict[str, Any], head: str, ssh_kwargs: dict[str, Any]) -> str:
+def project_on_head(cfg: dict[str, Any], head: str, ssh_kwargs: dict[str, Any], *, offline: bool) -> str:
     """The project's directory on the head, at the recipe's revision."""
     from sparkrun.orchestration.primitives import run_script_on_host
     from sparkrun.orchestration.ssh import run_pipeline_to_remote
 
     project = str(cfg["project"])
     if plugin.is_url(project):
-        done = run_script_on_host(head, fetch_script(project, cfg.get("revision")), ssh_kwargs=ssh_kwargs, timeout=900)
+        script = fetch_script(project, cfg.get("revision"), offline=offline)
+        done = run_script_on_host(head, script, ssh_kwargs=ssh_kwargs, timeout=900)
         what = f"git clone/fetch of {project} on {head}"
     else:
         here, there = send_commands(project)
@@ -77,25 +88,19 @@ def project_on_head(cfg: dict[str, Any], head: str, ssh_kwargs: dict[str, Any]) 
         raise plugin.ImgbuildBuildError(
             f"{what} failed: {(done.stderr or '').strip()[-600:]}",
             done.returncode or 1,
-            "check that sparkrun reaches the head over SSH and that git and tar are installed there",
+            "launch once online (the clone stays on the head)"
+            if offline and plugin.is_url(project)
+            else "check that sparkrun reaches the head over SSH and that git and tar are installed there",
         )
     return lines[-1].strip()
 
 
-def build_on_head(
-    cfg: dict[str, Any], variant: str, head: str, ssh_kwargs: dict[str, Any], *, dry_run: bool, offline: bool
-) -> str:
+def build_on_head(cfg: dict[str, Any], variant: str, head: str, ssh_kwargs: dict[str, Any], *, offline: bool) -> str:
     """`imgbuild build --json` run on the head; the immutable tag it made there (sparkrun then fans it out)."""
     from sparkrun.orchestration.primitives import run_script_on_host
 
-    if offline and plugin.is_url(str(cfg["project"])):  # the fetch would reach the git remote
-        raise plugin.ImgbuildBuildError(
-            f"the project {cfg['project']} is a git URL, which an offline launch cannot fetch on {head}",
-            5,
-            "launch once online (the clone stays on the head), or name a local project directory",
-        )
-    project = project_on_head(cfg, head, ssh_kwargs)
-    argv = plugin.build_argv(cfg, project, variant, dry_run=dry_run, offline=offline)
+    project = project_on_head(cfg, head, ssh_kwargs, offline=offline)
+    argv = plugin.build_argv(cfg, project, variant, dry_run=False, offline=offline)
     # the project path is the head's own ("$HOME/..." already expanded there by the script that printed it)
     script = "set -o pipefail\n" + shlex.join(argv) + "\n"
     done = run_script_on_host(head, script, ssh_kwargs=ssh_kwargs, timeout=BUILD_TIMEOUT)
