@@ -212,6 +212,10 @@ def test_a_published_variant_is_pinned_by_its_registry_digest(
             }
         ]
 
+        # and a launch runs it: prepare() gives the published digest, builds nothing (sparkrun then pulls it)
+        launched = last_json(driver(env, "--prepare-only", str(published), head.host))
+        assert launched["head_image"] == f"{there}@{image_id}"
+
         # the same recipe without a registry: the plugin's pull_ref is None, sparkrun says why
         plain = yaml.safe_load(local.read_text())
         plain["model_revision"] = COMMIT

@@ -108,6 +108,11 @@ def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[st
     # the builder resolves through sparkrun's plugin discovery, or this is a `builder-unknown` error
     report = validate(env, done.path)
     assert (report["rc"], report["issues"]) == (0, []), report
+    # a published variant (`--builder --registry`): the plugin's key, which the strict validator takes too
+    pub = write_recipe(Project.load(ROOT), "latest", "TP8-1M", out=tmp_path / "pub", builder=True, registry="reg:5000")
+    assert yaml.safe_load(pub.path.read_text())["builder_config"]["registry"] == "reg:5000"
+    report = validate(env, pub.path)
+    assert (report["rc"], report["issues"]) == (0, []), report
 
     args = tmp_path / "args"
     ok = stub(tmp_path / "ok", f'echo "$@" > {args}\n' + "echo '" + json.dumps(build_json()) + "'\n")
