@@ -225,3 +225,45 @@ def test_a_published_variant_is_pinned_by_its_registry_digest(
     finally:
         registry.stop()
         subprocess.run(["docker", "rmi", f"{registry.host}/{repo}:latest"], capture_output=True, check=False)
+
+
+def test_sparkrun_build_delegated_and_offline_through_its_cli(
+    tmp_path: Path, make_project: MakeProject, prefix: str, engine: Engine, node: Node, head: Sshd
+) -> None:
+    """`sparkrun build --transfer-mode delegated [--offline]`, the command a user runs, on the same head."""
+    project = make_project("srcli")
+    repo = f"{prefix}-srcli"
+    head_cache = with_rootfs(tmp_path / "head-cache" / "imgbuild")
+    env = sparkrun_env(tmp_path / "sparkrun", head, tmp_path / "control-cache")
+    env["IMGBUILD_COMMAND"] = (
+        f"env PYTHONPATH={ROOT / 'src'} IMGBUILD_BASE=skeleton IMGBUILD_CACHE={head_cache} {sys.executable} -m imgbuild"
+    )
+    path = recipe(tmp_path / "recipe.yaml", project, repo)
+    data = yaml.safe_load(path.read_text())
+    data["model"] = str(tmp_path / "models" / "dsv41")  # weights already on the node: nothing to download
+    (tmp_path / "models" / "dsv41").mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def build(*more: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(PYTHON.parent / "sparkrun"), "build", str(path), "--hosts", head.host, *more]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=900)
+
+    # a cold head: sparkrun's own offline preflight refuses first (it checks the recipe's `container` on the
+    # head before any builder runs), naming the image; the builder's refusal (exit 11) is the test above
+    cold = build("--transfer-mode", "delegated", "--offline")
+    said = cold.stdout + cold.stderr
+    assert cold.returncode != 0 and "Offline launch cannot proceed" in said, said
+    assert f"image {repo}:latest: missing on node1" in said
+
+    online = build("--transfer-mode", "delegated")
+    assert online.returncode == 0, online.stdout + online.stderr
+    pinned = re.search(r"^Image:\s+(\S+)$", online.stdout, re.M)
+    assert pinned and pinned.group(1).startswith(f"{repo}:"), online.stdout
+    assert "Container image up-to-date on all 1 host(s)" in online.stderr  # the head has what it built
+    assert node.client().images.get(pinned.group(1)).labels["imgbuild.variant"] == "latest"
+    assert engine.image(pinned.group(1)) is None  # nothing built on the control machine
+
+    offline = build("--transfer-mode", "delegated", "--offline")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert f"Image:     {pinned.group(1)}" in offline.stdout
+    assert "Offline: every image and model is present" in offline.stdout + offline.stderr
