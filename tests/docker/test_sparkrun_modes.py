@@ -1,10 +1,12 @@
 """`builder: imgbuild` in sparkrun's other modes, through sparkrun 0.4.2's own code (its venv, a subprocess).
 
-- Delegated (`transfer_mode="delegated"`): the plugin builds on the head over sparkrun's SSH, so the image is made
-  in the head's engine (the node dockerd of tests/support/node_daemon.py behind the sshd of tests/support/sshd.py,
-  as in test_sparkrun_distribution.py) and none on this machine; sparkrun's distribution then finds the head up to
-  date. An offline launch (`offline: True` in the builder context, as `sparkrun build/run --offline` forces it)
-  fails on a cold head cache naming the release to fetch, and builds from the warm one.
+- Delegated: `sparkrun build RECIPE --hosts HEAD --transfer-mode delegated [--offline]`, sparkrun's own command.
+  The plugin builds on the head over sparkrun's SSH, so the image is made in the head's engine (the node dockerd of
+  tests/support/node_daemon.py behind the sshd of tests/support/sshd.py, as in test_sparkrun_distribution.py) and
+  none on this machine; sparkrun's distribution then finds the head up to date, and `--offline` succeeds from the
+  head's cache. On a cold head sparkrun's offline preflight refuses before any builder; past it (sparkrun's
+  `prepare_images` with `offline: True` in the builder context, tests/support/sparkrun_distribute.py) imgbuild
+  fetches nothing and names the release to fetch.
 - Offline on the control machine, in a network namespace with no network at all (`unshare -n`): a cold cache is
   an OfflineError naming what to fetch, a warm one builds.
 - The image's labels as sparkrun's runtime info: the runtime's `_collect_runtime_info` and the builder's
@@ -101,20 +103,47 @@ def test_delegated_builds_on_the_head_offline_from_its_cache_and_info_shows_the_
         f"env PYTHONPATH={ROOT / 'src'} IMGBUILD_BASE=skeleton IMGBUILD_CACHE={head_cache} {sys.executable} -m imgbuild"
     )
     path = recipe(tmp_path / "recipe.yaml", project, repo)
+    data = yaml.safe_load(path.read_text())
+    data["model"] = str(tmp_path / "models" / "dsv41")  # weights already on the node: nothing to download
+    (tmp_path / "models" / "dsv41").mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
-    # offline on a cold head: nothing fetched, the error names the release and how to fetch it
+    def build(*more: str) -> subprocess.CompletedProcess[str]:
+        """`sparkrun build RECIPE --hosts HEAD --transfer-mode delegated ...`: the command a user runs."""
+        argv = [
+            str(PYTHON.parent / "sparkrun"),
+            "build",
+            str(path),
+            "--hosts",
+            head.host,
+            "--transfer-mode",
+            "delegated",
+        ]
+        return subprocess.run([*argv, *more], env=env, capture_output=True, text=True, check=False, timeout=900)
+
+    # a cold head, offline: sparkrun's own preflight refuses first (it checks the recipe's `container` on the head
+    # before any builder runs), naming the image
+    refused = build("--offline")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "Offline launch cannot proceed" in said, said
+    assert f"image {repo}:latest: missing on node1" in said
+    # past that preflight (sparkrun's prepare_images with offline in the builder context, as `build` passes it):
+    # imgbuild fetches nothing, and its error names the release and how to fetch it
     cold = driver(env, "--transfer-mode", "delegated", "--offline", "--prepare-only", str(path), head.host)
     assert cold.returncode != 0
     assert "ImgbuildBuildError: imgbuild build failed (exit 11): offline:" in cold.stderr, cold.stderr[-4000:]
     assert "is not in the cache mirror" in cold.stderr and "without --offline" in cold.stderr
     assert not any((head_cache / "mirrors").rglob("*.pack"))  # the head's mirror fetched nothing
 
-    # online: built on the head, distribution finds the head up to date; nothing built here
-    seen = last_json(driver(env, "--transfer-mode", "delegated", str(path), head.host))
-    pinned = seen["head_image"]
+    # online: built on the head, sparkrun's distribution finds the head up to date; nothing built here
+    online = build()
+    assert online.returncode == 0, online.stdout + online.stderr
+    found = re.search(r"^Image:\s+(\S+)$", online.stdout, re.M)
+    assert found, online.stdout
+    pinned = found.group(1)
     assert re.fullmatch(rf"{re.escape(repo)}:[0-9][\w.]*-[0-9a-f]{{12,}}", pinned), pinned
+    assert "Container image up-to-date on all 1 host(s)" in online.stderr  # the head has what it built
     there = node.client().images.get(pinned)
-    assert seen["content_images_by_node"] == [there.id]  # sparkrun's own check of the head's resident id
     assert engine.image(pinned) is None and engine.image(f"{repo}:latest") is None  # the control machine: none
     assert (
         there.labels["imgbuild.variant"] == "latest"
@@ -124,8 +153,12 @@ def test_delegated_builds_on_the_head_offline_from_its_cache_and_info_shows_the_
     assert [p.name[:4] for p in sent.iterdir()] == ["dir-"]  # the project went over, as files
 
     # offline again: the head's cache has the release now; the same image, nothing rebuilt
+    offline = build("--offline")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert f"Image:     {pinned}" in offline.stdout
+    assert "Offline: every image and model is present" in offline.stdout + offline.stderr
     again = last_json(driver(env, "--transfer-mode", "delegated", "--offline", str(path), head.host))
-    assert again["head_image"] == pinned and again["content_images_by_node"] == [there.id]
+    assert again["head_image"] == pinned and again["content_images_by_node"] == [there.id]  # sparkrun's id check
 
     # what a launch records: the labels through the builder, the runtime's commands run in the container
     name = f"{prefix}-srdel-info_solo"
@@ -225,45 +258,3 @@ def test_a_published_variant_is_pinned_by_its_registry_digest(
     finally:
         registry.stop()
         subprocess.run(["docker", "rmi", f"{registry.host}/{repo}:latest"], capture_output=True, check=False)
-
-
-def test_sparkrun_build_delegated_and_offline_through_its_cli(
-    tmp_path: Path, make_project: MakeProject, prefix: str, engine: Engine, node: Node, head: Sshd
-) -> None:
-    """`sparkrun build --transfer-mode delegated [--offline]`, the command a user runs, on the same head."""
-    project = make_project("srcli")
-    repo = f"{prefix}-srcli"
-    head_cache = with_rootfs(tmp_path / "head-cache" / "imgbuild")
-    env = sparkrun_env(tmp_path / "sparkrun", head, tmp_path / "control-cache")
-    env["IMGBUILD_COMMAND"] = (
-        f"env PYTHONPATH={ROOT / 'src'} IMGBUILD_BASE=skeleton IMGBUILD_CACHE={head_cache} {sys.executable} -m imgbuild"
-    )
-    path = recipe(tmp_path / "recipe.yaml", project, repo)
-    data = yaml.safe_load(path.read_text())
-    data["model"] = str(tmp_path / "models" / "dsv41")  # weights already on the node: nothing to download
-    (tmp_path / "models" / "dsv41").mkdir(parents=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-
-    def build(*more: str) -> subprocess.CompletedProcess[str]:
-        argv = [str(PYTHON.parent / "sparkrun"), "build", str(path), "--hosts", head.host, *more]
-        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=900)
-
-    # a cold head: sparkrun's own offline preflight refuses first (it checks the recipe's `container` on the
-    # head before any builder runs), naming the image; the builder's refusal (exit 11) is the test above
-    cold = build("--transfer-mode", "delegated", "--offline")
-    said = cold.stdout + cold.stderr
-    assert cold.returncode != 0 and "Offline launch cannot proceed" in said, said
-    assert f"image {repo}:latest: missing on node1" in said
-
-    online = build("--transfer-mode", "delegated")
-    assert online.returncode == 0, online.stdout + online.stderr
-    pinned = re.search(r"^Image:\s+(\S+)$", online.stdout, re.M)
-    assert pinned and pinned.group(1).startswith(f"{repo}:"), online.stdout
-    assert "Container image up-to-date on all 1 host(s)" in online.stderr  # the head has what it built
-    assert node.client().images.get(pinned.group(1)).labels["imgbuild.variant"] == "latest"
-    assert engine.image(pinned.group(1)) is None  # nothing built on the control machine
-
-    offline = build("--transfer-mode", "delegated", "--offline")
-    assert offline.returncode == 0, offline.stdout + offline.stderr
-    assert f"Image:     {pinned.group(1)}" in offline.stdout
-    assert "Offline: every image and model is present" in offline.stdout + offline.stderr
