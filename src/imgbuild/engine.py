@@ -22,7 +22,7 @@ import docker.errors
 import requests
 from docker.utils import parse_repository_tag
 
-from imgbuild import proc
+from imgbuild import offline, proc
 from imgbuild.errors import DockerError
 from imgbuild.owner import OWNER_LABEL, Owner
 from imgbuild.platforms import Platform
@@ -278,6 +278,10 @@ class Engine:
             self._forget()
 
     def pull(self, ref: str, platform: Platform) -> ImageInfo:
+        offline.refuse(
+            f"base image {ref} ({platform}) is not in the local image store",
+            f"`docker pull --platform {platform} {ref}` (or `docker load` it), or build on `--base skeleton`",
+        )
         self._forget()
         echo(["docker", "pull", "--platform", str(platform), ref])
         try:

@@ -18,6 +18,7 @@ class ExitCode:
     SMOKE = 8  # a smoke test failed
     REGISTRY = 9  # registry protocol / auth problems
     STATE = 10  # an operation is in progress or the tree is dirty
+    OFFLINE = 11  # offline (`build --offline`), and something to fetch is not in the cache
 
 
 class ImgbuildError(Exception):
@@ -116,6 +117,14 @@ class StateError(ImgbuildError):
     system refuses (read-only, full, under a file)."""
 
     exit_code = ExitCode.STATE
+
+
+class OfflineError(ImgbuildError):
+    """Offline (`build --offline`, `$IMGBUILD_OFFLINE`, a sparkrun offline launch), and something the command needs
+    is not in the cache: the pinned release, a wheel, a base image, the skeleton's rootfs. Names it and how to fetch
+    it while online; nothing was fetched."""
+
+    exit_code = ExitCode.OFFLINE
 
 
 NO_SPACE = "No space left on device"

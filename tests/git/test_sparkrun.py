@@ -103,8 +103,15 @@ def test_strict_validator_and_plugin_loader_take_the_builder_recipe(env: dict[st
     recipe = yaml.safe_load(done.path.read_text())
     assert recipe["builder"] == "imgbuild" and recipe["container"] == "vllm-dsv41:latest"
     assert recipe["builder_config"] == {"project": str(ROOT), "variant": "latest", "platform": "linux/arm64"}
+    # the oldest sparkrun with what the plugin uses; sparkrun's loader reads it and the strict validator takes it
+    assert recipe["min_sparkrun_version"] == recipes.MIN_SPARKRUN_BUILDER == "0.4.0"
     # the builder resolves through sparkrun's plugin discovery, or this is a `builder-unknown` error
     report = validate(env, done.path)
+    assert (report["rc"], report["issues"]) == (0, []), report
+    # a published variant (`--builder --registry`): the plugin's key, which the strict validator takes too
+    pub = write_recipe(Project.load(ROOT), "latest", "TP8-1M", out=tmp_path / "pub", builder=True, registry="reg:5000")
+    assert yaml.safe_load(pub.path.read_text())["builder_config"]["registry"] == "reg:5000"
+    report = validate(env, pub.path)
     assert (report["rc"], report["issues"]) == (0, []), report
 
     args = tmp_path / "args"
@@ -163,14 +170,16 @@ def stub(path: Path, body: str) -> str:
 
 
 def test_the_plugin_module_is_loaded_only_by_sparkrun() -> None:
-    """imgbuild (3.11+) never imports it: it needs sparkrun (3.12+)."""
+    """imgbuild (3.11+) never imports it, nor its delegated-mode helper: they need sparkrun (3.12+)."""
     src = ROOT / "src" / "imgbuild"
+    plugin = {src / "deploy" / "sparkrun_builder.py", src / "deploy" / "sparkrun_head.py"}
     importers = []
-    for path in src.rglob("*.py"):
+    for path in set(src.rglob("*.py")) - plugin:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-                if any("sparkrun_builder" in n for n in names):
+                if any("sparkrun_builder" in n or "sparkrun_head" in n for n in names):
                     importers.append(path)
     assert importers == []
     assert "imgbuild.deploy.sparkrun_builder" not in sys.modules
+    assert "imgbuild.deploy.sparkrun_head" not in sys.modules

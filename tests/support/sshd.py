@@ -39,7 +39,8 @@ def _port() -> int:
 
 
 @contextlib.contextmanager
-def sshd_to(root: Path, docker_host: str, host: str = "node1") -> Iterator[Sshd]:
+def sshd_to(root: Path, docker_host: str, host: str = "node1", env: dict[str, str] | None = None) -> Iterator[Sshd]:
+    """`env`: more of the login's environment (`SetEnv`), e.g. the node's own cache directories."""
     root.mkdir(parents=True, exist_ok=True)
     for name in ("host", "client"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / name)], check=True)
@@ -49,7 +50,7 @@ def sshd_to(root: Path, docker_host: str, host: str = "node1") -> Iterator[Sshd]
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {root / 'host'}\nPidFile {root / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {root / 'authorized_keys'}\nStrictModes no\nUsePAM no\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-        f"SetEnv DOCKER_HOST={docker_host}\n"
+        f"SetEnv DOCKER_HOST={docker_host}" + "".join(f" {k}={v}" for k, v in (env or {}).items()) + "\n"
     )
     host_key = (root / "host.pub").read_text().split()[:2]
     (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_key)}\n")

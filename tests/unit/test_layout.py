@@ -16,6 +16,7 @@ RANK = {
     "owner": 0,  # who made a container: its label, and whether its maker is certainly dead
     "jsondoc": 0,  # the --json contract: each document's schema id and version
     "platforms": 0.5,  # the Platform value: on errors only
+    "offline": 0.5,  # the offline switch: on errors only
     "config": 1,
     "upstream": 2,
     "patches": 3,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imgbuild import proc
+from imgbuild import offline, proc
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import DockerError
 from imgbuild.plan.dockerfile import quote, tar_files
@@ -112,6 +112,10 @@ def ensure_rootfs(recipe: RootfsRecipe, cache: Path, *, verbose: bool = False) -
     out = rootfs_path(recipe, cache)
     if out.is_file():
         return out
+    offline.refuse(
+        f"the skeleton's {recipe.suite} {recipe.arch} rootfs is not in the cache ({out})",
+        "`imgbuild skeleton` (mmdebstrap fetches Debian packages once; the rootfs is cached)",
+    )
     if shutil.which("mmdebstrap") is None:
         raise DockerError("mmdebstrap is not installed; it makes the skeleton's rootfs", hint=MMDEBSTRAP_HINT)
     check_binfmt(Platform("linux", recipe.arch), Platform.host())

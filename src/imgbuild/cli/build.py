@@ -83,6 +83,15 @@ def build(
     ] = False,
     verbose: VerboseOpt = False,
     builder: BuilderOpt = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="Make no network request: build from the cache (the pinned release, wheels, skeleton rootfs) and "
+            "the local image store; anything missing is an error (exit 11) naming it and how to fetch it online. "
+            "Also $IMGBUILD_OFFLINE=1; sparkrun's offline launches set it.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build variant images with BuildKit and tag them after they pass their smoke test.
@@ -101,7 +110,10 @@ def build(
       imgbuild build latest engram-mem --base runtime --platform linux/amd64
 
       imgbuild build --platform all --builder spark-farm
+
+      imgbuild build latest --offline --json
     """
+    from imgbuild import offline as network
     from imgbuild.builder import runner as engine
     from imgbuild.cli.options import load_project
     from imgbuild.engine import Engine
@@ -110,6 +122,8 @@ def build(
 
     if as_json:  # the documents' types: under --json only
         from imgbuild.report.documents import images as docs
+    if offline:
+        network.enable()
     project = load_project()
     project.refuse_bad_headers()
     selection = project.select(variants, platform)

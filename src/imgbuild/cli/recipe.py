@@ -24,7 +24,12 @@ def recipe(
         ),
     ] = None,
     registry: Annotated[
-        str | None, typer.Option("--registry", help="Pin the index digest published in this registry instead.")
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Pin the index digest published in this registry instead (with --builder: the builder "
+            "runs the variant published there, by digest).",
+        ),
     ] = None,
     builder: Annotated[
         bool,
@@ -48,6 +53,8 @@ def recipe(
       imgbuild recipe latest --profile TP8-1M --registry 127.0.0.1:5000
 
       imgbuild recipe latest --profile TP8-1M --builder
+
+      imgbuild recipe latest --profile TP8-1M --builder --registry 127.0.0.1:5000
 
     Then: `sparkrun run deploy/out/latest-tp8-1m.yaml --hosts ...`.
     """

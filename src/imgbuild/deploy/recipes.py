@@ -30,6 +30,11 @@ LEFT_TO_SPARKRUN = (
     "address family, NVLS, cuMem) are the deployment report's tuning, which sparkrun does not detect: kept."
 )
 
+# The oldest sparkrun that runs a `builder: imgbuild` recipe: 0.4.0 brought what the plugin uses (installed-plugin
+# discovery through the `sparkrun.plugins` entry point, `core/installed_plugins.py`; the builder's `pull_ref`;
+# `builder_context` with `offline`; `min_sparkrun_version` itself); 0.3.0 has none of them (checked in their wheels).
+MIN_SPARKRUN_BUILDER = "0.4.0"
+
 # sparkrun 0.4.2's orchestration/infiniband.py MANAGED_COMM_ENV_KEYS: what it sets per cluster from its
 # probe; a recipe value would override the detection (its `managed-comm-env` warning). Checked against
 # sparkrun's own set in tests/git/test_sparkrun.py.
@@ -159,7 +164,11 @@ class Recipe:
             "min_nodes": p.nodes,
             "max_nodes": p.nodes,
             "container": self.image.ref,
-            **({"builder": "imgbuild", "builder_config": self.builder} if self.builder else {}),
+            **(
+                {"builder": "imgbuild", "builder_config": self.builder, "min_sparkrun_version": MIN_SPARKRUN_BUILDER}
+                if self.builder
+                else {}
+            ),
             "env": self.recipe_env(),
             "defaults": serve_defaults(p),
             "executor_config": {k: v for k, v in executor.items() if v},
@@ -268,8 +277,8 @@ def write_recipe(
             hint=f"use `imgbuild recipe {profile.variant} --profile {profile.name}`, or change the profile's variant",
         )
     env = merged_env(variant, profile)
-    if builder and (image is not None or registry is not None):
-        raise UsageError("--builder cannot be used with --image or --registry: the builder makes the image")
+    if builder and image is not None:
+        raise UsageError("--builder cannot be used with --image: the builder makes the image")
     seen_platform = None
     if builder:  # `container:` names the variant's tag; the builder replaces it with the one it builds
         pinned = Pinned(
@@ -279,6 +288,8 @@ def write_recipe(
         pinned, seen_platform = pin_image(variant, image=image, registry=registry, repository=repository)
     platform = seen_platform or (str(variant.image.platforms[0]) if variant.image.platforms else "linux/arm64")
     config = {"project": str(project.root), "variant": variant.name, "platform": platform} if builder else None
+    if config is not None and registry is not None:  # the builder runs the variant published there (pull_ref)
+        config["registry"] = registry
     path = path or out / f"{variant.name}-{profile.name.lower()}.yaml"
     recipe = Recipe(variant.name, profile, pinned, platform, env, config, path)
     if write:

@@ -1,5 +1,12 @@
 """imgbuild as a sparkrun builder (`builder: imgbuild`, a `sparkrun.plugins` entry point; imgbuild never imports
-it): runs `imgbuild -C PROJECT build VARIANT --json` and hands sparkrun the immutable tag it printed."""
+it): runs `imgbuild -C PROJECT build VARIANT --json` and hands sparkrun the immutable tag it printed.
+
+What it does in each of sparkrun 0.4.2's modes (docs/launching.md): `local`/`push` build here; `delegated` builds
+on the head node over sparkrun's own SSH (`orchestration.primitives.run_script_on_host`, as its eugr builder does);
+`offline` in the builder context adds `--offline` (nothing fetched); `builder_config.registry` makes a published
+variant the image (`pull_ref` and `prepare` give its digest, from `imgbuild history --registry`); the image's
+labels are what `collect_container_labels` reports. Everything it asks of imgbuild goes through the command line
+and its `--json` documents, the one stable interface across the two Python versions."""
 
 from __future__ import annotations
 
@@ -13,9 +20,10 @@ from typing import Any
 from sparkrun.builders.base import BuilderPlugin
 
 from imgbuild import jsondoc, proc  # standard library only: the --json contract, the one process funnel
+from imgbuild.deploy.sparkrun_pins import published, version_info
 
 SPARKRUN_PLUGIN_API_VERSION = 1
-KEYS = frozenset({"project", "revision", "variant", "platform", "command"})
+KEYS = frozenset({"project", "revision", "variant", "platform", "command", "registry"})
 
 
 class ImgbuildBuildError(RuntimeError):
@@ -50,9 +58,25 @@ def problems(recipe: Any) -> list[str]:
     return out
 
 
+def is_url(project: str) -> bool:
+    return "://" in project or project.startswith("git@")
+
+
+def clone_dir(url: str, cache: Path) -> Path:
+    return cache / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def local_project(cfg: dict[str, Any]) -> str:
+    """The project directory to build: `project`, or a clone of it at `revision` when it is a git URL."""
+    project = str(cfg["project"])
+    if is_url(project):
+        return str(checkout(project, cfg.get("revision"), Path.home() / ".cache/imgbuild/sparkrun-projects"))
+    return project
+
+
 def checkout(url: str, revision: str | None, cache: Path) -> Path:
     """A clone of `url` at `revision` (default: the remote's HEAD), kept under `cache` keyed by the URL."""
-    where = cache / hashlib.sha256(url.encode()).hexdigest()[:16]
+    where = clone_dir(url, cache)
     if not (where / ".git").exists():
         where.parent.mkdir(parents=True, exist_ok=True)
         _git("clone", "--quiet", url, str(where))
@@ -75,12 +99,30 @@ def _run(argv: list[str]) -> proc.CompletedProcess[str]:
         raise ImgbuildBuildError(str(exc), 7, hint) from exc
 
 
-def build_argv(cfg: dict[str, Any], project: str, variant: str, *, dry_run: bool) -> list[str]:
+def command_of(cfg: dict[str, Any]) -> list[str]:
     command = cfg.get("command") or os.environ.get("IMGBUILD_COMMAND") or "imgbuild"
-    argv = [*(shlex.split(command) if isinstance(command, str) else command), "-C", project, "build", variant, "--json"]
+    return [*(shlex.split(command) if isinstance(command, str) else command)]
+
+
+def build_argv(cfg: dict[str, Any], project: str, variant: str, *, dry_run: bool, offline: bool = False) -> list[str]:
+    argv = [*command_of(cfg), "-C", project, "build", variant, "--json"]
     if cfg.get("platform"):
         argv += ["--platform", str(cfg["platform"])]
+    if offline:
+        argv.append("--offline")
     return [*argv, "--dry-run"] if dry_run else argv
+
+
+def history_argv(cfg: dict[str, Any], project: str, variant: str) -> list[str]:
+    return [*command_of(cfg), "-C", project, "history", variant, "--registry", str(cfg["registry"]), "--json"]
+
+
+def published_ref(cfg: dict[str, Any], project: str, variant: str, container: str) -> str | None:
+    """The published image by digest when `builder_config.registry` names a registry that has the variant."""
+    if not cfg.get("registry"):
+        return None
+    argv = history_argv(cfg, project, variant)
+    return published(json_of(argv, _run(argv), "history"), container)
 
 
 def built_ref(doc: dict[str, Any], variant: str) -> str:
@@ -103,8 +145,8 @@ def check_schema(doc: dict[str, Any], name: str, argv: list[str], exit_code: int
         )
 
 
-def run_build(argv: list[str], variant: str) -> str:
-    done = _run(argv)
+def json_of(argv: list[str], done: proc.CompletedProcess[str], name: str) -> dict[str, Any]:
+    """The `--json` document `argv` printed, checked to be `name` at the version this plugin reads."""
     try:
         doc = json.loads(done.stdout)
     except json.JSONDecodeError:
@@ -117,10 +159,24 @@ def run_build(argv: list[str], variant: str) -> str:
             raise ImgbuildBuildError(str(err.get("message")), code, str(err.get("hint") or ""))
         detail = done.stderr.strip().splitlines()[-1:] or [done.stdout.strip()[:200]]
         raise ImgbuildBuildError(f"{shlex.join(argv)}: {detail[0]}", done.returncode or 1)
-    check_schema(doc, "build-plan" if "--dry-run" in argv else "build", argv, 0)
+    check_schema(doc, name, argv, 0)
+    return doc
+
+
+def run_build(argv: list[str], variant: str) -> str:
+    return built_ref(build_doc(argv, _run(argv)), variant)
+
+
+def build_doc(argv: list[str], done: proc.CompletedProcess[str]) -> dict[str, Any]:
+    doc = json_of(argv, done, "build-plan" if "--dry-run" in argv else "build")
     if doc.get("ok") is False:
         raise ImgbuildBuildError("the build's smoke test failed (see `imgbuild build` without --json)", 8)
-    return built_ref(doc, variant)
+    return doc
+
+
+def offline_of(builder_context: Any) -> bool:
+    """sparkrun puts `offline: True` in the builder context of an offline launch (`core/launcher.py`)."""
+    return bool(builder_context and builder_context.get("offline"))
 
 
 class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not typed for mypy here
@@ -139,19 +195,51 @@ class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not t
         ssh_kwargs: dict[str, Any] | None = None,
         builder_context: Any = None,
     ) -> str:
-        del image, hosts, config, transfer_mode, ssh_kwargs, builder_context  # imgbuild builds offline, locally
+        del config  # imgbuild keeps its own cache (IMGBUILD_CACHE)
         bad = problems(recipe)
         if bad:
             raise ImgbuildBuildError("; ".join(bad), 3)
         cfg, variant = config_of(recipe), str(variant_of(recipe))  # problems() checked both
-        project = str(cfg["project"])
-        if "://" in project or project.startswith("git@"):  # a git URL: build a clone of it
-            project = str(checkout(project, cfg.get("revision"), Path.home() / ".cache/imgbuild/sparkrun-projects"))
-        return run_build(build_argv(cfg, project, variant, dry_run=dry_run), variant)
+        offline = offline_of(builder_context)
+        if not offline and cfg.get("registry"):  # a published variant is the image; offline, no registry is asked
+            ref = published_ref(cfg, local_project(cfg), variant, image)
+            if ref is not None:
+                return ref
+        if transfer_mode == "delegated" and not dry_run:  # built on the head; a dry run plans here (no side effect)
+            from imgbuild.deploy import sparkrun_head
+
+            head = hosts[0] if hosts else "localhost"
+            return sparkrun_head.build_on_head(cfg, variant, head, ssh_kwargs or {}, offline=offline)
+        project = local_project(cfg)
+        return run_build(build_argv(cfg, project, variant, dry_run=dry_run, offline=offline), variant)
 
     def pull_ref(self, image: str, recipe: Any, config: Any = None) -> str | None:
-        del image, recipe, config
-        return None  # a local build: no registry digest to pin
+        """The published image by digest (`builder_config.registry` names a registry that has the variant), or
+        None: a local build, which has no registry digest to pin. Reads the registry; builds and clones nothing."""
+        del config
+        if problems(recipe) or not config_of(recipe).get("registry"):
+            return None
+        cfg = config_of(recipe)
+        project = str(cfg["project"])
+        if is_url(project):  # a clone is what pull_ref may not make; the cached one, if any, is read
+            where = clone_dir(project, Path.home() / ".cache/imgbuild/sparkrun-projects")
+            if not (where / ".git").exists():
+                return None
+            project = str(where)
+        return published_ref(cfg, project, str(variant_of(recipe)), image)
+
+    def collect_container_labels(self, container_name: str, host: str, ssh_kwargs: dict[str, Any]) -> dict[str, str]:
+        """The image's pins, patches and inputs digest from its labels (`docker inspect` over sparkrun's SSH, as the
+        base class does), instead of every label flattened: `imgbuild.files` alone is a screenful. Never raises."""
+        try:
+            from sparkrun.orchestration.primitives import run_script_on_host
+
+            script = f"docker inspect --format '{{{{json .Config.Labels}}}}' {shlex.quote(container_name)}"
+            done = run_script_on_host(host, script, ssh_kwargs=ssh_kwargs, timeout=15)
+            labels = json.loads(done.stdout.strip() or "{}") if done.returncode == 0 else {}
+            return version_info(labels) if isinstance(labels, dict) else {}
+        except Exception:  # noqa: BLE001 - label collection never blocks a launch (sparkrun's rule)
+            return {}
 
     def validate_recipe(self, recipe: Any) -> list[Any]:
         return [self.recipe_error(p) for p in problems(recipe)]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from imgbuild import offline
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError, disk_full, no_space
@@ -236,6 +237,10 @@ class Mirror:
     def _fetch(self, repo: GitRepo, ref: str) -> None:
         assert isinstance(self.source, GitSource)
         url = self.source.url
+        offline.refuse(
+            f"{ref} of {url} is not in the cache mirror {self.path}",
+            "run the same `imgbuild build` without --offline (it fetches the pinned release into the cache)",
+        )
         _log(f"imgbuild: fetching {ref} from {url}")
         refspecs = [ref] if SHA_RE.match(ref) else [f"+refs/tags/{ref}:refs/tags/{ref}"]
         try:
@@ -275,6 +280,10 @@ class Mirror:
         src = self.source
         path = self.wheel_path(version)
         if not path.exists():
+            offline.refuse(
+                f"the {src.project}=={version} wheel ({src.platform}) is not in the cache ({path.parent})",
+                "run the same `imgbuild build` without --offline (it downloads the wheel into the cache)",
+            )
             dest = ensure_cache_dir(self.root / "wheels")
             _log(f"imgbuild: downloading {src.project}=={version} ({src.platform}) with pip")
             args = [

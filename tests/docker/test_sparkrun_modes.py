@@ -1,0 +1,260 @@
+"""`builder: imgbuild` in sparkrun's other modes, through sparkrun 0.4.2's own code (its venv, a subprocess).
+
+- Delegated: `sparkrun build RECIPE --hosts HEAD --transfer-mode delegated [--offline]`, sparkrun's own command.
+  The plugin builds on the head over sparkrun's SSH, so the image is made in the head's engine (the node dockerd of
+  tests/support/node_daemon.py behind the sshd of tests/support/sshd.py, as in test_sparkrun_distribution.py) and
+  none on this machine; sparkrun's distribution then finds the head up to date, and `--offline` succeeds from the
+  head's cache. On a cold head sparkrun's offline preflight refuses before any builder; past it (sparkrun's
+  `prepare_images` with `offline: True` in the builder context, tests/support/sparkrun_distribute.py) imgbuild
+  fetches nothing and names the release to fetch.
+- Offline on the control machine, in a network namespace with no network at all (`unshare -n`): a cold cache is
+  an OfflineError naming what to fetch, a warm one builds.
+- The image's labels as sparkrun's runtime info: the runtime's `_collect_runtime_info` and the builder's
+  `collect_container_labels` on a container of the image on the head (tests/support/sparkrun_modes.py `info`).
+- A published variant: the pin step of `sparkrun export recipe --realize` (`pin_recipe_data`, through the
+  builder's `pull_ref`) pins the registry's digest; a local build has none, and sparkrun says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from imgbuild.engine import Engine
+from imgbuild.upstream.mirror import cache_dir
+from tests.docker.conftest import MakeProject, run_cli
+from tests.docker.test_sparkrun_distribution import DRIVER, PYTHON, recipe, sparkrun_env
+from tests.support.node_daemon import Node, node_daemon
+from tests.support.registry_env import RegistryProcess
+from tests.support.sshd import SSHD, Sshd, sshd_to
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ROOT / "tests" / "support" / "sparkrun_modes.py"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a model revision already pinned: no Hub lookup
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    """A node dockerd on the containerd store (its own bridge and containerd), as in the distribution test."""
+    with node_daemon(tmp_path / "node", "br-imgb-srm", containerd_store=True, address="10.214.80.1/24") as n:
+        yield n
+
+
+@pytest.fixture
+def head(tmp_path: Path, node: Node) -> Iterator[Sshd]:
+    """The head: the node dockerd behind an sshd whose logins keep imgbuild's caches under tmp_path."""
+    if not Path(SSHD).exists():
+        pytest.fail(f"{SSHD} is missing: run `bash .ci/setup-sshd.sh`")
+    with sshd_to(tmp_path / "sshd", node.socket, env={"XDG_CACHE_HOME": str(tmp_path / "head-cache")}) as s:
+        yield s
+
+
+def driver(env: dict[str, str], *args: str, netns: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = [str(PYTHON), str(DRIVER), *args]
+    return subprocess.run(
+        ["unshare", "-n", *argv] if netns else argv, env=env, capture_output=True, text=True, check=False, timeout=900
+    )
+
+
+def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr[-6000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def with_rootfs(cache: Path) -> Path:
+    """`cache` holding the skeleton's rootfs tar that the session's skeleton fixture made (a hard link), so the
+    head builds its skeleton base from it instead of running mmdebstrap."""
+    (cache / "skeleton").mkdir(parents=True, exist_ok=True)
+    for tar in (cache_dir() / "skeleton").glob("rootfs-*.tar"):
+        try:
+            os.link(tar, cache / "skeleton" / tar.name)
+        except OSError:
+            shutil.copy(tar, cache / "skeleton" / tar.name)
+    return cache
+
+
+def test_delegated_builds_on_the_head_offline_from_its_cache_and_info_shows_the_labels(
+    tmp_path: Path,
+    make_project: MakeProject,
+    prefix: str,
+    engine: Engine,
+    node: Node,
+    head: Sshd,
+) -> None:
+    assert PYTHON.exists(), f"{PYTHON} is missing: run `bash .ci/setup-sparkrun.sh`"
+    project = make_project("srdel")
+    repo = f"{prefix}-srdel"
+    head_cache = with_rootfs(tmp_path / "head-cache" / "imgbuild")
+    env = sparkrun_env(tmp_path / "sparkrun", head, tmp_path / "control-cache")
+    # what runs on the head (same machine, the node's engine through the login's DOCKER_HOST): this checkout
+    env["IMGBUILD_COMMAND"] = (
+        f"env PYTHONPATH={ROOT / 'src'} IMGBUILD_BASE=skeleton IMGBUILD_CACHE={head_cache} {sys.executable} -m imgbuild"
+    )
+    path = recipe(tmp_path / "recipe.yaml", project, repo)
+    data = yaml.safe_load(path.read_text())
+    data["model"] = str(tmp_path / "models" / "dsv41")  # weights already on the node: nothing to download
+    (tmp_path / "models" / "dsv41").mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def build(*more: str) -> subprocess.CompletedProcess[str]:
+        """`sparkrun build RECIPE --hosts HEAD --transfer-mode delegated ...`: the command a user runs."""
+        argv = [
+            str(PYTHON.parent / "sparkrun"),
+            "build",
+            str(path),
+            "--hosts",
+            head.host,
+            "--transfer-mode",
+            "delegated",
+        ]
+        return subprocess.run([*argv, *more], env=env, capture_output=True, text=True, check=False, timeout=900)
+
+    # a cold head, offline: sparkrun's own preflight refuses first (it checks the recipe's `container` on the head
+    # before any builder runs), naming the image
+    refused = build("--offline")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "Offline launch cannot proceed" in said, said
+    assert f"image {repo}:latest: missing on node1" in said
+    # past that preflight (sparkrun's prepare_images with offline in the builder context, as `build` passes it):
+    # imgbuild fetches nothing, and its error names the release and how to fetch it
+    cold = driver(env, "--transfer-mode", "delegated", "--offline", "--prepare-only", str(path), head.host)
+    assert cold.returncode != 0
+    assert "ImgbuildBuildError: imgbuild build failed (exit 11): offline:" in cold.stderr, cold.stderr[-4000:]
+    assert "is not in the cache mirror" in cold.stderr and "without --offline" in cold.stderr
+    assert not any((head_cache / "mirrors").rglob("*.pack"))  # the head's mirror fetched nothing
+
+    # online: built on the head, sparkrun's distribution finds the head up to date; nothing built here
+    online = build()
+    assert online.returncode == 0, online.stdout + online.stderr
+    found = re.search(r"^Image:\s+(\S+)$", online.stdout, re.M)
+    assert found, online.stdout
+    pinned = found.group(1)
+    assert re.fullmatch(rf"{re.escape(repo)}:[0-9][\w.]*-[0-9a-f]{{12,}}", pinned), pinned
+    assert "Container image up-to-date on all 1 host(s)" in online.stderr  # the head has what it built
+    there = node.client().images.get(pinned)
+    assert engine.image(pinned) is None and engine.image(f"{repo}:latest") is None  # the control machine: none
+    assert (
+        there.labels["imgbuild.variant"] == "latest"
+        and there.labels["imgbuild.inputs"].removeprefix("sha256:")[:12] in pinned
+    )
+    sent = tmp_path / "head-cache" / "imgbuild" / "sparkrun-projects"
+    assert [p.name[:4] for p in sent.iterdir()] == ["dir-"]  # the project went over, as files
+
+    # offline again: the head's cache has the release now; the same image, nothing rebuilt
+    offline = build("--offline")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert f"Image:     {pinned}" in offline.stdout
+    assert "Offline: every image and model is present" in offline.stdout + offline.stderr
+    again = last_json(driver(env, "--transfer-mode", "delegated", "--offline", str(path), head.host))
+    assert again["head_image"] == pinned and again["content_images_by_node"] == [there.id]  # sparkrun's id check
+
+    # what a launch records: the labels through the builder, the runtime's commands run in the container
+    name = f"{prefix}-srdel-info_solo"
+    node.client().containers.run(pinned, ["sleep", "600"], name=name, detach=True, network_mode="none")
+    try:
+        done = subprocess.run(
+            [str(PYTHON), str(MODES), "info", str(path), head.host, name],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        info = last_json(done)
+    finally:
+        node.client().containers.get(name).remove(force=True)
+    runtime = info["runtime_info"]
+    labels = there.labels
+    assert runtime.items() >= info["labels"].items(), info
+    assert runtime["imgbuild_variant"] == "latest" and runtime["imgbuild_inputs"] == labels["imgbuild.inputs"]
+    assert (
+        runtime["imgbuild_upstream"] == f"{labels['imgbuild.upstream.tag']} {labels['imgbuild.upstream.commit'][:12]}"
+    )
+    patches = json.loads(labels["imgbuild.patches"])
+    assert patches and runtime["imgbuild_patches"] == ", ".join(f"{n} {s}" for n, s in patches.items())
+    assert re.fullmatch(r"3\.\d+\.\d+", runtime["python"]), runtime  # the runtime's own command ran in the container
+    assert not any(k.startswith("container_imgbuild_files") for k in runtime)  # not every label flattened
+
+
+def test_offline_in_a_network_namespace_builds_from_the_cache_or_names_what_to_fetch(
+    tmp_path: Path, make_project: MakeProject, prefix: str, engine: Engine, head: Sshd
+) -> None:
+    project = make_project("sroff")
+    repo = f"{prefix}-sroff"
+    env = sparkrun_env(tmp_path / "sparkrun", head, tmp_path / "cache")
+    path = recipe(tmp_path / "recipe.yaml", project, repo)
+
+    cold = driver(env, "--offline", "--prepare-only", str(path), head.host, netns=True)
+    assert cold.returncode != 0 and "(exit 11): offline:" in cold.stderr, cold.stderr[-4000:]
+    assert "is not in the cache mirror" in cold.stderr
+    assert engine.image(f"{repo}:latest") is None
+
+    online = last_json(driver(env, "--prepare-only", str(path), head.host))
+    warm = last_json(driver(env, "--offline", "--prepare-only", str(path), head.host, netns=True))
+    assert warm["head_image"] == online["head_image"] and engine.image(warm["head_image"]) is not None
+
+
+def test_a_published_variant_is_pinned_by_its_registry_digest(
+    tmp_path: Path, make_project: MakeProject, prefix: str, head: Sshd
+) -> None:
+    project = make_project("srpub")
+    repo = f"{prefix}-srpub"
+    cache = tmp_path / "cache"
+    built = run_cli(project, "build", "latest", "--base", "skeleton", "--json", env={"IMGBUILD_CACHE": str(cache)})
+    assert built.returncode == 0, built.stderr
+    image_id = json.loads(built.stdout)["images"][0]["image_id"]
+    env = sparkrun_env(tmp_path / "sparkrun", head, cache)
+    local = recipe(tmp_path / "local.yaml", project, repo)
+
+    registry = RegistryProcess.start(tmp_path / "registry")
+    try:
+        published = tmp_path / "published.yaml"
+        data = yaml.safe_load(local.read_text())
+        data["model_revision"] = COMMIT
+        data["builder_config"]["registry"] = registry.host
+        published.write_text(yaml.safe_dump(data, sort_keys=False))
+        modes = [str(PYTHON), str(MODES), "pin"]
+
+        # not yet published: a local build, which sparkrun refuses to pin
+        before = subprocess.run([*modes, str(published), head.host], env=env, capture_output=True, text=True)
+        assert before.returncode != 0 and "runs a locally built image, which has no registry digest" in before.stderr
+
+        there = f"{registry.host}/{repo}"
+        subprocess.run(["docker", "tag", f"{repo}:latest", f"{there}:latest"], check=True)
+        subprocess.run(["docker", "push", "-q", f"{there}:latest"], check=True, capture_output=True)
+        pin = last_json(subprocess.run([*modes, str(published), head.host], env=env, capture_output=True, text=True))
+        assert pin["pull_ref"] == pin["container"] == f"{there}@{image_id}"  # the push kept the digest
+        assert pin["pins"] == [
+            {
+                "field": "container",
+                "before": f"{repo}:latest",
+                "after": f"{there}@{image_id}",
+                "source": "already pinned",
+            }
+        ]
+
+        # and a launch runs it: prepare() gives the published digest, builds nothing (sparkrun then pulls it)
+        launched = last_json(driver(env, "--prepare-only", str(published), head.host))
+        assert launched["head_image"] == f"{there}@{image_id}"
+
+        # the same recipe without a registry: the plugin's pull_ref is None, sparkrun says why
+        plain = yaml.safe_load(local.read_text())
+        plain["model_revision"] = COMMIT
+        local.write_text(yaml.safe_dump(plain, sort_keys=False))
+        refused = subprocess.run([*modes, str(local), head.host], env=env, capture_output=True, text=True)
+        assert refused.returncode != 0 and "has no registry digest" in refused.stderr
+    finally:
+        registry.stop()
+        subprocess.run(["docker", "rmi", f"{registry.host}/{repo}:latest"], capture_output=True, check=False)
