@@ -248,10 +248,13 @@ def tail(done: subprocess.CompletedProcess[str], n: int = 6000) -> str:
     """The end of act's output, and first the end of each failed job's own lines (act interleaves the jobs, so
     the end of the whole output can be another job's success)."""
     out = done.stdout + done.stderr
-    failed = re.findall(r"Error: Job '([^']+)' failed", out)
+    # act names a matrix job's lines `[images/build-3]` (padded: `[ci/full-tiers      ]`) and its error `Job 'build'`
+    failed = sorted({m.strip() for m in re.findall(r"^\[([^\]]+)\]\s*🏁  Job failed", out, flags=re.M)})
+    failed = failed or [f"/{j}" for j in re.findall(r"Error: Job '([^']+)' failed", out)]
     jobs = []
     for job in failed:
-        mine = re.compile(rf"^\[[^\]]*/{re.escape(job)}\s*\]")  # act pads the name: `[ci/full-tiers      ]`
+        mine = re.compile(rf"^\[[^\]]*{re.escape(job.split('/')[-1])}(-\d+)?\s*\]")
         own = [line for line in out.splitlines() if mine.match(line)]
-        jobs.append(f"--- the failed job {job}, its last lines:\n" + "\n".join(own[-60:]))
+        bad = [line for line in own if "❌" in line or "Failure" in line]  # the step that failed, wherever it is
+        jobs.append(f"--- the failed job {job}: its failed steps, then its last lines:\n" + "\n".join(bad + own[-60:]))
     return "\n".join(jobs) + ("\n--- the end of the output:\n" if jobs else "") + out[-n:]
