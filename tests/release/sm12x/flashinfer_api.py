@@ -81,6 +81,8 @@ class FlashInferTree:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._parsed: dict[str, ast.Module | None] = {}
+        self._statements: dict[str, list[ast.stmt]] = {}
+        self._resolved: dict[tuple[str, str], Definition | None] = {}
 
     def _file(self, module: str) -> Path | None:
         base = self.root.joinpath(*module.split("."))
@@ -115,16 +117,26 @@ class FlashInferTree:
 
     def resolve(self, module: str, name: str, seen: frozenset[tuple[str, str]] = frozenset()) -> Definition | None:
         """What `name` is in FlashInfer module `module`, or None."""
-        if (module, name) in seen:
+        key = (module, name)
+        if key in self._resolved:
+            return self._resolved[key]
+        if key in seen:
             return None
-        seen = seen | {(module, name)}
+        found = self._resolve(module, name, seen | {key})
+        if not seen:  # a complete answer, not one cut short by a cycle
+            self._resolved[key] = found
+        return found
+
+    def _resolve(self, module: str, name: str, seen: frozenset[tuple[str, str]]) -> Definition | None:
         tree = self._tree(module)
         if tree is None:
             return None
+        if module not in self._statements:
+            self._statements[module] = _top_level(tree)
         found: Definition | None = None
         stars: list[str] = []
         dynamic = False
-        for node in _top_level(tree):
+        for node in self._statements[module]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
                 dynamic = True
             if isinstance(node, ast.ImportFrom) and self._absolute(module, node).startswith("flashinfer"):
@@ -295,7 +307,10 @@ def check(vllm_root: Path, flashinfer: FlashInferTree) -> Report:
     """Check every ``vllm/**.py`` under `vllm_root` against `flashinfer`."""
     report = Report()
     for path in sorted((vllm_root / "vllm").rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
+        text = path.read_text()
+        if "flashinfer" not in text:
+            continue
+        tree = ast.parse(text, filename=str(path))
         where = path.relative_to(vllm_root)
         bound = _imports(tree, where, flashinfer, report)
         for node in ast.walk(tree) if bound else []:
