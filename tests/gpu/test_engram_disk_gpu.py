@@ -527,7 +527,7 @@ def test_a_bad_step_is_refused_before_its_sample_and_the_next_step_recovers(worl
     try:
         stage(world, a)
         outs = forward_all(world, hashes_b, seed=1)
-        sampled = torch.stack([o.float().sum(dim=(1, 2)) for o in outs]).argmax(dim=0)  # a stand-in sampler
+        sampled = torch.stack([o.float().flatten(1).sum(dim=1) for o in outs]).argmax(dim=0)  # a stand-in sampler
         sampled_host = sampled.to("cpu", non_blocking=True)
         torch.cuda.current_stream().synchronize()  # the runner's sync on its sampled ids
         assert all(o.isnan().all() for o in outs), "the bad step's outputs are NaN"
