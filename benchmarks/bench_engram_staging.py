@@ -258,7 +258,7 @@ def main() -> None:
             def run() -> None:
                 saved = [t.prefetch for t in tables]
                 for t in tables:
-                    t.prefetch = lambda rows: None
+                    t.prefetch = lambda rows, pool=None: []
                 try:
                     fn()
                 finally:
