@@ -653,7 +653,11 @@ def test_a_partly_warm_cache_gets_hints_for_what_is_missing(world: World, case: 
     for table, table_pages, gone in zip(tables(world), pages, missing, strict=True):
         assert table.hint_calls > 0, "a partly warm step asks for its pages"
         large = table_pages.size >= world.patched.ENGRAM_ROWS_PER_TASK
-        assert table.missing_pages == (gone if large else table_pages.size)
+        if large:  # what mincore found missing: at most what was evicted, less what the kernel read ahead since
+            # (an H100 run found 96,156 of 96,158: two pages came back between the test's count and the step's)
+            assert gone - gone // 1000 <= table.missing_pages <= gone, (table.missing_pages, gone)
+        else:
+            assert table.missing_pages == table_pages.size
         assert resident_pages(table.mapping, table_pages).all()
 
 
