@@ -62,6 +62,8 @@ from tests.gpu.engram_harness import (
     make_batch,
     make_engram,
     make_hash_state,
+    read_pages,
+    resident_pages,
     spec_verify_steps,
     write_checkpoint,
 )
@@ -116,6 +118,7 @@ def build(sources: Path, root: Path) -> dict[str, Any]:
         "hash_release": make_hash_state(release, layout, SHAPE),
         "host": host,
         "stager": stager,
+        "disk": disk,
         "tables": [slot.table for slot in stager.slots],
     }
 
@@ -134,18 +137,21 @@ def step_pages(w: dict[str, Any], batch: Any) -> dict[str, Any]:
     torch.cuda.synchronize()
     hashes = stager._host_hashes_np[: batch.num_tokens]
     pairs, rows_total, rows_distinct, pages_total = [], 0, 0, 0
+    per_table: list[np.ndarray] = []
     for index, slot in enumerate(stager.slots):
         rows = slot.select(hashes[:, slot.layer_hash_index])
         pages = np.unique(slot.table._pages(rows))  # disk_floor's runs mode needs them sorted
         rows_total += rows.size
         rows_distinct += np.unique(rows).size
         pages_total += pages.size
+        per_table.append(pages)
         pairs.append(np.stack([np.full(pages.size, index, np.int64), pages.astype(np.int64) * PAGE], axis=1))
     return {
         "rows": rows_total,
         "distinct_rows": rows_distinct,
         "pages": pages_total,
         "list": np.concatenate(pairs),
+        "pages_per_table": per_table,
     }
 
 
@@ -235,11 +241,24 @@ def main() -> None:
 
             return run
 
+        def patched_as(fn: Callable[[], None], **values: Any) -> Callable[[], None]:
+            def run() -> None:
+                saved = {k: getattr(patched, k) for k in values}
+                for k, v in values.items():
+                    setattr(patched, k, v)
+                try:
+                    fn()
+                finally:
+                    for k, v in saved.items():
+                        setattr(patched, k, v)
+
+            return run
+
         def no_prefetch(fn: Callable[[], None]) -> Callable[[], None]:
             def run() -> None:
                 saved = [t.prefetch for t in tables]
                 for t in tables:
-                    t.prefetch = lambda rows: None
+                    t.prefetch = lambda rows, pool=None: []
                 try:
                     fn()
                 finally:
@@ -259,7 +278,7 @@ def main() -> None:
             prefill = batch.num_tokens > 1024
             row: dict[str, Any] = {"tokens": batch.num_tokens}
             info = step_pages(w, batch)
-            row.update({k: v for k, v in info.items() if k != "list"})
+            row.update({k: v for k, v in info.items() if k not in ("list", "pages_per_table")})
             list_path = Path(tmp) / "pages.bin"
             info["list"].tofile(list_path)
 
@@ -277,26 +296,21 @@ def main() -> None:
 
             cold_variants: dict[str, Callable[[], None]] = {"disk/8t": stage(batch, 8)}
             if prefill:
+                # Issue 46 item 1: the page runs hinted from the pool's
+                # threads (the default), from the calling thread alone (the
+                # patch before it), or read with preadv by the pool.
                 cold_variants["disk/16t"] = stage(batch, 16)
+                cold_variants["disk/8t serial hints"] = patched_as(stage(batch, 8), ENGRAM_HINTS_PER_TASK=1 << 40)
+                cold_variants["disk/8t preadv"] = patched_as(stage(batch, 8), ENGRAM_PREFETCH_MODE="read")
+                cold_variants["disk/16t preadv"] = patched_as(stage(batch, 16), ENGRAM_PREFETCH_MODE="read")
             hints: dict[str, list[int]] = {k: [] for k in cold_variants}
             cold_samples: dict[str, list[float]] = {k: [] for k in cold_variants}
             repeat = max(2, args.cold_repeat // 2) if prefill else args.cold_repeat
-            for _ in range(repeat):
+            for _ in range(repeat):  # interleaved rounds
                 for k, fn in cold_variants.items():
                     cold(tables)
                     cold_samples[k].append(timed(fn))
                     hints[k].append(sum(t.hint_calls for t in tables))
-            if prefill:
-                for gap in (0, 16):
-                    saved_gap = patched.ENGRAM_MERGE_GAP_PAGES
-                    patched.ENGRAM_MERGE_GAP_PAGES = gap
-                    key = f"disk/8t gap {gap}"
-                    cold_samples[key], hints[key] = [], []
-                    for _ in range(2):
-                        cold(tables)
-                        cold_samples[key].append(timed(stage(batch, 8)))
-                        hints[key].append(sum(t.hint_calls for t in tables))
-                    patched.ENGRAM_MERGE_GAP_PAGES = saved_gap
             key = "disk/8t no prefetch"
             cold_samples[key] = []
             for _ in range(1 if prefill else 3):
@@ -304,6 +318,32 @@ def main() -> None:
                 cold_samples[key].append(timed(no_prefetch(stage(batch, 8))))
             row["cold"] = {k: summary(v) for k, v in cold_samples.items()}
             row["cold_hint_calls"] = {k: v[-1] for k, v in hints.items() if v}
+
+            # Issue 46 item 6: a third of the step's pages cached (every
+            # third, read with read-ahead off), mincore-checked, the rest
+            # evicted; interleaved with the same step cold.
+            partly: dict[str, list[float]] = {"partly warm disk/8t": [], "cold disk/8t": []}
+            found: dict[str, Any] = {}
+            for _ in range(max(2, args.cold_repeat // 2) if prefill else args.cold_repeat):
+                cold(tables)
+                resident = []
+                for table, pages in zip(tables, info["pages_per_table"], strict=True):
+                    read_pages(table.paths[0], pages[::3])
+                    resident.append(float(resident_pages(table.mapping, pages).mean()))
+                partly["partly warm disk/8t"].append(timed(stage(batch, 8)))
+                found = {
+                    "resident_fraction_before": resident,
+                    "missing_pages_found": [t.missing_pages for t in tables],
+                    "step_pages": [int(p.size) for p in info["pages_per_table"]],
+                    "hint_calls": [t.hint_calls for t in tables],
+                    "resident_after": [
+                        float(resident_pages(t.mapping, p).mean())
+                        for t, p in zip(tables, info["pages_per_table"], strict=True)
+                    ],
+                }
+                cold(tables)
+                partly["cold disk/8t"].append(timed(stage(batch, 8)))
+            row["partly_warm"] = {k: summary(v) for k, v in partly.items()} | found
 
             row["floor"] = {}
             for depth in depths:
@@ -319,6 +359,15 @@ def main() -> None:
             print(f"{name}: {row['rows']} rows ({row['distinct_rows']} distinct), {row['pages']} pages", flush=True)
             print(f"  warm ms: {warm_s}", flush=True)
             print(f"  cold ms: {cold_s}  hints={row['cold_hint_calls']}", flush=True)
+            pw = row["partly_warm"]
+            print(
+                f"  partly warm ms: {pw['partly warm disk/8t']['median_ms']:.2f} "
+                f"[{pw['partly warm disk/8t']['min_ms']:.2f}-{pw['partly warm disk/8t']['max_ms']:.2f}] "
+                f"(cold {pw['cold disk/8t']['median_ms']:.2f}), resident before "
+                f"{[round(r, 3) for r in pw['resident_fraction_before']]}, missing found {pw['missing_pages_found']} "
+                f"of {pw['step_pages']} pages, hints {pw['hint_calls']}, resident after {pw['resident_after']}",
+                flush=True,
+            )
             print(f"  floor ms: {floor_s}", flush=True)
             print("  warm breakdown ms: " + "  ".join(f"{k}={v:.3f}" for k, v in row["warm_breakdown_ms"].items()))
         results["steps"] = rows
@@ -356,8 +405,96 @@ def main() -> None:
             "host hold, 20 ms queued: "
             + "  ".join(f"{k}={v['median_ms']:.3f}ms" for k, v in results["host_hold_with_20ms_queued"].items())
         )
+
+        # Issue 46 item 2: the warm steps again, a second interleaved pass
+        # after everything above, to see whether the ratios hold in one lease.
+        for name, batch in steps.items():
+            warm = {"disk/8t": stage(batch, 8), "release-host": release_lookup(batch)}
+            samples = {k: [] for k in warm}
+            for _ in range(args.repeat):
+                for k, fn in warm.items():
+                    samples[k].append(timed(fn))
+            rows[name]["warm_pass2"] = {k: summary(v) for k, v in samples.items()}
+        for name, row in rows.items():
+            for key in ("warm", "warm_pass2"):
+                d, r = row[key]["disk/8t"], row[key]["release-host"]
+                print(
+                    f"{name} {key}: disk {d['median_ms']:.3f} [{d['min_ms']:.3f}-{d['max_ms']:.3f}] ms, release "
+                    f"{r['median_ms']:.3f} [{r['min_ms']:.3f}-{r['max_ms']:.3f}] ms, "
+                    f"ratio {d['median_ms'] / r['median_ms']:.2f}x",
+                    flush=True,
+                )
+
+        # Issue 46 item 3: a decode step loop, as the V2 runner with async
+        # scheduling runs it: prepare (disk: stage(), which waits for the
+        # hash ids, i.e. for the step before; release: hash and lookup, only
+        # enqueued), forward (queued decoder work standing for the model,
+        # then every Engram layer), sample (argmax, copied to the host); the
+        # host keeps one step in flight, waiting for the step before's sample
+        # before it prepares the next one's inputs.
+        results["step_loop"] = step_loop(w, steps, stage, args.repeat)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+
+
+def loop_steps(w: dict[str, Any], stage: Any, batch: Any, which: str, forward_ms: float, count: int) -> float:
+    """Mean wall time per step of `count` decode steps (see main)."""
+    stager, n = w["stager"], batch.num_tokens
+    hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
+    sample_host = torch.empty(n, dtype=torch.int64, pin_memory=True)
+    cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * forward_ms / 1e3)
+    prev: torch.cuda.Event | None = None
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(count):
+        if which == "disk":
+            stage(batch, 8)()
+            hashes = hash_batch(stager.hash_state, w["patched"], batch)
+            layers = w["disk"]
+        else:
+            hashes = hash_batch(w["hash_release"], w["release"], batch)
+            layers = w["host"]
+        for i, layer in enumerate(layers):
+            layer.prepare_embeddings(hashes[:, i])
+        torch.cuda._sleep(cycles)  # the rest of the model's forward
+        acc = None
+        for i, layer in enumerate(layers):
+            y = layer(hidden, hashes[:, i])
+            acc = y if acc is None else acc + y
+        assert acc is not None
+        sample_host.copy_(acc.float().flatten(1).argmax(dim=1), non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        if prev is not None:
+            prev.synchronize()  # the step before's sampled ids
+        prev = done
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / count
+
+
+def step_loop(w: dict[str, Any], steps: dict[str, Any], stage: Any, rounds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("decode-8x1", "decode-64x1"):
+        batch = steps[name]
+        for which in ("disk", "release"):
+            loop_steps(w, stage, batch, which, 1.0, 3)  # warm-up, compiles
+        for forward_ms in (5.0, 20.0):
+            per: dict[str, list[float]] = {"disk": [], "release": []}
+            for _ in range(rounds):  # interleaved
+                for which in per:
+                    per[which].append(loop_steps(w, stage, batch, which, forward_ms, 10))
+            got = {k: summary(v) for k, v in per.items()}
+            lost = got["disk"]["median_ms"] - got["release"]["median_ms"]
+            out[f"{name}, {forward_ms:.0f} ms forward"] = got | {"overlap_lost_ms": lost}
+            print(
+                f"step loop {name}, {forward_ms:.0f} ms of queued forward work: per step disk "
+                f"{got['disk']['median_ms']:.3f} [{got['disk']['min_ms']:.3f}-{got['disk']['max_ms']:.3f}] ms, "
+                f"release {got['release']['median_ms']:.3f} "
+                f"[{got['release']['min_ms']:.3f}-{got['release']['max_ms']:.3f}] ms, lost {lost:.3f} ms a step "
+                f"({lost / got['release']['median_ms']:.1%})",
+                flush=True,
+            )
+    return out
 
 
 if __name__ == "__main__":

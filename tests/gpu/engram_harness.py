@@ -55,12 +55,24 @@ class VllmConfigHolder:
     config: Any = None
 
 
-def vllm_config(max_tokens: int, cpu_offload: bool = False) -> SimpleNamespace:
+def parallel_config(enable_dbo: bool = False, ubatch_size: int = 0, data_parallel_size: int = 1) -> SimpleNamespace:
+    """vLLM 0.34.0's ParallelConfig fields for micro-batching and DP
+    (`use_ubatching` is its property: `enable_dbo or ubatch_size > 1`)."""
+    return SimpleNamespace(
+        enable_dbo=enable_dbo,
+        ubatch_size=ubatch_size,
+        use_ubatching=enable_dbo or ubatch_size > 1,
+        data_parallel_size=data_parallel_size,
+    )
+
+
+def vllm_config(max_tokens: int, cpu_offload: bool = False, parallel: SimpleNamespace | None = None) -> SimpleNamespace:
     """The fields engram.py reads (vLLM 0.34.0 has no `use_v2_model_runner`:
     the V2 runner is the only GPU runner)."""
     return SimpleNamespace(
         scheduler_config=SimpleNamespace(max_num_batched_tokens=max_tokens),
         engram_config=SimpleNamespace(cpu_offload=cpu_offload, dp_shared_memory=False, use_thp=False),
+        parallel_config=parallel or parallel_config(),
         lora_config=None,
     )
 
@@ -377,11 +389,14 @@ def make_engram(
     table_dir: Path | None,
     tables: dict[int, tuple[np.ndarray, np.ndarray]],
     reference: nn.Module | None = None,
+    parallel: SimpleNamespace | None = None,
 ) -> Any:
     """Engram layer `index` with its table in HBM (``hbm``), pinned host
-    memory (``host``) or on disk (``disk``); weights copied from `reference`."""
+    memory (``host``) or on disk (``disk``); weights copied from `reference`;
+    `parallel` is the vLLM ParallelConfig it loads under (one rank, no
+    micro-batches by default)."""
     VllmConfigHolder.config = vllm_config(
-        8192 if reference is None else reference.staged_rows.shape[0], cpu_offload=mode == "host"
+        8192 if reference is None else reference.staged_rows.shape[0], cpu_offload=mode == "host", parallel=parallel
     )
     disk = (
         {"DSV41_ENGRAM_DISK": "1", "DSV41_ENGRAM_DIR": str(table_dir)}
@@ -531,6 +546,28 @@ def resident_fraction(mapping: mmap.mmap) -> float:
     if _libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vec.ctypes.data_as(ctypes.c_void_p)):
         raise OSError(ctypes.get_errno(), "mincore")
     return float((vec & 1).sum()) / pages
+
+
+def resident_pages(mapping: mmap.mmap, pages: np.ndarray) -> np.ndarray:
+    """Whether each of `pages` (page numbers in `mapping`'s file) is in the
+    page cache (mincore)."""
+    size = len(mapping)
+    vec = np.zeros((size + PAGE - 1) // PAGE, dtype=np.uint8)
+    address = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    if _libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vec.ctypes.data_as(ctypes.c_void_p)):
+        raise OSError(ctypes.get_errno(), "mincore")
+    return (vec[pages] & 1).astype(bool)
+
+
+def read_pages(path: str, pages: np.ndarray) -> None:
+    """Bring exactly `pages` of the file into the page cache (read-ahead off)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for page in pages.tolist():
+            os.pread(fd, PAGE, page * PAGE)
+    finally:
+        os.close(fd)
 
 
 def evict(tables: list[Any]) -> float:

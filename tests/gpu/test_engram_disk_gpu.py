@@ -14,6 +14,7 @@ calls it makes (stage, disarm) are made directly.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from tests.support import needs
 
 torch = needs.module("torch", "GPU", "the Engram modules run on it", how=needs.GPU_HOW)
 needs.module("triton", "GPU", "the release's Engram kernels are Triton kernels", how=needs.GPU_HOW)
-needs.module("numpy", "GPU", "the tables are written with it", how=needs.GPU_HOW)
+np = needs.module("numpy", "GPU", "the tables are written with it", how=needs.GPU_HOW)
 
 from torch import nn  # noqa: E402
 
@@ -45,6 +46,9 @@ from tests.gpu.engram_harness import (  # noqa: E402
     make_batch,
     make_engram,
     make_hash_state,
+    parallel_config,
+    read_pages,
+    resident_pages,
     spec_verify_steps,
     write_checkpoint,
 )
@@ -495,3 +499,180 @@ def test_a_table_that_shrinks_under_a_running_server_stops_staging_with_its_path
     assert proc.returncode != 0, out[-3000:]
     assert "the forward would have run" not in proc.stdout
     assert "OSError" in out and "shrank to 4096" in out, out[-3000:]
+
+
+def forward_all(w: World, hashes: torch.Tensor, seed: int) -> list[torch.Tensor]:
+    """Every disk layer's Engram forward on `hashes` (no sync)."""
+    n = hashes.shape[0]
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    outs = []
+    for index, disk in enumerate(w.disk):
+        hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), generator=generator, device="cuda").to(torch.bfloat16)
+        disk.prepare_embeddings(hashes[:, index])
+        outs.append(disk(hidden, hashes[:, index]))
+    return outs
+
+
+def test_a_bad_step_is_refused_before_its_sample_and_the_next_step_recovers(world: World) -> None:
+    """Issue 46 item 4. A forward on rows staged for another step writes its
+    verdict into pinned host memory (no sync in the forward); once the step's
+    sampled ids are on the host (the runner's own sync), refuse_poisoned()
+    refuses that step, naming its layers, before its sample is used. The
+    verdict is then cleared: the next correctly staged step runs and equals
+    the release. A verdict nobody took is raised once by the next stage(),
+    and the step after that runs; in a captured graph the same."""
+    stager = world.stager
+    a, b = make_batch([1] * 8, seed=41), make_batch([1] * 8, seed=42)
+    hashes_b = hash_batch(world.hash_patched, world.patched, b)
+    try:
+        stage(world, a)
+        outs = forward_all(world, hashes_b, seed=1)
+        sampled = torch.stack([o.float().flatten(1).sum(dim=1) for o in outs]).argmax(dim=0)  # a stand-in sampler
+        sampled_host = sampled.to("cpu", non_blocking=True)
+        torch.cuda.current_stream().synchronize()  # the runner's sync on its sampled ids
+        assert all(o.isnan().all() for o in outs), "the bad step's outputs are NaN"
+        assert sampled_host.shape == (8,)
+        with pytest.raises(world.patched.EngramStaleRowsError, match=r"Engram layers \[0, 1\]"):
+            stager.refuse_poisoned()
+        stager.refuse_poisoned()  # taken: cleared
+        assert_step_equals_release(world, b, "the step after a refused one")
+        assert stager.poisoned_layers() == []
+
+        # Nobody took the verdict: the next stage() raises once, then runs.
+        stage(world, a)
+        forward_all(world, hashes_b, seed=2)
+        with pytest.raises(RuntimeError, match=r"staged for other tokens \(Engram layers \[0, 1\]\)"):
+            stage(world, b)
+        assert_step_equals_release(world, b, "the step after a raised stage()")
+        assert_step_equals_release(world, make_batch([1] * 20 + [300], seed=43), "a later mixed step")
+    finally:
+        stager.poisoned_layers()
+
+    # In a captured graph: a bad replay is refused, a restaged one recovers.
+    n = 32
+    disk, hbm = world.disk[0], world.hbm[0]
+    first = make_batch([1] * n, seed=44)
+    stage(world, first)
+    hashes = hash_batch(world.hash_patched, world.patched, first)[:, 0].contiguous()
+    hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            disk.prepare_embeddings(hashes)
+            disk(hidden, hashes)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        disk.prepare_embeddings(hashes)
+        out = disk(hidden, hashes)
+    torch.cuda.synchronize()
+    assert stager.poisoned_layers() == []
+    stage(world, make_batch([1] * n, seed=45))  # the replay's ids stay batch 44's
+    graph.replay()
+    torch.cuda.synchronize()
+    assert out.isnan().all()
+    assert stager.poisoned_layers() == [0], "the replay's verdict, layer 0"
+    good = make_batch([1] * n, seed=46)
+    stage(world, good)
+    step_hashes = release_rows(world, good)[:, 0]
+    hashes.copy_(step_hashes)
+    graph.replay()
+    expected = hbm(hidden, step_hashes)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(out), bits(expected)), "the replay after the refused one equals the release"
+    assert stager.poisoned_layers() == []
+
+
+@pytest.mark.parametrize(
+    ("parallel", "named"),
+    [
+        (parallel_config(enable_dbo=True, data_parallel_size=2), "dual-batch overlap, enable_dbo=True"),
+        (parallel_config(ubatch_size=4), "ubatch_size=4"),
+        (parallel_config(data_parallel_size=2), "data_parallel_size=2"),
+    ],
+)
+def test_unsupported_parallel_modes_are_refused_at_load_by_name(world: World, parallel: Any, named: str) -> None:
+    """Issue 46 item 5: micro-batching (dual-batch overlap, ubatch_size > 1)
+    and DP > 1 stop a disk-backed Engram layer as it is built, naming the
+    mode; the release's table (HBM) loads under the same config."""
+    with pytest.raises(ValueError, match=rf"DSV41_ENGRAM_DISK=1 does not support.*{re.escape(named)}"):
+        make_engram(
+            world.patched,
+            world.layout,
+            world.config,
+            0,
+            "disk",
+            world.table_dir,
+            world.tables,
+            reference=world.hbm[0],
+            parallel=parallel,
+        )
+    hbm = make_engram(
+        world.patched,
+        world.layout,
+        world.config,
+        0,
+        "hbm",
+        None,
+        world.tables,
+        reference=world.hbm[0],
+        parallel=parallel,
+    )
+    assert hbm.embed_tokens.disk_table is None
+
+
+def step_pages(w: World, batch: Batch) -> list[np.ndarray]:
+    """The distinct weight-file pages each table reads for `batch` (staging
+    it once, warm)."""
+    stage(w, batch)
+    torch.cuda.synchronize()
+    hashes = w.stager._host_hashes_np[: batch.num_tokens].copy()
+    return [slot.table._pages(slot.select(hashes[:, slot.layer_hash_index])) for slot in w.stager.slots]
+
+
+@pytest.mark.parametrize("case", ["decode-8x1", "prefill-8192"])
+def test_a_partly_warm_cache_gets_hints_for_what_is_missing(world: World, case: str) -> None:
+    """Issue 46 item 6: a third of the step's pages in the page cache
+    (mincore-checked), the rest evicted: the step is not taken for warm,
+    asks for what is missing (a large step exactly the pages mincore finds
+    missing, a small one all its page runs), stages the release's bits, and
+    leaves every page of the step cached."""
+    query_lens, pad_to = CASES[case]
+    batch = make_batch(query_lens, seed=51, pad_to=pad_to)
+    pages = step_pages(world, batch)
+    assert evict(tables(world)) == 0.0
+    missing = []
+    for table, table_pages in zip(tables(world), pages, strict=True):
+        read_pages(table.paths[0], table_pages[::3])
+        resident = resident_pages(table.mapping, table_pages)
+        assert resident[::3].all(), "the warmed pages are cached"
+        assert 0.3 < resident.mean() < 0.5, f"a third of the step's pages cached, found {resident.mean():.0%}"
+        missing.append(int((~resident).sum()))
+    assert_step_equals_release(world, batch, f"partly warm {case}")
+    for table, table_pages, gone in zip(tables(world), pages, missing, strict=True):
+        assert table.hint_calls > 0, "a partly warm step asks for its pages"
+        large = table_pages.size >= world.patched.ENGRAM_ROWS_PER_TASK
+        if large:  # what mincore found missing: at most what was evicted, less what the kernel read ahead since
+            # (an H100 run found 96,156 of 96,158: two pages came back between the test's count and the step's)
+            assert gone - gone // 1000 <= table.missing_pages <= gone, (table.missing_pages, gone)
+        else:
+            assert table.missing_pages == table_pages.size
+        assert resident_pages(table.mapping, table_pages).all()
+
+
+@pytest.mark.parametrize("mode", ["hint", "read"])
+def test_a_cold_prefill_asks_for_its_pages_from_the_pool_and_equals_the_release(world: World, mode: str) -> None:
+    """Issue 46 item 1: a cold 8192-token step's page runs go out from the
+    pool's threads, as hints or as preadv reads of the merged runs, and the
+    step stages the release's bits."""
+    batch = make_batch([8192], seed=61)
+    saved = world.patched.ENGRAM_PREFETCH_MODE
+    world.patched.ENGRAM_PREFETCH_MODE = mode
+    try:
+        assert evict(tables(world)) == 0.0
+        assert_step_equals_release(world, batch, f"cold prefill, {mode}")
+    finally:
+        world.patched.ENGRAM_PREFETCH_MODE = saved
+    runs = [t.hint_calls for t in tables(world)]
+    assert all(r > world.patched.ENGRAM_HINTS_PER_TASK for r in runs), f"split over the pool: {runs} runs"

@@ -14,6 +14,7 @@ latency, and that a captured forward makes no host round-trip.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import inspect
 import itertools
@@ -91,16 +92,23 @@ DISK_NAMES = (
     "ENGRAM_ROWS_PER_TASK",
     "_ENGRAM_PAGE",
     "ENGRAM_PROBE_ROWS",
+    "ENGRAM_PROBE_ROWS_LARGE",
     "ENGRAM_MERGE_GAP_PAGES",
     "ENGRAM_HINT_PAGES",
+    "ENGRAM_HINTS_PER_TASK",
+    "ENGRAM_PREFETCH_MODE",
+    "refuse_engram_disk_modes",
     "engram_table_meta_path",
     "_ENGRAM_DISK_DTYPES",
     "_engram_io_workers",
     "engram_gather_spans",
     "_check_engram_table_meta",
+    "_engram_libc",
+    "_libc",
     "_close_fds",
     "EngramDiskTable",
     "EngramDiskSlot",
+    "EngramStaleRowsError",
     "EngramDiskStager",
     "_ENGRAM_CHECKPOINT_TABLE",
     "_ONE_BYTE_SAFETENSORS_DTYPES",
@@ -128,6 +136,7 @@ def engram(patched_source):
     namespace = dict(
         os=os,
         np=np,
+        ctypes=ctypes,
         mmap=mmap,
         torch=_cpu_torch(),
         nn=torch.nn,
@@ -720,6 +729,18 @@ def test_stage_hashes_as_the_forward_does_and_refuses_stale_or_skipped_steps(eng
     stager.stale[1] = 1  # what the check kernel sets when a forward read other rows
     with pytest.raises(RuntimeError, match=r"Engram layers \[1\].*poisoned with NaN"):
         stager.stage(input_ids, positions, qsl, lookback)
+    # Refused once: the flags are cleared, so the next staged step runs.
+    stager.stage(input_ids, positions, qsl, lookback)
+    # A verdict taken after the step (before its output is used) refuses
+    # it there instead, and also clears.
+    stager.stale[0] = 1
+    assert stager.poisoned_layers() == [stager.slots[0].layer_hash_index]
+    assert stager.poisoned_layers() == []
+    stager.stale[1] = 1
+    with pytest.raises(engram["EngramStaleRowsError"], match=r"the next step that does runs"):
+        stager.refuse_poisoned()
+    stager.refuse_poisoned()
+    stager.stage(input_ids, positions, qsl, lookback)
 
 
 def test_disk_staging_starts_zeroed(engram, monkeypatch):
@@ -888,9 +909,189 @@ def test_a_cold_step_asks_for_its_pages_at_once_merging_nearby_ones(engram, tmp_
     table.prefetch(rows)
     assert warm.hints == [] and table.hint_calls == 0
 
-    # Large steps find their pages through a page map instead of a sort.
+    # Large steps find their pages through a page map instead of a sort,
+    # and ask only for those mincore finds missing: all of them once evicted.
     monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 4)
+    drop_page_cache(table.paths[0])
     cold.hints.clear()
     monkeypatch.setitem(engram, "os", cold)
     table.prefetch(rows)
     assert [(o // page, n // page) for o, n in cold.hints] == file_page
+    assert table.missing_pages == 67  # distinct pages: 0, 1, 6, 20, 25, 26, 100-160
+
+
+def drop_page_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # dirty pages are not dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cached_pages(path: str, pages: list[int]) -> list[bool]:
+    """mincore of file pages, through a mapping of our own."""
+    page = mmap.PAGESIZE
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mapping:
+        vec = np.zeros((len(mapping) + page - 1) // page, np.uint8)
+        address = np.frombuffer(mapping, np.uint8).ctypes.data
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = vec.ctypes.data_as(ctypes.c_void_p)
+        assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(len(mapping)), out) == 0
+        found = [bool(vec[p] & 1) for p in pages]
+        del address
+    return found
+
+
+def read_pages(path: str, pages: list[int]) -> None:
+    """Bring exactly `pages` into the page cache (no read-ahead)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for p in pages:
+            os.pread(fd, mmap.PAGESIZE, p * mmap.PAGESIZE)
+    finally:
+        os.close(fd)
+
+
+def one_page_table(engram, tmp_path, num_pages: int):
+    page = engram["_ENGRAM_PAGE"]
+    rows_per_page = page // DIM
+    num_rows = num_pages * rows_per_page
+    stem = tmp_path / "layers.1.engram.embed"
+    np.arange(num_rows * DIM, dtype=np.uint32).astype(np.uint8).reshape(num_rows, DIM).tofile(f"{stem}.weight.bin")
+    np.zeros((num_rows, DIM // QUANT_BLOCK), np.uint8).tofile(f"{stem}.scale.bin")
+    write_meta(tmp_path, 1, num_rows)
+    table = engram["EngramDiskTable"].open(str(tmp_path), 1, num_rows, DIM, QUANT_BLOCK, 0, num_rows)
+    return table, rows_per_page
+
+
+def test_a_partly_cached_large_step_asks_only_for_its_missing_pages(engram, tmp_path, monkeypatch):
+    """Issue 46 item 6: with some of a large step's pages in the page cache
+    (mincore-checked), the step is not skipped after a few probes, and asks
+    for exactly the pages mincore finds missing."""
+    page = engram["_ENGRAM_PAGE"]
+    table, rows_per_page = one_page_table(engram, tmp_path, 400)
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 8)
+    monkeypatch.setitem(engram, "ENGRAM_MERGE_GAP_PAGES", 0)
+    step_pages = list(range(0, 400, 2))  # every other page
+    rows = np.array([p * rows_per_page + 3 for p in step_pages], dtype=np.int64)
+    drop_page_cache(table.paths[0])
+    warmed = step_pages[::3]  # a third of them read, so cached
+    read_pages(table.paths[0], warmed)
+    cached = cached_pages(table.paths[0], step_pages)
+    assert cached == [p in warmed for p in step_pages]  # the cache holds exactly those
+    missing = [p for p in step_pages if p not in warmed]
+    recorder = HintRecorder(cached=False)  # the probes miss: pages are missing
+    monkeypatch.setitem(engram, "os", recorder)
+    table.prefetch(rows)
+    assert sorted(o // page for o, _ in recorder.hints) == missing
+    assert all(n == page for _, n in recorder.hints)
+    assert table.missing_pages == len(missing) == table.hint_calls
+    # All of them cached: nothing asked for, whatever the probes say.
+    read_pages(table.paths[0], missing)
+    recorder.hints.clear()
+    table.prefetch(rows)
+    assert recorder.hints == [] and table.missing_pages == 0
+
+
+class ThreadRecorder(HintRecorder):
+    def __init__(self) -> None:
+        super().__init__(cached=False)
+        self.threads: set[str] = set()
+        self.reads: list[tuple[int, int]] = []
+        self.lock = threading.Lock()
+
+    def posix_fadvise(self, fd, offset, length, advice) -> None:
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+        super().posix_fadvise(fd, offset, length, advice)
+
+    def preadv(self, fd, buffers, offset, flags=0) -> int:
+        if flags:
+            return super().preadv(fd, buffers, offset, flags)
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+            self.reads.append((offset, sum(len(b) for b in buffers)))
+        return os.preadv(fd, buffers, offset)
+
+
+@pytest.mark.parametrize("mode", ["hint", "read"])
+def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_path, monkeypatch, mode):
+    """Issue 46 item 1: a step with many page runs splits them over the
+    shared pool (hints, or preadv reads of the merged runs), each run asked
+    for once, in file order within each task; small steps hint on the
+    calling thread."""
+    page = engram["_ENGRAM_PAGE"]
+    table, rows_per_page = one_page_table(engram, tmp_path, 400)
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 8)
+    monkeypatch.setitem(engram, "ENGRAM_HINTS_PER_TASK", 10)
+    monkeypatch.setitem(engram, "ENGRAM_MERGE_GAP_PAGES", 0)
+    monkeypatch.setitem(engram, "ENGRAM_PREFETCH_MODE", mode)
+    step_pages = list(range(0, 400, 3))  # 134 runs of one page
+    rows = np.array([p * rows_per_page for p in step_pages], dtype=np.int64)
+    drop_page_cache(table.paths[0])
+    recorder = ThreadRecorder()
+    monkeypatch.setitem(engram, "os", recorder)
+    with ThreadPoolExecutor(4, thread_name_prefix="io") as pool:
+        pending = table.prefetch(rows, pool)
+        assert len(pending) == 4
+        assert sum(f.result() for f in pending) == len(step_pages) == table.hint_calls
+    asked = recorder.hints if mode == "hint" else recorder.reads
+    assert sorted(asked) == [(p * page, page) for p in step_pages]
+    assert recorder.threads and all(name.startswith("io") for name in recorder.threads)
+    if mode == "read":
+        assert recorder.hints == [] and all(cached_pages(table.paths[0], step_pages))
+    # A small step (under ENGRAM_HINTS_PER_TASK runs) hints here.
+    recorder.hints.clear()
+    recorder.threads.clear()
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 16384)
+    with ThreadPoolExecutor(4, thread_name_prefix="io") as pool:
+        assert table.prefetch(rows[:5], pool) == []
+    assert len(recorder.hints) == 5 and recorder.threads == {threading.current_thread().name}
+
+
+def parallel(use_ubatching=False, enable_dbo=False, ubatch_size=0, data_parallel_size=1):
+    """vLLM 0.34.0's ParallelConfig fields for micro-batching and DP."""
+    return SimpleNamespace(
+        use_ubatching=use_ubatching,
+        enable_dbo=enable_dbo,
+        ubatch_size=ubatch_size,
+        data_parallel_size=data_parallel_size,
+    )
+
+
+@pytest.mark.parametrize(
+    ("config_of", "named"),
+    [
+        (parallel(use_ubatching=True, enable_dbo=True, data_parallel_size=2), "dual-batch overlap"),
+        (parallel(use_ubatching=True, ubatch_size=4), "ubatch_size=4"),
+        (parallel(data_parallel_size=2), "data_parallel_size=2"),
+    ],
+)
+def test_unsupported_parallel_modes_are_refused_at_load_by_name(engram, disk_env, monkeypatch, config_of, named):
+    """Issue 46 item 5: micro-batching (DBO, ubatch_size) and DP > 1 with
+    DSV41_ENGRAM_DISK=1 stop the load naming the mode; without the flag the
+    same config loads the release's table."""
+    config = SimpleNamespace(
+        engram_config=SimpleNamespace(cpu_offload=False, dp_shared_memory=False, use_thp=False),
+        parallel_config=config_of,
+    )
+    monkeypatch.setitem(engram, "get_current_vllm_config", lambda: config)
+    layout = SimpleNamespace(
+        num_embeddings=(NUM_ROWS,), head_dim=DIM, primes=((HEAD_SIZES,),), layer_ids=(LAYER_IDS[0],)
+    )
+    Distributed.tp_size, Distributed.tp_rank = 1, 0
+    with pytest.raises(ValueError, match=f"DSV41_ENGRAM_DISK=1 does not support.*{re.escape(named)}"):
+        engram["Engram"]._create_embedding(None, layout, 0)
+    monkeypatch.delenv("DSV41_ENGRAM_DISK")
+    kwargs = {}
+    monkeypatch.setitem(engram, "ParallelEngramEmbedding", lambda *args, **kw: kwargs.update(kw))
+    engram["Engram"]._create_embedding(None, layout, 0)
+    assert kwargs["disk_layer_id"] is None
+    # One TP rank, no micro-batches: disk mode loads.
+    monkeypatch.setenv("DSV41_ENGRAM_DISK", "1")
+    config.parallel_config = parallel()
+    kwargs.clear()
+    engram["Engram"]._create_embedding(None, layout, 0)
+    assert kwargs["disk_layer_id"] == LAYER_IDS[0]
