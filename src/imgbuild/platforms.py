@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 from imgbuild.errors import UsageError
 
@@ -63,3 +64,14 @@ class Platform:
 
     def __str__(self) -> str:
         return f"{self.os}/{self.arch}" + (f"/{self.variant}" if self.variant else "")
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """In a `--json` document (shapes.py): printed as `str()` writes it, read back with `read`."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(
+            lambda v: v if isinstance(v, cls) else cls.read(str(v)),
+            json_schema_input_schema=core_schema.str_schema(),
+            serialization=core_schema.to_string_ser_schema(),
+        )

@@ -111,7 +111,7 @@ def test_unauthorized_says_whether_the_docker_config_holds_credentials(
 
 @dataclass(frozen=True)
 class Img:
-    """What `build` reports of one image (ImageResult's fields that publish reads)."""
+    """What `build` reports of one image (ImageBuilt's fields that publish reads)."""
 
     variant: str
     platform: str

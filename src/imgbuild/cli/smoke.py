@@ -14,8 +14,7 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, SmokeError, UsageError
 
 if TYPE_CHECKING:
-    from imgbuild.publish.signing import SupplyChain
-    from imgbuild.smoke.checks import SmokeReport
+    from imgbuild.smoke.checks import SmokeReport, SmokeRun
 
 
 def smoke_cmd(
@@ -57,7 +56,7 @@ def smoke_cmd(
     from imgbuild.engine import Engine
     from imgbuild.project import Project
     from imgbuild.publish import signing
-    from imgbuild.smoke.checks import expected_from_labels, smoke
+    from imgbuild.smoke.checks import SmokeRun, expected_from_labels, smoke
     from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
 
     try:
@@ -75,7 +74,6 @@ def smoke_cmd(
         signing.key_file(pub_key, "--key")
     eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon
     reports: list[SmokeReport] = []
-    chains: dict[str, SupplyChain] = {}  # --key: each registry image's signature and SBOM, by its report's image
     finder = engine.importer_finder(project) if project is not None else None
     if variant_names:  # each platform of each variant, where the plan says it is (nothing pulled or built)
         assert project is not None
@@ -97,35 +95,33 @@ def smoke_cmd(
         if project is not None and finder and (known := project.variants.get(expected.variant or "")) is not None:
             importers = functools.partial(finder, tuple(f.path for f in expected.files))
             expected = dataclasses.replace(expected, smoke=known.smoke, importers=importers)
-        reports.append(smoke(eng, ref, expected, runtime=not static))
+        report = smoke(eng, ref, expected, runtime=not static)
         if pub_key is not None:
-            chains[ref] = signing.check_published(target, ref, pub_key, info.labels)
-    _print_and_exit(reports, chains, as_json=as_json)
+            report = dataclasses.replace(
+                report, supply_chain=signing.check_published(target, ref, pub_key, info.labels)
+            )
+        reports.append(report)
+    _print_and_exit(SmokeRun(reports=tuple(reports)), as_json=as_json)
 
 
-def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], *, as_json: bool) -> None:
+def _print_and_exit(run: SmokeRun, *, as_json: bool) -> None:
     """Every report (and --key's verdicts); exit 8 when a check failed or a signature or an SBOM is not verified."""
     from imgbuild.report.documents import images as docs
     from imgbuild.report.images import checks_table, file_matrix, supply_chain_lines
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import summary
 
-    failed = [f"{r.image}: {len(r.failures)} failing checks" for r in reports if not r.ok]
-    failed += [f"{ref}: {'; '.join(chain.failures())}" for ref, chain in chains.items() if not chain.ok]
+    failed = run.failed
     if as_json:
-        documents = [
-            {**r.to_json(), **({"supply_chain": chains[r.image].to_json()} if r.image in chains else {})}
-            for r in reports
-        ]
-        print_json(docs.Smoke.of({"ok": not failed, "reports": documents}))
+        print_json(docs.SMOKE.of(run))
     else:
-        for r in reports:
+        for r in run.reports:
             console.print(checks_table(r))
-            if r.image in chains:
-                for line in supply_chain_lines(chains[r.image]):
+            if r.supply_chain is not None:
+                for line in supply_chain_lines(r.supply_chain):
                     console.print(line, highlight=False)
-        console.print(file_matrix([(r.title, r.files) for r in reports]))
-        console.print(summary(reports))
+        console.print(file_matrix([(r.title, r.files) for r in run.reports]))
+        console.print(summary(run.reports))
     if failed:  # under --json the document above already says what failed: only the error line (stderr)
         raise SmokeError(
             "smoke test failed: " + "; ".join(failed),

@@ -29,6 +29,7 @@ from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.plan import labels as lbl
 from imgbuild.project import Project
 from imgbuild.registry import reference, tools
+from imgbuild.shapes import dump
 from imgbuild.smoke import record
 from imgbuild.smoke.checks import SmokeReport, expected_from_labels, smoke
 from imgbuild.smoke.record import Recorded
@@ -339,7 +340,7 @@ class Rollback:
             "target": self.target.to_json(),
             "pinned": self.pinned,
             "smoked": bool(self.smoke),
-            "smoke": [r.to_json() for r in self.smoke],
+            "smoke": [dump(r) for r in self.smoke],
             "moves": [m.to_json() for m in self.moves],
             "registry_moves": [m.to_json() for m in self.registry_moves],
             "recipes": list(self.recipes),
@@ -445,7 +446,7 @@ def rollback(
                 f"{', '.join(history.moving) or 'no moving tag'} left unchanged",
                 hint=f"`imgbuild smoke {target.ref}` reports every check; pick another build "
                 f"(`imgbuild history {history.variant}`)",
-                details={"smoke": failed[0].to_json()},
+                details={"smoke": dump(failed[0])},
             )
     moves = move_local(engine, history, target)
     registry_moves: list[Move] = []

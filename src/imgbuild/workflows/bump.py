@@ -23,6 +23,7 @@ from imgbuild.config.models import PinsFile, UpstreamPin, WheelSource
 from imgbuild.errors import ImgbuildError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import index_versions, resolve_ref
 from imgbuild.upstream.requires import Move, Unmet, plan_moves
@@ -370,7 +371,7 @@ def _build(root: Path, options: BuildOptions, log: Log) -> list[dict[str, Any]]:
     project = Project.load(root)
     project.refuse_bad_headers()
     result = runner.build(Engine.connect(), project, project.select(None, None), options, say=log)
-    return [_image(i.to_json()) for i in result.images]
+    return [_image(dump(i)) for i in result.images]
 
 
 def _image(i: Mapping[str, Any]) -> dict[str, Any]:

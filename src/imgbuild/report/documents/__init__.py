@@ -1,9 +1,13 @@
-"""The `--json` documents as types: one frozen pydantic model per document (one name of `jsondoc.VERSIONS`).
+"""The `--json` documents as types: one per name of `jsondoc.VERSIONS`.
 
-The model is the contract. A command builds its document's model and prints it with `render` (the one place a
-document becomes JSON: `{"schema": "imgbuild.<name>/<N>", ...fields}`); `docs/schema/<name>.v<N>.json` is
-generated from the model (`python3 -m imgbuild.report.documents --write docs/schema`, checked for drift by
-tests/unit/test_documents.py). A key the model does not name, or one it needs that is missing, fails at the print.
+The domain result is the contract. A `Contract` names a frozen domain dataclass (the value a command's library call
+returns) as a document: `Contract.of(value)` prints it as it is (`render`, the one place a document becomes JSON:
+`{"schema": "imgbuild.<name>/<N>", ...fields}`), and its schema is generated from that dataclass by pydantic's
+`TypeAdapter` (`Annotated[..., Field(description=...)]` on a field describes its key). A document not yet moved
+onto its domain type is still a frozen pydantic model (`Document`, built from a dict); a key such a model does not
+name, or one it needs that is missing, fails at the print. Either way `docs/schema/<name>.v<N>.json` is generated
+from the type (`python3 -m imgbuild.report.documents --write docs/schema`, checked for drift by
+tests/unit/test_documents.py).
 
 A key that is only sometimes printed has a default and is left out when not given (`exclude_unset`); every other
 key is always printed. Generated schemas allow more keys (`additionalProperties` is not closed): a key added
@@ -14,9 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from imgbuild import jsondoc
 
@@ -53,17 +61,78 @@ class Document(Part):
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
         """The JSON Schema (draft 2020-12) of the printed document."""
-        raw = cls.model_json_schema(by_alias=True, mode="serialization")
-        raw = _tidy(raw)
-        sid = jsondoc.schema_id(cls.name)
-        props = {"schema": {"const": sid}, **raw.get("properties", {})}
-        out: dict[str, Any] = {"$schema": DRAFT, "title": sid}
-        if "description" in raw:
-            out["description"] = raw["description"]
-        out |= {"type": "object", "required": ["schema", *raw.get("required", [])], "properties": props}
-        if "$defs" in raw:
-            out["$defs"] = raw["$defs"]
-        return out
+        return _document_schema(cls.name, cls.model_json_schema(by_alias=True, mode="serialization"))
+
+
+T = TypeVar("T")
+
+
+class _Shapes(GenerateJsonSchema):
+    """A domain dataclass's schema as its documents print it: every key is printed (required, no default) except
+    one left out when empty (`Field(exclude_if=...)`), which keeps its default."""
+
+    def field_is_required(
+        self,
+        field: core_schema.ModelField | core_schema.DataclassField | core_schema.TypedDictField,
+        total: bool,  # noqa: ARG002 (the base class's signature)
+    ) -> bool:
+        return field.get("serialization_exclude_if") is None
+
+    def dataclass_field_schema(self, schema: core_schema.DataclassField) -> JsonSchemaValue:
+        inner = schema["schema"]
+        if inner["type"] == "default" and schema.get("serialization_exclude_if") is None:
+            return self.generate_inner(inner["schema"])
+        return self.generate_inner(inner)
+
+
+@dataclass(frozen=True)
+class Contract(Generic[T]):
+    """A document that is a domain type plus its name (`jsondoc.VERSIONS`) and its description."""
+
+    name: str
+    shape: type[T]
+    description: str
+
+    @cached_property
+    def _adapter(self) -> TypeAdapter[T]:
+        return TypeAdapter(self.shape)
+
+    def of(self, value: T) -> Printed:
+        """The document of `value`, ready to print."""
+        return Printed(self.name, self._adapter.dump_python(value, mode="json", by_alias=True))
+
+    def json_schema(self) -> dict[str, Any]:
+        raw = self._adapter.json_schema(by_alias=True, mode="serialization", schema_generator=_Shapes)
+        return _document_schema(self.name, {**raw, "description": self.description})
+
+
+@dataclass(frozen=True)
+class Printed:
+    """A document's body as JSON values, with its name: what `print_json` prints."""
+
+    name: str
+    body: dict[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        return jsondoc.document(self.name, self.body)
+
+    def render(self) -> str:
+        """The document as printed: `schema` first, two-space indents."""
+        return json.dumps(self.document(), indent=2, sort_keys=False)
+
+
+def _document_schema(name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """The printed document's schema from its body's: `schema` first, titles gone."""
+    raw = _tidy(raw)
+    sid = jsondoc.schema_id(name)
+    props = {"schema": {"const": sid}, **raw.get("properties", {})}
+    out: dict[str, Any] = {"$schema": DRAFT, "title": sid}
+    if "description" in raw:
+        out["description"] = raw["description"]
+    out |= {"type": "object", "required": ["schema", *raw.get("required", [])], "properties": props}
+    if "$defs" in raw:
+        out["$defs"] = raw["$defs"]
+    return out
 
 
 def _tidy(node: Any, *, mapping: bool = False) -> Any:
@@ -85,15 +154,16 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
     return out
 
 
-def all_documents() -> Iterator[type[Document]]:
+def all_documents() -> Iterator[type[Document] | Contract[Any]]:
     """Every document type, one per name of `jsondoc.VERSIONS`, in its order."""
     from imgbuild.report.documents import deploy, images, patches
 
-    by_name = {
+    by_name: dict[str, type[Document] | Contract[Any]] = {
         c.name: c
         for module in (patches, images, deploy)
         for c in vars(module).values()
-        if isinstance(c, type) and issubclass(c, Document) and c is not Document and "name" in vars(c)
+        if isinstance(c, Contract)
+        or (isinstance(c, type) and issubclass(c, Document) and c is not Document and "name" in vars(c))
     }
     missing = set(jsondoc.VERSIONS) - set(by_name)
     assert not missing, f"documents without a type: {sorted(missing)}"

@@ -6,8 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from imgbuild.report.documents import Document, Part
-from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, SmokeReport, Upstream
+from imgbuild.builder.runner import BuildResult
+from imgbuild.report.documents import Contract, Document, Part
+from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, Upstream
+from imgbuild.smoke.checks import SmokeRun
 
 
 # -- plan -----------------------------------------------------------------------------------------------------------
@@ -78,31 +80,7 @@ class Plan(Document):
 
 
 # -- build ----------------------------------------------------------------------------------------------------------
-class ImageBuilt(Part):
-    """One platform's image; `index`/`index_ref`: the multi-platform image it is part of (null for a one-platform
-    variant)."""
-
-    variant: str
-    platform: str
-    image_id: str
-    immutable: str
-    moving: list[str]
-    inputs_digest: str
-    built: bool
-    moved: bool
-    rootfs_layers: list[str]
-    base_layers: int
-    index: str | None
-    index_ref: str | None
-    note: str
-    smoke: SmokeReport | None
-
-
-class Build(Document):
-    """`imgbuild build --json`: what was built, tagged and smoke-tested"""
-
-    name = "build"
-    images: list[ImageBuilt]
+BUILD = Contract("build", BuildResult, "`imgbuild build --json`: what was built, tagged and smoke-tested")
 
 
 class ImagePlanned(Part):
@@ -145,13 +123,12 @@ class BuildPlan(Document):
 
 
 # -- smoke, skeleton ------------------------------------------------------------------------------------------------
-class Smoke(Document):
-    """`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified:
-    the same document, `ok` false)"""
-
-    name = "smoke"
-    ok: bool
-    reports: list[SmokeReport]
+SMOKE = Contract(
+    "smoke",
+    SmokeRun,
+    "`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified: "
+    "the same document, `ok` false)",
+)
 
 
 class Skeleton(Document):

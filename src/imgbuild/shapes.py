@@ -1,0 +1,52 @@
+"""How a domain value prints under `--json`: the frozen dataclass is the document's shape (report/documents/), and
+these are the few marks a field may carry to say how it prints. `dump` is the one way a value becomes JSON values
+outside a document (an error's details)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Annotated, Any
+
+from pydantic import Field, GetJsonSchemaHandler, PlainSerializer, TypeAdapter
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+
+class MayBeNull:
+    """The printed key may be null by the document's schema (its readers allow it), though this value never is."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"anyOf": [handler(schema), {"type": "null"}]}
+
+
+NULLABLE = MayBeNull()
+
+# seconds as printed: to the millisecond
+Seconds = Annotated[float, PlainSerializer(lambda v: round(v, 3), return_type=float)]
+
+
+# a string printed as null when empty (e.g. no index for a one-platform image)
+EmptyIsNull = Annotated[str, PlainSerializer(lambda v: v or None, return_type=str | None)]
+
+
+def hidden() -> Any:
+    """A field its documents never print (what the domain keeps beside them)."""
+    return Field(exclude=True)
+
+
+def omitted_unless_set(description: str) -> Any:
+    """A key printed only when the value is set (not None): not required by the schema, `description` says when."""
+    return Field(exclude_if=lambda v: v is None, description=description)
+
+
+def derived() -> Any:
+    """A field its dataclass sets in `__post_init__` from its other fields (e.g. `ok`), declared where the document
+    prints it; what a caller passes is replaced. (A property would print last; a keyword-only field too.)"""
+    return field(default=False)
+
+
+def dump(value: object) -> Any:
+    """`value` (a dataclass the documents print) as JSON values, as its documents print it."""
+    return TypeAdapter(type(value)).dump_python(value, mode="json", by_alias=True)
