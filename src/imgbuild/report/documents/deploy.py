@@ -6,27 +6,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from imgbuild.report.documents import Document, Part
+from imgbuild.deploy.recipes import RecipeWritten
+from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import ErrorBody, SmokeReport
 
-
-class Recipe(Document):
-    """`imgbuild recipe VARIANT --profile P --json`"""
-
-    name = "recipe"
-    ok: Literal[True]
-    variant: str
-    profile: str
-    image: str
-    image_id: str | None
-    found: str
-    platform: str
-    env: dict[str, str]
-    recipe_env: dict[str, str]
-    left_to_sparkrun: list[str]
-    builder: dict[str, str] | None = Field(description="`builder_config:` (with `builder: imgbuild`), or null")
-    serve: list[str] = Field(description="the `vllm serve` command line")
-    recipe: str
+RECIPE = Contract("recipe", RecipeWritten, "`imgbuild recipe VARIANT --profile P --json`")
 
 
 class HistoryUpstream(Part):

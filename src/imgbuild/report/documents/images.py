@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from imgbuild.builder.runner import BuildResult
+from imgbuild.builder.standin import RuntimeMade, SkeletonMade
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, Upstream
 from imgbuild.smoke.checks import SmokeRun
@@ -131,40 +132,10 @@ SMOKE = Contract(
 )
 
 
-class Skeleton(Document):
-    """`imgbuild skeleton --json`: the stand-in base image"""
-
-    name = "skeleton"
-    tag: str
-    image_id: str
-    platform: str
-    site_packages: str
-    upstream_commit: str
-    upstreams: list[Upstream] = Field(description="every pin, the first first")
-    rootfs: str
-
-
-class LockedUpstream(Upstream):
-    locked: str | None = Field(description="the version the runtime lock has of the pin's project")
-
-
-class SkeletonRuntime(Document):
-    """`imgbuild skeleton --runtime --json`: the runtime base image"""
-
-    name = "skeleton-runtime"
-    tag: str
-    image_id: str
-    platform: str
-    site_packages: str
-    lock: str
-    lock_digest: str
-    wheels: int
-    upstreams: list[LockedUpstream] = Field(
-        description="every pin, the first first, with the version the runtime lock has of its project (`locked`)"
-    )
-    built: bool
-    image_bytes: int
-    seconds: float
+SKELETON = Contract("skeleton", SkeletonMade, "`imgbuild skeleton --json`: the stand-in base image")
+SKELETON_RUNTIME = Contract(
+    "skeleton-runtime", RuntimeMade, "`imgbuild skeleton --runtime --json`: the runtime base image"
+)
 
 
 # -- lock, bake -----------------------------------------------------------------------------------------------------
