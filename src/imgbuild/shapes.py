@@ -41,10 +41,19 @@ def omitted_unless_set(description: str) -> Any:
     return Field(exclude_if=lambda v: v is None, description=description)
 
 
-def derived() -> Any:
+def added_later(description: str) -> Any:
+    """A key always printed that the schema does not require (added after its document's version: older
+    printers left it out)."""
+    return Field(description=description, json_schema_extra={ADDED_LATER: True})
+
+
+ADDED_LATER = "x-imgbuild-added-later"  # report/documents/ reads it (not required) and drops it from the schema
+
+
+def derived(default: Any = False) -> Any:
     """A field its dataclass sets in `__post_init__` from its other fields (e.g. `ok`), declared where the document
     prints it; what a caller passes is replaced. (A property would print last; a keyword-only field too.)"""
-    return field(default=False)
+    return field(default=default)
 
 
 def dump(value: object) -> Any:

@@ -27,6 +27,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from imgbuild import jsondoc
+from imgbuild.shapes import ADDED_LATER
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -69,14 +70,16 @@ T = TypeVar("T")
 
 class _Shapes(GenerateJsonSchema):
     """A domain dataclass's schema as its documents print it: every key is printed (required, no default) except
-    one left out when empty (`Field(exclude_if=...)`), which keeps its default."""
+    one left out when empty (`Field(exclude_if=...)`), which keeps its default, and one added after its document's
+    version (`shapes.added_later`: printed, not required)."""
 
     def field_is_required(
         self,
         field: core_schema.ModelField | core_schema.DataclassField | core_schema.TypedDictField,
         total: bool,  # noqa: ARG002 (the base class's signature)
     ) -> bool:
-        return field.get("serialization_exclude_if") is None
+        later = field.get("metadata", {}).get("pydantic_js_extra", {})
+        return field.get("serialization_exclude_if") is None and not (isinstance(later, dict) and ADDED_LATER in later)
 
     def dataclass_field_schema(self, schema: core_schema.DataclassField) -> JsonSchemaValue:
         inner = schema["schema"]
@@ -147,6 +150,8 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
         if not mapping and key == "title" and isinstance(value, str):
             continue
         if not mapping and key == "additionalProperties" and value is False:
+            continue
+        if not mapping and key == ADDED_LATER:
             continue
         if not mapping and key == "description" and isinstance(value, str):
             value = " ".join(value.split())  # a docstring's line breaks
