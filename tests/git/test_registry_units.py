@@ -13,6 +13,7 @@ from imgbuild.errors import ConfigError
 from imgbuild.platforms import Platform
 from imgbuild.publish import push as publish
 from imgbuild.registry import reference, tools
+from imgbuild.shapes import dump
 
 
 @pytest.mark.parametrize(
@@ -189,7 +190,7 @@ def test_a_moving_tag_keeps_the_platforms_a_publish_does_not_make() -> None:
         ("engram-mem",),
         {"127.0.0.1:5000/x:engram-mem": both},
     )
-    (moving,) = vp.to_json()["moving_index"]  # type: ignore[misc]
+    (moving,) = dump(vp.planned())["moving_index"]
     assert moving == {
         "ref": "127.0.0.1:5000/x:engram-mem",
         "before": both,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from imgbuild.builder.runner import BuildResult
 from imgbuild.builder.standin import RuntimeMade, SkeletonMade
+from imgbuild.publish.push import Published, PublishPlanned
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, Upstream
 from imgbuild.smoke.checks import SmokeRun
@@ -210,54 +209,10 @@ class BakeCheck(Document):
 
 
 # -- publish --------------------------------------------------------------------------------------------------------
-class Push(Part):
-    local: str
-    manifest: str
-    inputs: str
-    ref: str
-
-
-class MovingIndex(Part):
-    """A registry moving tag, platform -> manifest digest: `before` as the registry had it when the tag was written
-    (a dry run: now; null: no such tag, or in a dry run a registry that did not answer), `after` with the platforms
-    this publish does not make `kept`"""
-
-    ref: str
-    before: dict[str, str] | None
-    after: dict[str, str]
-    kept: list[str]
-
-
-class VariantPlanned(Part):
-    variant: str
-    repository: str
-    immutable: str
-    moving: list[str]
-    platforms: dict[str, Push]
-    moving_index: list[MovingIndex]
-
-
-class VariantPublished(VariantPlanned):
-    digest: str
-    state: Literal["published", "unchanged", "retagged"]
-    pushed: list[str]
-    moved: list[str]
-    kept: list[str]
-
-
-class Publish(Document):
-    """`imgbuild publish --json`: per variant the pushed image (`digest`: the index, or the one platform's manifest
-    for a one-platform variant), `state`, what was pushed and moved"""
-
-    name = "publish"
-    variants: list[VariantPublished]
-    attached: list[str]
-    seconds: float
-
-
-class PublishPlan(Document):
-    """`imgbuild publish --dry-run --json`: what would be pushed"""
-
-    name = "publish-plan"
-    dry_run: Literal[True]
-    variants: list[VariantPlanned]
+PUBLISH = Contract(
+    "publish",
+    Published,
+    "`imgbuild publish --json`: per variant the pushed image (`digest`: the index, or the one platform's manifest "
+    "for a one-platform variant), `state`, what was pushed and moved",
+)
+PUBLISH_PLAN = Contract("publish-plan", PublishPlanned, "`imgbuild publish --dry-run --json`: what would be pushed")
