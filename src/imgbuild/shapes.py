@@ -5,9 +5,10 @@ outside a document (an error's details)."""
 from __future__ import annotations
 
 from dataclasses import field
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, GetJsonSchemaHandler, PlainSerializer, TypeAdapter
+from pydantic import Field, GetJsonSchemaHandler, PlainSerializer, TypeAdapter, WithJsonSchema
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
@@ -26,6 +27,11 @@ NULLABLE = MayBeNull()
 # seconds as printed: to the millisecond
 Seconds = Annotated[float, PlainSerializer(lambda v: round(v, 3), return_type=float)]
 
+
+# a path, printed as a plain string
+PathText = Annotated[
+    Path, PlainSerializer(str, return_type=str), WithJsonSchema({"type": "string"}, mode="serialization")
+]
 
 # a string printed as null when empty (e.g. no index for a one-platform image)
 EmptyIsNull = Annotated[str, PlainSerializer(lambda v: v or None, return_type=str | None)]

@@ -86,3 +86,5 @@ def test_a_contract_prints_its_domain_value_as_its_schema_says() -> None:
         "sbom": {"verified": True, "detail": "spdx", "problems": ["a.py differs"]},
     }
     assert SmokeRun(reports=(plain,)).ok and SMOKE.of(SmokeRun(reports=(plain,))).body["ok"] is True
+    with pytest.raises(TypeError, match=r"document smoke prints a imgbuild\.smoke\.checks:SmokeRun, not a SmokeReport"):
+        SMOKE.of(plain)

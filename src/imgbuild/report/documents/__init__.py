@@ -16,11 +16,12 @@ later does not bump a document's version, a changed or removed one does (jsondoc
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -65,9 +66,6 @@ class Document(Part):
         return _document_schema(cls.name, cls.model_json_schema(by_alias=True, mode="serialization"))
 
 
-T = TypeVar("T")
-
-
 class _Shapes(GenerateJsonSchema):
     """A domain dataclass's schema as its documents print it: every key is printed (required, no default) except
     one left out when empty (`Field(exclude_if=...)`), which keeps its default, and one added after its document's
@@ -89,19 +87,30 @@ class _Shapes(GenerateJsonSchema):
 
 
 @dataclass(frozen=True)
-class Contract(Generic[T]):
-    """A document that is a domain type plus its name (`jsondoc.VERSIONS`) and its description."""
+class Contract:
+    """A document that is a domain type plus its name (`jsondoc.VERSIONS`) and its description. The type is named
+    `module:Class` and imported when the document is printed or its schema made: a command imports only the
+    domain types of what it prints."""
 
     name: str
-    shape: type[T]
+    shape_at: str
     description: str
 
     @cached_property
-    def _adapter(self) -> TypeAdapter[T]:
+    def shape(self) -> type[Any]:
+        module, _, attr = self.shape_at.partition(":")
+        found = getattr(importlib.import_module(module), attr)
+        assert isinstance(found, type), f"{self.shape_at}: not a type"
+        return found
+
+    @cached_property
+    def _adapter(self) -> TypeAdapter[Any]:
         return TypeAdapter(self.shape)
 
-    def of(self, value: T) -> Printed:
-        """The document of `value`, ready to print."""
+    def of(self, value: object) -> Printed:
+        """The document of `value` (an instance of the type), ready to print."""
+        if not isinstance(value, self.shape):
+            raise TypeError(f"document {self.name} prints a {self.shape_at}, not a {type(value).__name__}")
         return Printed(self.name, self._adapter.dump_python(value, mode="json", by_alias=True))
 
     def json_schema(self) -> dict[str, Any]:
@@ -159,11 +168,11 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
     return out
 
 
-def all_documents() -> Iterator[type[Document] | Contract[Any]]:
+def all_documents() -> Iterator[type[Document] | Contract]:
     """Every document type, one per name of `jsondoc.VERSIONS`, in its order."""
     from imgbuild.report.documents import deploy, images, patches
 
-    by_name: dict[str, type[Document] | Contract[Any]] = {
+    by_name: dict[str, type[Document] | Contract] = {
         c.name: c
         for module in (patches, images, deploy)
         for c in vars(module).values()

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from imgbuild.deploy.history import History, Rollback
-from imgbuild.deploy.recipes import RecipeWritten
 from imgbuild.report.documents import Contract, Document
 from imgbuild.report.documents.parts import ErrorBody
 
-RECIPE = Contract("recipe", RecipeWritten, "`imgbuild recipe VARIANT --profile P --json`")
+RECIPE = Contract("recipe", "imgbuild.deploy.recipes:RecipeWritten", "`imgbuild recipe VARIANT --profile P --json`")
 
 
 HISTORY = Contract(
-    "history", History, "`imgbuild history VARIANT --json`: the variant's builds in the local store, newest first"
+    "history",
+    "imgbuild.deploy.history:History",
+    "`imgbuild history VARIANT --json`: the variant's builds in the local store, newest first",
 )
-ROLLBACK = Contract("rollback", Rollback, "`imgbuild rollback VARIANT --to TAG|DIGEST --json`")
+ROLLBACK = Contract(
+    "rollback", "imgbuild.deploy.history:Rollback", "`imgbuild rollback VARIANT --to TAG|DIGEST --json`"
+)
 
 
 class Error(Document):

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from imgbuild.builder.runner import BuildResult
-from imgbuild.builder.standin import RuntimeMade, SkeletonMade
-from imgbuild.publish.push import Published, PublishPlanned
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, Upstream
-from imgbuild.smoke.checks import SmokeRun
 
 
 # -- plan -----------------------------------------------------------------------------------------------------------
@@ -80,7 +76,9 @@ class Plan(Document):
 
 
 # -- build ----------------------------------------------------------------------------------------------------------
-BUILD = Contract("build", BuildResult, "`imgbuild build --json`: what was built, tagged and smoke-tested")
+BUILD = Contract(
+    "build", "imgbuild.builder.runner:BuildResult", "`imgbuild build --json`: what was built, tagged and smoke-tested"
+)
 
 
 class ImagePlanned(Part):
@@ -125,15 +123,19 @@ class BuildPlan(Document):
 # -- smoke, skeleton ------------------------------------------------------------------------------------------------
 SMOKE = Contract(
     "smoke",
-    SmokeRun,
+    "imgbuild.smoke.checks:SmokeRun",
     "`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified: "
     "the same document, `ok` false)",
 )
 
 
-SKELETON = Contract("skeleton", SkeletonMade, "`imgbuild skeleton --json`: the stand-in base image")
+SKELETON = Contract(
+    "skeleton", "imgbuild.builder.standin:SkeletonMade", "`imgbuild skeleton --json`: the stand-in base image"
+)
 SKELETON_RUNTIME = Contract(
-    "skeleton-runtime", RuntimeMade, "`imgbuild skeleton --runtime --json`: the runtime base image"
+    "skeleton-runtime",
+    "imgbuild.builder.standin:RuntimeMade",
+    "`imgbuild skeleton --runtime --json`: the runtime base image",
 )
 
 
@@ -211,8 +213,10 @@ class BakeCheck(Document):
 # -- publish --------------------------------------------------------------------------------------------------------
 PUBLISH = Contract(
     "publish",
-    Published,
+    "imgbuild.publish.push:Published",
     "`imgbuild publish --json`: per variant the pushed image (`digest`: the index, or the one platform's manifest "
     "for a one-platform variant), `state`, what was pushed and moved",
 )
-PUBLISH_PLAN = Contract("publish-plan", PublishPlanned, "`imgbuild publish --dry-run --json`: what would be pushed")
+PUBLISH_PLAN = Contract(
+    "publish-plan", "imgbuild.publish.push:PublishPlanned", "`imgbuild publish --dry-run --json`: what would be pushed"
+)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from imgbuild.report.documents import Document, Part
+from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import (
     ErrorBody,
     Json,
@@ -333,15 +333,7 @@ class PatchesRebaseAbort(Document):
 
 
 # -- edit, refresh --------------------------------------------------------------------------------------------------
-class PatchesEdit(Document):
-    """`imgbuild patches edit --json`"""
-
-    name = "patches-edit"
-    work_tree: str
-    base: str
-    tag: str
-    commits: int
-    created: bool
+PATCHES_EDIT = Contract("patches-edit", "imgbuild.workflows.queue:Opened", "`imgbuild patches edit --json`")
 
 
 class PatchesEditDiscard(Document):
@@ -352,17 +344,7 @@ class PatchesEditDiscard(Document):
     message: str
 
 
-class PatchesRefresh(Document):
-    """`imgbuild patches refresh --json`"""
-
-    name = "patches-refresh"
-    written: list[str]
-    unchanged: list[str]
-    added: list[str]
-    removed: list[str]
-    series_changed: bool
-    warnings: list[str]
-    closed: bool
+PATCHES_REFRESH = Contract("patches-refresh", "imgbuild.workflows.queue:Refreshed", "`imgbuild patches refresh --json`")
 
 
 # -- bump -----------------------------------------------------------------------------------------------------------
