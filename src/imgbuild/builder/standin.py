@@ -10,7 +10,7 @@ from pydantic import Field
 
 from imgbuild.builder import bases
 from imgbuild.builder import skeleton as skel
-from imgbuild.config.models import WheelSource, parse_platforms
+from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine
 from imgbuild.errors import UpstreamError, UsageError
 from imgbuild.platforms import Platform
@@ -150,7 +150,7 @@ def make(
     verbose: bool = False,
 ) -> SkeletonMade | RuntimeMade:
     """`imgbuild skeleton [--runtime]`: the skeleton, or with `runtime` the runtime base."""
-    (parsed,) = parse_platforms(platform)
+    (parsed,) = Platform.parse_list(platform)
     if relock and not runtime:
         raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
     if runtime:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,10 +9,10 @@ import typer
 
 from imgbuild.cli.build import BaseOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError, SmokeError, UsageError
+from imgbuild.errors import ConfigError, SmokeError
 
 if TYPE_CHECKING:
-    from imgbuild.smoke.checks import SmokeReport, SmokeRun
+    from imgbuild.smoke.checks import SmokeRun
 
 
 def smoke_cmd(
@@ -49,59 +47,18 @@ def smoke_cmd(
 
       imgbuild smoke REG/vllm-dsv41:latest --static --platform linux/arm64 --key cosign.pub
     """
-    from imgbuild.builder import locate
-    from imgbuild.builder import runner as engine
     from imgbuild.cli.options import load_project
-    from imgbuild.config.models import check_platform  # image references take --platform too, without a project
+    from imgbuild.deploy import smoke_run
     from imgbuild.engine import Engine
     from imgbuild.project import Project
-    from imgbuild.publish import signing
-    from imgbuild.smoke.checks import SmokeRun, expected_from_labels, smoke
-    from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
 
     try:
         project: Project | None = load_project()
     except ConfigError:  # image references need no project
         project = None
-    check_platform(platform, allow_all=True)
-    opts = options(base, repository)
-    variant_names = [t for t in targets if project is not None and t in project.variants]
-    if pub_key is not None:
-        for target in targets:
-            if target in variant_names or not is_registry_ref(target):
-                what = "a variant of this project" if target in variant_names else "a local name"
-                raise UsageError(f"--key checks what a registry holds; {target!r} is {what}", hint="pass host/repo:tag")
-        signing.key_file(pub_key, "--key")
+    chosen = smoke_run.targets_of(project, targets, platform, pub_key)
     eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon
-    reports: list[SmokeReport] = []
-    finder = engine.importer_finder(project) if project is not None else None
-    if variant_names:  # each platform of each variant, where the plan says it is (nothing pulled or built)
-        assert project is not None
-        selection = project.select(variant_names, platform)
-        reports += locate.smoke_variants(eng, project, selection, opts, runtime=not static, importers=finder)
-    images = [t for t in targets if t not in variant_names]
-    if images and platform is not None and (platform == "all" or "," in platform):
-        raise UsageError(
-            f"--platform {platform}: an image reference is checked for one platform",
-            hint="give one platform (e.g. --platform linux/arm64), or name a variant to check each of its platforms",
-        )
-    for target in images:
-        ref = localize(eng, target, platform)  # a registry reference: pull that platform by digest
-        info = eng.image(ref)
-        if info is None:
-            raise nowhere(ref, project.variants if project is not None else None, repository)
-        expected = expected_from_labels(info)
-        # a variant of this project: its smoke commands, and its release names the modules importing the files
-        if project is not None and finder and (known := project.variants.get(expected.variant or "")) is not None:
-            importers = functools.partial(finder, tuple(f.path for f in expected.files))
-            expected = dataclasses.replace(expected, smoke=known.smoke, importers=importers)
-        report = smoke(eng, ref, expected, runtime=not static)
-        if pub_key is not None:
-            report = dataclasses.replace(
-                report, supply_chain=signing.check_published(target, ref, pub_key, info.labels)
-            )
-        reports.append(report)
-    _print_and_exit(SmokeRun(reports=tuple(reports)), as_json=as_json)
+    _print_and_exit(smoke_run.run(eng, project, chosen, options(base, repository), static=static), as_json=as_json)
 
 
 def _print_and_exit(run: SmokeRun, *, as_json: bool) -> None:
