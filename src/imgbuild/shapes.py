@@ -4,9 +4,10 @@ outside a document (an error's details)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, GetJsonSchemaHandler, PlainSerializer, TypeAdapter, WithJsonSchema
 from pydantic.json_schema import JsonSchemaValue
@@ -60,6 +61,23 @@ def derived(default: Any = False) -> Any:
     """A field its dataclass sets in `__post_init__` from its other fields (e.g. `ok`), declared where the document
     prints it; what a caller passes is replaced. (A property would print last; a keyword-only field too.)"""
     return field(default=default)
+
+
+C = TypeVar("C", bound=type)
+
+# class name -> the name its documents' schemas give it (`named`)
+SCHEMA_NAMES: dict[str, str] = {}
+
+
+def named(name: str) -> Callable[[C], C]:
+    """A class decorator: the type is `name` in its documents' schemas (`$defs`), where its Python name is taken
+    by another meaning in its module (e.g. a checked series entry beside patches/series.py's `SeriesEntry`)."""
+
+    def mark(cls: C) -> C:
+        SCHEMA_NAMES[cls.__name__] = name
+        return cls
+
+    return mark
 
 
 def dump(value: object) -> Any:

@@ -28,7 +28,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from imgbuild import jsondoc
-from imgbuild.shapes import ADDED_LATER
+from imgbuild.shapes import ADDED_LATER, SCHEMA_NAMES
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -115,7 +115,7 @@ class Contract:
 
     def json_schema(self) -> dict[str, Any]:
         raw = self._adapter.json_schema(by_alias=True, mode="serialization", schema_generator=_Shapes)
-        return _document_schema(self.name, {**raw, "description": self.description})
+        return _document_schema(self.name, _renamed({**raw, "description": self.description}))
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,29 @@ class Printed:
     def render(self) -> str:
         """The document as printed: `schema` first, two-space indents."""
         return json.dumps(self.document(), indent=2, sort_keys=False)
+
+
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """The schema with each `shapes.named` type under its schema name (`$defs` keys and `$ref`s), `$defs` sorted."""
+    names = {old: new for old, new in SCHEMA_NAMES.items() if old in raw.get("$defs", {})}
+    if not names:
+        return raw
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in names:
+            out["$ref"] = "#/$defs/" + names[ref[8:]]
+        return out
+
+    out: dict[str, Any] = walk(raw)
+    defs = {names.get(k, k): v for k, v in out["$defs"].items()}
+    out["$defs"] = dict(sorted(defs.items()))
+    return out
 
 
 def _document_schema(name: str, raw: dict[str, Any]) -> dict[str, Any]:

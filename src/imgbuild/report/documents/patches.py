@@ -475,26 +475,9 @@ class PatchesBump(Document):
 
 
 # -- import ---------------------------------------------------------------------------------------------------------
-class SeriesEntry(Part):
-    patch: str
-    method: str
-
-
-class PatchesImport(Document):
-    """`imgbuild patches import SOURCE --json`: the patch written (or, with --dry-run, that would be) and the series
-    checked with it"""
-
-    name = "patches-import"
-    ok: Literal[True]
-    filename: str
-    after: str | None = Field(description="the series entry it follows (null: first)")
-    outcome: Literal["exact", "offset", "3way", "partly-upstreamed"] = Field(
-        description="how the source applied where it goes"
-    )
-    source: str
-    kind: Literal["patch", "mbox", "git", "github"]
-    left_out: list[str] = Field(description="files the source changes outside the package root")
-    series: list[SeriesEntry]
-    variants: list[str] = Field(description="the variants that carry the new patch")
-    written: list[str] = Field(description="empty with --dry-run")
-    patch: str = Field(description="the patch file's text")
+PATCHES_IMPORT = Contract(
+    "patches-import",
+    "imgbuild.workflows.importer:Imported",
+    "`imgbuild patches import SOURCE --json`: the patch written (or, with --dry-run, that would be) and the series "
+    "checked with it",
+)
