@@ -177,7 +177,7 @@ def apply(
             tables.console.print(outcomes_table("apply", exc.outcomes))
         raise
     if as_json:
-        print_json(docs.PatchesApply.of(done.to_json()))
+        print_json(docs.PATCHES_APPLY.of(done))
     else:
         tables.console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
         tables.console.print(f"wrote {done.files} files to {done.into}")

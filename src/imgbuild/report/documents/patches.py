@@ -270,14 +270,9 @@ class PatchesCheckOnto(Document):
     )
 
 
-class PatchesApply(Document):
-    """`imgbuild patches apply --into DIR --json`"""
-
-    name = "patches-apply"
-    ok: Literal[True]
-    into: str
-    files: int
-    patches: list[PatchApplied]
+PATCHES_APPLY = Contract(
+    "patches-apply", "imgbuild.workflows.checkstack:Applied", "`imgbuild patches apply --into DIR --json`"
+)
 
 
 # -- rebase ---------------------------------------------------------------------------------------------------------
