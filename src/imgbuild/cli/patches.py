@@ -198,7 +198,7 @@ def status(as_json: JsonOpt = False) -> None:
         print_json(
             docs.PatchesStatus(
                 upstream=docs.PinState(name=first.name, tag=first.tag, commit=first.commit, kind=first.kind),
-                upstreams=[docs.PinCache(**vars(p)) for p in found.pins],
+                upstreams=list(found.pins),
                 cache=docs.Cache(mirror=first.mirror, pinned_commit_cached=first.pinned_commit_cached),
                 series=docs.SeriesState(patches=found.patches, digest=found.digest),
                 variants=list(found.variants),

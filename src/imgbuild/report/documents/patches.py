@@ -16,6 +16,7 @@ from imgbuild.report.documents.parts import (
     Requirement,
     Upstream,
 )
+from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
 
 # -- list, status ---------------------------------------------------------------------------------------------------
@@ -39,18 +40,6 @@ class PinState(Part):
     tag: str
     commit: str
     kind: str
-
-
-class PinCache(Part):
-    """A pin, with its cache mirror and whether the mirror has the pinned commit."""
-
-    name: str
-    tag: str
-    commit: str
-    kind: str
-    package_root: str
-    mirror: str
-    pinned_commit_cached: bool
 
 
 class Cache(Part):
