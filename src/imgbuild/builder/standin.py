@@ -10,7 +10,7 @@ from pydantic import Field
 
 from imgbuild.builder import bases
 from imgbuild.builder import skeleton as skel
-from imgbuild.config.models import WheelSource
+from imgbuild.config.models import Upstream, WheelSource
 from imgbuild.engine import Engine
 from imgbuild.errors import UpstreamError, UsageError
 from imgbuild.platforms import Platform
@@ -19,16 +19,6 @@ from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:
     from imgbuild.builder.runtime_lock import Lock
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """One pin of patches/upstream.yaml."""
-
-    name: str
-    tag: str
-    commit: str
-    package_root: str
 
 
 @dataclass(frozen=True)

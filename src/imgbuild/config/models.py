@@ -4,6 +4,7 @@ loaded through yamlsrc so that errors carry file:line:col."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -129,6 +130,16 @@ class PinOverride(Strict):
 
     def to_json(self) -> dict[str, str]:
         return {"requirement": self.requirement, "version": self.version, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One pin of patches/upstream.yaml."""
+
+    name: str
+    tag: str
+    commit: str
+    package_root: str
 
 
 class UpstreamPin(Strict):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
 from imgbuild.report.documents import Contract, Document, Part
-from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, Upstream
+from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement
 
 
 # -- plan -----------------------------------------------------------------------------------------------------------

@@ -16,15 +16,6 @@ class Pin(Part):
     commit: str
 
 
-class Upstream(Part):
-    """One pin of patches/upstream.yaml."""
-
-    name: str
-    tag: str
-    commit: str
-    package_root: str
-
-
 class Hunk(Part):
     hunk: int
     header: str

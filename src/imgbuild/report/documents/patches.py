@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import (
     ErrorBody,
@@ -14,7 +15,6 @@ from imgbuild.report.documents.parts import (
     PatchApplied,
     Pin,
     Requirement,
-    Upstream,
 )
 from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
