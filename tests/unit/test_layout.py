@@ -20,9 +20,9 @@ RANK = {
     "config": 1,
     "upstream": 2,
     "patches": 3,
+    "engine": 3.5,  # the Docker engine: the docker SDK, the one `buildx build`, the one door to the docker CLI
     "project": 4,
-    "registry": 4,  # image references, `docker push` / `imagetools`, images.lock
-    "engine": 4,  # the Docker engine: the docker SDK and the one `buildx build`
+    "registry": 4,  # image references, `docker push` / `imagetools` (through engine/door.py), images.lock
     "plan": 5,  # pure: what the images will be
     "smoke": 6,  # checks on a built image
     "builder": 7,  # make the images (and smoke them)

@@ -176,7 +176,7 @@ class Bases:
 
     def _site_packages(self, info: ImageInfo, ref: str, platform: Platform) -> str:
         if (info.id, platform) not in self._site:
-            check_binfmt(info.platform, self.engine.arch)
+            check_binfmt(info.platform, self.engine.platform)
             root = self.project.pin.package_root
             res = self.engine.run(
                 info.id, ["-c", SITE_PROBE, root], platform=info.platform, entrypoint=["python3"], timeout=300
