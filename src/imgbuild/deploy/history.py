@@ -231,12 +231,7 @@ def _entry(
 
 def refs_of(variant: ResolvedVariant, repository: str | None) -> tuple[str, tuple[str, ...]]:
     """The variant's repository (`repository` first) and its moving refs."""
-    repo = repository or variant.image.repository
-    if not repo:
-        raise UsageError(
-            f"images/{variant.name}.yaml: image.repository is not set (nor inherited through from:)",
-            hint="set image.repository, or pass --repository",
-        )
+    repo = variant.repository(repository, takes_repository=True)
     return repo, tuple(f"{repo}:{t}" for t in variant.image.tags or ())
 
 

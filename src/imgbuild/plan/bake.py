@@ -18,7 +18,7 @@ from imgbuild.atomic import write_text
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
-from imgbuild.plan.builds import repository_of, title_of
+from imgbuild.plan.builds import immutable_tag, title_of
 from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import digest_lines, share_layers
 from imgbuild.registry.lock import Lock
@@ -105,7 +105,7 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         base_digest=base_digest,
         site_packages=site,
         layers=chain,
-        title=title_of(repository_of(plan, None), v.name, v.image.tags),
+        title=title_of(v.repository(), v.name, v.image.tags),
         source=None,  # the committed file cannot name the commit that holds it: CI adds source/revision
     )
     platforms = tuple(map(str, v.image.platforms))
@@ -114,13 +114,13 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
     return BakeTarget(
         variant=v.name,
         platforms=platforms,
-        repository=repository_of(plan, None),
+        repository=v.repository(),
         base=base,
         locked=locked,
         dockerfile=text,
         labels=final,
         inputs_digest=digest,
-        immutable_tag=f"{inputs.upstream.version}-{digest[:12]}",
+        immutable_tag=immutable_tag(inputs, digest),
         moving_tags=tuple(v.image.tags),
         layers=chain,
     )
