@@ -14,6 +14,7 @@ RANK = {
     "atomic": 0,
     "proc": 0,
     "owner": 0,  # who made a container: its label, and whether its maker is certainly dead
+    "progress": 0,  # Say, the one progress-callback type, and its ends (to_stderr, quiet)
     "jsondoc": 0,  # the --json contract: each document's schema id and version
     "platforms": 0.5,  # the Platform value: on errors only
     "offline": 0.5,  # the offline switch: on errors only

@@ -18,6 +18,7 @@ from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
+from imgbuild.progress import Say
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only fo
 
 SKELETON = "skeleton"
 RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
-Say = Callable[[str], None]
 
 
 def skeleton_spec(project: Project, site_packages: str | None, platform: Platform) -> skeleton.SkeletonSpec:
