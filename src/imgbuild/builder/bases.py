@@ -57,7 +57,7 @@ def runtime_spec(project: Project, site_packages: str | None, platform: Platform
     return runtime_base.RuntimeSpec(lock.platform, lock, site_packages or skeleton.SITE_PACKAGES)
 
 
-def runtime_lock_problems(project: Project, lock: runtime_lock.Lock) -> list[str]:
+def runtime_lock_problems(project: Project, lock: runtime_lock.RuntimeLock) -> list[str]:
     """Each pin the runtime lock does not hold at its pinned release: vllm, and each further pin's wheel."""
     from imgbuild.builder import runtime_lock
 

@@ -26,7 +26,7 @@ from imgbuild.progress import Say, quiet
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import index_versions, resolve_ref
-from imgbuild.upstream.requires import Move, Unmet, plan_moves
+from imgbuild.upstream.requires import PinMove, Unmet, plan_moves
 from imgbuild.workflows import rebase, review
 from imgbuild.workflows.rebase_state import Pin, RebaseStopped, load, moving_pin, session
 from imgbuild.workflows.writeback import drop_override
@@ -53,7 +53,7 @@ class Bump:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     report: Path | None = None
     error: ImgbuildError | None = None
-    pins: list[dict[str, Any]] = field(default_factory=list)  # the pins that moved with it (requires.Move)
+    pins: list[dict[str, Any]] = field(default_factory=list)  # the pins that moved with it (requires.PinMove)
     pending: list[dict[str, Any]] = field(default_factory=list)  # at a stop: will each pending patch apply?
 
     def to_json(self) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def bump(
     name = branch or "imgbuild/bump-" + review.SAFE.sub("_", new.tag)
     md = review.report_md(root, f"bump-{new.tag}", report_dir.resolve() if report_dir else None)
     current = _current_branch(repo)
-    moves: list[Move] = []
+    moves: list[PinMove] = []
     if new.commit != old.commit:  # before anything changes: the pins that must move with it, or one clear error
         moves = pin_moves(project, new.tag, say)
     if new.commit == old.commit:
@@ -131,7 +131,7 @@ def bump(
 
 
 # -- the steps -----------------------------------------------------------------------------
-def pin_moves(project: Project, tag: str, say: Say = quiet) -> list[Move]:
+def pin_moves(project: Project, tag: str, say: Say = quiet) -> list[PinMove]:
     """The pins that move with the first pin's move to `tag` (what the new release requires of them), asking the
     package index which versions exist; an unmet requirement is one UpstreamError, raised before anything changes."""
     found = project.needs_if_moved({project.pin.name: tag})
