@@ -97,3 +97,17 @@ def test_the_in_image_programs_are_not_imported_on_the_host() -> None:
                 if any("in_image" in n for n in names):
                     importers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert list(IN_IMAGE.glob("*.py")) and not importers, importers
+
+
+DOCKER_DOOR = PACKAGE / "engine" / "door.py"
+
+
+def test_only_the_engines_door_resolves_the_docker_cli() -> None:
+    """engine/door.py is the one door to the docker CLI (issue 45): no other module reads IMGBUILD_DOCKER."""
+    found = {
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "environ" in line and "IMGBUILD_DOCKER" in line
+    }
+    assert {f.partition(":")[0] for f in found} == {"engine/door.py"}, f"go through {DOCKER_DOOR}'s run_cli: {found}"
