@@ -63,7 +63,8 @@ class UsageError(ImgbuildError):
 
 
 class ConfigError(ImgbuildError):
-    """Malformed or inconsistent config files (each error at `file:line:col`); an unusable
+    """Malformed or inconsistent config files (each error at `file:line:col`); a variant whose image.base or
+    image.repository is not set (nor given as `--base`, `--repository`), in every command; an unusable
     `IMGBUILD_CACHE`."""
 
     exit_code = ExitCode.CONFIG

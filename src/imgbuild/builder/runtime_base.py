@@ -49,7 +49,7 @@ BIN = "usr/local/bin"
 @dataclass(frozen=True)
 class RuntimeSpec:
     platform: Platform
-    lock: rl.Lock
+    lock: rl.RuntimeLock
     site_packages: str = SITE_PACKAGES
 
     @property
@@ -133,7 +133,7 @@ def fix_shebangs(bin_dir: Path, python: str = IMAGE_PYTHON) -> list[str]:
     return fixed
 
 
-def install_tree(lock: rl.Lock, target: Path, *, verbose: bool = False) -> None:
+def install_tree(lock: rl.RuntimeLock, target: Path, *, verbose: bool = False) -> None:
     """Install every locked wheel into `target` for the lock's platform (nothing is run from them); uv
     downloads what its cache lacks and checks every file against the lock's hashes. Hard links into uv's cache
     where it can (the tree is only read, and tarred; a file that is changed is replaced)."""
@@ -178,7 +178,7 @@ class Layered:
     written: tuple[str, ...]  # names of the layers whose tar was written this time (the rest were in the cache)
 
 
-def pin_keys(lock: rl.Lock) -> dict[str, str]:
+def pin_keys(lock: rl.RuntimeLock) -> dict[str, str]:
     """What identifies a dist's files: its pin and the hashes of its wheels."""
     return {p.name: f"{p.name}=={p.version} " + " ".join(sorted(p.hashes)) for p in lock.pins}
 
@@ -446,7 +446,7 @@ def _steps(cache: Path) -> Iterator[Callable[[str, Path], None]]:
 
 def relock(
     root: Path, platform: Platform, vllm_version: str, *, overrides: Sequence[str] = (), verbose: bool = False
-) -> rl.Lock:
+) -> rl.RuntimeLock:
     """Resolve vllm==VERSION for `platform` with uv (network), under `constraints.txt` beside the locks if there is
     one and with `overrides` (`project==version` lines: the overrides of patches/upstream.yaml in effect, passed as
     uv's `--override`), and write its lock file."""
