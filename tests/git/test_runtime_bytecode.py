@@ -81,3 +81,8 @@ def test_no_python_of_the_bases_version_is_one_error_naming_the_fix(monkeypatch:
 
 def test_the_base_python_version_is_what_the_lock_resolves_for() -> None:
     assert rl.PYTHON_VERSION == "3.11"  # bookworm's python3: find_compiler(rl.PYTHON_VERSION) is asked for this
+
+
+def test_the_bases_label_leaves_out_the_patch_release_the_cache_key_keeps_it(compiler: B.Compiler) -> None:
+    assert compiler.label() == f"checked-hash {compiler.cache_tag} magic {importlib.util.MAGIC_NUMBER.hex()}"
+    assert compiler.version not in compiler.label() and compiler.describe().endswith(f"python {compiler.version}")

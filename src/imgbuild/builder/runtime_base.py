@@ -43,7 +43,7 @@ REPOSITORY = "imgbuild-runtime"
 FORMAT = "imgbuild-runtime/6"  # 3: installed by uv; 4: package-granular layers; 5: in dependency order;
 # 6: checked-hash bytecode in the package layers (runtime_bytecode)
 LABEL = "imgbuild.runtime-base"
-BYTECODE_LABEL = "imgbuild.runtime.bytecode"  # what compiled the package layers' .pyc: mode, tag, magic, python
+BYTECODE_LABEL = "imgbuild.runtime.bytecode"  # the package layers' .pyc: mode, cache tag, magic number
 INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, which sparkrun's health check runs
 IMAGE_PYTHON = "/usr/bin/python3"
 BIN = "usr/local/bin"
@@ -431,7 +431,7 @@ def ensure_runtime(
             build_layered(
                 engine, target, rootfs, cache, tag=spec.tag, platform=spec.platform,
                 site_packages=spec.site_packages, pins=pin_keys(spec.lock),
-                labels={**labels_of(spec), BYTECODE_LABEL: compiler.describe()}, no_cache=force, verbose=verbose,
+                labels={**labels_of(spec), BYTECODE_LABEL: compiler.label()}, no_cache=force, verbose=verbose,
                 compiled_by=compiler.describe(),
             )  # fmt: skip
     return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
