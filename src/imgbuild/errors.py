@@ -94,7 +94,7 @@ class UpstreamError(ImgbuildError):
 class DockerError(ImgbuildError):
     """Docker: the engine (not Docker 26+ with the containerd image store, not answering), a build,
     a base that cannot be pulled, a tag that names an image imgbuild did not build; docker or mmdebstrap
-    missing."""
+    missing, or a python of the runtime base's version to compile its bytecode with."""
 
     exit_code = ExitCode.DOCKER
 

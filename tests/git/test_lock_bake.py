@@ -119,7 +119,12 @@ def test_bake_targets_share_the_first_layer(root: Path) -> None:
     assert target["context"] == "buildkit/context" and target["platforms"] == ["linux/arm64"]
     assert target["args"]["BASE"] == f"{BASE}@{INDEX}"
     assert "FROM $${BASE}" in target["dockerfile-inline"]  # escaped for bake's templating
-    assert f"COPY layers/{t['engram-mem'].layers[0]}/ {SITE}/" in target["dockerfile-inline"]
+    layer = t["engram-mem"].layers[0]  # compiled by the base's python in a stage, then copied with its bytecode
+    assert (
+        f"FROM $${{BASE}} AS bytecode\nCOPY layers/{layer}/ /imgbuild-bytecode/{layer}/\n"
+        in target["dockerfile-inline"]
+    )
+    assert f"COPY --from=bytecode /imgbuild-bytecode/{layer}/ {SITE}/" in target["dockerfile-inline"]
     assert target["tags"] == [
         f"${{REGISTRY}}/vllm-dsv41:{t['engram-mem'].immutable_tag}",
         "${REGISTRY}/vllm-dsv41:engram-mem",

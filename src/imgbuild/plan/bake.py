@@ -25,7 +25,7 @@ from imgbuild.registry.lock import ImagesLock
 
 BAKE_FILE = "buildkit/docker-bake.json"
 CONTEXT_DIR = "buildkit/context"
-BAKE_FORMAT = "imgbuild-bake/1"
+BAKE_FORMAT = "imgbuild-bake/2"  # 2: the layers' checked-hash bytecode, compiled in a stage by the base's python
 # A loopback registry: pushable when one runs (.ci/start-registry.sh), never a namespace of
 # somebody else; CI and users set REGISTRY (e.g. ghcr.io/OWNER).
 DEFAULT_REGISTRY = "localhost:5000"
@@ -97,7 +97,9 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
     site = v.image.site_packages or ""
     base, base_digest, locked = _base_ref(plan, lock)
     keep = v.image.entrypoint == "keep"
-    text = dockerfile.render_image(base, site, chain, v.image.env, {}, keep_entrypoint=keep, base_arg=True)
+    text = dockerfile.render_image(
+        base, site, chain, v.image.env, {}, keep_entrypoint=keep, base_arg=True, bytecode=True
+    )
     image_labels = labels.image_labels(
         plan,
         inputs,
