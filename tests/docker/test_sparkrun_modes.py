@@ -10,9 +10,12 @@
 - Offline on the control machine, in a network namespace with no network at all (`unshare -n`): a cold cache is
   an OfflineError naming what to fetch, a warm one builds.
 - The image's labels as sparkrun's runtime info: the runtime's `_collect_runtime_info` and the builder's
-  `collect_container_labels` on a container of the image on the head (tests/support/sparkrun_modes.py `info`).
-- A published variant: the pin step of `sparkrun export recipe --realize` (`pin_recipe_data`, through the
-  builder's `pull_ref`) pins the registry's digest; a local build has none, and sparkrun says so.
+  `collect_container_labels` on a container of the delegated build on the head (tests/support/sparkrun_modes.py).
+- A published variant, through sparkrun's own commands on a node that looks like a one-GB10 Spark (the stand-in
+  `nvidia-smi` and NVIDIA hook of tests/support/node-bin/): `sparkrun export recipe --realize` places it and pins
+  the registry's digest (through the builder's `pull_ref`; a local build has none, and sparkrun says so), and
+  `sparkrun run` of the realized recipe pulls that digest on the node, even after the tag moved, and prints the
+  image's pins and patches under "Runtime versions:".
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -34,7 +38,7 @@ from imgbuild.engine import Engine
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import MakeProject, run_cli
 from tests.docker.test_sparkrun_distribution import DRIVER, PYTHON, recipe, sparkrun_env
-from tests.support.node_daemon import Node, node_daemon
+from tests.support.node_daemon import Node, node_daemon, node_path
 from tests.support.registry_env import RegistryProcess
 from tests.support.sshd import SSHD, Sshd, sshd_to
 
@@ -42,13 +46,12 @@ pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ROOT / "tests" / "support" / "sparkrun_modes.py"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a model revision already pinned: no Hub lookup
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
     """A node dockerd on the containerd store (its own bridge and containerd), as in the distribution test."""
-    with node_daemon(tmp_path / "node", "br-imgb-srm", containerd_store=True, address="10.214.80.1/24") as n:
+    with node_daemon(tmp_path / "node", "br-imgb-srm", containerd_store=True, address="10.214.80.1/24", gpu=True) as n:
         yield n
 
 
@@ -57,7 +60,8 @@ def head(tmp_path: Path, node: Node) -> Iterator[Sshd]:
     """The head: the node dockerd behind an sshd whose logins keep imgbuild's caches under tmp_path."""
     if not Path(SSHD).exists():
         pytest.fail(f"{SSHD} is missing: run `bash .ci/setup-sshd.sh`")
-    with sshd_to(tmp_path / "sshd", node.socket, env={"XDG_CACHE_HOME": str(tmp_path / "head-cache")}) as s:
+    login = {"XDG_CACHE_HOME": str(tmp_path / "head-cache"), "PATH": node_path()}  # node_path: the stand-in nvidia-smi
+    with sshd_to(tmp_path / "sshd", node.socket, env=login) as s:
         yield s
 
 
@@ -206,9 +210,37 @@ def test_offline_in_a_network_namespace_builds_from_the_cache_or_names_what_to_f
     assert warm["head_image"] == online["head_image"] and engine.image(warm["head_image"]) is not None
 
 
-def test_a_published_variant_is_pinned_by_its_registry_digest(
-    tmp_path: Path, make_project: MakeProject, prefix: str, head: Sshd
+def launchable(path: Path, models: Path) -> Path:
+    """The recipe made launchable on the test node by `sparkrun run`: weights on the node (a local model directory
+    with a config and an empty shard: sparkrun's preflight reads no more, and nothing goes to the Hub), a serve command
+    that only waits (the synthetic image has no vLLM; sparkrun appends its own flags, which python3 ignores), and
+    ulimits within this machine's hard limits: sparkrun asks for `memlock=-1` and `nofile=65535`, which runc cannot set
+    in a container without CAP_SYS_RESOURCE (a Spark can; the recipe's `executor_config` is sparkrun's own override)."""
+    (models / "dsv41").mkdir(parents=True, exist_ok=True)
+    (models / "dsv41" / "config.json").write_text('{"model_type": "deepseek_v4"}')
+    (models / "dsv41" / "model.safetensors").write_bytes(b"")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    data = yaml.safe_load(path.read_text())
+    data["model"] = str(models / "dsv41")
+    data["command"] = 'python3 -c "import time; time.sleep(600)"'
+    data["executor_config"] = {"ulimit": [f"nofile={hard}:{hard}"]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def runtime_versions(stdout: str) -> dict[str, str]:
+    """The "Runtime versions:" block `sparkrun run` prints (`  key:  value` lines up to a blank one)."""
+    lines = stdout.split("Runtime versions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def test_a_published_variant_is_realized_by_digest_and_runs_showing_its_labels(
+    tmp_path: Path, make_project: MakeProject, prefix: str, skeleton_base: str, node: Node, head: Sshd
 ) -> None:
+    """`sparkrun export recipe --realize` and `sparkrun run`, sparkrun's own commands, on the node that the stand-in
+    nvidia-smi and NVIDIA hook make a one-GB10 Spark (tests/support/node_daemon.py): placement finds its slot, the
+    image is pinned by the digest the registry's tag named, and the launch (the node pulls that digest) prints the
+    image's pins and patches from imgbuild's labels among its runtime versions."""
     project = make_project("srpub")
     repo = f"{prefix}-srpub"
     cache = tmp_path / "cache"
@@ -216,45 +248,64 @@ def test_a_published_variant_is_pinned_by_its_registry_digest(
     assert built.returncode == 0, built.stderr
     image_id = json.loads(built.stdout)["images"][0]["image_id"]
     env = sparkrun_env(tmp_path / "sparkrun", head, cache)
-    local = recipe(tmp_path / "local.yaml", project, repo)
+    sparkrun = str(PYTHON.parent / "sparkrun")
+
+    def realize(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sparkrun, "export", "recipe", str(path), "--realize", "--hosts", head.host, "--save", str(out)]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=300)
 
     registry = RegistryProcess.start(tmp_path / "registry")
+    there = f"{registry.host}/{repo}"
     try:
-        published = tmp_path / "published.yaml"
-        data = yaml.safe_load(local.read_text())
-        data["model_revision"] = COMMIT
+        published = launchable(recipe(tmp_path / "published.yaml", project, repo), tmp_path / "models")
+        data = yaml.safe_load(published.read_text())
         data["builder_config"]["registry"] = registry.host
         published.write_text(yaml.safe_dump(data, sort_keys=False))
-        modes = [str(PYTHON), str(MODES), "pin"]
+        realized = tmp_path / "realized.yaml"
 
-        # not yet published: a local build, which sparkrun refuses to pin
-        before = subprocess.run([*modes, str(published), head.host], env=env, capture_output=True, text=True)
+        # not yet published: a local build, which sparkrun refuses to pin (placement passed: the error is the pin's)
+        before = realize(published, realized)
         assert before.returncode != 0 and "runs a locally built image, which has no registry digest" in before.stderr
+        assert "no free capacity" not in before.stderr
 
-        there = f"{registry.host}/{repo}"
         subprocess.run(["docker", "tag", f"{repo}:latest", f"{there}:latest"], check=True)
         subprocess.run(["docker", "push", "-q", f"{there}:latest"], check=True, capture_output=True)
-        pin = last_json(subprocess.run([*modes, str(published), head.host], env=env, capture_output=True, text=True))
-        assert pin["pull_ref"] == pin["container"] == f"{there}@{image_id}"  # the push kept the digest
-        assert pin["pins"] == [
-            {
-                "field": "container",
-                "before": f"{repo}:latest",
-                "after": f"{there}@{image_id}",
-                "source": "already pinned",
-            }
-        ]
+        done = realize(published, realized)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert f"pinned container: {repo}:latest -> {there}@{image_id}" in done.stderr  # the push kept the digest
+        out = yaml.safe_load(realized.read_text())
+        assert out["container"] == f"{there}@{image_id}"
+        assert out["metadata"]["realized_for"] == {"nodes": 1, "platform": "DGX Spark", "accelerator": "nvidia/gb10"}
 
-        # and a launch runs it: prepare() gives the published digest, builds nothing (sparkrun then pulls it)
+        # a launch of the source recipe: prepare() gives the published digest and builds nothing
         launched = last_json(driver(env, "--prepare-only", str(published), head.host))
         assert launched["head_image"] == f"{there}@{image_id}"
 
-        # the same recipe without a registry: the plugin's pull_ref is None, sparkrun says why
-        plain = yaml.safe_load(local.read_text())
-        plain["model_revision"] = COMMIT
-        local.write_text(yaml.safe_dump(plain, sort_keys=False))
-        refused = subprocess.run([*modes, str(local), head.host], env=env, capture_output=True, text=True)
+        # the tag moves on (another image pushed to it); the realized recipe still runs what it pinned
+        subprocess.run(["docker", "tag", skeleton_base, f"{there}:latest"], check=True)
+        subprocess.run(["docker", "push", "-q", f"{there}:latest"], check=True, capture_output=True)
+        argv = [sparkrun, "run", str(realized), "--hosts", head.host, "--no-ready-wait", "--no-auto-detect"]
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=600)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+        running = node.client().containers.list()
+        assert [c.image.id for c in running] == [image_id], running  # the node pulled the pinned digest
+        hooked = node.hook_log.read_text().splitlines()  # `docker run --gpus`: dockerd ran the stand-in NVIDIA hook
+        assert hooked and set(hooked) == {"prestart"}, hooked
+        versions = runtime_versions(run.stdout)
+        labels = node.client().images.get(image_id).labels
+        assert versions["imgbuild_variant"] == "latest" and versions["imgbuild_inputs"] == labels["imgbuild.inputs"]
+        assert versions["imgbuild_upstream"] == f"v1.0.0 {labels['imgbuild.upstream.commit'][:12]}"
+        assert versions["imgbuild_patches"] == "0001-attn applied, 0002-sparse applied, 0003-engram applied"
+        assert re.fullmatch(r"3\.\d+\.\d+", versions["python"]), versions  # the runtime's own command, in the container
+
+        # the same recipe without a registry: the plugin's pull_ref is None, and sparkrun says why
+        plain = yaml.safe_load(published.read_text())
+        del plain["builder_config"]["registry"]
+        published.write_text(yaml.safe_dump(plain, sort_keys=False))
+        refused = realize(published, tmp_path / "plain.yaml")
         assert refused.returncode != 0 and "has no registry digest" in refused.stderr
     finally:
+        for container in node.client().containers.list(all=True):
+            container.remove(force=True)
         registry.stop()
-        subprocess.run(["docker", "rmi", f"{registry.host}/{repo}:latest"], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", f"{there}:latest"], capture_output=True, check=False)
