@@ -6,11 +6,10 @@
   none on this machine; sparkrun's distribution then finds the head up to date, and `--offline` succeeds from the
   head's cache. On a cold head sparkrun's offline preflight refuses before any builder; past it (sparkrun's
   `prepare_images` with `offline: True` in the builder context, tests/support/sparkrun_distribute.py) imgbuild
-  fetches nothing and names the release to fetch.
+  fetches nothing and names the release to fetch. With a git URL (`file://`) at a `revision`, the head clones it
+  and builds that commit.
 - Offline on the control machine, in a network namespace with no network at all (`unshare -n`): a cold cache is
   an OfflineError naming what to fetch, a warm one builds.
-- The image's labels as sparkrun's runtime info: the runtime's `_collect_runtime_info` and the builder's
-  `collect_container_labels` on a container of the delegated build on the head (tests/support/sparkrun_modes.py).
 - A published variant, through sparkrun's own commands on a node that looks like a one-GB10 Spark (the stand-in
   `nvidia-smi` and NVIDIA hook of tests/support/node-bin/): `sparkrun export recipe --realize` places it and pins
   the registry's digest (through the builder's `pull_ref`; a local build has none, and sparkrun says so), and
@@ -45,7 +44,6 @@ from tests.support.sshd import SSHD, Sshd, sshd_to
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
-MODES = ROOT / "tests" / "support" / "sparkrun_modes.py"
 
 
 @pytest.fixture
@@ -164,32 +162,29 @@ def test_delegated_builds_on_the_head_offline_from_its_cache_and_info_shows_the_
     again = last_json(driver(env, "--transfer-mode", "delegated", "--offline", str(path), head.host))
     assert again["head_image"] == pinned and again["content_images_by_node"] == [there.id]  # sparkrun's id check
 
-    # what a launch records: the labels through the builder, the runtime's commands run in the container
-    name = f"{prefix}-srdel-info_solo"
-    node.client().containers.run(pinned, ["sleep", "600"], name=name, detach=True, network_mode="none")
-    try:
-        done = subprocess.run(
-            [str(PYTHON), str(MODES), "info", str(path), head.host, name],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        info = last_json(done)
-    finally:
-        node.client().containers.get(name).remove(force=True)
-    runtime = info["runtime_info"]
-    labels = there.labels
-    assert runtime.items() >= info["labels"].items(), info
-    assert runtime["imgbuild_variant"] == "latest" and runtime["imgbuild_inputs"] == labels["imgbuild.inputs"]
-    assert (
-        runtime["imgbuild_upstream"] == f"{labels['imgbuild.upstream.tag']} {labels['imgbuild.upstream.commit'][:12]}"
-    )
-    patches = json.loads(labels["imgbuild.patches"])
-    assert patches and runtime["imgbuild_patches"] == ", ".join(f"{n} {s}" for n, s in patches.items())
-    assert re.fullmatch(r"3\.\d+\.\d+", runtime["python"]), runtime  # the runtime's own command ran in the container
-    assert not any(k.startswith("container_imgbuild_files") for k in runtime)  # not every label flattened
+    # the project as a git URL (`file://`, read by the head's own git) at `revision`: the head clones it into its cache
+    # and builds that commit; a later commit whose series cannot apply is not what runs
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "project"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (project / "patches" / "series").write_text("0009-missing.patch\n")
+    subprocess.run([*git, "commit", "-q", "-am", "broken"], check=True)
+    data["builder_config"] |= {"project": f"file://{project}", "revision": revision}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    cloned = build()
+    assert cloned.returncode == 0, cloned.stdout + cloned.stderr
+    found = re.search(r"^Image:\s+(\S+)$", cloned.stdout, re.M)
+    assert found, cloned.stdout
+    built = node.client().images.get(found.group(1))
+    assert built.labels["org.opencontainers.image.revision"] == revision  # the clone at the revision was built
+    assert "org.opencontainers.image.revision" not in there.labels  # the files sent as a tar: no commit to name
+    assert engine.image(found.group(1)) is None  # nothing built on the control machine
+    clones = [p for p in sent.iterdir() if (p / ".git").is_dir()]
+    assert len(clones) == 1, list(sent.iterdir())  # a clone beside the tar's directory
+    head_rev = subprocess.run(["git", "-C", str(clones[0]), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert head_rev.stdout.strip() == revision
 
 
 def test_offline_in_a_network_namespace_builds_from_the_cache_or_names_what_to_fetch(
@@ -297,6 +292,7 @@ def test_a_published_variant_is_realized_by_digest_and_runs_showing_its_labels(
         assert versions["imgbuild_upstream"] == f"v1.0.0 {labels['imgbuild.upstream.commit'][:12]}"
         assert versions["imgbuild_patches"] == "0001-attn applied, 0002-sparse applied, 0003-engram applied"
         assert re.fullmatch(r"3\.\d+\.\d+", versions["python"]), versions  # the runtime's own command, in the container
+        assert not any(k.startswith("container_") for k in versions)  # not every label flattened (imgbuild.files)
 
         # the same recipe without a registry: the plugin's pull_ref is None, and sparkrun says why
         plain = yaml.safe_load(published.read_text())
