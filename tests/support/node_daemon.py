@@ -172,9 +172,14 @@ def node_daemon(
             log.close()
         with contextlib.suppress(subprocess.CalledProcessError):
             _run("ip", "link", "del", bridge)
-        # exec/netns/default: the host-network sandbox a `--network host` container (sparkrun's launch) left mounted
-        for data in (root / "data", root / "croot", root / "exec"):
+        for data in (root / "data", root / "croot"):
             if data.exists():  # mounts are gone with the daemons; anything left is ours
                 subprocess.run(["umount", "-R", str(data)], capture_output=True, check=False)
+        # and below exec/, which is no mount itself: netns/default, the host-network sandbox that a `--network host`
+        # container (sparkrun's launch) leaves bind-mounted after dockerd stops
+        for line in reversed(Path("/proc/self/mounts").read_text().splitlines()):
+            point = line.split()[1]
+            if point.startswith(f"{root / 'exec'}/"):
+                subprocess.run(["umount", point], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
         assert os.path.exists("/sys/class/net/docker0"), "docker0 must survive a node daemon"
