@@ -1016,12 +1016,13 @@ class ThreadRecorder(HintRecorder):
         return os.preadv(fd, buffers, offset)
 
 
-@pytest.mark.parametrize("mode", ["hint", "read"])
+@pytest.mark.parametrize("mode", ["pool-hint", "read"])
 def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_path, monkeypatch, mode):
-    """Issue 46 item 1: a step with many page runs splits them over the
-    shared pool (hints, or preadv reads of the merged runs), each run asked
-    for once, in file order within each task; small steps hint on the
-    calling thread."""
+    """Issue 46 item 1: with ENGRAM_PREFETCH_MODE "pool-hint" or "read", a
+    step with many page runs splits them over the shared pool (hints, or
+    preadv reads of the merged runs), each run asked for once, in file order
+    within each task; small steps hint on the calling thread, and so does a
+    large one in the default mode, "hint"."""
     page = engram["_ENGRAM_PAGE"]
     table, rows_per_page = one_page_table(engram, tmp_path, 400)
     monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 8)
@@ -1037,7 +1038,7 @@ def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_pat
         pending = table.prefetch(rows, pool)
         assert len(pending) == 4
         assert sum(f.result() for f in pending) == len(step_pages) == table.hint_calls
-    asked = recorder.hints if mode == "hint" else recorder.reads
+    asked = recorder.hints if mode == "pool-hint" else recorder.reads
     assert sorted(asked) == [(p * page, page) for p in step_pages]
     assert recorder.threads and all(name.startswith("io") for name in recorder.threads)
     if mode == "read":
@@ -1049,6 +1050,16 @@ def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_pat
     with ThreadPoolExecutor(4, thread_name_prefix="io") as pool:
         assert table.prefetch(rows[:5], pool) == []
     assert len(recorder.hints) == 5 and recorder.threads == {threading.current_thread().name}
+    # The default mode: every run of the large step hinted here, in file order.
+    recorder.hints.clear()
+    recorder.threads.clear()
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 8)
+    monkeypatch.setitem(engram, "ENGRAM_PREFETCH_MODE", "hint")
+    drop_page_cache(table.paths[0])
+    with ThreadPoolExecutor(4, thread_name_prefix="io") as pool:
+        assert table.prefetch(rows, pool) == []
+    assert recorder.hints == [(p * page, page) for p in step_pages]
+    assert recorder.threads == {threading.current_thread().name}
 
 
 def parallel(use_ubatching=False, enable_dbo=False, ubatch_size=0, data_parallel_size=1):
