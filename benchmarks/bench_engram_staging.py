@@ -226,6 +226,7 @@ def main() -> None:
     parser.add_argument("--cold-repeat", type=int, default=5, help="cold runs per variant (prefill: half)")
     parser.add_argument("--queue-depths", default="1,32,128")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--steps", help="only the steps whose names start with one of these (comma-separated)")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
@@ -291,6 +292,8 @@ def main() -> None:
         }
         rows: dict[str, Any] = {}
         for name, batch in steps.items():
+            if args.steps and not any(name.startswith(p) for p in args.steps.split(",")):
+                continue
             prefill = batch.num_tokens > 1024
             row: dict[str, Any] = {"tokens": batch.num_tokens}
             info = step_pages(w, batch)
@@ -350,15 +353,39 @@ def main() -> None:
             # Issue 46 item 6: a third of the step's pages cached (every
             # third, read with read-ahead off), mincore-checked, the rest
             # evicted; interleaved with the same step cold.
-            partly: dict[str, list[float]] = {"partly warm disk/8t": [], "cold disk/8t": [], "block warm disk/8t": []}
+            partly: dict[str, list[float]] = {
+                "partly warm disk/8t": [],
+                "cold disk/8t": [],
+                "block warm disk/8t": [],
+                "partly warm, whole runs hinted": [],
+            }
             found: dict[str, Any] = {}
+            block: dict[str, Any] = {}
             for _ in range(max(2, args.cold_repeat // 2) if prefill else args.cold_repeat):
                 # The same third cached as one block (the step's first pages
                 # in file order): the missing pages' runs stay whole.
                 cold(tables)
                 for table, pages in zip(tables, info["pages_per_table"], strict=True):
                     read_pages(table.paths[0], pages[: pages.size // 3])
+                block["resident_fraction_before"] = [
+                    float(resident_pages(t.mapping, p).mean())
+                    for t, p in zip(tables, info["pages_per_table"], strict=True)
+                ]
                 partly["block warm disk/8t"].append(timed(stage(batch, 8)))
+                block["missing_pages_found"] = [t.missing_pages for t in tables]
+                block["hint_calls"] = [t.hint_calls for t in tables]
+                # Every third page cached, the step's runs hinted whole (no
+                # mincore filter: the kernel skips what is cached).
+                cold(tables)
+                for table, pages in zip(tables, info["pages_per_table"], strict=True):
+                    read_pages(table.paths[0], pages[::3])
+                for t in tables:
+                    t._cached = lambda pages: np.zeros(pages.size, dtype=np.bool_)
+                try:
+                    partly["partly warm, whole runs hinted"].append(timed(stage(batch, 8)))
+                finally:
+                    for t in tables:
+                        del t._cached
                 cold(tables)
                 resident = []
                 for table, pages in zip(tables, info["pages_per_table"], strict=True):
@@ -377,7 +404,7 @@ def main() -> None:
                 }
                 cold(tables)
                 partly["cold disk/8t"].append(timed(stage(batch, 8)))
-            row["partly_warm"] = {k: summary(v) for k, v in partly.items()} | found
+            row["partly_warm"] = {k: summary(v) for k, v in partly.items()} | found | {"block": block}
 
             row["floor"] = {}
             for depth in depths:
@@ -405,7 +432,8 @@ def main() -> None:
                 f"{[round(r, 3) for r in pw['resident_fraction_before']]}, missing found {pw['missing_pages_found']} "
                 f"of {pw['step_pages']} pages, hints {pw['hint_calls']}, resident after {pw['resident_after']}; "
                 f"a third cached as one block: {pw['block warm disk/8t']['median_ms']:.2f} "
-                f"[{pw['block warm disk/8t']['min_ms']:.2f}-{pw['block warm disk/8t']['max_ms']:.2f}]",
+                f"[{pw['block warm disk/8t']['min_ms']:.2f}-{pw['block warm disk/8t']['max_ms']:.2f}] {block}; "
+                f"every third cached, whole runs hinted: {pw['partly warm, whole runs hinted']['median_ms']:.2f}",
                 flush=True,
             )
             print(f"  floor ms: {floor_s}", flush=True)
@@ -465,6 +493,8 @@ def main() -> None:
         # Issue 46 item 2: the warm steps again, a second interleaved pass
         # after everything above, to see whether the ratios hold in one lease.
         for name, batch in steps.items():
+            if name not in rows:
+                continue
             warm = {"disk/8t": stage(batch, 8), "release-host": release_lookup(batch)}
             samples = {k: [] for k in warm}
             for _ in range(args.repeat):
