@@ -93,6 +93,7 @@ DISK_NAMES = (
     "_ENGRAM_PAGE",
     "ENGRAM_PROBE_ROWS",
     "ENGRAM_PROBE_ROWS_LARGE",
+    "_ENGRAM_PROBE_MIX",
     "ENGRAM_MERGE_GAP_PAGES",
     "ENGRAM_HINT_PAGES",
     "ENGRAM_HINTS_PER_TASK",
@@ -964,6 +965,49 @@ def one_page_table(engram, tmp_path, num_pages: int):
     write_meta(tmp_path, 1, num_rows)
     table = engram["EngramDiskTable"].open(str(tmp_path), 1, num_rows, DIM, QUANT_BLOCK, 0, num_rows)
     return table, rows_per_page
+
+
+class RegionRecorder(HintRecorder):
+    """Probes hit below `cached_below` (a byte offset) only."""
+
+    def __init__(self, cached_below: int) -> None:
+        super().__init__(cached=False)
+        self.cached_below = cached_below
+        self.probed: list[int] = []
+
+    def preadv(self, fd, buffers, offset, flags) -> int:
+        self.probed.append(offset)
+        if offset >= self.cached_below:
+            raise BlockingIOError(11, "not cached")
+        return 1
+
+
+@pytest.mark.parametrize("tokens", [64, 8192])
+def test_the_probe_reads_many_heads_not_one(engram, tmp_path, monkeypatch, tokens):
+    """Rows run (token, head) and each head's ids lie in a region of their
+    own. With only head 0's region cached, the probe must still find the
+    step's missing pages: probing at a stride that is a multiple of the
+    heads read head 0's rows only and took the step for warm."""
+    heads = 24
+    table, _ = one_page_table(engram, tmp_path, 24 * 8)
+    region = table.part_rows // heads
+    rng = np.random.default_rng(tokens)
+    rows = (np.arange(heads) * region + rng.integers(0, region, (tokens, heads))).reshape(-1)
+    recorder = RegionRecorder(cached_below=region * DIM)
+    monkeypatch.setitem(engram, "os", recorder)
+    assert table._missing(rows), "head 0's region cached, the rest not: pages are missing"
+    probed_heads = {offset // (region * DIM) for offset in recorder.probed}
+    assert len(probed_heads) > 1, probed_heads
+    # All of it cached: every probe hits and the step is warm.
+    recorder.cached_below = table.part_rows * DIM
+    recorder.probed.clear()
+    assert not table._missing(rows)
+    expected = (
+        engram["ENGRAM_PROBE_ROWS_LARGE"]
+        if rows.size >= engram["ENGRAM_ROWS_PER_TASK"]
+        else engram["ENGRAM_PROBE_ROWS"]
+    )
+    assert len(recorder.probed) == expected
 
 
 def test_a_partly_cached_large_step_asks_only_for_its_missing_pages(engram, tmp_path, monkeypatch):
