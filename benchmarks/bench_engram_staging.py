@@ -69,6 +69,15 @@ from tests.gpu.engram_harness import (
 )
 
 SHAPE = Shape()
+# Cold prefill variants (issue 46 item 1): merge gap in pages, pages per
+# request, and ENGRAM_PREFETCH_MODE.
+SWEEP = [
+    (2, 32, "hint"),
+    (8, 32, "hint"),
+    (16, 128, "hint"),
+    (16, 128, "pool-hint"),
+    (64, 512, "read"),
+]
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -136,7 +145,7 @@ def step_pages(w: dict[str, Any], batch: Any) -> dict[str, Any]:
     stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
     torch.cuda.synchronize()
     hashes = stager._host_hashes_np[: batch.num_tokens]
-    pairs, rows_total, rows_distinct, pages_total = [], 0, 0, 0
+    pairs, hinted, rows_total, rows_distinct, pages_total = [], [], 0, 0, 0
     per_table: list[np.ndarray] = []
     for index, slot in enumerate(stager.slots):
         rows = slot.select(hashes[:, slot.layer_hash_index])
@@ -146,11 +155,18 @@ def step_pages(w: dict[str, Any], batch: Any) -> dict[str, Any]:
         pages_total += pages.size
         per_table.append(pages)
         pairs.append(np.stack([np.full(pages.size, index, np.int64), pages.astype(np.int64) * PAGE], axis=1))
+        gap = w["patched"].ENGRAM_MERGE_GAP_PAGES
+        cut = np.flatnonzero(np.diff(pages) > gap + 1)
+        firsts = pages[np.concatenate(([0], cut + 1))].tolist()
+        lasts = pages[np.concatenate((cut, [pages.size - 1]))].tolist()
+        joined = np.concatenate([np.arange(a, b + 1) for a, b in zip(firsts, lasts, strict=True)])
+        hinted.append(np.stack([np.full(joined.size, index, np.int64), joined.astype(np.int64) * PAGE], axis=1))
     return {
         "rows": rows_total,
         "distinct_rows": rows_distinct,
         "pages": pages_total,
         "list": np.concatenate(pairs),
+        "hinted_list": np.concatenate(hinted),
         "pages_per_table": per_table,
     }
 
@@ -210,6 +226,7 @@ def main() -> None:
     parser.add_argument("--cold-repeat", type=int, default=5, help="cold runs per variant (prefill: half)")
     parser.add_argument("--queue-depths", default="1,32,128")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--steps", help="only the steps whose names start with one of these (comma-separated)")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
@@ -225,10 +242,10 @@ def main() -> None:
         results["table_bytes"] = sum(os.path.getsize(t.paths[0]) for t in tables)
         pools = {8: stager.pool, 16: ThreadPoolExecutor(16)}
 
-        def stage(batch: Any, pool: int = 8) -> Callable[[], None]:
+        def stage(batch: Any, pool: int = 8, ready: Any = None) -> Callable[[], None]:
             def run() -> None:
                 stager.pool = pools[pool]
-                stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
+                stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback, ready=ready)
 
             return run
 
@@ -275,10 +292,12 @@ def main() -> None:
         }
         rows: dict[str, Any] = {}
         for name, batch in steps.items():
+            if args.steps and not any(name.startswith(p) for p in args.steps.split(",")):
+                continue
             prefill = batch.num_tokens > 1024
             row: dict[str, Any] = {"tokens": batch.num_tokens}
             info = step_pages(w, batch)
-            row.update({k: v for k, v in info.items() if k not in ("list", "pages_per_table")})
+            row.update({k: v for k, v in info.items() if k not in ("list", "hinted_list", "pages_per_table")})
             list_path = Path(tmp) / "pages.bin"
             info["list"].tofile(list_path)
 
@@ -297,13 +316,23 @@ def main() -> None:
             cold_variants: dict[str, Callable[[], None]] = {"disk/8t": stage(batch, 8)}
             if prefill:
                 # Issue 46 item 1: the page runs hinted from the pool's
-                # threads (the default), from the calling thread alone (the
-                # patch before it), or read with preadv by the pool.
+                # threads (the default), from the calling thread, or read
+                # with preadv by the pool.
                 cold_variants["disk/16t"] = stage(batch, 16)
-                cold_variants["disk/8t serial hints"] = patched_as(stage(batch, 8), ENGRAM_HINTS_PER_TASK=1 << 40)
+                cold_variants["disk/8t serial hints"] = patched_as(stage(batch, 8), ENGRAM_PREFETCH_MODE="hint")
                 cold_variants["disk/8t preadv"] = patched_as(stage(batch, 8), ENGRAM_PREFETCH_MODE="read")
                 cold_variants["disk/16t preadv"] = patched_as(stage(batch, 16), ENGRAM_PREFETCH_MODE="read")
+                # Fewer, larger requests: pages up to G apart merged (the
+                # pages between read too), requests up to H pages (the
+                # kernel caps a hint at the device's read-ahead, 8 MiB on
+                # the lent machines' virtio disk, 128 KiB by default).
+                for gap, pages, mode in SWEEP:
+                    key = f"disk/8t gap{gap} req{pages * 4}K {mode}"
+                    cold_variants[key] = patched_as(
+                        stage(batch, 8), ENGRAM_MERGE_GAP_PAGES=gap, ENGRAM_HINT_PAGES=pages, ENGRAM_PREFETCH_MODE=mode
+                    )
             hints: dict[str, list[int]] = {k: [] for k in cold_variants}
+            hinted: dict[str, list[int]] = {k: [] for k in cold_variants}
             cold_samples: dict[str, list[float]] = {k: [] for k in cold_variants}
             repeat = max(2, args.cold_repeat // 2) if prefill else args.cold_repeat
             for _ in range(repeat):  # interleaved rounds
@@ -311,6 +340,7 @@ def main() -> None:
                     cold(tables)
                     cold_samples[k].append(timed(fn))
                     hints[k].append(sum(t.hint_calls for t in tables))
+                    hinted[k].append(sum(t.hinted_pages for t in tables))
             key = "disk/8t no prefetch"
             cold_samples[key] = []
             for _ in range(1 if prefill else 3):
@@ -318,13 +348,44 @@ def main() -> None:
                 cold_samples[key].append(timed(no_prefetch(stage(batch, 8))))
             row["cold"] = {k: summary(v) for k, v in cold_samples.items()}
             row["cold_hint_calls"] = {k: v[-1] for k, v in hints.items() if v}
+            row["cold_hinted_pages"] = {k: v[-1] for k, v in hinted.items() if v}
 
             # Issue 46 item 6: a third of the step's pages cached (every
             # third, read with read-ahead off), mincore-checked, the rest
             # evicted; interleaved with the same step cold.
-            partly: dict[str, list[float]] = {"partly warm disk/8t": [], "cold disk/8t": []}
+            partly: dict[str, list[float]] = {
+                "partly warm disk/8t": [],
+                "cold disk/8t": [],
+                "block warm disk/8t": [],
+                "partly warm, whole runs hinted": [],
+            }
             found: dict[str, Any] = {}
+            block: dict[str, Any] = {}
             for _ in range(max(2, args.cold_repeat // 2) if prefill else args.cold_repeat):
+                # The same third cached as one block (the step's first pages
+                # in file order): the missing pages' runs stay whole.
+                cold(tables)
+                for table, pages in zip(tables, info["pages_per_table"], strict=True):
+                    read_pages(table.paths[0], pages[: pages.size // 3])
+                block["resident_fraction_before"] = [
+                    float(resident_pages(t.mapping, p).mean())
+                    for t, p in zip(tables, info["pages_per_table"], strict=True)
+                ]
+                partly["block warm disk/8t"].append(timed(stage(batch, 8)))
+                block["missing_pages_found"] = [t.missing_pages for t in tables]
+                block["hint_calls"] = [t.hint_calls for t in tables]
+                # Every third page cached, the step's runs hinted whole (no
+                # mincore filter: the kernel skips what is cached).
+                cold(tables)
+                for table, pages in zip(tables, info["pages_per_table"], strict=True):
+                    read_pages(table.paths[0], pages[::3])
+                for t in tables:
+                    t._cached = lambda pages: np.zeros(pages.size, dtype=np.bool_)
+                try:
+                    partly["partly warm, whole runs hinted"].append(timed(stage(batch, 8)))
+                finally:
+                    for t in tables:
+                        del t._cached
                 cold(tables)
                 resident = []
                 for table, pages in zip(tables, info["pages_per_table"], strict=True):
@@ -343,7 +404,7 @@ def main() -> None:
                 }
                 cold(tables)
                 partly["cold disk/8t"].append(timed(stage(batch, 8)))
-            row["partly_warm"] = {k: summary(v) for k, v in partly.items()} | found
+            row["partly_warm"] = {k: summary(v) for k, v in partly.items()} | found | {"block": block}
 
             row["floor"] = {}
             for depth in depths:
@@ -352,6 +413,10 @@ def main() -> None:
                 )
             for depth in depths:
                 row["floor"][f"runs QD{depth}"] = floor(args.floor_tool, ["runs", str(depth), str(list_path)], tables)
+            # The stager's own requests (pages up to ENGRAM_MERGE_GAP_PAGES
+            # apart joined, the pages between read too) read by disk_floor.
+            info["hinted_list"].tofile(list_path)
+            row["floor"]["stager runs QD32"] = floor(args.floor_tool, ["runs", "32", str(list_path)], tables)
             rows[name] = row
             warm_s = "  ".join(f"{k}={v['median_ms']:.3f}" for k, v in row["warm"].items())
             cold_s = "  ".join(f"{k}={v['median_ms']:.2f}" for k, v in row["cold"].items())
@@ -365,10 +430,22 @@ def main() -> None:
                 f"[{pw['partly warm disk/8t']['min_ms']:.2f}-{pw['partly warm disk/8t']['max_ms']:.2f}] "
                 f"(cold {pw['cold disk/8t']['median_ms']:.2f}), resident before "
                 f"{[round(r, 3) for r in pw['resident_fraction_before']]}, missing found {pw['missing_pages_found']} "
-                f"of {pw['step_pages']} pages, hints {pw['hint_calls']}, resident after {pw['resident_after']}",
+                f"of {pw['step_pages']} pages, hints {pw['hint_calls']}, resident after {pw['resident_after']}; "
+                f"a third cached as one block: {pw['block warm disk/8t']['median_ms']:.2f} "
+                f"[{pw['block warm disk/8t']['min_ms']:.2f}-{pw['block warm disk/8t']['max_ms']:.2f}] {block}; "
+                f"every third cached, whole runs hinted: {pw['partly warm, whole runs hinted']['median_ms']:.2f}",
                 flush=True,
             )
             print(f"  floor ms: {floor_s}", flush=True)
+            if prefill:
+                for k, v in row["cold"].items():
+                    if k in row["cold_hinted_pages"]:
+                        print(
+                            f"  cold {k}: {v['median_ms']:.1f} [{v['min_ms']:.1f}-{v['max_ms']:.1f}] ms, "
+                            f"{row['cold_hint_calls'][k]} requests, {row['cold_hinted_pages'][k] * PAGE / 1e6:.0f} MB "
+                            f"asked for ({row['pages'] * PAGE / 1e6:.0f} MB needed)",
+                            flush=True,
+                        )
             print("  warm breakdown ms: " + "  ".join(f"{k}={v:.3f}" for k, v in row["warm_breakdown_ms"].items()))
         results["steps"] = rows
         results["sequential"] = {
@@ -384,12 +461,19 @@ def main() -> None:
 
         # Host time held by stage() (what prepare_inputs calls) while unrelated
         # GPU work is queued, against the release's lookup, which only enqueues.
-        hold: dict[str, list[float]] = {"disk stage()": [], "release-host": []}
+        # stage(ready=) waits only for an event recorded before that work.
+        hold: dict[str, list[float]] = {"disk stage()": [], "disk stage(ready=)": [], "release-host": []}
         batch = steps["decode-8x1"]
         cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * 0.020)  # about 20 ms
+        inputs_ready = torch.cuda.Event()
         for _ in range(args.repeat):
-            for name, fn in (("disk stage()", stage(batch)), ("release-host", release_lookup(batch))):
+            for name, fn in (
+                ("disk stage()", stage(batch)),
+                ("disk stage(ready=)", stage(batch, ready=inputs_ready)),
+                ("release-host", release_lookup(batch)),
+            ):
                 torch.cuda.synchronize()
+                inputs_ready.record()
                 torch.cuda._sleep(cycles)
                 start = time.perf_counter()
                 if name == "release-host":
@@ -409,6 +493,8 @@ def main() -> None:
         # Issue 46 item 2: the warm steps again, a second interleaved pass
         # after everything above, to see whether the ratios hold in one lease.
         for name, batch in steps.items():
+            if name not in rows:
+                continue
             warm = {"disk/8t": stage(batch, 8), "release-host": release_lookup(batch)}
             samples = {k: [] for k in warm}
             for _ in range(args.repeat):
@@ -437,18 +523,27 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=1))
 
 
-def loop_steps(w: dict[str, Any], stage: Any, batch: Any, which: str, forward_ms: float, count: int) -> float:
-    """Mean wall time per step of `count` decode steps (see main)."""
+def loop_steps(
+    w: dict[str, Any], stage: Any, batch: Any, which: str, forward_ms: float, after_ms: float, count: int
+) -> float:
+    """Mean wall time per step of `count` decode steps (see main). `which`:
+    "release", "disk" (stage() waits for all queued work) or "disk, ready"
+    (stage(ready=) waits for the event after the step before's sample);
+    `after_ms` of GPU work follows each sample (a drafter, logprobs, output
+    copies)."""
     stager, n = w["stager"], batch.num_tokens
     hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), device="cuda").to(torch.bfloat16)
     sample_host = torch.empty(n, dtype=torch.int64, pin_memory=True)
-    cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * forward_ms / 1e3)
+    clock = torch.cuda.get_device_properties(0).clock_rate * 1e3
+    cycles = int(clock * forward_ms / 1e3)
+    after = int(clock * after_ms / 1e3)
     prev: torch.cuda.Event | None = None
+    sampled: torch.cuda.Event | None = None
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(count):
-        if which == "disk":
-            stage(batch, 8)()
+        if which.startswith("disk"):
+            stage(batch, 8, ready=sampled if which == "disk, ready" else None)()
             hashes = hash_batch(stager.hash_state, w["patched"], batch)
             layers = w["disk"]
         else:
@@ -463,6 +558,10 @@ def loop_steps(w: dict[str, Any], stage: Any, batch: Any, which: str, forward_ms
             acc = y if acc is None else acc + y
         assert acc is not None
         sample_host.copy_(acc.float().flatten(1).argmax(dim=1), non_blocking=True)
+        sampled = torch.cuda.Event()
+        sampled.record()  # the next step's input ids are written from here
+        if after:
+            torch.cuda._sleep(after)
         done = torch.cuda.Event()
         done.record()
         if prev is not None:
@@ -476,22 +575,23 @@ def step_loop(w: dict[str, Any], steps: dict[str, Any], stage: Any, rounds: int)
     out: dict[str, Any] = {}
     for name in ("decode-8x1", "decode-64x1"):
         batch = steps[name]
-        for which in ("disk", "release"):
-            loop_steps(w, stage, batch, which, 1.0, 3)  # warm-up, compiles
-        for forward_ms in (5.0, 20.0):
-            per: dict[str, list[float]] = {"disk": [], "release": []}
+        for which in ("disk", "disk, ready", "release"):
+            loop_steps(w, stage, batch, which, 1.0, 1.0, 3)  # warm-up, compiles
+        for forward_ms, after_ms in ((5.0, 0.0), (5.0, 2.0), (20.0, 2.0)):
+            per: dict[str, list[float]] = {"disk": [], "disk, ready": [], "release": []}
             for _ in range(rounds):  # interleaved
                 for which in per:
-                    per[which].append(loop_steps(w, stage, batch, which, forward_ms, 10))
+                    per[which].append(loop_steps(w, stage, batch, which, forward_ms, after_ms, 10))
             got = {k: summary(v) for k, v in per.items()}
-            lost = got["disk"]["median_ms"] - got["release"]["median_ms"]
-            out[f"{name}, {forward_ms:.0f} ms forward"] = got | {"overlap_lost_ms": lost}
+            lost = {k: got[k]["median_ms"] - got["release"]["median_ms"] for k in ("disk", "disk, ready")}
+            out[f"{name}, {forward_ms:.0f} ms forward, {after_ms:.0f} ms after the sample"] = got | {
+                "overlap_lost_ms": lost
+            }
+            parts = "  ".join(f"{k} {v['median_ms']:.3f} [{v['min_ms']:.3f}-{v['max_ms']:.3f}]" for k, v in got.items())
+            losses = "  ".join(f"{k} {v:.3f} ms ({v / got['release']['median_ms']:.1%})" for k, v in lost.items())
             print(
-                f"step loop {name}, {forward_ms:.0f} ms of queued forward work: per step disk "
-                f"{got['disk']['median_ms']:.3f} [{got['disk']['min_ms']:.3f}-{got['disk']['max_ms']:.3f}] ms, "
-                f"release {got['release']['median_ms']:.3f} "
-                f"[{got['release']['min_ms']:.3f}-{got['release']['max_ms']:.3f}] ms, lost {lost:.3f} ms a step "
-                f"({lost / got['release']['median_ms']:.1%})",
+                f"step loop {name}, {forward_ms:.0f} ms forward + {after_ms:.0f} ms after the sample, "
+                f"{rounds} rounds: per step ms {parts}; lost a step: {losses}",
                 flush=True,
             )
     return out

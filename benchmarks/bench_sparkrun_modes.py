@@ -16,15 +16,29 @@ holds the stock vLLM base it pulled once) and a fresh repository name:
   runs `imgbuild build` on the head, which builds there against its own base; sparkrun then finds the head up to
   date.
 
-Seconds are the driver's wall time (sparkrun's start-up included, the same on both sides). The head-to-worker
-leg is the same `docker save | ssh docker load` of the same image in both modes (sparkrun's
-`image_distribute.sh` on the head); it is not timed here (one node). Prints median and min-max per mode.
+Seconds are the driver's wall time (sparkrun's start-up included, the same on both sides). Prints median and
+min-max per mode.
+
+    python3 benchmarks/bench_sparkrun_modes.py --worker [--rounds 3]
+
+adds a worker: a second node dockerd behind its own sshd (both holding the base), one ssh config naming both
+(tests/support/sshd.py `cluster_config`), hosts `node1 node2`. Then sparkrun's distribution has two legs, and the
+driver times its two steps apart (`prepare_s`: the builder; `stage_s`: the distribution). local: the control machine
+streams the image to each host that lacks it (`docker save | ssh HOST docker load`, once per host: the bytes over
+the control link are the image's times the hosts it streamed to, read from sparkrun's log); delegated: the head
+builds, then sparkrun runs its `image_distribute.sh` on the head, the same `docker save | ssh node2 docker load` from
+the head to the worker, which never touches the control machine's link. Bytes over each leg are `docker save IMAGE
+| wc -c` in the engine that sends it. Both nodes are on this machine, so the head-to-worker leg is loopback too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -36,16 +50,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
+from tests.docker.test_sparkrun_distribution import DRIVER, PYTHON, recipe, sparkrun_env  # noqa: E402
+from tests.support.node_daemon import node_daemon  # noqa: E402
+from tests.support.sshd import cluster_config, sshd_to  # noqa: E402
+from tests.support.synth import Upstream  # noqa: E402
+from tests.support.synth_images import engram_project, release  # noqa: E402
+
 from imgbuild.builder import skeleton  # noqa: E402
 from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.platforms import Platform  # noqa: E402
 from imgbuild.upstream.git import GitRepo  # noqa: E402
 from imgbuild.upstream.mirror import cache_dir  # noqa: E402
-from tests.docker.test_sparkrun_distribution import DRIVER, PYTHON, recipe, sparkrun_env  # noqa: E402
-from tests.support.node_daemon import node_daemon  # noqa: E402
-from tests.support.sshd import sshd_to  # noqa: E402
-from tests.support.synth import Upstream  # noqa: E402
-from tests.support.synth_images import engram_project, release  # noqa: E402
 
 
 def nbytes(shell: str) -> int:
@@ -53,25 +68,56 @@ def nbytes(shell: str) -> int:
 
 
 def one(
-    mode: str, tmp: Path, project: Path, repo: str, base: str, env_extra: dict[str, str], xdg: Path
-) -> tuple[float, int]:
+    mode: str,
+    tmp: Path,
+    project: Path,
+    repo: str,
+    base: str,
+    env_extra: dict[str, str],
+    xdg: Path,
+    *,
+    worker: bool = False,
+) -> dict[str, float]:
+    """One launch's preparation in `mode` on fresh nodes holding only the base: its seconds and bytes per link."""
     engine = Engine.connect()
-    with (
-        node_daemon(tmp / "node", "br-imgb-bench", containerd_store=True, address="10.214.82.1/24") as node,
-        sshd_to(tmp / "sshd", node.socket, env={"XDG_CACHE_HOME": str(xdg)}) as head,
-    ):
-        node.client().images.load(engine.client.images.get(base).save())  # the head has its base
-        env = {**sparkrun_env(tmp / "sparkrun", head, tmp / "control-cache"), **env_extra}
+    with contextlib.ExitStack() as stack:
+        nodes = [
+            stack.enter_context(
+                node_daemon(tmp / "node", "br-imgb-bench", containerd_store=True, address="10.214.82.1/24")
+            )
+        ]
+        logins = [stack.enter_context(sshd_to(tmp / "sshd", nodes[0].socket, env={"XDG_CACHE_HOME": str(xdg)}))]
+        if worker:
+            nodes.append(
+                stack.enter_context(
+                    node_daemon(tmp / "node2", "br-imgb-bench2", containerd_store=True, address="10.214.83.1/24")
+                )
+            )
+            logins.append(stack.enter_context(sshd_to(tmp / "sshd2", nodes[1].socket, host="node2")))
+        saved = b"".join(engine.client.images.get(base).save())
+        for node in nodes:
+            node.client().images.load(saved)  # each node has the base
+        login = logins[0]
+        if worker:
+            login = dataclasses.replace(login, config=cluster_config(tmp / "cluster-ssh-config", logins))
+        env = {**sparkrun_env(tmp / "sparkrun", login, tmp / "control-cache"), **env_extra}
         path = recipe(tmp / "recipe.yaml", project, repo)
-        argv = [str(PYTHON), str(DRIVER), "--transfer-mode", mode, str(path), head.host]
+        argv = [str(PYTHON), str(DRIVER), "--transfer-mode", mode, str(path), *(x.host for x in logins)]
         start = time.monotonic()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1800)
         seconds = time.monotonic() - start
         if done.returncode != 0:
             raise SystemExit(f"{mode}: {done.stderr[-3000:]}")
-        pinned = done.stdout.strip().splitlines()[-1].split('"head_image": "')[1].split('"')[0]
+        doc = json.loads(done.stdout.strip().splitlines()[-1])
+        pinned = doc["head_image"]
+        ids = {node.client().images.get(pinned).id for node in nodes}
+        assert len(ids) == 1, f"{mode}: the nodes hold different images {ids}"
+        image_bytes = nbytes(f"DOCKER_HOST={nodes[0].socket} docker save {pinned}")
+        # the hosts sparkrun streamed the image to from here (run_pipeline_to_remotes_parallel logs each)
+        streamed = set(re.findall(r"Pipeline <- (\S+) OK", done.stderr))
         if mode == "local":
-            sent = nbytes(f"docker save {pinned}")
+            assert streamed == {x.host for x in logins}, f"local: streamed to {streamed}"
+            sent = image_bytes * len(streamed)
         else:
             # sparkrun_head.send_commands' pipeline (that module imports sparkrun, which this Python lacks)
             src = str(project)
@@ -80,16 +126,24 @@ def one(
                 f"git -C {src} ls-files -z --cached --others --exclude-standard | tar -C {src} --null -T - -cf -; "
                 f"else tar -C {src} -cf - .; fi"
             )
+            # the control machine never had the image (its one pipeline is the project's tar to the head)
             assert engine.image(pinned) is None, "delegated built here"
     for ref in [t for i in engine.client.images.list(name=repo) for t in i.tags]:
         engine.client.images.remove(ref)
-    return seconds, sent
+    return {
+        "seconds": seconds,
+        "prepare_s": float(doc["prepare_s"]),
+        "stage_s": float(doc["stage_s"]),
+        "control_bytes": float(sent),
+        "image_bytes": float(image_bytes),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--worker", action="store_true", help="a second node: the head-to-worker leg")
+    args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-srmodes-"))
     try:
         up = Upstream(tmp / "upstream")
@@ -102,8 +156,8 @@ def main() -> None:
         head_cache.mkdir(parents=True)
         for tar in (cache_dir() / "skeleton").glob("rootfs-*.tar"):
             os.link(tar, head_cache / tar.name)
-        results: dict[str, list[tuple[float, int]]] = {"local": [], "delegated": []}
-        for r in range(rounds + 1):
+        results: dict[str, list[dict[str, float]]] = {"local": [], "delegated": []}
+        for r in range(args.rounds + 1):
             for mode in ("local", "delegated"):
                 repo = f"imgbuild-bench-srm-{os.getpid()}-{r}-{mode}"
                 project = engram_project(tmp / f"p-{r}-{mode}", up, repo)
@@ -112,17 +166,32 @@ def main() -> None:
                     f"IMGBUILD_CACHE={tmp / 'head-cache' / 'imgbuild'} {sys.executable} -m imgbuild"
                 }
                 extra = extra if mode == "delegated" else {}
-                got = one(mode, tmp / f"run-{r}-{mode}", project, repo, spec.tag, extra, tmp / "head-cache")
+                run = tmp / f"run-{r}-{mode}"
+                got = one(mode, run, project, repo, spec.tag, extra, tmp / "head-cache", worker=args.worker)
                 if r:  # round 0 warms both sides' caches
                     results[mode].append(got)
-                print(f"round {r} {mode}: {got[0]:.1f} s, {got[1]:,} bytes over the control link", flush=True)
+                line = (
+                    f"round {r} {mode}: {got['seconds']:.1f} s, {got['control_bytes']:,.0f} bytes over the control link"
+                )
+                if args.worker:
+                    line += f" (builder {got['prepare_s']:.1f} s, distribution {got['stage_s']:.1f} s)"
+                print(line, flush=True)
         print(f"load: {os.getloadavg()}")
         for mode, rows in results.items():
-            secs = [s for s, _ in rows]
+            secs = [row["seconds"] for row in rows]
             print(
                 f"{mode:9} median {statistics.median(secs):.1f} s (min {min(secs):.1f}, max {max(secs):.1f}); "
-                f"bytes over the control link {rows[0][1]:,}"
+                f"bytes over the control link {rows[0]['control_bytes']:,.0f}"
             )
+            if args.worker:
+                stage = [row["stage_s"] for row in rows]
+                build = [row["prepare_s"] for row in rows]
+                leg = "control -> each of 2 hosts" if mode == "local" else "head -> worker"
+                print(
+                    f"{'':9} builder median {statistics.median(build):.1f} s (min {min(build):.1f}, max "
+                    f"{max(build):.1f}); distribution median {statistics.median(stage):.1f} s (min {min(stage):.1f}, "
+                    f"max {max(stage):.1f}); {leg}: {rows[0]['image_bytes']:,.0f} bytes"
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

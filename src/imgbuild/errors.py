@@ -63,7 +63,8 @@ class UsageError(ImgbuildError):
 
 
 class ConfigError(ImgbuildError):
-    """Malformed or inconsistent config files (each error at `file:line:col`); an unusable
+    """Malformed or inconsistent config files (each error at `file:line:col`); a variant whose image.base or
+    image.repository is not set (nor given as `--base`, `--repository`), in every command; an unusable
     `IMGBUILD_CACHE`."""
 
     exit_code = ExitCode.CONFIG
@@ -93,7 +94,7 @@ class UpstreamError(ImgbuildError):
 class DockerError(ImgbuildError):
     """Docker: the engine (not Docker 26+ with the containerd image store, not answering), a build,
     a base that cannot be pulled, a tag that names an image imgbuild did not build; docker or mmdebstrap
-    missing."""
+    missing, or a python of the runtime base's version to compile its bytecode with."""
 
     exit_code = ExitCode.DOCKER
 

@@ -3,7 +3,7 @@
 One switch for the process and the imgbuild processes it starts, the environment variable (`--offline` sets it).
 Each funnel that would fetch asks `refuse()` first, at the point where the cache has missed: the cache mirror's
 git fetch and wheel download (`upstream/mirror.py`), pip and uv (`upstream/pip.py`), a base image pull
-(`engine.py`), the skeleton's mmdebstrap (`builder/skeleton.py`). What is cached is used as online; what is not
+(`engine/client.py`), the skeleton's mmdebstrap (`builder/skeleton.py`). What is cached is used as online; what is not
 is an OfflineError naming it and the command that fetches it while online. The build itself (BuildKit) reads only
 local images: imgbuild's Dockerfiles name no `# syntax=` frontend and bases come from the local store.
 """

@@ -106,7 +106,7 @@ def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
         assert states == {**dict.fromkeys(SM121, "patched"), **dict.fromkeys(ENGRAM, engram)}
         assert any(c["name"] == "run-directly" and c["status"] == "pass" for c in r["checks"])
 
-    host = str(engine.arch)
+    host = str(engine.platform)
     other = next(p for p in PLATFORMS if p != host)
     wrong = cli(project, "smoke", f"{repo}:latest", "--platform", other, "--json")  # the index shows the host's
     assert wrong.returncode == 7 and "name that platform's own image" in wrong.stdout, wrong.stdout + wrong.stderr

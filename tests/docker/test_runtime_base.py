@@ -8,6 +8,7 @@ takes far longer: it is opt-in (IMGBUILD_TEST_ARM64_RUNTIME=1).
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 from pathlib import Path
@@ -87,11 +88,32 @@ def test_amd64_base_imports_vllm_and_runs_its_cli(amd64_base: dict[str, object],
     print(f"import vllm: {import_s:.1f}s, vllm --version: {version_s:.1f}s (container start included)")
 
 
+# After the imports: each module loaded from site-packages, by the flags of the .pyc beside it (3: checked-hash, as
+# the base's layers carry it; a .pyc this process wrote would be a timestamp one, 0; none: -1).
+BYTECODE = """
+import importlib.util, collections
+flags = collections.Counter()
+for mod in list(sys.modules.values()):
+    path = getattr(mod, "__file__", None) or ""
+    if path.startswith("/usr/local/lib/python3.12/dist-packages/") and path.endswith(".py"):
+        pyc = importlib.util.cache_from_source(path)
+        try:
+            flags[int.from_bytes(open(pyc, "rb").read()[4:8], "little")] += 1
+        except OSError:
+            flags[-1] += 1
+print("PYC", dict(flags), flush=True)
+"""
+
+
 def test_amd64_base_imports_every_patched_module_without_a_gpu(amd64_base: dict[str, object], engine: Engine) -> None:
-    res = engine.run(str(amd64_base["tag"]), ["-c", PROBE, *PATCHED], entrypoint=["python3"], timeout=900)
+    res = engine.run(str(amd64_base["tag"]), ["-c", PROBE + BYTECODE, *PATCHED], entrypoint=["python3"], timeout=900)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("OK ", "FAIL "))]
     assert res.exit_code == 0 and len(lines) == len(PATCHED), res.stderr[-3000:] + res.stdout
     assert [ln for ln in lines if ln.startswith("FAIL")] == []
+    # the base carries the bytecode of everything those imports load: nothing was compiled in the container
+    (flags,) = [ln.removeprefix("PYC ") for ln in res.stdout.splitlines() if ln.startswith("PYC ")]
+    counted = ast.literal_eval(flags)
+    assert set(counted) == {3} and counted[3] > 1000, counted
 
 
 def test_warm_build_downloads_and_builds_nothing(amd64_base: dict[str, object]) -> None:

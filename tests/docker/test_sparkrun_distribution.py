@@ -92,6 +92,9 @@ def sparkrun_env(tmp: Path, login: Sshd, cache: Path) -> dict[str, str]:
     # falls back to save/load with a warning. Naming the builtin path keeps the test off the network.
     data["container_distribution_provider"] = "builtin"
     config.write_text(yaml.safe_dump(data))
+    # no recipe registries: without this file sparkrun clones its default ones from GitHub on every command (warning
+    # when it cannot); the tests name their recipes by path
+    (config.parent / "registries.yaml").write_text("config_version: 1\nregistries: []\n")
     return env
 
 

@@ -6,13 +6,15 @@
   none on this machine; sparkrun's distribution then finds the head up to date, and `--offline` succeeds from the
   head's cache. On a cold head sparkrun's offline preflight refuses before any builder; past it (sparkrun's
   `prepare_images` with `offline: True` in the builder context, tests/support/sparkrun_distribute.py) imgbuild
-  fetches nothing and names the release to fetch.
+  fetches nothing and names the release to fetch. With a git URL (`file://`) at a `revision`, the head clones it
+  and builds that commit.
 - Offline on the control machine, in a network namespace with no network at all (`unshare -n`): a cold cache is
   an OfflineError naming what to fetch, a warm one builds.
-- The image's labels as sparkrun's runtime info: the runtime's `_collect_runtime_info` and the builder's
-  `collect_container_labels` on a container of the image on the head (tests/support/sparkrun_modes.py `info`).
-- A published variant: the pin step of `sparkrun export recipe --realize` (`pin_recipe_data`, through the
-  builder's `pull_ref`) pins the registry's digest; a local build has none, and sparkrun says so.
+- A published variant, through sparkrun's own commands on a node that looks like a one-GB10 Spark (the stand-in
+  `nvidia-smi` and NVIDIA hook of tests/support/node-bin/): `sparkrun export recipe --realize` places it and pins
+  the registry's digest (through the builder's `pull_ref`; a local build has none, and sparkrun says so), and
+  `sparkrun run` of the realized recipe pulls that digest on the node, even after the tag moved, and prints the
+  image's pins and patches under "Runtime versions:".
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -34,21 +37,19 @@ from imgbuild.engine import Engine
 from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import MakeProject, run_cli
 from tests.docker.test_sparkrun_distribution import DRIVER, PYTHON, recipe, sparkrun_env
-from tests.support.node_daemon import Node, node_daemon
+from tests.support.node_daemon import Node, node_daemon, node_path
 from tests.support.registry_env import RegistryProcess
 from tests.support.sshd import SSHD, Sshd, sshd_to
 
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
-MODES = ROOT / "tests" / "support" / "sparkrun_modes.py"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a model revision already pinned: no Hub lookup
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
     """A node dockerd on the containerd store (its own bridge and containerd), as in the distribution test."""
-    with node_daemon(tmp_path / "node", "br-imgb-srm", containerd_store=True, address="10.214.80.1/24") as n:
+    with node_daemon(tmp_path / "node", "br-imgb-srm", containerd_store=True, address="10.214.80.1/24", gpu=True) as n:
         yield n
 
 
@@ -57,7 +58,8 @@ def head(tmp_path: Path, node: Node) -> Iterator[Sshd]:
     """The head: the node dockerd behind an sshd whose logins keep imgbuild's caches under tmp_path."""
     if not Path(SSHD).exists():
         pytest.fail(f"{SSHD} is missing: run `bash .ci/setup-sshd.sh`")
-    with sshd_to(tmp_path / "sshd", node.socket, env={"XDG_CACHE_HOME": str(tmp_path / "head-cache")}) as s:
+    login = {"XDG_CACHE_HOME": str(tmp_path / "head-cache"), "PATH": node_path()}  # node_path: the stand-in nvidia-smi
+    with sshd_to(tmp_path / "sshd", node.socket, env=login) as s:
         yield s
 
 
@@ -160,32 +162,29 @@ def test_delegated_builds_on_the_head_offline_from_its_cache_and_info_shows_the_
     again = last_json(driver(env, "--transfer-mode", "delegated", "--offline", str(path), head.host))
     assert again["head_image"] == pinned and again["content_images_by_node"] == [there.id]  # sparkrun's id check
 
-    # what a launch records: the labels through the builder, the runtime's commands run in the container
-    name = f"{prefix}-srdel-info_solo"
-    node.client().containers.run(pinned, ["sleep", "600"], name=name, detach=True, network_mode="none")
-    try:
-        done = subprocess.run(
-            [str(PYTHON), str(MODES), "info", str(path), head.host, name],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        info = last_json(done)
-    finally:
-        node.client().containers.get(name).remove(force=True)
-    runtime = info["runtime_info"]
-    labels = there.labels
-    assert runtime.items() >= info["labels"].items(), info
-    assert runtime["imgbuild_variant"] == "latest" and runtime["imgbuild_inputs"] == labels["imgbuild.inputs"]
-    assert (
-        runtime["imgbuild_upstream"] == f"{labels['imgbuild.upstream.tag']} {labels['imgbuild.upstream.commit'][:12]}"
-    )
-    patches = json.loads(labels["imgbuild.patches"])
-    assert patches and runtime["imgbuild_patches"] == ", ".join(f"{n} {s}" for n, s in patches.items())
-    assert re.fullmatch(r"3\.\d+\.\d+", runtime["python"]), runtime  # the runtime's own command ran in the container
-    assert not any(k.startswith("container_imgbuild_files") for k in runtime)  # not every label flattened
+    # the project as a git URL (`file://`, read by the head's own git) at `revision`: the head clones it into its cache
+    # and builds that commit; a later commit whose series cannot apply is not what runs
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "project"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (project / "patches" / "series").write_text("0009-missing.patch\n")
+    subprocess.run([*git, "commit", "-q", "-am", "broken"], check=True)
+    data["builder_config"] |= {"project": f"file://{project}", "revision": revision}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    cloned = build()
+    assert cloned.returncode == 0, cloned.stdout + cloned.stderr
+    found = re.search(r"^Image:\s+(\S+)$", cloned.stdout, re.M)
+    assert found, cloned.stdout
+    built = node.client().images.get(found.group(1))
+    assert built.labels["org.opencontainers.image.revision"] == revision  # the clone at the revision was built
+    assert "org.opencontainers.image.revision" not in there.labels  # the files sent as a tar: no commit to name
+    assert engine.image(found.group(1)) is None  # nothing built on the control machine
+    clones = [p for p in sent.iterdir() if (p / ".git").is_dir()]
+    assert len(clones) == 1, list(sent.iterdir())  # a clone beside the tar's directory
+    head_rev = subprocess.run(["git", "-C", str(clones[0]), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert head_rev.stdout.strip() == revision
 
 
 def test_offline_in_a_network_namespace_builds_from_the_cache_or_names_what_to_fetch(
@@ -206,9 +205,37 @@ def test_offline_in_a_network_namespace_builds_from_the_cache_or_names_what_to_f
     assert warm["head_image"] == online["head_image"] and engine.image(warm["head_image"]) is not None
 
 
-def test_a_published_variant_is_pinned_by_its_registry_digest(
-    tmp_path: Path, make_project: MakeProject, prefix: str, head: Sshd
+def launchable(path: Path, models: Path) -> Path:
+    """The recipe made launchable on the test node by `sparkrun run`: weights on the node (a local model directory
+    with a config and an empty shard: sparkrun's preflight reads no more, and nothing goes to the Hub), a serve command
+    that only waits (the synthetic image has no vLLM; sparkrun appends its own flags, which python3 ignores), and
+    ulimits within this machine's hard limits: sparkrun asks for `memlock=-1` and `nofile=65535`, which runc cannot set
+    in a container without CAP_SYS_RESOURCE (a Spark can; the recipe's `executor_config` is sparkrun's own override)."""
+    (models / "dsv41").mkdir(parents=True, exist_ok=True)
+    (models / "dsv41" / "config.json").write_text('{"model_type": "deepseek_v4"}')
+    (models / "dsv41" / "model.safetensors").write_bytes(b"")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    data = yaml.safe_load(path.read_text())
+    data["model"] = str(models / "dsv41")
+    data["command"] = 'python3 -c "import time; time.sleep(600)"'
+    data["executor_config"] = {"ulimit": [f"nofile={hard}:{hard}"]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def runtime_versions(stdout: str) -> dict[str, str]:
+    """The "Runtime versions:" block `sparkrun run` prints (`  key:  value` lines up to a blank one)."""
+    lines = stdout.split("Runtime versions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def test_a_published_variant_is_realized_by_digest_and_runs_showing_its_labels(
+    tmp_path: Path, make_project: MakeProject, prefix: str, skeleton_base: str, node: Node, head: Sshd
 ) -> None:
+    """`sparkrun export recipe --realize` and `sparkrun run`, sparkrun's own commands, on the node that the stand-in
+    nvidia-smi and NVIDIA hook make a one-GB10 Spark (tests/support/node_daemon.py): placement finds its slot, the
+    image is pinned by the digest the registry's tag named, and the launch (the node pulls that digest) prints the
+    image's pins and patches from imgbuild's labels among its runtime versions."""
     project = make_project("srpub")
     repo = f"{prefix}-srpub"
     cache = tmp_path / "cache"
@@ -216,45 +243,65 @@ def test_a_published_variant_is_pinned_by_its_registry_digest(
     assert built.returncode == 0, built.stderr
     image_id = json.loads(built.stdout)["images"][0]["image_id"]
     env = sparkrun_env(tmp_path / "sparkrun", head, cache)
-    local = recipe(tmp_path / "local.yaml", project, repo)
+    sparkrun = str(PYTHON.parent / "sparkrun")
+
+    def realize(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sparkrun, "export", "recipe", str(path), "--realize", "--hosts", head.host, "--save", str(out)]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=300)
 
     registry = RegistryProcess.start(tmp_path / "registry")
+    there = f"{registry.host}/{repo}"
     try:
-        published = tmp_path / "published.yaml"
-        data = yaml.safe_load(local.read_text())
-        data["model_revision"] = COMMIT
+        published = launchable(recipe(tmp_path / "published.yaml", project, repo), tmp_path / "models")
+        data = yaml.safe_load(published.read_text())
         data["builder_config"]["registry"] = registry.host
         published.write_text(yaml.safe_dump(data, sort_keys=False))
-        modes = [str(PYTHON), str(MODES), "pin"]
+        realized = tmp_path / "realized.yaml"
 
-        # not yet published: a local build, which sparkrun refuses to pin
-        before = subprocess.run([*modes, str(published), head.host], env=env, capture_output=True, text=True)
+        # not yet published: a local build, which sparkrun refuses to pin (placement passed: the error is the pin's)
+        before = realize(published, realized)
         assert before.returncode != 0 and "runs a locally built image, which has no registry digest" in before.stderr
+        assert "no free capacity" not in before.stderr
 
-        there = f"{registry.host}/{repo}"
         subprocess.run(["docker", "tag", f"{repo}:latest", f"{there}:latest"], check=True)
         subprocess.run(["docker", "push", "-q", f"{there}:latest"], check=True, capture_output=True)
-        pin = last_json(subprocess.run([*modes, str(published), head.host], env=env, capture_output=True, text=True))
-        assert pin["pull_ref"] == pin["container"] == f"{there}@{image_id}"  # the push kept the digest
-        assert pin["pins"] == [
-            {
-                "field": "container",
-                "before": f"{repo}:latest",
-                "after": f"{there}@{image_id}",
-                "source": "already pinned",
-            }
-        ]
+        done = realize(published, realized)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert f"pinned container: {repo}:latest -> {there}@{image_id}" in done.stderr  # the push kept the digest
+        out = yaml.safe_load(realized.read_text())
+        assert out["container"] == f"{there}@{image_id}"
+        assert out["metadata"]["realized_for"] == {"nodes": 1, "platform": "DGX Spark", "accelerator": "nvidia/gb10"}
 
-        # and a launch runs it: prepare() gives the published digest, builds nothing (sparkrun then pulls it)
+        # a launch of the source recipe: prepare() gives the published digest and builds nothing
         launched = last_json(driver(env, "--prepare-only", str(published), head.host))
         assert launched["head_image"] == f"{there}@{image_id}"
 
-        # the same recipe without a registry: the plugin's pull_ref is None, sparkrun says why
-        plain = yaml.safe_load(local.read_text())
-        plain["model_revision"] = COMMIT
-        local.write_text(yaml.safe_dump(plain, sort_keys=False))
-        refused = subprocess.run([*modes, str(local), head.host], env=env, capture_output=True, text=True)
+        # the tag moves on (another image pushed to it); the realized recipe still runs what it pinned
+        subprocess.run(["docker", "tag", skeleton_base, f"{there}:latest"], check=True)
+        subprocess.run(["docker", "push", "-q", f"{there}:latest"], check=True, capture_output=True)
+        argv = [sparkrun, "run", str(realized), "--hosts", head.host, "--no-ready-wait", "--no-auto-detect"]
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=600)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+        running = node.client().containers.list()
+        assert [c.image.id for c in running] == [image_id], running  # the node pulled the pinned digest
+        hooked = node.hook_log.read_text().splitlines()  # `docker run --gpus`: dockerd ran the stand-in NVIDIA hook
+        assert hooked and set(hooked) == {"prestart"}, hooked
+        versions = runtime_versions(run.stdout)
+        labels = node.client().images.get(image_id).labels
+        assert versions["imgbuild_variant"] == "latest" and versions["imgbuild_inputs"] == labels["imgbuild.inputs"]
+        assert versions["imgbuild_upstream"] == f"v1.0.0 {labels['imgbuild.upstream.commit'][:12]}"
+        assert versions["imgbuild_patches"] == "0001-attn applied, 0002-sparse applied, 0003-engram applied"
+        assert re.fullmatch(r"3\.\d+\.\d+", versions["python"]), versions  # the runtime's own command, in the container
+        assert not any(k.startswith("container_") for k in versions)  # not every label flattened (imgbuild.files)
+
+        # the same recipe without a registry: the plugin's pull_ref is None, and sparkrun says why
+        plain = yaml.safe_load(published.read_text())
+        del plain["builder_config"]["registry"]
+        published.write_text(yaml.safe_dump(plain, sort_keys=False))
+        refused = realize(published, tmp_path / "plain.yaml")
         assert refused.returncode != 0 and "has no registry digest" in refused.stderr
     finally:
+        for container in node.client().containers.list(all=True):
+            container.remove(force=True)
         registry.stop()
-        subprocess.run(["docker", "rmi", f"{registry.host}/{repo}:latest"], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", f"{there}:latest"], capture_output=True, check=False)

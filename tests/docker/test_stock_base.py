@@ -41,6 +41,11 @@ ASK = (
     "    print(p, m.SourceFileLoader('x', p).get_code('x') == own)\n"
 )
 
+PYC_MODE = (  # the flags of a module's .pyc: 0 timestamp, 1 unchecked-hash, 3 checked-hash
+    "import importlib.util as u, sys; "
+    "print(int.from_bytes(open(u.cache_from_source(sys.argv[1]), 'rb').read()[4:8], 'little'))"
+)
+
 
 @pytest.fixture
 def bytecode_base(engine: Engine, skeleton_base: str, prefix: str) -> Iterator[str]:
@@ -93,6 +98,33 @@ def test_every_patched_module_loads_as_patched_over_each_bytecode_mode(
     check = next(c for c in report["checks"] if c["name"] == "loads vllm/attention.py")
     assert smoked.returncode != 0 and check["status"] == "fail", check
     assert "(unchecked-hash), not this file's code" in check["detail"]
+
+
+def test_a_bake_built_image_loads_the_patched_code_over_each_bytecode_mode(
+    make_project: MakeProject, engine: Engine, prefix: str, bytecode_base: str
+) -> None:
+    """The bake file is written without a base: its Dockerfile compiles each layer's bytecode with the base's own
+    python3 in a stage of its own, so `docker buildx bake` makes what `imgbuild build` makes: checked-hash `.pyc`
+    beside every overlaid module, which no `.pyc` of the base can shadow."""
+    project = make_project("stockbake", base=bytecode_base)
+    assert run_cli(project, "bake").returncode == 0
+    env = {**os.environ, "REGISTRY": f"{prefix}-bake"}
+    built = subprocess.run(
+        ["docker", "buildx", "bake", "-f", "buildkit/docker-bake.json", "--load", "--set", "*.platform=linux/arm64",
+         "--set", "*.cache-from=", "--set", "*.cache-to=", "latest", "engram-mem"],
+        cwd=project, capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    for tag in ("latest", "engram-mem"):
+        image = f"{prefix}-bake/{prefix}-stockbake:{tag}"
+        try:
+            assert loads(engine, image) == dict.fromkeys(MODES, True), tag
+            res = engine.run(image, ["-c", PYC_MODE, f"{SITE}/vllm/attention.py"], entrypoint=["python3"])
+            # the layer's own .pyc (flags 0b11), not the base's unchecked-hash one (1): the synthetic patch of
+            # attention.py changes a comment only, so its code object is the release's either way
+            assert res.stdout.strip() == "3", res.stderr
+        finally:
+            engine.untag(image)
 
 
 @pytest.mark.release

@@ -57,21 +57,27 @@ def failing_cli(tmp_path: Path) -> str:
     return str(cli)
 
 
-def build(engine: Engine) -> DockerError:
+def build(engine: Engine, cli: str, monkeypatch: pytest.MonkeyPatch) -> DockerError:
+    monkeypatch.setenv("IMGBUILD_DOCKER", cli)  # the docker CLI the engine's door runs
     with pytest.raises(DockerError) as err:
-        engine._buildx([engine.cli, "buildx", "build", "-"], b"", dict(os.environ), False, WHAT)
+        engine._buildx(["buildx", "build", "-"], b"", dict(os.environ), False, WHAT)
     return err.value
 
 
-def test_a_failed_build_on_a_daemon_that_is_gone_says_it_stopped_and_where_its_log_is(tmp_path: Path) -> None:
-    cli = failing_cli(tmp_path)
-    err = build(Engine(docker.DockerClient(base_url=f"unix://{tmp_path / 'gone.sock'}", version="1.45"), cli))
+def test_a_failed_build_on_a_daemon_that_is_gone_says_it_stopped_and_where_its_log_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = docker.DockerClient(base_url=f"unix://{tmp_path / 'gone.sock'}", version="1.45")
+    err = build(Engine(client), failing_cli(tmp_path), monkeypatch)
     assert err.message.startswith(f"the Docker daemon stopped answering during {WHAT}:\n"), err.message
     assert LAST_LINE in err.message
     assert err.hint is not None and "/var/log/dockerd.log" in err.hint and "journalctl -u docker" in err.hint
 
 
-def test_a_failed_build_on_a_daemon_that_answers_is_a_build_failure(tmp_path: Path, answering: str) -> None:
-    err = build(Engine(docker.DockerClient(base_url=f"unix://{answering}", version="1.45"), failing_cli(tmp_path)))
+def test_a_failed_build_on_a_daemon_that_answers_is_a_build_failure(
+    tmp_path: Path, answering: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = docker.DockerClient(base_url=f"unix://{answering}", version="1.45")
+    err = build(Engine(client), failing_cli(tmp_path), monkeypatch)
     assert err.message.startswith(f"{WHAT} failed:\n") and LAST_LINE in err.message, err.message
     assert "stopped answering" not in err.message

@@ -139,6 +139,23 @@ def test_patches_check_json_imports_only_what_it_runs(tmp_path: Path) -> None:
     assert not NOT_FOR_CHECK & modules
 
 
+def test_plan_imports_no_engine_unless_asked_for_the_bases(tmp_path: Path) -> None:
+    """`plan` is pure: the docker SDK (and the engine behind `--bases`) loads only for `--bases`."""
+    from tests.support.synth import Upstream
+    from tests.support.synth_images import engram_project, release
+
+    upstream = Upstream(tmp_path / "upstream")
+    release(upstream)
+    root = engram_project(tmp_path / "p", upstream, "vllm-dsv41")
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORTED, "-C", str(root), "plan", "--json"], capture_output=True, text=True, check=False
+    )
+    assert '"variants"' in out.stdout, out.stderr[-2000:]  # the plan really ran
+    modules = set(out.stderr.strip().splitlines()[-1].split())
+    assert "imgbuild.plan.layers" in modules
+    assert not {"docker", "requests", "imgbuild.engine.client", "imgbuild.builder.packages"} & modules
+
+
 def test_unknown_command_suggests_the_closest() -> None:
     out = imgbuild(None, "buil")
     assert out.returncode == 2

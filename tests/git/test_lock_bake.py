@@ -36,7 +36,7 @@ def root(tmp_path: Path, upstream: Upstream) -> Path:
     return engram_project(tmp_path / "p", upstream, "vllm-dsv41", base=BASE)
 
 
-def _lock(project: Project, base: lockmod.LockedBase | None = None) -> lockmod.Lock:
+def _lock(project: Project, base: lockmod.LockedBase | None = None) -> lockmod.ImagesLock:
     pin = project.pin
     got = base or fixed()
     return lockmod.make_lock(
@@ -79,7 +79,7 @@ def test_check_finds_every_kind_of_staleness(root: Path) -> None:
     data["image"]["platforms"] = ["linux/arm64", "linux/amd64"]
     path.write_text(yaml.safe_dump(data))
     arm_only = {BASE: fixed((("linux/arm64", ARM),))}
-    arm_lock = lockmod.Lock(lock.upstream_tag, lock.upstream_commit, lock.series, arm_only, lock.variants)
+    arm_lock = lockmod.ImagesLock(lock.upstream_tag, lock.upstream_commit, lock.series, arm_only, lock.variants)
     project2 = Project.load(root)
     problems = lockmod.check(
         arm_lock, list(project2.variants.values()), pin.tag, pin.commit, project2.series_digest, None
@@ -119,7 +119,12 @@ def test_bake_targets_share_the_first_layer(root: Path) -> None:
     assert target["context"] == "buildkit/context" and target["platforms"] == ["linux/arm64"]
     assert target["args"]["BASE"] == f"{BASE}@{INDEX}"
     assert "FROM $${BASE}" in target["dockerfile-inline"]  # escaped for bake's templating
-    assert f"COPY layers/{t['engram-mem'].layers[0]}/ {SITE}/" in target["dockerfile-inline"]
+    layer = t["engram-mem"].layers[0]  # compiled by the base's python in a stage, then copied with its bytecode
+    assert (
+        f"FROM $${{BASE}} AS bytecode\nCOPY layers/{layer}/ /imgbuild-bytecode/{layer}/\n"
+        in target["dockerfile-inline"]
+    )
+    assert f"COPY --from=bytecode /imgbuild-bytecode/{layer}/ {SITE}/" in target["dockerfile-inline"]
     assert target["tags"] == [
         f"${{REGISTRY}}/vllm-dsv41:{t['engram-mem'].immutable_tag}",
         "${REGISTRY}/vllm-dsv41:engram-mem",

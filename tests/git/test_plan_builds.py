@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imgbuild.builder.runner import project_inputs
+from imgbuild.deploy import history
 from imgbuild.engine import check_binfmt
 from imgbuild.errors import ConfigError, DockerError, ExitCode
 from imgbuild.plan import labels
@@ -106,13 +107,26 @@ def test_changing_only_engram_keeps_the_shared_layer(tmp_path: Path, upstream: U
     assert pa.images[0].layers[1] != pb.images[0].layers[1]
 
 
-def test_missing_repository_is_a_config_error(tmp_path: Path, upstream: Upstream) -> None:
+def test_an_unset_repository_is_one_config_error_in_build_bake_and_history(tmp_path: Path, upstream: Upstream) -> None:
     release(upstream)
     v = variants("r")
-    v["latest"]["image"] = {"base": "b:1"}  # type: ignore[index]
-    project = Project.load(make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), v))
-    with pytest.raises(ConfigError, match=r"image\.repository is not set"):
+    v["latest"]["image"] = {"base": "b:1", "site_packages": SITE}  # type: ignore[index]
+    root = make_project(tmp_path / "p", upstream, "v1.0.0", patches(upstream), v)
+    project = Project.load(root)
+    with pytest.raises(ConfigError, match=r"image\.repository is not set") as planned:
         build_plan(project, ["latest"])
+    with pytest.raises(ConfigError) as read:  # history and rollback (exit 2 before issue 45)
+        history.refs_of(project.variant("latest"), None)
+    assert read.value.message == planned.value.message and read.value.exit_code == ExitCode.CONFIG
+    assert "--repository NAME" in (read.value.hint or "")
+    assert history.refs_of(project.variant("latest"), "elsewhere/x")[0] == "elsewhere/x"  # --repository is enough
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    for args in (["build", "--dry-run"], ["bake"]):
+        out = imgbuild_here(root, *args, env=env)
+        err = " ".join(out.stderr.split())
+        said = planned.value.message.removeprefix("images/latest")  # latest's or engram-mem's, which inherits
+        assert out.returncode == ExitCode.CONFIG and said in err, (args, err)
+        assert ("--repository NAME" in err) == (args[0] == "build"), err  # named where the command has it
 
 
 def test_an_unset_base_is_one_error_in_build_bake_and_lock(tmp_path: Path, upstream: Upstream) -> None:

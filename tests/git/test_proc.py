@@ -70,13 +70,13 @@ def test_a_timeout_is_a_typed_error() -> None:
 
 
 def test_each_funnel_names_its_missing_tool(repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMGBUILD_DOCKER", str(tmp_path / "no-docker"))  # the one door: builds and the registry
     with pytest.raises(DockerError, match=r"docker CLI .*no-docker.* not found"):
         client = docker.DockerClient(base_url=f"unix://{tmp_path / 'no.sock'}", version="1.45")
-        Engine(client, str(tmp_path / "no-docker")).build(b"", tags=["x:1"], platforms=[], epoch=0, builder="b")
+        Engine(client).build(b"", tags=["x:1"], platforms=[], epoch=0, builder="b")
     monkeypatch.setenv("IMGBUILD_COSIGN", str(tmp_path / "no-cosign"))
     with pytest.raises(RegistryError, match=r"cosign \(.*no-cosign\) is not installed"):
         signing.sign("127.0.0.1:5000/x@sha256:" + "0" * 64, tmp_path / "cosign.key")
-    monkeypatch.setenv("IMGBUILD_DOCKER", str(tmp_path / "no-docker"))
     with pytest.raises(RegistryError, match=r"127.0.0.1:5000/x:t: the docker CLI \(.*no-docker\) is not installed"):
         tools.push("x:t", "127.0.0.1:5000/x:t")
     with pytest.raises(RegistryError, match=r"cannot look up 127.0.0.1:5000/x:t: the docker CLI"):

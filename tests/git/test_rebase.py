@@ -224,7 +224,7 @@ def test_skip_drops_the_patch_from_the_series_and_keeps_it(tmp_path: Path, world
     with pytest.raises(RebaseStopped):
         rebase.start(root, "v3", date=DATE)
     said: list[str] = []
-    done = rebase.resume(root, "skip", log=said.append)
+    done = rebase.resume(root, "skip", say=said.append)
     assert [r.outcome for r in done.results] == ["skipped", "exact"]
     assert any("kept in patches/skipped/0001-cuda-sm121.patch" in line for line in said)
     assert not (root / "patches" / "0001-cuda-sm121.patch").exists()

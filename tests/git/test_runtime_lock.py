@@ -150,7 +150,7 @@ def rootfs_tar(path: Path) -> Path:
     return path
 
 
-def layered(lock: rl.Lock, where: Path, layout: Path) -> rb.Layered:
+def layered(lock: rl.RuntimeLock, where: Path, layout: Path) -> rb.Layered:
     where.mkdir(parents=True)
     rb.install_tree(lock, where / "tree")
     rootfs = layout.parent / "rootfs.tar"  # the cached rootfs: one file

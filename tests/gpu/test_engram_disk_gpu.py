@@ -584,6 +584,42 @@ def test_a_bad_step_is_refused_before_its_sample_and_the_next_step_recovers(worl
     assert stager.poisoned_layers() == []
 
 
+def test_stage_with_a_ready_event_waits_for_it_only_and_leaves_the_forward_before_whole(world: World) -> None:
+    """Issue 46 item 3. stage(ready=) hashes on a side stream behind the
+    caller's event only: it returns while GPU work queued after that event
+    (here 200 ms of it, then the previous step's forward) is still pending,
+    and the copies and kernels that refill the layers' rows run behind that
+    forward, which reads its own rows (equal to the release) and passes its
+    check; the new step's rows then equal the release's."""
+    n = 8
+    a, b = make_batch([1] * n, seed=51), make_batch([1] * n, seed=52)
+    stage(world, b)  # both steps' pages cached
+    stage(world, a)
+    hashes_a = hash_batch(world.hash_patched, world.patched, a)
+    ready = torch.cuda.Event()
+    ready.record()  # b's inputs are written
+    torch.cuda._sleep(int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * 0.2))
+    outs_a = forward_all(world, hashes_a, seed=7)
+    done = torch.cuda.Event()
+    done.record()
+    world.stager.stage(b.input_ids, b.positions, b.query_start_loc, b.lookback, ready=ready)
+    assert not done.query(), "stage(ready=) waited for the work queued after its event"
+    torch.cuda.synchronize()
+    assert world.stager.stale.sum().item() == 0, "the forward before it read its own rows"
+    hashes = release_rows(world, a)
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    for index, out in enumerate(outs_a):
+        hidden = torch.randn((n, SHAPE.hc_mult, SHAPE.hidden), generator=generator, device="cuda").to(torch.bfloat16)
+        expected = world.hbm[index](hidden, hashes[:, index])
+        assert torch.equal(bits(out), bits(expected)), f"layer {index}: the forward before, vs HBM"
+    release_rows(world, b)
+    torch.cuda.synchronize()
+    for index, disk in enumerate(world.disk):
+        staged = disk.staged_rows[:n]
+        assert torch.equal(bits(staged), bits(world.hbm[index].staged_rows[:n])), f"layer {index}: b's rows"
+    assert torch.equal(world.stager._host_hashes[:n], hash_batch(world.hash_release, world.release, b).cpu())
+
+
 @pytest.mark.parametrize(
     ("parallel", "named"),
     [
@@ -631,22 +667,25 @@ def step_pages(w: World, batch: Batch) -> list[np.ndarray]:
     return [slot.table._pages(slot.select(hashes[:, slot.layer_hash_index])) for slot in w.stager.slots]
 
 
-@pytest.mark.parametrize("case", ["decode-8x1", "prefill-8192"])
-def test_a_partly_warm_cache_gets_hints_for_what_is_missing(world: World, case: str) -> None:
+@pytest.mark.parametrize("cached", ["every-third", "first-third"])
+@pytest.mark.parametrize("case", ["decode-8x1", "decode-64x1", "prefill-8192"])
+def test_a_partly_warm_cache_gets_hints_for_what_is_missing(world: World, case: str, cached: str) -> None:
     """Issue 46 item 6: a third of the step's pages in the page cache
-    (mincore-checked), the rest evicted: the step is not taken for warm,
-    asks for what is missing (a large step exactly the pages mincore finds
-    missing, a small one all its page runs), stages the release's bits, and
-    leaves every page of the step cached."""
-    query_lens, pad_to = CASES[case]
+    (mincore-checked; every third page, or the first third in file order,
+    where the rows of the first hash heads lie), the rest evicted: the step
+    is not taken for warm, asks for what is missing (a large step exactly
+    the pages mincore finds missing, a small one all its page runs), stages
+    the release's bits, and leaves every page of the step cached."""
+    query_lens, pad_to = CASES.get(case, ([1] * 64, None))
     batch = make_batch(query_lens, seed=51, pad_to=pad_to)
     pages = step_pages(world, batch)
     assert evict(tables(world)) == 0.0
     missing = []
     for table, table_pages in zip(tables(world), pages, strict=True):
-        read_pages(table.paths[0], table_pages[::3])
+        warmed = table_pages[::3] if cached == "every-third" else table_pages[: table_pages.size // 3]
+        read_pages(table.paths[0], warmed)
         resident = resident_pages(table.mapping, table_pages)
-        assert resident[::3].all(), "the warmed pages are cached"
+        assert resident[np.isin(table_pages, warmed)].all(), "the warmed pages are cached"
         assert 0.3 < resident.mean() < 0.5, f"a third of the step's pages cached, found {resident.mean():.0%}"
         missing.append(int((~resident).sum()))
     assert_step_equals_release(world, batch, f"partly warm {case}")
@@ -661,11 +700,12 @@ def test_a_partly_warm_cache_gets_hints_for_what_is_missing(world: World, case: 
         assert resident_pages(table.mapping, table_pages).all()
 
 
-@pytest.mark.parametrize("mode", ["hint", "read"])
+@pytest.mark.parametrize("mode", ["pool-hint", "read"])
 def test_a_cold_prefill_asks_for_its_pages_from_the_pool_and_equals_the_release(world: World, mode: str) -> None:
-    """Issue 46 item 1: a cold 8192-token step's page runs go out from the
-    pool's threads, as hints or as preadv reads of the merged runs, and the
-    step stages the release's bits."""
+    """Issue 46 item 1: in the modes that use the pool, a cold 8192-token
+    step's page runs go out from the pool's threads, as hints or as preadv
+    reads of the merged runs, and the step stages the release's bits (the
+    default, hints from the calling thread, is the cold tests above)."""
     batch = make_batch([8192], seed=61)
     saved = world.patched.ENGRAM_PREFETCH_MODE
     world.patched.ENGRAM_PREFETCH_MODE = mode

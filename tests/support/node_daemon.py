@@ -5,6 +5,12 @@ TCP port, so a proxy can cut the line), containerd namespaces and its own
 bridge. Never `"bridge": "none"`: a dockerd started so deletes docker0 and
 breaks every container of the main daemon. It does not touch iptables.
 Everything it made is removed on exit.
+
+With `gpu=True` the node looks like a DGX Spark to sparkrun without having a GPU: tests/support/node-bin/ (NODE_BIN)
+goes first on dockerd's PATH, so its stand-in `nvidia-container-runtime-hook` makes dockerd register the NVIDIA
+device driver and `docker run --gpus all` starts (attaching nothing; each call is logged to `Node.hook_log`); a login
+on the node gets the same directory first on its PATH (`node_path()`, sshd_to's `env`), where the stand-in
+`nvidia-smi` answers sparkrun's hardware probe as one GB10.
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from pathlib import Path
 
 import docker
 
+NODE_BIN = Path(__file__).resolve().parent / "node-bin"
+
+
+def node_path() -> str:
+    """A PATH with the stand-ins of NODE_BIN first: for the node dockerd and for logins on the node."""
+    return f"{NODE_BIN}:{os.environ.get('PATH', '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin')}"
+
 
 @dataclass(frozen=True)
 class Node:
@@ -34,6 +47,11 @@ class Node:
     @property
     def tcp(self) -> str:
         return f"tcp://127.0.0.1:{self.tcp_port}"
+
+    @property
+    def hook_log(self) -> Path:
+        """One line per container the stand-in NVIDIA hook saw start (`gpu=True`)."""
+        return self.root / "nvidia-hook.log"
 
     def client(self) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.socket, version="auto", timeout=120)
@@ -80,9 +98,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def node_daemon(
-    root: Path, bridge: str, *, containerd_store: bool = False, address: str = "10.214.77.1/24"
+    root: Path, bridge: str, *, containerd_store: bool = False, address: str = "10.214.77.1/24", gpu: bool = False
 ) -> Iterator[Node]:
-    """A node daemon: dockerd 20.10, or with `containerd_store` a dockerd 26 (DOCKERD26) on a containerd of its own."""
+    """A node daemon: dockerd 20.10, or with `containerd_store` a dockerd 26 (DOCKERD26) on a containerd of its own;
+    with `gpu`, the stand-in NVIDIA hook on its PATH (the module's docstring)."""
     root.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     sock = root / "docker.sock"
@@ -126,12 +145,14 @@ def node_daemon(
             config |= {"containerd": str(csock), "features": {"containerd-snapshotter": True}}
         (root / "daemon.json").write_text(json.dumps(config))
         logs.append((root / "dockerd.log").open("wb"))
+        env = {**os.environ, "PATH": node_path(), "IMGBUILD_NODE_HOOK_LOG": str(root / "nvidia-hook.log")}
         procs.append(
             subprocess.Popen(
                 [dockerd, f"--config-file={root / 'daemon.json'}"],
                 stdout=logs[-1],
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=env if gpu else None,
             )
         )
         node = Node(f"unix://{sock}", port, root)
@@ -154,5 +175,11 @@ def node_daemon(
         for data in (root / "data", root / "croot"):
             if data.exists():  # mounts are gone with the daemons; anything left is ours
                 subprocess.run(["umount", "-R", str(data)], capture_output=True, check=False)
+        # and below exec/, which is no mount itself: netns/default, the host-network sandbox that a `--network host`
+        # container (sparkrun's launch) leaves bind-mounted after dockerd stops
+        for line in reversed(Path("/proc/self/mounts").read_text().splitlines()):
+            point = line.split()[1]
+            if point.startswith(f"{root / 'exec'}/"):
+                subprocess.run(["umount", point], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
         assert os.path.exists("/sys/class/net/docker0"), "docker0 must survive a node daemon"

@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 
 from sparkrun.core.bootstrap import get_runtime, init_sparkrun
 from sparkrun.core.config import SparkrunConfig
@@ -45,6 +46,7 @@ recipe = Recipe.load(args.recipe)
 hosts = args.hosts
 runtime = get_runtime(recipe.runtime, v)
 ssh_kwargs = build_ssh_kwargs(config)
+started = time.monotonic()
 prepared = prepare_images(
     recipe,
     runtime,
@@ -55,9 +57,11 @@ prepared = prepare_images(
     transfer_mode=args.transfer_mode,
     builder_context={"offline": True} if args.offline else {},
 )
+prepare_s = time.monotonic() - started
 if args.prepare_only:
     print(json.dumps({"head_image": prepared.head_image, "images_by_node": list(prepared.images_by_node)}))
     sys.exit(0)
+started = time.monotonic()
 staged = stage_prepared_images(
     prepared,
     recipe,
@@ -81,6 +85,8 @@ print(
             "content_images_by_node": list(staged.content_images_by_node),
             "providers": sorted(_PROVIDERS),
             "ssh_options": config.ssh_options,
+            "prepare_s": prepare_s,  # the builder (the build, here or on the head)
+            "stage_s": time.monotonic() - started,  # the distribution (identity checks, save | ssh load)
         }
     )
 )

@@ -86,3 +86,19 @@ def sshd_to(root: Path, docker_host: str, host: str = "node1", env: dict[str, st
         log.close()
         if made_privsep:
             shutil.rmtree(PRIVSEP, ignore_errors=True)
+
+
+def cluster_config(path: Path, logins: list[Sshd]) -> Path:
+    """One ssh config naming every login's node (each sshd_to writes a config for its own node only), for a cluster
+    of several nodes: sparkrun passes it to every ssh it runs, the head's `docker save | ssh WORKER docker load`
+    included (the head is this machine, so the file is there too)."""
+    blocks = []
+    for login in logins:
+        port = login.url.rpartition(":")[2]
+        keys = login.config.parent
+        blocks.append(
+            f"Host {login.host}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  IdentityFile {keys / 'client'}\n"
+            f"  IdentitiesOnly yes\n  UserKnownHostsFile {keys / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        )
+    path.write_text("".join(blocks))
+    return path

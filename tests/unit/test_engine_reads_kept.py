@@ -35,7 +35,7 @@ class FakeClient:
 
 def test_a_lookup_is_asked_once_and_its_id_is_kept_too() -> None:
     client = FakeClient()
-    engine = Engine(client, "docker")  # type: ignore[arg-type]
+    engine = Engine(client)  # type: ignore[arg-type]
     with engine.reads_kept():
         first = engine.image("repo:one")
         assert first is not None and engine.image("repo:one") is first
@@ -46,7 +46,7 @@ def test_a_lookup_is_asked_once_and_its_id_is_kept_too() -> None:
 
 def test_a_write_drops_what_was_kept() -> None:
     client = FakeClient()
-    engine = Engine(client, "docker")  # type: ignore[arg-type]
+    engine = Engine(client)  # type: ignore[arg-type]
     with engine.reads_kept():
         assert engine.image("repo:two") is None
         engine.tag(ID, "repo:two")
@@ -57,7 +57,7 @@ def test_a_write_drops_what_was_kept() -> None:
 
 def test_outside_every_lookup_asks() -> None:
     client = FakeClient()
-    engine = Engine(client, "docker")  # type: ignore[arg-type]
+    engine = Engine(client)  # type: ignore[arg-type]
     engine.image("repo:one")
     engine.image("repo:one")
     with engine.reads_kept():

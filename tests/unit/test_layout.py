@@ -14,6 +14,7 @@ RANK = {
     "atomic": 0,
     "proc": 0,
     "owner": 0,  # who made a container: its label, and whether its maker is certainly dead
+    "progress": 0,  # Say, the one progress-callback type, and its ends (to_stderr, quiet)
     "jsondoc": 0,  # the --json contract: each document's schema id and version
     "platforms": 0.5,  # the Platform value: on errors only
     "offline": 0.5,  # the offline switch: on errors only
@@ -21,9 +22,9 @@ RANK = {
     "config": 1,
     "upstream": 2,
     "patches": 3,
+    "engine": 3.5,  # the Docker engine: the docker SDK, the one `buildx build`, the one door to the docker CLI
     "project": 4,
-    "registry": 4,  # image references, `docker push` / `imagetools`, images.lock
-    "engine": 4,  # the Docker engine: the docker SDK and the one `buildx build`
+    "registry": 4,  # image references, `docker push` / `imagetools` (through engine/door.py), images.lock
     "plan": 5,  # pure: what the images will be
     "smoke": 6,  # checks on a built image
     "builder": 7,  # make the images (and smoke them)
@@ -97,3 +98,17 @@ def test_the_in_image_programs_are_not_imported_on_the_host() -> None:
                 if any("in_image" in n for n in names):
                     importers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert list(IN_IMAGE.glob("*.py")) and not importers, importers
+
+
+DOCKER_DOOR = PACKAGE / "engine" / "door.py"
+
+
+def test_only_the_engines_door_resolves_the_docker_cli() -> None:
+    """engine/door.py is the one door to the docker CLI (issue 45): no other module reads IMGBUILD_DOCKER."""
+    found = {
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "environ" in line and "IMGBUILD_DOCKER" in line
+    }
+    assert {f.partition(":")[0] for f in found} == {"engine/door.py"}, f"go through {DOCKER_DOOR}'s run_cli: {found}"

@@ -160,3 +160,20 @@ def test_the_layout_manifest_lists_uncompressed_layers_whose_digest_is_the_diff_
     ]  # fmt: skip
     doc = L.manifest(L.Blob("sha256:" + "c" * 64, 5), blobs, {})
     assert [lay["mediaType"] for lay in doc["layers"]] == [L.LAYER_MEDIA] * 2  # type: ignore[index]
+
+
+def test_a_modules_bytecode_goes_to_its_modules_layer_not_unowned() -> None:
+    dists = [dist("torch", 900 * MB, "torch/__init__.py", "torch/nn/mod.py"), dist("six", 1000, "six.py")]
+    pyc = ["torch/__pycache__/__init__.cpython-311.pyc", "torch/nn/__pycache__/mod.cpython-311.pyc"]
+    stray = ["other/__pycache__/gone.cpython-311.pyc", "__pycache__/six.cpython-311.pyc"]
+    layers = {lay.name: lay for lay in L.split(dists, [*pyc, *stray])}
+    assert set(pyc) <= set(layers["pkg-torch"].files)
+    assert "__pycache__/six.cpython-311.pyc" in layers[f"bucket-{L.bucket_of('six'):02d}"].files  # top-level module
+    assert layers[L.UNOWNED].files == ("other/__pycache__/gone.cpython-311.pyc",)  # its module is no dist's
+
+
+def test_source_of_names_the_module_only_for_bytecode_in_pycache() -> None:
+    assert L.source_of("a/b/__pycache__/m.cpython-311.pyc") == "a/b/m.py"
+    assert L.source_of("a/__pycache__/m.cpython-311.opt-1.pyc") == "a/m.py"
+    assert L.source_of("a/m.pyc") is None and L.source_of("a/__pycache__/m.py") is None
+    assert L.source_of("a/__pycache__/notes.txt") is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from imgbuild.deploy.sparkrun_pins import published, version_info
+from imgbuild.deploy.sparkrun_pins import pinned, published, tag_of, version_info
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -19,6 +19,19 @@ def test_published_is_the_registry_digest_of_the_recipes_tag() -> None:
     )
     assert published(doc, "vllm-dsv41:latest") == f"127.0.0.1:5000/vllm-dsv41@{DIGEST}"
     assert published(doc, "vllm-dsv41:stable") == "127.0.0.1:5000/vllm-dsv41@sha256:" + "cd" * 32
+
+
+def test_a_realized_recipes_digest_is_pinned_a_tag_is_not() -> None:
+    assert pinned(f"127.0.0.1:5000/vllm-dsv41@{DIGEST}") and pinned(f"vllm-dsv41:latest@{DIGEST}")
+    assert not pinned("127.0.0.1:5000/vllm-dsv41:latest") and not pinned("vllm-dsv41")
+    assert not pinned("vllm-dsv41@sha256:abc") and not pinned(f"vllm-dsv41@{DIGEST.upper()}")
+
+
+def test_the_tag_of_a_reference_never_is_a_registry_port() -> None:
+    assert tag_of("127.0.0.1:5000/vllm-dsv41") == "latest" and tag_of(f"127.0.0.1:5000/vllm-dsv41@{DIGEST}") == "latest"
+    assert tag_of("127.0.0.1:5000/vllm-dsv41:engram-mem") == "engram-mem" and tag_of("vllm-dsv41:stable") == "stable"
+    doc = history({"127.0.0.1:5000/vllm-dsv41:latest": DIGEST})
+    assert published(doc, "127.0.0.1:5000/vllm-dsv41") == f"127.0.0.1:5000/vllm-dsv41@{DIGEST}"
 
 
 def test_not_published_is_none() -> None:

@@ -91,7 +91,7 @@ def read(engine: Engine, base: BaseInfo, files: Mapping[str, bytes], cache: Path
         data = json.loads(kept.read_text())
         pyc = {p: (c, base64.b64decode(b)) for p, (c, b) in data["bytecode"].items()}
         return BaseFacts(dict(data["packages"]), Bytecode(data["python"], pyc))
-    check_binfmt(base.platform, engine.arch)
+    check_binfmt(base.platform, engine.platform)
     res = engine.run(
         base.image_id,
         ["-c", PROGRAM, site, STAGE, *sorted(files)],

@@ -21,7 +21,6 @@ import io
 import re
 import tarfile
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -32,10 +31,10 @@ from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, UpstreamError, UsageError
 from imgbuild.plan.builds import BaseInfo
 from imgbuild.platforms import Platform
+from imgbuild.progress import Say
 from imgbuild.project import Project
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build's clock in the wheel
-Say = Callable[[str], None]
 
 
 def record_hash(data: bytes) -> str:

@@ -18,6 +18,7 @@ from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
+from imgbuild.progress import Say
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only fo
 
 SKELETON = "skeleton"
 RUNTIME = "runtime"  # the stand-in that can import vllm (runtime_base.py)
-Say = Callable[[str], None]
 
 
 def skeleton_spec(project: Project, site_packages: str | None, platform: Platform) -> skeleton.SkeletonSpec:
@@ -57,7 +57,7 @@ def runtime_spec(project: Project, site_packages: str | None, platform: Platform
     return runtime_base.RuntimeSpec(lock.platform, lock, site_packages or skeleton.SITE_PACKAGES)
 
 
-def runtime_lock_problems(project: Project, lock: runtime_lock.Lock) -> list[str]:
+def runtime_lock_problems(project: Project, lock: runtime_lock.RuntimeLock) -> list[str]:
     """Each pin the runtime lock does not hold at its pinned release: vllm, and each further pin's wheel."""
     from imgbuild.builder import runtime_lock
 
@@ -176,7 +176,7 @@ class Bases:
 
     def _site_packages(self, info: ImageInfo, ref: str, platform: Platform) -> str:
         if (info.id, platform) not in self._site:
-            check_binfmt(info.platform, self.engine.arch)
+            check_binfmt(info.platform, self.engine.platform)
             root = self.project.pin.package_root
             res = self.engine.run(
                 info.id, ["-c", SITE_PROBE, root], platform=info.platform, entrypoint=["python3"], timeout=300

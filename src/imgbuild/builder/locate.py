@@ -4,12 +4,13 @@ the local image store has it (nothing pulled, nothing built), and `smoke VARIANT
 from __future__ import annotations
 
 from imgbuild.builder.bases import Bases, NotLocal
-from imgbuild.builder.runner import BuildOptions, ImporterFinder, Say, expected_for, to_stderr
+from imgbuild.builder.runner import BuildOptions, ImporterFinder, expected_for
 from imgbuild.engine import Engine
 from imgbuild.errors import SmokeError
 from imgbuild.plan.builds import BaseInfo, BuildPlan, make_build_plan
 from imgbuild.plan.inputs import project_inputs
 from imgbuild.platforms import Platform
+from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.smoke.checks import SmokeReport, smoke
 

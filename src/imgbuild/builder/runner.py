@@ -5,7 +5,6 @@ smoke-test each and move its moving tags, then join each multi-platform variant.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,7 @@ from imgbuild.plan.builds import BaseMap, BuildPlan, ImageBuild, JoinBuild, make
 from imgbuild.plan.inputs import project_inputs
 from imgbuild.plan.labels import ProjectInputs
 from imgbuild.platforms import Platform
+from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.shapes import EmptyIsNull, dump, hidden
 from imgbuild.smoke import launchcheck
@@ -31,13 +31,8 @@ from imgbuild.smoke.checks import Expected, SmokeReport, smoke
 from imgbuild.smoke.importcheck import kept_release_importers
 from imgbuild.upstream.mirror import cache_dir
 
-Say = Callable[[str], None]
 BUILDS_AT_ONCE = 2
 ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
-
-
-def to_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr)
 
 
 @dataclass(frozen=True)

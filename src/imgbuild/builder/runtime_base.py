@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from imgbuild.atomic import write_text
+from imgbuild.builder import runtime_bytecode as bytecode
 from imgbuild.builder import runtime_layers as layers
 from imgbuild.builder import runtime_lock as rl
 from imgbuild.builder.skeleton import (
@@ -39,8 +40,10 @@ from imgbuild.platforms import Platform
 from imgbuild.upstream import pip
 
 REPOSITORY = "imgbuild-runtime"
-FORMAT = "imgbuild-runtime/5"  # 3: installed by uv; 4: package-granular layers; 5: in dependency order
+FORMAT = "imgbuild-runtime/6"  # 3: installed by uv; 4: package-granular layers; 5: in dependency order;
+# 6: checked-hash bytecode in the package layers (runtime_bytecode)
 LABEL = "imgbuild.runtime-base"
+BYTECODE_LABEL = "imgbuild.runtime.bytecode"  # the package layers' .pyc: mode, cache tag, magic number
 INCLUDE = ("python3", "libstdc++6", "procps")  # procps: a standalone `kill`, which sparkrun's health check runs
 IMAGE_PYTHON = "/usr/bin/python3"
 BIN = "usr/local/bin"
@@ -49,7 +52,7 @@ BIN = "usr/local/bin"
 @dataclass(frozen=True)
 class RuntimeSpec:
     platform: Platform
-    lock: rl.Lock
+    lock: rl.RuntimeLock
     site_packages: str = SITE_PACKAGES
 
     @property
@@ -133,7 +136,7 @@ def fix_shebangs(bin_dir: Path, python: str = IMAGE_PYTHON) -> list[str]:
     return fixed
 
 
-def install_tree(lock: rl.Lock, target: Path, *, verbose: bool = False) -> None:
+def install_tree(lock: rl.RuntimeLock, target: Path, *, verbose: bool = False) -> None:
     """Install every locked wheel into `target` for the lock's platform (nothing is run from them); uv
     downloads what its cache lacks and checks every file against the lock's hashes. Hard links into uv's cache
     where it can (the tree is only read, and tarred; a file that is changed is replaced)."""
@@ -178,7 +181,7 @@ class Layered:
     written: tuple[str, ...]  # names of the layers whose tar was written this time (the rest were in the cache)
 
 
-def pin_keys(lock: rl.Lock) -> dict[str, str]:
+def pin_keys(lock: rl.RuntimeLock) -> dict[str, str]:
     """What identifies a dist's files: its pin and the hashes of its wheels."""
     return {p.name: f"{p.name}=={p.version} " + " ".join(sorted(p.hashes)) for p in lock.pins}
 
@@ -298,11 +301,13 @@ def write_layers(
     pins: Mapping[str, str],
     last: Sequence[str] = (rl.ROOT,),
     extra: Mapping[str, bytes] | None = None,
+    compiled_by: str = "",
 ) -> Layered:
     """The rootfs, `extra` (archive name -> bytes: imgbuild's own small files) and the installed `tree` as layers
-    of an image in the OCI layout at `layout_root`; a layer whose key the layout has is not written again."""
+    of an image in the OCI layout at `layout_root`; a layer whose key the layout has is not written again.
+    `compiled_by`: what compiled the tree's bytecode (`Compiler.describe`), part of every layer's key."""
     store = _Layout(layout_root)
-    context = "\n".join([str(platform), site_packages, BIN, f"uv {_uv_version()}"])
+    context = "\n".join([str(platform), site_packages, BIN, f"uv {_uv_version()}", compiled_by])
     out: list[tuple[str, layers.Blob]] = []
     written: list[str] = []
 
@@ -364,13 +369,14 @@ def build_layered(
     labels: dict[str, str],
     no_cache: bool = False,
     verbose: bool = False,
+    compiled_by: str = "",
 ) -> Layered:
     """`tree` and `rootfs` as the layered image `tag`: the layers into the cache's layout, then BuildKit (`no_cache`:
     without its cache)."""
     layout = layout_dir(cache)
     made = write_layers(
         tree, rootfs, layout, platform=platform, site_packages=site_packages, pins=pins,
-        extra={PTH: pth_text(site_packages)},
+        extra={PTH: pth_text(site_packages)}, compiled_by=compiled_by,
     )  # fmt: skip
     log(f"layers: {len(made.layers)}, {len(made.written)} written, the rest from the cache ({layout})")
     with tempfile.TemporaryDirectory(prefix=".context-", dir=layout.parent) as tmp:
@@ -413,12 +419,20 @@ def ensure_runtime(
         with _staging(cache, "build") as tmp:
             target = Path(tmp) / "tree"
             install_tree(spec.lock, target, verbose=verbose)
+            step("compiling the tree's bytecode", cache / "runtime")
+            compiler = bytecode.find_compiler(rl.PYTHON_VERSION)
+            made = bytecode.compile_tree(target, spec.site_packages, cache, compiler)
+            log(
+                f"bytecode ({compiler.describe()}): {made.modules} modules, {made.compiled} compiled, "
+                f"{made.cached} from the cache, {made.refused} not compilable, {made.seconds:.1f} s"
+            )
             step(f"writing the package layers and building {spec.tag}", cache / "runtime")
             log(f"building {spec.tag} (BuildKit, from the package layers of the installed tree)")
             build_layered(
                 engine, target, rootfs, cache, tag=spec.tag, platform=spec.platform,
-                site_packages=spec.site_packages, pins=pin_keys(spec.lock), labels=labels_of(spec), no_cache=force,
-                verbose=verbose,
+                site_packages=spec.site_packages, pins=pin_keys(spec.lock),
+                labels={**labels_of(spec), BYTECODE_LABEL: compiler.label()}, no_cache=force, verbose=verbose,
+                compiled_by=compiler.describe(),
             )  # fmt: skip
     return RuntimeResult(engine.require(spec.tag), True, time.monotonic() - start)
 
@@ -446,7 +460,7 @@ def _steps(cache: Path) -> Iterator[Callable[[str, Path], None]]:
 
 def relock(
     root: Path, platform: Platform, vllm_version: str, *, overrides: Sequence[str] = (), verbose: bool = False
-) -> rl.Lock:
+) -> rl.RuntimeLock:
     """Resolve vllm==VERSION for `platform` with uv (network), under `constraints.txt` beside the locks if there is
     one and with `overrides` (`project==version` lines: the overrides of patches/upstream.yaml in effect, passed as
     uv's `--override`), and write its lock file."""

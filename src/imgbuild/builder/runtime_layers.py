@@ -148,6 +148,16 @@ def walk_files(tree: Path) -> list[str]:
     return sorted(out)
 
 
+def source_of(path: str) -> str | None:
+    """The module a `__pycache__/NAME.TAG.pyc` is the bytecode of (`DIR/NAME.py`); None for any other file."""
+    head, _, name = path.rpartition("/")
+    folder, _, cache = head.rpartition("/")
+    if cache != "__pycache__" or not name.endswith(".pyc") or name.count(".") < 2:
+        return None
+    module = name.split(".", 1)[0] + ".py"
+    return f"{folder}/{module}" if folder else module
+
+
 def bucket_of(name: str, buckets: int = BUCKETS) -> int:
     """A stable bucket for a dist's name: the same in every lock, on every machine."""
     return int.from_bytes(hashlib.sha256(normalize(name).encode()).digest()[:8], "big") % buckets
@@ -163,12 +173,18 @@ def split(
     max_layers: int = MAX_LAYERS - 2,
 ) -> tuple[LayerPlan, ...]:
     """The tree's layers: large dists alone, small ones in buckets by name, unlisted files in `unowned`; a file two
-    RECORDs list goes to the first dist by name. `last`: dists whose layers come at the end (the ones a release
-    changes). More large dists than `max_layers` allows: the smallest of them go to their buckets."""
+    RECORDs list goes to the first dist by name, a module's `.pyc` to its module's dist. `last`: dists whose layers
+    come at the end (the ones a release changes). More large dists than `max_layers` allows: the smallest of them go
+    to their buckets."""
     owner: dict[str, str] = {}
     for dist in sorted(dists, key=lambda d: d.name):
         for path in dist.files:
             owner.setdefault(path, dist.name)
+    all_files = list(all_files)
+    for path in all_files:  # bytecode that no RECORD lists (runtime_bytecode) goes with its module
+        source = source_of(path)
+        if path not in owner and source in owner:
+            owner[path] = owner[source]
     by_name = {d.name: d for d in dists}
     big = sorted((d for d in dists if d.size >= own_bytes), key=lambda d: (-d.size, d.name))
     used_buckets = {bucket_of(d.name, buckets) for d in dists if d.size < own_bytes}

@@ -37,7 +37,9 @@ class Pin:
 
 
 @dataclass(frozen=True)
-class Lock:
+class RuntimeLock:
+    """One platform's lock of the runtime base (`images/runtime-lock/<arch>.txt`): its text and its pins."""
+
     platform: Platform
     text: str
     pins: tuple[Pin, ...]
@@ -69,7 +71,7 @@ def header(platform: Platform, overrides: Sequence[str] = ()) -> str:
     )
 
 
-def parse_lock(text: str, path: Path, platform: Platform) -> Lock:
+def parse_lock(text: str, path: Path, platform: Platform) -> RuntimeLock:
     """A lock file; a requirement that is not `name==version --hash=sha256:HEX ...` is refused by its line."""
     pins: list[Pin] = []
     seen: dict[str, int] = {}
@@ -100,10 +102,10 @@ def parse_lock(text: str, path: Path, platform: Platform) -> Lock:
         raise ConfigError(f"{path}:{start}: the last requirement ends in a line continuation", hint=fix(platform))
     if ROOT not in seen:
         raise ConfigError(f"{path}: the lock does not pin {ROOT}", hint=fix(platform))
-    return Lock(platform, text, tuple(pins))
+    return RuntimeLock(platform, text, tuple(pins))
 
 
-def load_lock(root: Path, platform: Platform) -> Lock:
+def load_lock(root: Path, platform: Platform) -> RuntimeLock:
     path = root / LOCK_DIR / lock_name(platform)
     try:
         text = path.read_text()

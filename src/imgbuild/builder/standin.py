@@ -18,7 +18,7 @@ from imgbuild.project import Project
 from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runtime_lock import Lock
+    from imgbuild.builder.runtime_lock import RuntimeLock
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def make(
     return make_skeleton(project, parsed, site_packages, force=force, verbose=verbose)
 
 
-def locked_rows(project: Project, lock: Lock) -> tuple[LockedUpstream, ...]:
+def locked_rows(project: Project, lock: RuntimeLock) -> tuple[LockedUpstream, ...]:
     """Every pin (the first first) with the version the runtime lock has of its project."""
     out = []
     for p in project.pins:

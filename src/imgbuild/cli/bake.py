@@ -21,7 +21,11 @@ def bake(
     One target per variant: platforms, tags (immutable `<version>-<inputs>` and
     the moving ones, under ${REGISTRY}), labels from the inputs, an inline
     Dockerfile on the base locked in images.lock, provenance off, and GitHub
-    Actions cache scoped by ${CACHE_PREFIX}. Run buildx from the repository root:
+    Actions cache scoped by ${CACHE_PREFIX}. Like `imgbuild build`'s layers, each
+    layer carries the checked-hash bytecode of its modules, compiled by the base's
+    own python3 in a stage of the Dockerfile (one RUN per platform: the base needs
+    python3; under emulation for a foreign platform). Run buildx from the
+    repository root:
 
       imgbuild bake && docker buildx bake -f buildkit/docker-bake.json --load \\
           --set '*.platform=linux/arm64' engram-mem

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -12,10 +11,7 @@ import typer
 from imgbuild.cli.build import BaseOpt
 from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import UsageError
-
-
-def _log(line: str) -> None:
-    print(line, file=sys.stderr)
+from imgbuild.progress import to_stderr
 
 
 def rebase_cmd(
@@ -92,10 +88,10 @@ def rebase_cmd(
         if from_base is not None:
             from imgbuild.builder.base_wheel import from_base as wheel_from_base
 
-            wheel_from_base(root, onto[0], from_base, _log)
-        done = rebase.start(root, onto[0], more=onto[1:], report=report.resolve() if report else None, log=_log)
+            wheel_from_base(root, onto[0], from_base, to_stderr)
+        done = rebase.start(root, onto[0], more=onto[1:], report=report.resolve() if report else None, say=to_stderr)
     elif continue_ or skip:
-        done = rebase.resume(root, "skip" if skip else "continue", log=_log)
+        done = rebase.resume(root, "skip" if skip else "continue", say=to_stderr)
     else:
         info = rebase.status(root)
         if as_json:
@@ -250,7 +246,7 @@ def bump_cmd(
 
     root = find_root()
     opts = None if no_build else options(base, None)
-    done = bump.bump(root, onto, branch=branch, build=opts, report_dir=report_dir, log=_log)
+    done = bump.bump(root, onto, branch=branch, build=opts, report_dir=report_dir, say=to_stderr)
     if as_json:
         print_json(docs.PatchesBump.of(done.to_json()))
     else:

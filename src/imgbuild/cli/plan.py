@@ -31,7 +31,6 @@ def plan(
       imgbuild plan engram-mem
       imgbuild plan --bases --json
     """
-    from imgbuild.builder.packages import read_bases
     from imgbuild.cli.options import load_project
     from imgbuild.plan.layers import share_layers
     from imgbuild.report.documents import images as docs
@@ -41,7 +40,11 @@ def plan(
     every = project.plan()  # the layers are planned over every variant, as `build` and the bake file plan them
     plans = project.plan(variants) if variants else every
     layers = share_layers(every).describe(variants or None)
-    carries = read_bases(project.pins, plans) if bases else None
+    carries = None
+    if bases:  # the engine (and the docker SDK) only for --bases: a plan is pure
+        from imgbuild.builder.packages import read_bases
+
+        carries = read_bases(project.pins, plans)
     if as_json:
         print_json(
             docs.Plan.of(

@@ -31,7 +31,7 @@ from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.plan import labels as lbl
 from imgbuild.project import Project
 from imgbuild.registry import reference, tools
-from imgbuild.shapes import EmptyIsNull, added_later, derived, dump
+from imgbuild.shapes import EmptyIsNull, added_later, derived, dump, named
 from imgbuild.smoke import record
 from imgbuild.smoke.checks import SmokeReport, expected_from_labels, smoke
 from imgbuild.smoke.record import SmokeRecord
@@ -248,12 +248,7 @@ def _entry(
 
 def refs_of(variant: ResolvedVariant, repository: str | None) -> tuple[str, tuple[str, ...]]:
     """The variant's repository (`repository` first) and its moving refs."""
-    repo = repository or variant.image.repository
-    if not repo:
-        raise UsageError(
-            f"images/{variant.name}.yaml: image.repository is not set (nor inherited through from:)",
-            hint="set image.repository, or pass --repository",
-        )
+    repo = variant.repository(repository, takes_repository=True)
     return repo, tuple(f"{repo}:{t}" for t in variant.image.tags or ())
 
 
@@ -330,8 +325,11 @@ def check_target(info: ImageInfo | None, ref: str, history: History) -> Entry:
     return found
 
 
+@named("Move")
 @dataclass(frozen=True)
-class Move:
+class TagMove:
+    # A moving tag `ref` moved (by rollback, locally or in a registry) from the image `before` to `after`.
+
     ref: str
     before: Annotated[str | None, Field(serialization_alias="from")]  # the image id it named (None: nothing)
     after: Annotated[str, Field(serialization_alias="to")]
@@ -359,8 +357,8 @@ class Rollback:
     ]
     smoked: bool = derived()
     smoke: tuple[SmokeReport, ...]  # empty: --no-smoke
-    moves: tuple[Move, ...]
-    registry_moves: tuple[Move, ...]
+    moves: tuple[TagMove, ...]
+    registry_moves: tuple[TagMove, ...]
     recipes: tuple[PinnedRecipe, ...] = ()
 
     def __post_init__(self) -> None:
@@ -384,21 +382,21 @@ def smoke_target(
     return reports
 
 
-def move_local(engine: Engine, history: History, target: Entry) -> list[Move]:
+def move_local(engine: Engine, history: History, target: Entry) -> list[TagMove]:
     """Point every moving tag at `target`; on a failure put back those already moved, then raise."""
-    moves: list[Move] = []
+    moves: list[TagMove] = []
     try:
         for ref, before in history.moving.items():
             if before != target.image_id:
                 engine.tag(target.image_id, ref)
-            moves.append(Move(ref, before, target.image_id))
+            moves.append(TagMove(ref, before, target.image_id))
     except BaseException:
         restore(engine, moves)
         raise
     return moves
 
 
-def restore(engine: Engine, moves: Sequence[Move]) -> None:
+def restore(engine: Engine, moves: Sequence[TagMove]) -> None:
     for m in reversed(moves):
         if m.before == m.after:
             continue
@@ -427,7 +425,7 @@ def registry_source(history: History, target: Entry, registry: str) -> tools.Man
     return found
 
 
-def move_registry(history: History, registry: str, source: tools.Manifest) -> list[Move]:
+def move_registry(history: History, registry: str, source: tools.Manifest) -> list[TagMove]:
     """Point every moving tag in the registry at `source`, digest kept: an index (a multi-platform build) by one
     `imagetools create` for all of them; a lone manifest by a `docker push` of each tag (buildx 0.13's
     `imagetools create` wraps a lone manifest in a new list, another digest), which sends no layer again."""
@@ -442,7 +440,7 @@ def move_registry(history: History, registry: str, source: tools.Manifest) -> li
         if pushed != source.digest:
             raise RegistryError(f"{t}: the push gave {pushed}, not {source.digest}", hint="is the engine's image store "
                                 "the containerd one (`docker info`)?")  # fmt: skip
-    return [Move(t, before[t], source.digest) for t in targets]
+    return [TagMove(t, before[t], source.digest) for t in targets]
 
 
 def rollback(
@@ -474,7 +472,7 @@ def rollback(
                 details={"smoke": dump(failed[0])},
             )
     moves = move_local(engine, history, target)
-    registry_moves: list[Move] = []
+    registry_moves: list[TagMove] = []
     if registry and source:
         try:
             registry_moves = move_registry(history, registry, source)

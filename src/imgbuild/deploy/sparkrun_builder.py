@@ -4,7 +4,8 @@ it): runs `imgbuild -C PROJECT build VARIANT --json` and hands sparkrun the immu
 What it does in each of sparkrun 0.4.2's modes (docs/launching.md): `local`/`push` build here; `delegated` builds
 on the head node over sparkrun's own SSH (`orchestration.primitives.run_script_on_host`, as its eugr builder does);
 `offline` in the builder context adds `--offline` (nothing fetched); `builder_config.registry` makes a published
-variant the image (`pull_ref` and `prepare` give its digest, from `imgbuild history --registry`); the image's
+variant the image (`pull_ref` and `prepare` give its digest, from `imgbuild history --registry`); a `container`
+already pinned by digest (what `sparkrun export recipe --realize` writes) is the image as it is; the image's
 labels are what `collect_container_labels` reports. Everything it asks of imgbuild goes through the command line
 and its `--json` documents, the one stable interface across the two Python versions."""
 
@@ -20,7 +21,7 @@ from typing import Any
 from sparkrun.builders.base import BuilderPlugin
 
 from imgbuild import jsondoc, proc  # standard library only: the --json contract, the one process funnel
-from imgbuild.deploy.sparkrun_pins import published, version_info
+from imgbuild.deploy.sparkrun_pins import pinned, published, version_info
 
 SPARKRUN_PLUGIN_API_VERSION = 1
 KEYS = frozenset({"project", "revision", "variant", "platform", "command", "registry"})
@@ -196,6 +197,8 @@ class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not t
         builder_context: Any = None,
     ) -> str:
         del config  # imgbuild keeps its own cache (IMGBUILD_CACHE)
+        if pinned(image):  # a realized recipe (`export recipe --realize`): that image, built nothing; sparkrun pulls it
+            return image
         bad = problems(recipe)
         if bad:
             raise ImgbuildBuildError("; ".join(bad), 3)
@@ -214,9 +217,12 @@ class ImgbuildBuilder(BuilderPlugin):  # type: ignore[misc]  # sparkrun is not t
         return run_build(build_argv(cfg, project, variant, dry_run=dry_run, offline=offline), variant)
 
     def pull_ref(self, image: str, recipe: Any, config: Any = None) -> str | None:
-        """The published image by digest (`builder_config.registry` names a registry that has the variant), or
-        None: a local build, which has no registry digest to pin. Reads the registry; builds and clones nothing."""
+        """The published image by digest (`builder_config.registry` names a registry that has the variant; an image
+        already pinned by digest as it is), or None: a local build, which has no registry digest to pin. Reads the
+        registry; builds and clones nothing."""
         del config
+        if pinned(image):
+            return image
         if problems(recipe) or not config_of(recipe).get("registry"):
             return None
         cfg = config_of(recipe)

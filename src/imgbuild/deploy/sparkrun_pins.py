@@ -1,17 +1,31 @@
 """What the sparkrun builder plugin tells sparkrun about an image, pure (standard library only, so the fast tier
-tests it without sparkrun): the published reference by digest from `imgbuild history --registry --json`
+tests it without sparkrun): whether the recipe already pins its image by digest (`sparkrun export recipe --realize`
+writes `REG/REPO@sha256:...`), the published reference by digest from `imgbuild history --registry --json`
 (`pull_ref`), and the image's labels as sparkrun's runtime info (`collect_container_labels`)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+
+def pinned(image: str) -> bool:
+    """`image` names one manifest by digest (`[REG/]REPO[:TAG]@sha256:<64 hex>`), as a realized recipe does: the
+    launch runs exactly that image, whatever the registry's tag names now."""
+    return re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", image) is not None
+
+
+def tag_of(image: str) -> str:
+    """The tag of `[REG[:PORT]/]REPO[:TAG][@DIGEST]`, `latest` when it has none (a registry's port is no tag)."""
+    name = image.partition("@")[0].rpartition("/")[2]
+    return name.rpartition(":")[2] if ":" in name else "latest"
 
 
 def published(doc: dict[str, Any], container: str) -> str | None:
     """`REG/REPO@sha256:...` that the registry's tag of the recipe's `container` names (`history --registry
     --json`'s `registry.moving`); None when the registry does not have that tag (the variant is not published)."""
-    tag = container.rpartition("/")[2].partition("@")[0].rpartition(":")[2] or "latest"
+    tag = tag_of(container)
     for ref, digest in ((doc.get("registry") or {}).get("moving") or {}).items():
         if digest and ref.rpartition(":")[2] == tag:
             return f"{ref.rpartition(':')[0]}@{digest}"

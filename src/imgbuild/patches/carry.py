@@ -12,7 +12,7 @@ from imgbuild.errors import ImgbuildError
 from imgbuild.patches.apply import Blobs, FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
-from imgbuild.patches.renames import Move, RenameFinder, rewrite
+from imgbuild.patches.renames import FileMove, RenameFinder, rewrite
 from imgbuild.shapes import dump
 from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
 
@@ -54,7 +54,7 @@ class Carry:
     patch: Patch  # as applied: paths rewritten to where the files are now
     outcome: str  # exact | offset | 3way | partly-upstreamed | upstreamed | conflict
     files: tuple[FileOutcome, ...]
-    moves: tuple[Move, ...]
+    moves: tuple[FileMove, ...]
     changes: Mapping[str, bytes | None]  # this patch's own changes (clean part only, on conflict)
     conflicts: Mapping[str, bytes] = field(default_factory=dict)  # files with conflict markers
     dropped: tuple[DroppedHunk, ...] = ()
@@ -191,9 +191,9 @@ def verify_upstreamed(
 
 
 # -- the step itself ------------------------------------------------------------
-def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder) -> dict[str, Move]:
+def find_moves(patch: Patch, read: Callable[[str], bytes | None], finder: RenameFinder) -> dict[str, FileMove]:
     """Paths of `patch` that are gone from the tree but moved in the release."""
-    moves: dict[str, Move] = {}
+    moves: dict[str, FileMove] = {}
     for fd in patch.files:
         if fd.old_path is not None and fd.old_path not in moves and read(fd.old_path) is None:
             m = finder.follow(fd.old_path)

@@ -21,7 +21,9 @@ MAX_CANDIDATES = 2000
 
 
 @dataclass(frozen=True)
-class Move:
+class FileMove:
+    """A file of a patch that the new release has at another path (`patches rebase` carries the patch there)."""
+
     old: str
     new: str
     how: str  # "file" (git rename detection) or "directory" (inferred directory rename)
@@ -106,23 +108,23 @@ class RenameFinder:
                 if pair:
                     self.dir_votes.setdefault(pair[0], Counter())[pair[1]] += 1
 
-    def _via_dirs(self, path: str) -> Move | None:
+    def _via_dirs(self, path: str) -> FileMove | None:
         for d in _parents(path):
             votes = self.dir_votes.get(d)
             if votes and not _is_dir(self.new_tree, d):
                 target = votes.most_common(1)[0][0]
-                return Move(path, target + path[len(d) :], "directory")
+                return FileMove(path, target + path[len(d) :], "directory")
         return None
 
-    def follow(self, path: str) -> Move | None:
+    def follow(self, path: str) -> FileMove | None:
         """Where `path`, missing from the new release, most likely went (None: not found)."""
         if path not in self.files:
             self._search(path)
         if path in self.files:
-            return Move(path, self.files[path], "file")
+            return FileMove(path, self.files[path], "file")
         return self._via_dirs(path)
 
-    def follow_created(self, path: str) -> Move | None:
+    def follow_created(self, path: str) -> FileMove | None:
         """For a file a patch creates: follow its directory if that directory moved away."""
         parent = posixpath.dirname(path)
         if not parent or _is_dir(self.new_tree, parent):
@@ -133,7 +135,7 @@ class RenameFinder:
         return self._via_dirs(path)
 
 
-def rewrite(patch: Patch, moves: dict[str, Move]) -> Patch:
+def rewrite(patch: Patch, moves: dict[str, FileMove]) -> Patch:
     """`patch` with every path in `moves` replaced by where it went."""
     if not moves:
         return patch

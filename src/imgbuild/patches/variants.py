@@ -53,6 +53,19 @@ class ResolvedVariant:
             )
         return ref
 
+    def repository(self, override: str | None = None, *, takes_repository: bool = False) -> str:
+        """The repository this variant's images are named in: `override` (`--repository`), else image.repository;
+        the one check that one is set (a ConfigError, as for the base; `takes_repository`: the command has
+        `--repository`, so the hint names it)."""
+        repo = override or self.image.repository
+        if not repo:
+            more = ", or pass --repository NAME" if takes_repository else ""
+            raise ConfigError(
+                f"images/{self.name}.yaml: image.repository is not set (nor inherited through from:)",
+                hint=f"set image.repository, e.g. vllm-dsv41, in the root variant{more}",
+            )
+        return repo
+
 
 def patch_names(patches: Sequence[Patch]) -> dict[str, list[str]]:
     """Every name a variant may use (patch name, file name, group) -> patch names."""

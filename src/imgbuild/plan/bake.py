@@ -18,14 +18,14 @@ from imgbuild.atomic import write_text
 from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
-from imgbuild.plan.builds import repository_of, title_of
+from imgbuild.plan.builds import immutable_tag, title_of
 from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import digest_lines, share_layers
-from imgbuild.registry.lock import Lock
+from imgbuild.registry.lock import ImagesLock
 
 BAKE_FILE = "buildkit/docker-bake.json"
 CONTEXT_DIR = "buildkit/context"
-BAKE_FORMAT = "imgbuild-bake/1"
+BAKE_FORMAT = "imgbuild-bake/2"  # 2: the layers' checked-hash bytecode, compiled in a stage by the base's python
 # A loopback registry: pushable when one runs (.ci/start-registry.sh), never a namespace of
 # somebody else; CI and users set REGISTRY (e.g. ghcr.io/OWNER).
 DEFAULT_REGISTRY = "localhost:5000"
@@ -62,7 +62,7 @@ def escape(value: str) -> str:
     return value.replace("${", "$${").replace("%{", "%%{")
 
 
-def _base_ref(plan: VariantPlan, lock: Lock | None) -> tuple[str, str | None, bool]:
+def _base_ref(plan: VariantPlan, lock: ImagesLock | None) -> tuple[str, str | None, bool]:
     """(BASE default, base digest label (None: unknown, so absent), locked?)."""
     v = plan.variant
     base = v.base_ref()
@@ -72,7 +72,7 @@ def _base_ref(plan: VariantPlan, lock: Lock | None) -> tuple[str, str | None, bo
     return base, None, False
 
 
-def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | None) -> Bake:
+def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: ImagesLock | None) -> Bake:
     by_name = {p.variant.name: p for p in plans}
     for p in plans:
         if not p.variant.image.site_packages:
@@ -92,12 +92,14 @@ def make_bake(inputs: ProjectInputs, plans: Sequence[VariantPlan], lock: Lock | 
     return Bake(tuple(targets), context, text)
 
 
-def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lock: Lock | None) -> BakeTarget:
+def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lock: ImagesLock | None) -> BakeTarget:
     v = plan.variant
     site = v.image.site_packages or ""
     base, base_digest, locked = _base_ref(plan, lock)
     keep = v.image.entrypoint == "keep"
-    text = dockerfile.render_image(base, site, chain, v.image.env, {}, keep_entrypoint=keep, base_arg=True)
+    text = dockerfile.render_image(
+        base, site, chain, v.image.env, {}, keep_entrypoint=keep, base_arg=True, bytecode=True
+    )
     image_labels = labels.image_labels(
         plan,
         inputs,
@@ -105,7 +107,7 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
         base_digest=base_digest,
         site_packages=site,
         layers=chain,
-        title=title_of(repository_of(plan, None), v.name, v.image.tags),
+        title=title_of(v.repository(), v.name, v.image.tags),
         source=None,  # the committed file cannot name the commit that holds it: CI adds source/revision
     )
     platforms = tuple(map(str, v.image.platforms))
@@ -114,13 +116,13 @@ def _target(inputs: ProjectInputs, plan: VariantPlan, chain: tuple[str, ...], lo
     return BakeTarget(
         variant=v.name,
         platforms=platforms,
-        repository=repository_of(plan, None),
+        repository=v.repository(),
         base=base,
         locked=locked,
         dockerfile=text,
         labels=final,
         inputs_digest=digest,
-        immutable_tag=f"{inputs.upstream.version}-{digest[:12]}",
+        immutable_tag=immutable_tag(inputs, digest),
         moving_tags=tuple(v.image.tags),
         layers=chain,
     )

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from imgbuild.errors import ConfigError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
 from imgbuild.plan.bytecode import BytecodeMap
@@ -126,14 +125,11 @@ class BuildPlan:
         }
 
 
-def repository_of(plan: VariantPlan, override: str | None) -> str:
-    repo = override or plan.variant.image.repository
-    if not repo:
-        raise ConfigError(
-            f"images/{plan.variant.name}.yaml: image.repository is not set (nor inherited through from:)",
-            hint="set image.repository, e.g. vllm-dsv41, in the root variant",
-        )
-    return repo
+def immutable_tag(inputs: ProjectInputs, digest: str) -> str:
+    """The immutable tag of an image, a join or a bake target: the images' version (the first pin's) and the first 12
+    hex of its inputs digest (`imgbuild.inputs`; a join's is `join_inputs`). The one place it is spelled:
+    `deploy/history.py` and `deploy/identity.py` read it back."""
+    return f"{inputs.upstream.version}-{digest[:12]}"
 
 
 def title_of(repository: str, variant: str, tags: Sequence[str] | None) -> str:
@@ -142,7 +138,7 @@ def title_of(repository: str, variant: str, tags: Sequence[str] | None) -> str:
 
 
 def make_build_plan(
-    project: ProjectInputs,
+    inputs: ProjectInputs,
     plans: Sequence[VariantPlan],
     bases: BaseMap,
     selection: Selection,
@@ -171,12 +167,12 @@ def make_build_plan(
         plan = by_name[name]
         platforms = selection.platforms_of(name)
         parts = tuple(
-            _image(project, plan, pf, bases[(name, pf)], shared.chain(name), repository, len(platforms) == 1, bytecode)
+            _image(inputs, plan, pf, bases[(name, pf)], shared.chain(name), repository, len(platforms) == 1, bytecode)
             for pf in platforms
         )
         images += parts
         if len(parts) > 1:
-            joins.append(_join(project, plan, parts))
+            joins.append(_join(inputs, plan, parts))
     return BuildPlan(tuple(images), tuple(layer_plans.values()), tuple(joins))
 
 
@@ -186,23 +182,23 @@ def join_inputs(images: Mapping[str, str]) -> str:
     return digest_lines([IMAGE_FORMAT, "join", dockerfile.render_join(images)])
 
 
-def _join(project: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
+def _join(inputs: ProjectInputs, plan: VariantPlan, parts: tuple[ImageBuild, ...]) -> JoinBuild:
     images = {p.platform.arch: p.immutable_ref for p in parts}
     text = dockerfile.render_join(images)
-    inputs = join_inputs(images)
+    digest = join_inputs(images)
     return JoinBuild(
         variant=plan.variant.name,
         parts=parts,
         dockerfile=text,
-        inputs_digest=inputs,
+        inputs_digest=digest,
         repository=parts[0].repository,
-        immutable_tag=f"{project.upstream.version}-{inputs[:12]}",
+        immutable_tag=immutable_tag(inputs, digest),
         moving_tags=tuple(plan.variant.image.tags),
     )
 
 
 def _image(
-    project: ProjectInputs,
+    inputs: ProjectInputs,
     plan: VariantPlan,
     platform: Platform,
     base: BaseInfo,
@@ -213,24 +209,24 @@ def _image(
 ) -> ImageBuild:
     """One platform's image; it carries the variant's moving tags when it is the variant's only platform."""
     v = plan.variant
-    repo = repository_of(plan, repository)
+    repo = v.repository(repository, takes_repository=True)
     names = tuple(node.name for node in chain)
     image_labels = labels.image_labels(
         plan,
-        project,
+        inputs,
         base_ref="" if base.local else base.ref,  # a base with no registry origin has neither OCI label
         base_digest=None if base.local else base.digest,
         local_base=base.ref if base.local else "",
         site_packages=base.site_packages,
         layers=names,
         title=title_of(repo, v.name, v.image.tags),
-        source=project.source,
+        source=inputs.source,
     )
     keep = v.image.entrypoint == "keep"
     site = base.site_packages
     pre = dockerfile.render_image(base.ref, site, names, v.image.env, image_labels, keep_entrypoint=keep)
-    inputs = digest_lines([IMAGE_FORMAT, str(platform), base.image_id, pre])
-    final_labels = dict(sorted({**image_labels, labels.INPUTS: inputs}.items()))
+    digest = digest_lines([IMAGE_FORMAT, str(platform), base.image_id, pre])
+    final_labels = dict(sorted({**image_labels, labels.INPUTS: digest}.items()))
     text = dockerfile.render_image(base.ref, site, names, v.image.env, final_labels, keep_entrypoint=keep)
     # the layers' files are the plan's (the pre-Dockerfile names them by their digest: the inputs cover them)
     # and each module's .pyc, compiled by the base's python (a function of the base's id and the files: the same)
@@ -250,9 +246,9 @@ def _image(
         dockerfile=text,
         context=dockerfile.context_tar(text, dockerfile.layer_context(files)),
         labels=final_labels,
-        inputs_digest=inputs,
+        inputs_digest=digest,
         repository=repo,
-        immutable_tag=f"{project.upstream.version}-{inputs[:12]}",
+        immutable_tag=immutable_tag(inputs, digest),
         moving_tags=tuple(v.image.tags) if moving else (),
         plan=plan,
     )

@@ -1,9 +1,12 @@
 """Dockerfiles and deterministic build contexts (pure): a variant image is FROM its base plus one COPY per layer,
-no RUN (so no emulation); a join picks each platform's image by TARGETARCH."""
+no RUN (so no emulation; `imgbuild build` compiles the layers' bytecode in a container of the base beforehand); a
+join picks each platform's image by TARGETARCH. The bake file's Dockerfile, which has no such step before it,
+compiles the bytecode in a stage of its own (`bytecode=True`): one RUN of the base's python per platform."""
 
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +15,24 @@ from pathlib import PurePosixPath
 DOCKERFILE = "Dockerfile"
 MTIME = 0
 LAYERS = "layers"  # the context directory of the layers: one subdirectory per layer
+BYTECODE_DIR = "/imgbuild-bytecode"  # the bake file's compile stage: the layers with their .pyc, then COPY --from
+# Run by the base's python3 in that stage (argv: the folder, site-packages, the layers): each layer's modules
+# compiled in checked-hash mode, as `imgbuild build`'s layers carry them (plan/bytecode.py: no mtime in the .pyc,
+# named for the module's path in the image), then every mtime set to 0, so the COPY holds no build time.
+COMPILE_LAYERS = """import os, sys, py_compile as c
+root, site = sys.argv[1], sys.argv[2]
+for layer in sys.argv[3:]:
+    top = os.path.join(root, layer)
+    for d, _, names in sorted(os.walk(top)):
+        for n in sorted(names):
+            if n.endswith('.py'):
+                p = os.path.join(d, n)
+                c.compile(p, dfile=site + '/' + os.path.relpath(p, top), doraise=True,
+                          invalidation_mode=c.PycInvalidationMode.CHECKED_HASH)
+for d, dirs, names in os.walk(root):
+    for n in dirs + names:
+        os.utime(os.path.join(d, n), (0, 0))
+"""
 
 
 def quote(value: str) -> str:
@@ -44,12 +65,25 @@ def render_image(
     *,
     keep_entrypoint: bool = False,
     base_arg: bool = False,
+    bytecode: bool = False,
 ) -> str:
     """A variant image: its base, one COPY per layer (`layers/<name>/`), ENV, LABEL, cleared CMD and (unless
-    `keep_entrypoint`) ENTRYPOINT. `base_arg`: the base through `ARG BASE`, which the bake file's CI overrides."""
+    `keep_entrypoint`) ENTRYPOINT. `base_arg`: the base through `ARG BASE`, which the bake file's CI overrides.
+    `bytecode`: the layers' checked-hash bytecode compiled by the base's python3 in a stage before (COMPILE_LAYERS),
+    each layer then copied from there with its `.pyc`."""
+    site = site_packages.rstrip("/")
     lines = ["# imgbuild image: its base, one COPY per imgbuild layer, then its metadata"]
-    lines += [f"ARG BASE={base}", "FROM ${BASE}"] if base_arg else [f"FROM {base}"]
-    lines += [f"COPY {LAYERS}/{name}/ {site_packages.rstrip('/')}/" for name in layers]
+    source = "${BASE}" if base_arg else base
+    lines += [f"ARG BASE={base}"] if base_arg else []
+    if bytecode and layers:
+        lines += [f"FROM {source} AS bytecode"]
+        lines += [f"COPY {LAYERS}/{name}/ {BYTECODE_DIR}/{name}/" for name in layers]
+        run = ["python3", "-c", COMPILE_LAYERS, BYTECODE_DIR, site, *layers]
+        lines += ["RUN " + json.dumps(run), f"FROM {source}"]
+        lines += [f"COPY --from=bytecode {BYTECODE_DIR}/{name}/ {site}/" for name in layers]
+    else:
+        lines += [f"FROM {source}"]
+        lines += [f"COPY {LAYERS}/{name}/ {site}/" for name in layers]
     env = list(env)
     if env:
         lines.append("ENV " + " \\\n    ".join(f"{_key(k)}={quote(v)}" for k, v in env))

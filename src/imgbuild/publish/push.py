@@ -22,6 +22,7 @@ from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.plan.labels import INPUTS
 from imgbuild.platforms import Platform
+from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
 from imgbuild.publish import signing
@@ -36,7 +37,6 @@ STORE_HINT = (
     '({"features": {"containerd-snapshotter": true}} in daemon.json), where a push keeps the local digest'
 )
 NOT_BUILT = "(not built)"
-Say = build.Say
 
 
 def split_ref(local: str) -> tuple[str, str]:
@@ -413,7 +413,7 @@ def publish(
     sbom: bool = False,
     sign: bool = False,
     dry_run: bool = False,
-    say: Say = build.to_stderr,
+    say: Say = to_stderr,
 ) -> PublishResult:
     """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
     t0 = time.perf_counter()

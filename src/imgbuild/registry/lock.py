@@ -43,7 +43,9 @@ class LockedVariant:
 
 
 @dataclass(frozen=True)
-class Lock:
+class ImagesLock:
+    """`images.lock`: the pinned release, the series, each base's digest per platform and each variant's base."""
+
     upstream_tag: str
     upstream_commit: str
     series: str
@@ -71,7 +73,7 @@ class Lock:
         return HEADER + yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=200)
 
 
-def load_lock(root: Path) -> Lock | None:
+def load_lock(root: Path) -> ImagesLock | None:
     path = root / FILENAME
     if not path.is_file():
         return None
@@ -90,7 +92,7 @@ def load_lock(root: Path) -> Lock | None:
         }
         up = data["upstream"]
         more = tuple((str(a["name"]), str(a["tag"]), str(a["commit"])) for a in up.get("also") or ())
-        return Lock(str(up["tag"]), str(up["commit"]), str(data["series"]), bases, variants, more)
+        return ImagesLock(str(up["tag"]), str(up["commit"]), str(data["series"]), bases, variants, more)
     except (yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{path}: cannot read the lock: {exc}", hint="regenerate it with `imgbuild lock`") from exc
 
@@ -118,11 +120,11 @@ def make_lock(
     series: str,
     resolve: Callable[[str], LockedBase] = resolve_base,
     more: Sequence[tuple[str, str, str]] = (),
-) -> Lock:
+) -> ImagesLock:
     """`more`: every further pin (name, tag, commit), so that a move of any pin makes the lock stale."""
     bases = {ref: resolve(ref) for ref in dict.fromkeys(v.base_ref() for v in variants)}
     locked = {v.name: LockedVariant(v.base_ref(), v.image.platforms) for v in variants}
-    lock = Lock(upstream_tag, upstream_commit, series, bases, locked, tuple(more))
+    lock = ImagesLock(upstream_tag, upstream_commit, series, bases, locked, tuple(more))
     missing = missing_platforms(lock)
     if missing:
         raise RegistryError(
@@ -131,7 +133,7 @@ def make_lock(
     return lock
 
 
-def missing_platforms(lock: Lock) -> list[str]:
+def missing_platforms(lock: ImagesLock) -> list[str]:
     out = []
     for name, v in sorted(lock.variants.items()):
         base = lock.bases.get(v.base)
@@ -144,7 +146,7 @@ def missing_platforms(lock: Lock) -> list[str]:
 
 
 def check(
-    lock: Lock | None,
+    lock: ImagesLock | None,
     variants: Sequence[ResolvedVariant],
     upstream_tag: str,
     upstream_commit: str,
@@ -193,7 +195,7 @@ def check(
     return problems
 
 
-def _more_pins(lock: Lock, more: Sequence[tuple[str, str, str]]) -> list[str]:
+def _more_pins(lock: ImagesLock, more: Sequence[tuple[str, str, str]]) -> list[str]:
     """Every further pin against the lock's."""
     problems = []
     locked = {n: (t, c) for n, t, c in lock.more}
@@ -206,7 +208,7 @@ def _more_pins(lock: Lock, more: Sequence[tuple[str, str, str]]) -> list[str]:
     return problems + [f"upstream {name}: locked {t}, no longer pinned" for name, (t, _) in sorted(locked.items())]
 
 
-def write_lock(root: Path, lock: Lock) -> bool:
+def write_lock(root: Path, lock: ImagesLock) -> bool:
     """Write `images.lock`; False when it already had exactly this content."""
     path = root / FILENAME
     text = lock.render()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from imgbuild import proc
+from imgbuild.engine.door import run_cli
 from imgbuild.errors import RegistryError
 from imgbuild.platforms import Platform
 
@@ -132,14 +133,14 @@ def _tail(text: str) -> str:
 def _run(
     args: Sequence[str], what: str, ref: str, *, text: bool = True, check: bool = True, timeout: float = TIMEOUT
 ) -> Any:
-    """`docker ARGS`; a failure (unless `check` is False: then the caller reads it) is a RegistryError."""
-    argv = [os.environ.get("IMGBUILD_DOCKER", "docker"), *args]
+    """`docker ARGS` through the engine's one door to the docker CLI; a failure (unless `check` is False: then the
+    caller reads it) is a RegistryError."""
     host = ref.split("/", 1)[0]
     try:
-        done = proc.run(argv, text=text, timeout=timeout)
+        done = run_cli(args, text=text, timeout=timeout)
     except proc.ToolNotFound as exc:
         raise RegistryError(
-            f"{what}: the docker CLI ({argv[0]}) is not installed",
+            f"{what}: the docker CLI ({exc.tool}) is not installed",
             hint="install docker and its buildx plugin, or set IMGBUILD_DOCKER",
         ) from exc
     except proc.ToolTimeout as exc:

@@ -296,7 +296,7 @@ def runtime_checks(
     """One container: the launcher's `bash -c` (entrypoint, a standalone kill), then in the same shell the probe:
     run directly, hashes, byte-compiles, smoke commands, imports, version. Only when `bash -c` did not run there
     (no bash, a consuming ENTRYPOINT) the probe runs again as `python3 -c`, and launchcheck its cleared run."""
-    check_binfmt(info.platform, engine.arch)
+    check_binfmt(info.platform, engine.platform)
     skeleton, spec = lbl.SKELETON in info.labels, expected.smoke
     commands = () if spec is None else tuple(spec.skeleton_commands if skeleton else spec.commands)
     files = [f.path for f in expected.files]
@@ -307,7 +307,7 @@ def runtime_checks(
     job = probe.Job(expected.paths, commands, timeout, modules, CLI if modules else "", split=len(planned))
     t0 = time.monotonic()
     # under qemu, an arm64 torch needs an aarch64 cpuinfo
-    opts = runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine.arch.arch)
+    opts = runtime_run.runtime_run_options(info.platform, cache_dir(), emulated=info.arch != engine.platform.arch)
     res = engine.run(info.id, job.under_bash(launchcheck.SCRIPT), platform=expected.platform,
                      timeout=job.container_timeout, binds=opts.binds, environment=opts.env)  # fmt: skip
     launched = launchcheck.parse(res.stdout)
@@ -321,7 +321,7 @@ def runtime_checks(
     took = time.monotonic() - t0
     if "exec format error" in res.stderr:
         raise DockerError(
-            f"{info.platform} binaries do not run on this {engine.arch} daemon (exec format error)",
+            f"{info.platform} binaries do not run on this {engine.platform} daemon (exec format error)",
             hint=BINFMT_FIX.format(qemu=info.platform.machine),
         )
     result = probe.parse(res.stdout)

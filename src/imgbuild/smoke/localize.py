@@ -34,7 +34,7 @@ def localize(engine: Engine, text: str, platform: str | None = None) -> str:
         ref = reference.parse(text)
     except ConfigError:
         return text
-    plat = want or engine.arch
+    plat = want or engine.platform
     top = tools.inspect_required(str(ref))  # the platform's manifest: the one, or the index's entry
     found = [digest for p, digest in top.entries() if p == plat] if top.is_index else [top.digest]
     if not found:

@@ -8,7 +8,6 @@ import io
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 import zipfile
@@ -20,6 +19,7 @@ from imgbuild import offline
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError, disk_full, no_space
+from imgbuild.progress import to_stderr
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, run_git
 
@@ -82,10 +82,6 @@ class Resolved:
     tag: str
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr)
-
-
 class Mirror:
     def __init__(self, source: GitSource | WheelSource, package_root: str, root: Path | None = None) -> None:
         self.source = source
@@ -134,7 +130,7 @@ class Mirror:
 
     def set_aside(self, why: str) -> Path:
         aside = Path(f"{self.path}.broken-{int(time.time())}-{os.getpid()}")
-        _log(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
+        to_stderr(f"imgbuild: cache mirror {self.path} is broken ({why}); set aside as {aside.name}, rebuilding it")
         shutil.move(str(self.path), aside)
         self._repo = None
         self._whole.clear()
@@ -254,7 +250,7 @@ class Mirror:
             f"{ref} of {url} is not in the cache mirror {self.path}",
             "run the same `imgbuild build` without --offline (it fetches the pinned release into the cache)",
         )
-        _log(f"imgbuild: fetching {ref} from {url}")
+        to_stderr(f"imgbuild: fetching {ref} from {url}")
         refspecs = [ref] if SHA_RE.match(ref) else [f"+refs/tags/{ref}:refs/tags/{ref}"]
         try:
             repo.run("fetch", "--no-tags", url, *refspecs)
@@ -298,7 +294,7 @@ class Mirror:
                 "run the same `imgbuild build` without --offline (it downloads the wheel into the cache)",
             )
             dest = ensure_cache_dir(self.root / "wheels")
-            _log(f"imgbuild: downloading {src.project}=={version} ({src.platform}) with pip")
+            to_stderr(f"imgbuild: downloading {src.project}=={version} ({src.platform}) with pip")
             args = [
                 "download", f"{src.project}=={version}", "--no-deps",
                 "--only-binary", ":all:", "--platform", src.platform, "--python-version", src.python_version,
@@ -328,7 +324,7 @@ class Mirror:
 
     def _materialize(self, repo: GitRepo, version: str) -> str:
         wheel = self.fetch_wheel(version)
-        _log(f"imgbuild: committing {self.package_root}/ of {wheel.name} into the cache")
+        to_stderr(f"imgbuild: committing {self.package_root}/ of {wheel.name} into the cache")
         commit = materialize_wheel(repo, wheel, self.package_root, f"refs/tags/v{version}", version)
         assert isinstance(self.source, WheelSource)
         pinned = version == self.source.version  # fetch_wheel has just checked its sha256: no second pass

@@ -173,7 +173,7 @@ def overrides_in_effect(found: Sequence[Need]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Move:
+class PinMove:
     """A pin that moves with the pin that requires it (`patches bump`)."""
 
     pin: str
@@ -222,31 +222,31 @@ class Unmet(Exception):
 
 def plan_moves(
     pins: Sequence[UpstreamPin], found: Sequence[Need], versions: Callable[[UpstreamPin], Sequence[str]]
-) -> list[Move]:
+) -> list[PinMove]:
     """Which pins move with a bump, and where to (pure but for `versions`, the index's versions of a pin's project):
     an unmet requirement moves its pin to the newest version on the index that meets it (dropping an override that
     replaced an older requirement), else to the version of an override that replaces exactly this requirement
     (which the index must have); otherwise `Unmet` is raised, before anything changed."""
     by_name = {p.name: p for p in pins}
-    moves: list[Move] = []
+    moves: list[PinMove] = []
     for need in found:
         pin = by_name[need.pin]
         stale = pin.override is not None and need.override is None  # it named an older requirement
         if need.status == "ok":
             if stale:  # met by the pin as it is: only the stale override goes
-                moves.append(Move(pin.name, need.pinned, need.pinned, need, drop_override=True))
+                moves.append(PinMove(pin.name, need.pinned, need.pinned, need, drop_override=True))
             continue
         have = list(versions(pin))
         req = Requirement(need.requirement)
         meeting = sorted((v for v in have if satisfies(v, req)), key=Version)
         if need.status == "overridden":  # the override stays until the index has what is required
             if meeting:
-                moves.append(Move(pin.name, need.pinned, meeting[-1], need, drop_override=True))
+                moves.append(PinMove(pin.name, need.pinned, meeting[-1], need, drop_override=True))
             continue
         if meeting:
-            moves.append(Move(pin.name, need.pinned, meeting[-1], need, drop_override=pin.override is not None))
+            moves.append(PinMove(pin.name, need.pinned, meeting[-1], need, drop_override=pin.override is not None))
         elif need.override is not None and need.override.version in have:
-            moves.append(Move(pin.name, need.pinned, need.override.version, need, by_override=True))
+            moves.append(PinMove(pin.name, need.pinned, need.override.version, need, by_override=True))
         else:
             raise Unmet(need, have, need.override)
     return moves

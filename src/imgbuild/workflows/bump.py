@@ -22,13 +22,14 @@ from imgbuild.atomic import write_json, write_text
 from imgbuild.config.models import PinsFile, UpstreamPin, WheelSource
 from imgbuild.errors import ImgbuildError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
+from imgbuild.progress import Say, quiet
 from imgbuild.project import Project
 from imgbuild.shapes import dump
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import index_versions, resolve_ref
-from imgbuild.upstream.requires import Move, Unmet, plan_moves
+from imgbuild.upstream.requires import PinMove, Unmet, plan_moves
 from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase_state import Log, Pin, RebaseStopped, load, moving_pin, quiet, session
+from imgbuild.workflows.rebase_state import Pin, RebaseStopped, load, moving_pin, session
 from imgbuild.workflows.writeback import drop_override
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class Bump:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     report: Path | None = None
     error: ImgbuildError | None = None
-    pins: list[dict[str, Any]] = field(default_factory=list)  # the pins that moved with it (requires.Move)
+    pins: list[dict[str, Any]] = field(default_factory=list)  # the pins that moved with it (requires.PinMove)
     pending: list[dict[str, Any]] = field(default_factory=list)  # at a stop: will each pending patch apply?
 
     def to_json(self) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def bump(
     build: BuildOptions | None = None,
     report_dir: Path | None = None,
     date: str | None = None,
-    log: Log = quiet,
+    say: Say = quiet,
 ) -> Bump:
     """Carry the series onto `onto` on a new branch, commit it, build and smoke-test (`build` None: don't)."""
     rebase.refuse_if_busy(root)
@@ -100,25 +101,25 @@ def bump(
     name = branch or "imgbuild/bump-" + review.SAFE.sub("_", new.tag)
     md = review.report_md(root, f"bump-{new.tag}", report_dir.resolve() if report_dir else None)
     current = _current_branch(repo)
-    moves: list[Move] = []
+    moves: list[PinMove] = []
     if new.commit != old.commit:  # before anything changes: the pins that must move with it, or one clear error
-        moves = pin_moves(project, new.tag, log)
+        moves = pin_moves(project, new.tag, say)
     if new.commit == old.commit:
         if current == name and repo.status("patches").strip():
             # the rebase this bump started, finished since by `patches rebase --continue`: commit it, build
-            log(f"the rebase onto {new.tag} is finished on {name}; committing it")
-            return _finish(root, repo, _pin_at_head(repo) or old, new, name, md, build, log)
+            say(f"the rebase onto {new.tag} is finished on {name}; committing it")
+            return _finish(root, repo, _pin_at_head(repo) or old, new, name, md, build, say)
         newest = "the newest release " if onto.strip() == "latest" else ""
         return Bump("current", f"already at {newest}{new.tag}", old, new)
     rebase.refuse_dirty_patches(root)  # before the branch: the rebase would refuse it there
     head = repo.verify("HEAD")
     created = _switch(repo, name, current)
-    log(f"on branch {name}: rebasing from {old.tag} onto {new.tag}")
+    say(f"on branch {name}: rebasing from {old.tag} onto {new.tag}")
     more = [f"{m.pin}={m.new}" for m in moves if m.new != m.old]
     for m in moves:
-        log(m.message)
+        say(m.message)
     try:
-        rebase.start(root, new.tag, more=more, date=date, report=md, log=log)
+        rebase.start(root, new.tag, more=more, date=date, report=md, say=say)
     except RebaseStopped as exc:
         return _stopped(root, exc, old, new, name, md, [m.to_json() for m in moves])
     except BaseException:
@@ -127,16 +128,16 @@ def bump(
             repo.run("switch", "-q", *([current] if current else ["--detach", head]))
             repo.run("branch", "-q", "-D", name)
         raise
-    return _finish(root, repo, old, new, name, md, build, log)
+    return _finish(root, repo, old, new, name, md, build, say)
 
 
 # -- the steps -----------------------------------------------------------------------------
-def pin_moves(project: Project, tag: str, log: Log = quiet) -> list[Move]:
+def pin_moves(project: Project, tag: str, say: Say = quiet) -> list[PinMove]:
     """The pins that move with the first pin's move to `tag` (what the new release requires of them), asking the
     package index which versions exist; an unmet requirement is one UpstreamError, raised before anything changes."""
     found = project.needs_if_moved({project.pin.name: tag})
     for need in found:
-        log(need.message)
+        say(need.message)
 
     def versions(pin: UpstreamPin) -> list[str]:
         assert isinstance(pin.source, WheelSource)  # requires.needs reads wheel pins only
@@ -236,14 +237,14 @@ def _stopped(
 
 
 def _finish(
-    root: Path, repo: GitRepo, old: Pin, new: Pin, name: str, md: Path, build: BuildOptions | None, log: Log
+    root: Path, repo: GitRepo, old: Pin, new: Pin, name: str, md: Path, build: BuildOptions | None, say: Say
 ) -> Bump:
     """Commit patches/ on the branch, build and smoke-test unless told not to, and write the report."""
     text, data = _review(md, old, new)
     patches = review.with_kinds(data.get("patches", ()))
-    dropped = _drop_stale_overrides(root, log)
+    dropped = _drop_stale_overrides(root, say)
     pins, text, data = _moved_pins(root, repo, text, data, dropped)
-    bases = move_base_tags(root, old.tag, new.tag, log)
+    bases = move_base_tags(root, old.tag, new.tag, say)
     repo.stage("patches", *bases)
     lines = [f"patches: carry the series onto vLLM {new.tag} (from {old.tag})", ""]
     lines += [f"Made by `imgbuild patches bump`; the review report: {md.name}.", ""]
@@ -252,13 +253,13 @@ def _finish(
     lines += [f"- {path}: image.base moves to the {new.tag} image" for path in bases]
     repo.run("commit", "-q", "-m", "\n".join(lines) + "\n", "--", "patches", *bases)
     commit = repo.verify("HEAD")
-    log(f"committed {commit[:12]} on {name}")
+    say(f"committed {commit[:12]} on {name}")
     images: list[dict[str, Any]] = []
     error: ImgbuildError | None = None
     note = "not built (--no-build)"
     if build is not None:
         try:
-            images = _build(root, build, log)
+            images = _build(root, build, say)
             note = f"built and smoke-tested {len(images)} image(s)"
         except ImgbuildError as exc:
             error, note = exc, f"the build failed: {exc.message}"
@@ -283,7 +284,7 @@ def _finish(
     return Bump(status, message, old, new, name, commit, bool(images), images, patches, [], md, error, pins)
 
 
-def _drop_stale_overrides(root: Path, log: Log) -> list[str]:
+def _drop_stale_overrides(root: Path, say: Say) -> list[str]:
     """Remove each override the carried pins no longer need (the required version met, or no longer required):
     the bump that finds what was required drops the override."""
     project = Project.load(root)
@@ -297,7 +298,7 @@ def _drop_stale_overrides(root: Path, log: Log) -> list[str]:
             continue  # in use, or a mismatch that `patches check` reports
         path.write_text(drop_override(path.read_text(encoding="utf-8"), pin), encoding="utf-8")
         gone.append(pin.name)
-        log(f"the {pin.name} pin's override of {pin.override.requirement} is no longer needed: removed")
+        say(f"the {pin.name} pin's override of {pin.override.requirement} is no longer needed: removed")
     return gone
 
 
@@ -363,14 +364,14 @@ def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
     return text, {"old": old.to_json(), "onto": new.to_json(), "patches": [], "warnings": []}
 
 
-def _build(root: Path, options: BuildOptions, log: Log) -> list[dict[str, Any]]:
+def _build(root: Path, options: BuildOptions, say: Say) -> list[dict[str, Any]]:
     """Every variant built and smoke-tested, as `imgbuild build` does (builder/runner.py)."""
     from imgbuild.builder import runner
     from imgbuild.engine import Engine
 
     project = Project.load(root)
     project.refuse_bad_headers()
-    result = runner.build(Engine.connect(), project, project.select(None, None), options, say=log)
+    result = runner.build(Engine.connect(), project, project.select(None, None), options, say=say)
     return [_image(dump(i)) for i in result.images]
 
 
@@ -393,7 +394,7 @@ def _write(md: Path, text: str, data: dict[str, Any]) -> None:
     write_json(md.with_suffix(".json"), data)
 
 
-def move_base_tags(root: Path, old_tag: str, new_tag: str, log: Log) -> list[str]:
+def move_base_tags(root: Path, old_tag: str, new_tag: str, say: Say) -> list[str]:
     """Each variant whose `image.base` is tagged with the old release (`vllm/vllm-openai:v0.33.0`) is rewritten
     to the new one, in place (comments kept): a stock vLLM image carries its release's files, so a base left at
     the old tag fails the drift check once the pin moves. Returns the files rewritten (relative to `root`)."""
@@ -405,7 +406,7 @@ def move_base_tags(root: Path, old_tag: str, new_tag: str, log: Log) -> list[str
         if new != text:
             write_text(path, new)
             rel = path.relative_to(root).as_posix()
-            log(f"{rel}: image.base {old_tag} -> {new_tag}")
+            say(f"{rel}: image.base {old_tag} -> {new_tag}")
             moved.append(rel)
     return moved
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from imgbuild.atomic import write_json
 from imgbuild.errors import ImgbuildError, StateError, UsageError
 from imgbuild.patches.patchfile import parse_patch
+from imgbuild.progress import Say, quiet
 from imgbuild.project import Project
 from imgbuild.upstream.git import GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
@@ -23,14 +24,12 @@ from imgbuild.workflows.rebase_finish import SKIPPED, commit
 from imgbuild.workflows.rebase_replay import replay_old, run, take_resolution
 from imgbuild.workflows.rebase_state import (
     Item,
-    Log,
     PatchResult,
     Pin,
     RebaseDone,
     RebaseState,
     RebaseStopped,
     load,
-    quiet,
     read,
     save,
     session,
@@ -49,7 +48,7 @@ def start(
     more: Sequence[str] = (),
     date: str | None = None,
     report: Path | None = None,
-    log: Log = quiet,
+    say: Say = quiet,
     done_before: Sequence[str] = (),
 ) -> RebaseDone:
     """Rebase onto `ref` (`REF`: the first pin; `NAME=REF`: the pin NAME), then onto each of `more`, one
@@ -94,36 +93,36 @@ def start(
 
         work.create(old.repo.path / "objects", state.token, fill)
         what = f"{name} " if project.multi else ""
-        log(f"rebasing {len(items)} {what}patches from {pin.tag} onto {new.tag} ({new.commit[:12]})")
+        say(f"rebasing {len(items)} {what}patches from {pin.tag} onto {new.tag} ({new.commit[:12]})")
         pending, before = list(state.pending), [*state.done_before, name]
-        done = run(root, state, log)
-    return _next(root, done, pending, before, date, log)
+        done = run(root, state, say)
+    return _next(root, done, pending, before, date, say)
 
 
 def _next(
-    root: Path, done: RebaseDone, pending: list[str], before: list[str], date: str | None, log: Log
+    root: Path, done: RebaseDone, pending: list[str], before: list[str], date: str | None, say: Say
 ) -> RebaseDone:
     """After one pin's rebase is written, the next pending one (if any), with this one in its `earlier`."""
     if not pending:
         return done
-    later = start(root, pending[0], more=pending[1:], date=date, log=log, done_before=before)
+    later = start(root, pending[0], more=pending[1:], date=date, say=say, done_before=before)
     return dataclasses.replace(later, earlier=[*done.earlier, done, *later.earlier])
 
 
-def resume(root: Path, action: Action, *, log: Log = quiet) -> RebaseDone:
+def resume(root: Path, action: Action, *, say: Say = quiet) -> RebaseDone:
     """`--continue` or `--skip`."""
     with session(root).locked():
         state = load(root)
         pending, before = list(state.pending), [*state.done_before, state.upstream]
         if state.status == "committing":
-            log("finishing the interrupted write of patches/")
+            say("finishing the interrupted write of patches/")
             done = commit(root, state)
         else:
-            done = _resume(root, state, action, log)
-    return _next(root, done, pending, before, state.today, log)
+            done = _resume(root, state, action, say)
+    return _next(root, done, pending, before, state.today, say)
 
 
-def _resume(root: Path, state: RebaseState, action: Action, log: Log) -> RebaseDone:
+def _resume(root: Path, state: RebaseState, action: Action, say: Say) -> RebaseDone:
     # A patch or the series edited while the rebase was stopped: say so now, not after the last conflict.
     check_unchanged(root, state.inputs, "the rebase")
     if action == "skip":
@@ -131,15 +130,15 @@ def _resume(root: Path, state: RebaseState, action: Action, log: Log) -> RebaseD
             raise StateError("nothing to skip: the rebase is not stopped at a conflict", hint="use --continue")
         item = state.current
         state.record(PatchResult.of(item, "skipped", "skipped by the user"))
-        log(f"{item.filename}: skipped; it is kept in patches/{SKIPPED}/{item.filename}")
+        say(f"{item.filename}: skipped; it is kept in patches/{SKIPPED}/{item.filename}")
     elif state.status == "stopped":
-        take_resolution(root, state, log)
+        take_resolution(root, state, say)
     else:
-        log(f"resuming the interrupted rebase at patch {state.next + 1} of {len(state.items)}")
+        say(f"resuming the interrupted rebase at patch {state.next + 1} of {len(state.items)}")
     state.status = "running"
     state.stopped = None
     save(root, state)
-    return run(root, state, log)
+    return run(root, state, say)
 
 
 def abort(root: Path) -> str:

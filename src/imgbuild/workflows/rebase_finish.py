@@ -15,12 +15,12 @@ from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.patchfile import Patch, parse_bytes, parse_patch
 from imgbuild.patches.series import parse_series
 from imgbuild.patches.variants import resolve_variants
+from imgbuild.progress import Say
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import wheel_pin_fields
 from imgbuild.workflows.rebase_state import (
     Final,
     Item,
-    Log,
     PatchResult,
     RebaseDone,
     RebaseState,
@@ -42,7 +42,7 @@ from imgbuild.workflows.writeback import (
 SKIPPED = "skipped"  # patches/skipped/: patches dropped with --skip, kept for later
 
 
-def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
+def finish(root: Path, state: RebaseState, say: Say) -> RebaseDone:
     work = session(root)
     check_unchanged(root, state.inputs, "the rebase")
     scratch = work.scratch()
@@ -119,7 +119,7 @@ def finish(root: Path, state: RebaseState, log: Log) -> RebaseDone:
     state.rows = rows
     save(root, state)
     for line in warnings:
-        log(f"warning: {line}")
+        say(f"warning: {line}")
     return commit(root, state)
 
 

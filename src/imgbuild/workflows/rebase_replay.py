@@ -13,6 +13,7 @@ from imgbuild.patches.carry import Carry, carry_patch, conflict_marker_lines
 from imgbuild.patches.hunks import decode
 from imgbuild.patches.patchfile import REQUIRED_FIELDS, header_of, parse_bytes, parse_header
 from imgbuild.patches.renames import RenameFinder
+from imgbuild.progress import Say
 from imgbuild.project import Project
 from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
 from imgbuild.upstream.git import CommitTree, GitRepo
@@ -20,7 +21,6 @@ from imgbuild.workflows import backport_check, carry_preview
 from imgbuild.workflows.rebase_finish import finish
 from imgbuild.workflows.rebase_state import (
     Item,
-    Log,
     PatchResult,
     RebaseDone,
     RebaseState,
@@ -54,7 +54,7 @@ def _result(item: Item, carry: Carry) -> PatchResult:
     return PatchResult.of(item, carry.outcome, carry.reason, **{k: data[k] for k in RECORDS})
 
 
-def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
+def run(root: Path, state: RebaseState, say: Say) -> RebaseDone:
     scratch = session(root).scratch()
     package_root = moving_pin(root, state).package_root
     old_commit, onto = state.old.commit, state.onto
@@ -84,10 +84,10 @@ def run(root: Path, state: RebaseState, log: Log) -> RebaseDone:
             raise _stop(root, state, item, carry, raw)
         elif carry.carried:
             result = replace(result, outcome="upstreamed", reason="applies, but changes nothing")
-        log(_progress(item, result))
+        say(_progress(item, result))
         state.record(result, new_head)
         save(root, state)
-    return finish(root, state, log)
+    return finish(root, state, say)
 
 
 def _progress(item: Item, result: PatchResult) -> str:
@@ -170,7 +170,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     return RebaseStopped("\n".join(lines), hint, stopped)
 
 
-def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
+def take_resolution(root: Path, state: RebaseState, say: Say) -> None:
     """Commit the work tree as the stopped patch, squashing any commits the user made."""
     work = session(root)
     tree = work.tree
@@ -220,7 +220,7 @@ def take_resolution(root: Path, state: RebaseState, log: Log) -> None:
         header=header,
     )
     state.record(result, commit)
-    log(f"{item.filename}: resolved by hand")
+    say(f"{item.filename}: resolved by hand")
 
 
 def _edited_header(root: Path, item: Item, current: Path) -> str | None:

@@ -8,7 +8,7 @@ dumped to JSON by pydantic.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal, Self, cast
@@ -31,7 +31,6 @@ Outcome = Literal["exact", "offset", "3way", "partly-upstreamed", "upstreamed", 
 Final = Literal[Outcome, "reinstated", "still upstreamed", "left in patches/upstreamed"]
 LEFT = "left in patches/upstreamed"
 KIND = "rebase"
-Log = Callable[[str], None]
 
 
 class Json:
@@ -262,10 +261,6 @@ def moving_pin(root: Path, state: RebaseState) -> UpstreamPin:
     """The pin the rebase moves: the one its state names, else the first."""
     pins = load_pins(root / "patches" / "upstream.yaml")
     return next((p for p in pins if p.name == state.upstream), pins[0])
-
-
-def quiet(_: str) -> None:
-    pass
 
 
 def message(filename: str) -> str:

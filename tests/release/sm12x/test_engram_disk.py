@@ -93,6 +93,7 @@ DISK_NAMES = (
     "_ENGRAM_PAGE",
     "ENGRAM_PROBE_ROWS",
     "ENGRAM_PROBE_ROWS_LARGE",
+    "_ENGRAM_PROBE_MIX",
     "ENGRAM_MERGE_GAP_PAGES",
     "ENGRAM_HINT_PAGES",
     "ENGRAM_HINTS_PER_TASK",
@@ -966,6 +967,49 @@ def one_page_table(engram, tmp_path, num_pages: int):
     return table, rows_per_page
 
 
+class RegionRecorder(HintRecorder):
+    """Probes hit below `cached_below` (a byte offset) only."""
+
+    def __init__(self, cached_below: int) -> None:
+        super().__init__(cached=False)
+        self.cached_below = cached_below
+        self.probed: list[int] = []
+
+    def preadv(self, fd, buffers, offset, flags) -> int:
+        self.probed.append(offset)
+        if offset >= self.cached_below:
+            raise BlockingIOError(11, "not cached")
+        return 1
+
+
+@pytest.mark.parametrize("tokens", [64, 8192])
+def test_the_probe_reads_many_heads_not_one(engram, tmp_path, monkeypatch, tokens):
+    """Rows run (token, head) and each head's ids lie in a region of their
+    own. With only head 0's region cached, the probe must still find the
+    step's missing pages: probing at a stride that is a multiple of the
+    heads read head 0's rows only and took the step for warm."""
+    heads = 24
+    table, _ = one_page_table(engram, tmp_path, 24 * 8)
+    region = table.part_rows // heads
+    rng = np.random.default_rng(tokens)
+    rows = (np.arange(heads) * region + rng.integers(0, region, (tokens, heads))).reshape(-1)
+    recorder = RegionRecorder(cached_below=region * DIM)
+    monkeypatch.setitem(engram, "os", recorder)
+    assert table._missing(rows), "head 0's region cached, the rest not: pages are missing"
+    probed_heads = {offset // (region * DIM) for offset in recorder.probed}
+    assert len(probed_heads) > 1, probed_heads
+    # All of it cached: every probe hits and the step is warm.
+    recorder.cached_below = table.part_rows * DIM
+    recorder.probed.clear()
+    assert not table._missing(rows)
+    expected = (
+        engram["ENGRAM_PROBE_ROWS_LARGE"]
+        if rows.size >= engram["ENGRAM_ROWS_PER_TASK"]
+        else engram["ENGRAM_PROBE_ROWS"]
+    )
+    assert len(recorder.probed) == expected
+
+
 def test_a_partly_cached_large_step_asks_only_for_its_missing_pages(engram, tmp_path, monkeypatch):
     """Issue 46 item 6: with some of a large step's pages in the page cache
     (mincore-checked), the step is not skipped after a few probes, and asks
@@ -1016,12 +1060,13 @@ class ThreadRecorder(HintRecorder):
         return os.preadv(fd, buffers, offset)
 
 
-@pytest.mark.parametrize("mode", ["hint", "read"])
+@pytest.mark.parametrize("mode", ["pool-hint", "read"])
 def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_path, monkeypatch, mode):
-    """Issue 46 item 1: a step with many page runs splits them over the
-    shared pool (hints, or preadv reads of the merged runs), each run asked
-    for once, in file order within each task; small steps hint on the
-    calling thread."""
+    """Issue 46 item 1: with ENGRAM_PREFETCH_MODE "pool-hint" or "read", a
+    step with many page runs splits them over the shared pool (hints, or
+    preadv reads of the merged runs), each run asked for once, in file order
+    within each task; small steps hint on the calling thread, and so does a
+    large one in the default mode, "hint"."""
     page = engram["_ENGRAM_PAGE"]
     table, rows_per_page = one_page_table(engram, tmp_path, 400)
     monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 8)
@@ -1037,7 +1082,7 @@ def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_pat
         pending = table.prefetch(rows, pool)
         assert len(pending) == 4
         assert sum(f.result() for f in pending) == len(step_pages) == table.hint_calls
-    asked = recorder.hints if mode == "hint" else recorder.reads
+    asked = recorder.hints if mode == "pool-hint" else recorder.reads
     assert sorted(asked) == [(p * page, page) for p in step_pages]
     assert recorder.threads and all(name.startswith("io") for name in recorder.threads)
     if mode == "read":
@@ -1049,6 +1094,16 @@ def test_a_large_steps_requests_go_out_in_parallel_from_the_pool(engram, tmp_pat
     with ThreadPoolExecutor(4, thread_name_prefix="io") as pool:
         assert table.prefetch(rows[:5], pool) == []
     assert len(recorder.hints) == 5 and recorder.threads == {threading.current_thread().name}
+    # The default mode: every run of the large step hinted here, in file order.
+    recorder.hints.clear()
+    recorder.threads.clear()
+    monkeypatch.setitem(engram, "ENGRAM_ROWS_PER_TASK", 8)
+    monkeypatch.setitem(engram, "ENGRAM_PREFETCH_MODE", "hint")
+    drop_page_cache(table.paths[0])
+    with ThreadPoolExecutor(4, thread_name_prefix="io") as pool:
+        assert table.prefetch(rows, pool) == []
+    assert recorder.hints == [(p * page, page) for p in step_pages]
+    assert recorder.threads == {threading.current_thread().name}
 
 
 def parallel(use_ubatching=False, enable_dbo=False, ubatch_size=0, data_parallel_size=1):
