@@ -10,13 +10,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+from imgbuild import platforms
 from imgbuild.config.models import (
     UpstreamPin,
     VariantConfig,
     WheelSource,
     load_pins,
     load_variant,
-    parse_platforms,
 )
 from imgbuild.errors import ConfigError, PatchError, UsageError, unknown_name
 from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refused_fields
@@ -54,7 +54,7 @@ def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
     return merge_file(ours, base, theirs, ("upstream", "original", "patch"))
 
 
-ALL_PLATFORMS = "all"
+ALL_PLATFORMS = platforms.ALL
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class Project:
     ) -> Selection:
         """The CLI's variant names (none: all, parents first) and --platform: None (each variant's first declared
         platform; every one with default="declared"), "all", or a comma list; bad values raise before any work."""
-        wanted = () if platform in (None, ALL_PLATFORMS) else parse_platforms(platform, allow_all=True)
+        wanted = () if platform is None else Platform.parse_list(platform, several=True)
         chosen = tuple(names or sorted(self.variants, key=lambda n: (len(self.variants[n].chain), n)))
         for name in chosen:
             self.variant(name)

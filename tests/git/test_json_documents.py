@@ -82,15 +82,15 @@ def test_what_skeleton_makes_is_its_documents_shape() -> None:
     only in the docker tier's opt-in and slow tests)."""
     from dataclasses import asdict
 
-    from imgbuild.builder.standin import LockedPinRow, PinRow, RuntimeMade, SkeletonMade
-    from imgbuild.report.documents.images import Skeleton, SkeletonRuntime
+    from imgbuild.builder.standin import LockedUpstream, RuntimeMade, SkeletonMade, Upstream
+    from imgbuild.report.documents.images import SKELETON, SKELETON_RUNTIME
 
-    pin = PinRow("vllm", "v1.0.0", "c" * 40, "vllm")
+    pin = Upstream("vllm", "v1.0.0", "c" * 40, "vllm")
     made = SkeletonMade("imgbuild/skeleton:x", "sha256:1", "linux/arm64", "/site", "c" * 40, (pin,), "/cache/rootfs")
-    assert load_json(Skeleton.of(asdict(made)).render(), expect="skeleton")["upstreams"][0]["name"] == "vllm"
-    locked = LockedPinRow(**asdict(pin), locked="1.0.0")
+    assert load_json(SKELETON.of(made).render(), expect="skeleton")["upstreams"][0]["name"] == "vllm"
+    locked = LockedUpstream(**asdict(pin), locked="1.0.0")
     runtime = RuntimeMade(
         "imgbuild/runtime:x", "sha256:2", "linux/amd64", "/site", "images/runtime-lock/x.txt", "d", 3, (locked,),
         True, 10, 1.5,
     )  # fmt: skip
-    assert load_json(SkeletonRuntime.of(asdict(runtime)).render(), expect="skeleton-runtime")["wheels"] == 3
+    assert load_json(SKELETON_RUNTIME.of(runtime).render(), expect="skeleton-runtime")["wheels"] == 3

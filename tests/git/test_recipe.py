@@ -74,7 +74,7 @@ def test_real_project_recipes_pin_and_take_env_from_the_image_spec(tmp_path: Pat
             "cap_add": ["IPC_LOCK"],
             "memory_limit": "112g",
         }
-        assert done.to_json()["serve"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash"]
+        assert done.written().serve[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash"]
         assert "&id" not in done.path.read_text()
 
 
@@ -167,7 +167,7 @@ def test_one_node_profile_has_no_multi_node_flags(synth: Path, tmp_path: Path) -
         "      enforce_eager: true\n      trust_remote_code: false\n",
     )
     done = write_recipe(Project.load(synth), "latest", "solo", out=tmp_path, image=PINNED)
-    assert done.to_json()["serve"] == [
+    assert done.written().serve == [
         "vllm", "serve", "m", "--port", "8000", "--no-enable-prefix-caching", "--enforce-eager",
     ]  # fmt: skip
     recipe = yaml.safe_load(done.path.read_text())

@@ -13,6 +13,7 @@ from imgbuild.errors import ConfigError
 from imgbuild.platforms import Platform
 from imgbuild.publish import push as publish
 from imgbuild.registry import reference, tools
+from imgbuild.shapes import dump
 
 
 @pytest.mark.parametrize(
@@ -111,7 +112,7 @@ def test_unauthorized_says_whether_the_docker_config_holds_credentials(
 
 @dataclass(frozen=True)
 class Img:
-    """What `build` reports of one image (ImageResult's fields that publish reads)."""
+    """What `build` reports of one image (ImageBuilt's fields that publish reads)."""
 
     variant: str
     platform: str
@@ -189,7 +190,7 @@ def test_a_moving_tag_keeps_the_platforms_a_publish_does_not_make() -> None:
         ("engram-mem",),
         {"127.0.0.1:5000/x:engram-mem": both},
     )
-    (moving,) = vp.to_json()["moving_index"]  # type: ignore[misc]
+    (moving,) = dump(vp.planned())["moving_index"]
     assert moving == {
         "ref": "127.0.0.1:5000/x:engram-mem",
         "before": both,

@@ -4,6 +4,7 @@ them (no drift), each name of jsondoc.VERSIONS has one, and a document prints as
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,36 @@ def test_the_interrupted_document_is_the_error_type() -> None:
 
     body = error_json("Interrupted", INTERRUPTED, None, 130)
     assert Error.of(body).document() == jsondoc.document("error", body)
+
+
+def test_a_contract_prints_its_domain_value_as_its_schema_says() -> None:
+    """`smoke`'s document is the domain `SmokeRun`: keys in the schema's order, `ok` derived from the checks and
+    the supply chain whatever a caller passes, `seconds` to the millisecond, `supply_chain` only when checked."""
+    from imgbuild.platforms import Platform
+    from imgbuild.report.documents.images import SMOKE
+    from imgbuild.smoke.checks import Check, FileState, SmokeReport, SmokeRun
+    from imgbuild.smoke.supply import SbomVerified, SupplyChain, Verified
+
+    row = FileState("vllm/a.py", "patched", "original", "aa", "bb")
+    checks = (Check("config", "platform", "pass", "linux/arm64", 0.12345), Check("files", "vllm/a.py", "fail"))
+    plain = SmokeReport("img:1", "sha256:1", "latest", Platform("linux", "arm64"), checks=checks[:1])
+    chain = SupplyChain(signature=Verified(True, "signed"), sbom=SbomVerified(True, "spdx", ("a.py differs",)))
+    keyed = SmokeReport("reg/img:1", "sha256:2", None, Platform("linux", "amd64"), ok=True, checks=checks, files=(row,))
+    keyed = replace(keyed, supply_chain=chain)
+    doc = load_json(SMOKE.of(SmokeRun(reports=(plain, keyed))).render(), expect="smoke")
+    assert list(doc) == ["schema", "ok", "reports"] and doc["ok"] is False
+    first, second = doc["reports"]
+    assert list(first) == ["image", "image_id", "variant", "platform", "ok", "checks", "files"]
+    assert first["ok"] is True and first["platform"] == "linux/arm64" and first["checks"][0]["seconds"] == 0.123
+    assert second["ok"] is False and second["files"] == [
+        {"path": "vllm/a.py", "expected": "patched", "actual": "original", "expected_sha256": "aa",
+         "actual_sha256": "bb", "ok": False}
+    ]  # fmt: skip
+    assert second["supply_chain"] == {
+        "ok": False,
+        "signature": {"verified": True, "detail": "signed"},
+        "sbom": {"verified": True, "detail": "spdx", "problems": ["a.py differs"]},
+    }
+    assert SmokeRun(reports=(plain,)).ok and SMOKE.of(SmokeRun(reports=(plain,))).body["ok"] is True
+    with pytest.raises(TypeError, match=r"document smoke prints a imgbuild\.smoke\.checks:SmokeRun, not a SmokeReport"):
+        SMOKE.of(plain)

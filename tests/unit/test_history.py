@@ -9,7 +9,7 @@ import pytest
 from imgbuild.deploy.history import History, check_target, entries, target_ref
 from imgbuild.engine import ImageInfo
 from imgbuild.errors import UsageError
-from imgbuild.smoke.record import Recorded
+from imgbuild.smoke.record import SmokeRecord
 
 REPO = "vllm-dsv41"
 
@@ -45,7 +45,7 @@ def test_builds_joins_order_and_what_is_not_a_build() -> None:
         image("sha256:5", [f"{REPO}:0.33.0-{'e' * 12}"], f"sha256:{'e' * 64}", variant="engram-mem"),
         image("sha256:6", [f"{REPO}:handmade"], f"sha256:{'f' * 64}"),  # no immutable tag
     ]
-    smoke = {"sha256:2": Recorded(True, "x", ()), "sha256:3": Recorded(True, "y", ()), "sha256:1": None}
+    smoke = {"sha256:2": SmokeRecord(True, "x", ()), "sha256:3": SmokeRecord(True, "y", ()), "sha256:1": None}
     found = entries(infos, REPO, "latest", {f"{REPO}:latest": "sha256:9"}, smoke.get)
     assert [e.image_id for e in found if e.kind == "join"] == ["sha256:9"]
     assert sorted(e.image_id for e in found) == ["sha256:1", "sha256:2", "sha256:3", "sha256:9"]
@@ -55,7 +55,7 @@ def test_builds_joins_order_and_what_is_not_a_build() -> None:
     assert join.moving == (f"{REPO}:latest",) and join.smoke_state == "passed"
     assert next(e for e in found if e.image_id == "sha256:1").smoke_state == "unknown"
 
-    history = History("latest", REPO, {f"{REPO}:latest": "sha256:9"}, tuple(found))
+    history = History(variant="latest", repository=REPO, moving={f"{REPO}:latest": "sha256:9"}, entries=tuple(found))
     assert check_target(infos[0], infos[0].tags[0], history).image_id == "sha256:1"
     with pytest.raises(UsageError, match="variant engram-mem, not latest"):
         check_target(infos[5], infos[5].tags[0], history)

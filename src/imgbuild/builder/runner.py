@@ -7,7 +7,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Annotated
+
+from pydantic import Field, InstanceOf
 
 from imgbuild.builder import base_probe
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
@@ -22,6 +25,7 @@ from imgbuild.plan.labels import ProjectInputs
 from imgbuild.platforms import Platform
 from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
+from imgbuild.shapes import EmptyIsNull, dump, hidden
 from imgbuild.smoke import launchcheck
 from imgbuild.smoke.checks import Expected, SmokeReport, smoke
 from imgbuild.smoke.importcheck import kept_release_importers
@@ -42,7 +46,10 @@ class BuildOptions:
 
 
 @dataclass
-class ImageResult:
+class ImageBuilt:
+    """One platform's image; `index`/`index_ref`: the multi-platform image it is part of (null for a one-platform
+    variant)."""
+
     variant: str
     platform: Platform
     image_id: str
@@ -51,30 +58,12 @@ class ImageResult:
     inputs_digest: str
     built: bool
     moved: bool
-    layers: tuple[str, ...]  # RootFS diff ids
-    smoke: SmokeReport | None = None
-    note: str = ""
+    layers: Annotated[tuple[str, ...], Field(serialization_alias="rootfs_layers")]  # RootFS diff ids
     base_layers: int = 0
-    index: str = ""  # the multi-platform image this platform's image is part of
-    index_ref: str = ""
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "variant": self.variant,
-            "platform": str(self.platform),
-            "image_id": self.image_id,
-            "immutable": self.immutable,
-            "moving": list(self.moving),
-            "inputs_digest": self.inputs_digest,
-            "built": self.built,
-            "moved": self.moved,
-            "rootfs_layers": list(self.layers),
-            "base_layers": self.base_layers,
-            "index": self.index or None,
-            "index_ref": self.index_ref or None,
-            "note": self.note,
-            "smoke": self.smoke.to_json() if self.smoke else None,
-        }
+    index: EmptyIsNull = ""  # the multi-platform image this platform's image is part of
+    index_ref: EmptyIsNull = ""
+    note: str = ""
+    smoke: SmokeReport | None = None
 
 
 @dataclass(frozen=True)
@@ -85,11 +74,10 @@ class DryRun:
 
 @dataclass
 class BuildResult:
-    plan: BuildPlan
-    images: list[ImageResult] = field(default_factory=list)
+    """What a build made: each platform's image, tagged and smoke-tested."""
 
-    def to_json(self) -> dict[str, object]:
-        return {"images": [i.to_json() for i in self.images]}
+    plan: Annotated[InstanceOf[BuildPlan], hidden()]
+    images: list[ImageBuilt] = field(default_factory=list)
 
 
 def check_collisions(engine: Engine, plan: BuildPlan) -> None:
@@ -189,10 +177,10 @@ class Runner:
         made.update({ib.immutable_ref: (image_id, True) for ib, image_id in zip(todo, ids, strict=True)})
         return made
 
-    def image(self, ib: ImageBuild, join: JoinBuild | None, image_id: str, built: bool) -> ImageResult:
+    def image(self, ib: ImageBuild, join: JoinBuild | None, image_id: str, built: bool) -> ImageBuilt:
         eng = self.engine
         moving = join.moving_refs if join else ib.moving_refs
-        result = ImageResult(ib.variant, ib.platform, image_id, ib.immutable_ref, moving, ib.inputs_digest,
+        result = ImageBuilt(ib.variant, ib.platform, image_id, ib.immutable_ref, moving, ib.inputs_digest,
                              built=built, moved=False, layers=eng.require(image_id).layers,
                              base_layers=len(eng.require(ib.base.image_id).layers),
                              index_ref=join.immutable_ref if join else "")  # fmt: skip
@@ -215,10 +203,10 @@ class Runner:
         self.result.images.append(result)
         return result
 
-    def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageResult) -> None:
+    def _smoke(self, ib: ImageBuild, image_id: str, name: str, moving: Sequence[str], result: ImageBuilt) -> None:
         self.say(f"{ib.variant}: smoke-testing {ib.immutable_ref}")
         report = smoke(self.engine, image_id, expected_for(ib, self.importers))
-        report.image, report.name = ib.immutable_ref, name
+        report = replace(report, image=ib.immutable_ref, name=name)
         result.smoke = report
         if self.on_smoke is not None:
             self.on_smoke(report)
@@ -231,10 +219,10 @@ class Runner:
                 + f"); {', '.join(moving) or 'no moving tag'} left unchanged",
                 hint=f"the tags this run wrote are taken back, so an image it built is gone: `imgbuild build {same} "
                 f"--no-smoke` keeps it as {ib.immutable_ref}, then `imgbuild smoke {same}` reports every check",
-                details={"smoke": report.to_json()},
+                details={"smoke": dump(report)},
             )
 
-    def join(self, join: JoinBuild, results: Sequence[ImageResult]) -> None:
+    def join(self, join: JoinBuild, results: Sequence[ImageBuilt]) -> None:
         """The variant's multi-platform image over its platforms' images; moving tags only when each passed."""
         platforms = [p.platform for p in join.parts]
         index_id = None if self.options.force else _image_id(self.engine, join.immutable_ref)
@@ -252,7 +240,7 @@ class Runner:
         try:
             joins = {j.variant: j for j in self.plan.joins}
             made = self.make()
-            done: dict[str, list[ImageResult]] = {}
+            done: dict[str, list[ImageBuilt]] = {}
             for ib in self.plan.images:
                 done.setdefault(ib.variant, []).append(self.image(ib, joins.get(ib.variant), *made[ib.immutable_ref]))
             for join in self.plan.joins:
@@ -275,7 +263,7 @@ class Runner:
                 self.say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}; to do it: {fix}")
 
 
-def sharing(images: Sequence[ImageResult]) -> dict[str, str]:
+def sharing(images: Sequence[ImageBuilt]) -> dict[str, str]:
     """variant -> how its RootFS layers relate to the other images built (read back from the daemon)."""
     out = {}
     for img in images:

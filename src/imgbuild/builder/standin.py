@@ -4,11 +4,13 @@ the command reports of them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from imgbuild.builder import bases
 from imgbuild.builder import skeleton as skel
-from imgbuild.config.models import WheelSource, parse_platforms
+from imgbuild.config.models import Upstream, WheelSource
 from imgbuild.engine import Engine
 from imgbuild.errors import UpstreamError, UsageError
 from imgbuild.platforms import Platform
@@ -20,33 +22,27 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class PinRow:
-    """A pin as the base carries it."""
-
-    name: str
-    tag: str
-    commit: str
-    package_root: str
-
-
-@dataclass(frozen=True)
-class LockedPinRow(PinRow):
-    locked: str | None  # the version the runtime lock has of the pin's project
+class LockedUpstream(Upstream):
+    locked: Annotated[str | None, Field(description="the version the runtime lock has of the pin's project")]
 
 
 @dataclass(frozen=True)
 class SkeletonMade:
+    """The stand-in base image made."""
+
     tag: str
     image_id: str
     platform: str
     site_packages: str
     upstream_commit: str
-    upstreams: tuple[PinRow, ...]
+    upstreams: Annotated[tuple[Upstream, ...], Field(description="every pin, the first first")]
     rootfs: str
 
 
 @dataclass(frozen=True)
 class RuntimeMade:
+    """The runtime base image made (or found up to date)."""
+
     tag: str
     image_id: str
     platform: str
@@ -54,7 +50,12 @@ class RuntimeMade:
     lock: str  # the lock file, relative to the project
     lock_digest: str
     wheels: int
-    upstreams: tuple[LockedPinRow, ...]
+    upstreams: Annotated[
+        tuple[LockedUpstream, ...],
+        Field(
+            description="every pin, the first first, with the version the runtime lock has of its project (`locked`)"
+        ),
+    ]
     built: bool
     image_bytes: int
     seconds: float
@@ -82,7 +83,7 @@ def make_skeleton(
         platform=str(info.platform),
         site_packages=spec.site_packages,
         upstream_commit=spec.upstream_commit,
-        upstreams=tuple(PinRow(p.name, p.tag, p.commit, p.package_root) for p in project.pins),
+        upstreams=tuple(Upstream(p.name, p.tag, p.commit, p.package_root) for p in project.pins),
         rootfs=str(skel.rootfs_path(spec.rootfs, cache_dir())),
     )
 
@@ -139,7 +140,7 @@ def make(
     verbose: bool = False,
 ) -> SkeletonMade | RuntimeMade:
     """`imgbuild skeleton [--runtime]`: the skeleton, or with `runtime` the runtime base."""
-    (parsed,) = parse_platforms(platform)
+    (parsed,) = Platform.parse_list(platform)
     if relock and not runtime:
         raise UsageError("--relock goes with --runtime", hint="imgbuild skeleton --runtime --relock --platform P")
     if runtime:
@@ -147,10 +148,10 @@ def make(
     return make_skeleton(project, parsed, site_packages, force=force, verbose=verbose)
 
 
-def locked_rows(project: Project, lock: RuntimeLock) -> tuple[LockedPinRow, ...]:
+def locked_rows(project: Project, lock: RuntimeLock) -> tuple[LockedUpstream, ...]:
     """Every pin (the first first) with the version the runtime lock has of its project."""
     out = []
     for p in project.pins:
         found = lock.pin(p.source.project if isinstance(p.source, WheelSource) else p.name)
-        out.append(LockedPinRow(p.name, p.tag, p.commit, p.package_root, found.version if found else None))
+        out.append(LockedUpstream(p.name, p.tag, p.commit, p.package_root, found.version if found else None))
     return tuple(out)

@@ -152,6 +152,6 @@ def build(
 
             console.print(file_matrix([(r.title, r.files) for r in reports]))
     if as_json:
-        print_json(docs.Build.of(result.to_json()))
+        print_json(docs.BUILD.of(result))
         return
     print_result(result)

@@ -53,7 +53,7 @@ def history(
     if registry:
         found = hist.read_registry(found, registry)
     if as_json:
-        print_json(docs.History.of(found.to_json()))
+        print_json(docs.HISTORY.of(found))
         return
     for line in history_lines(found):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -119,11 +119,7 @@ def rollback(
     )
     recipes = hist.pin_recipes(project, result, recipe)
     if as_json:
-        body = result.to_json()
-        body["recipes"] = [
-            {"profile": r.profile.name, "path": str(r.path) if recipe else None, "text": r.text()} for r in recipes
-        ]
-        print_json(docs.Rollback.of(body))
+        print_json(docs.ROLLBACK.of(result.with_recipes(recipes, rewritten=recipe is not None)))
         return
     for line in rollback_lines(result, recipes, rewritten=recipe is not None):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

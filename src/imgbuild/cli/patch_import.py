@@ -83,7 +83,7 @@ def import_cmd(
         find_root(), source, rev=rev, name=name, after=after, group=group, applied=applied, said=said, dry_run=dry_run
     )
     if as_json:
-        print_json(docs.PatchesImport.of(result.to_json()))
+        print_json(docs.PATCHES_IMPORT.of(result))
         return
     if dry_run:
         print(result.text, end="")

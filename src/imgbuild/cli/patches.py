@@ -177,7 +177,7 @@ def apply(
             tables.console.print(outcomes_table("apply", exc.outcomes))
         raise
     if as_json:
-        print_json(docs.PatchesApply.of(done.to_json()))
+        print_json(docs.PATCHES_APPLY.of(done))
     else:
         tables.console.print(outcomes_table(f"applied onto {project.pin.tag}", done.outcomes))
         tables.console.print(f"wrote {done.files} files to {done.into}")
@@ -198,7 +198,7 @@ def status(as_json: JsonOpt = False) -> None:
         print_json(
             docs.PatchesStatus(
                 upstream=docs.PinState(name=first.name, tag=first.tag, commit=first.commit, kind=first.kind),
-                upstreams=[docs.PinCache(**vars(p)) for p in found.pins],
+                upstreams=list(found.pins),
                 cache=docs.Cache(mirror=first.mirror, pinned_commit_cached=first.pinned_commit_cached),
                 series=docs.SeriesState(patches=found.patches, digest=found.digest),
                 variants=list(found.variants),

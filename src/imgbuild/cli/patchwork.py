@@ -159,7 +159,7 @@ def edit_cmd(
         raise UsageError("--force only goes with --discard")
     opened = pq.open_queue(root, upstream)
     if as_json:
-        print_json(docs.PatchesEdit.of(opened.to_json()))
+        print_json(docs.PATCHES_EDIT.of(opened))
         return
     verb = "opened" if opened.created else "already open"
     console.print(f"{verb}: {opened.work_tree}")
@@ -186,7 +186,7 @@ def refresh_cmd(
     root = find_root()
     result = pq.refresh(root, close=close)
     if as_json:
-        print_json(docs.PatchesRefresh.of(result.to_json()))
+        print_json(docs.PATCHES_REFRESH.of(result))
         return
     for label, names in (("rewritten", result.written), ("added", result.added), ("removed", result.removed)):
         for n in names:

@@ -86,7 +86,7 @@ def publish(
         project, selection, registry, repository=repository, base=base, key=key, sbom=sbom, sign=sign, dry_run=dry_run
     )
     if as_json:
-        print_json(docs.PublishPlan.of(result.to_json()) if dry_run else docs.Publish.of(result.to_json()))
+        print_json(docs.PUBLISH_PLAN.of(result.planned()) if dry_run else docs.PUBLISH.of(result.published()))
     else:
         print_publish(result)
 

@@ -69,7 +69,7 @@ def recipe(
         project, variant, profile, out=target, image=image, registry=registry, repository=repository, builder=builder
     )
     if as_json:
-        print_json(docs.Recipe.of(written.to_json()))
+        print_json(docs.RECIPE.of(written.written()))
         return
     console.print(f"image:   {written.image.ref} ({written.image.source})")
     console.print(f"recipe:  {written.path}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -68,6 +67,6 @@ def skeleton(
     if not as_json:
         print(made.tag)
     elif isinstance(made, standin.RuntimeMade):
-        print_json(docs.SkeletonRuntime.of(asdict(made)))
+        print_json(docs.SKELETON_RUNTIME.of(made))
     else:
-        print_json(docs.Skeleton.of(asdict(made)))
+        print_json(docs.SKELETON.of(made))

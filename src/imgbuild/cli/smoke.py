@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,11 +9,10 @@ import typer
 
 from imgbuild.cli.build import BaseOpt, PlatformOpt, RepoOpt, options
 from imgbuild.cli.options import JsonOpt
-from imgbuild.errors import ConfigError, SmokeError, UsageError
+from imgbuild.errors import ConfigError, SmokeError
 
 if TYPE_CHECKING:
-    from imgbuild.publish.signing import SupplyChain
-    from imgbuild.smoke.checks import SmokeReport
+    from imgbuild.smoke.checks import SmokeRun
 
 
 def smoke_cmd(
@@ -50,82 +47,38 @@ def smoke_cmd(
 
       imgbuild smoke REG/vllm-dsv41:latest --static --platform linux/arm64 --key cosign.pub
     """
-    from imgbuild.builder import locate
-    from imgbuild.builder import runner as engine
     from imgbuild.cli.options import load_project
-    from imgbuild.config.models import check_platform  # image references take --platform too, without a project
+    from imgbuild.deploy import smoke_run
     from imgbuild.engine import Engine
     from imgbuild.project import Project
-    from imgbuild.publish import signing
-    from imgbuild.smoke.checks import expected_from_labels, smoke
-    from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
 
     try:
         project: Project | None = load_project()
     except ConfigError:  # image references need no project
         project = None
-    check_platform(platform, allow_all=True)
-    opts = options(base, repository)
-    variant_names = [t for t in targets if project is not None and t in project.variants]
-    if pub_key is not None:
-        for target in targets:
-            if target in variant_names or not is_registry_ref(target):
-                what = "a variant of this project" if target in variant_names else "a local name"
-                raise UsageError(f"--key checks what a registry holds; {target!r} is {what}", hint="pass host/repo:tag")
-        signing.key_file(pub_key, "--key")
+    chosen = smoke_run.targets_of(project, targets, platform, pub_key)
     eng = Engine.connect()  # after the checks of what was asked: a bad option needs no daemon
-    reports: list[SmokeReport] = []
-    chains: dict[str, SupplyChain] = {}  # --key: each registry image's signature and SBOM, by its report's image
-    finder = engine.importer_finder(project) if project is not None else None
-    if variant_names:  # each platform of each variant, where the plan says it is (nothing pulled or built)
-        assert project is not None
-        selection = project.select(variant_names, platform)
-        reports += locate.smoke_variants(eng, project, selection, opts, runtime=not static, importers=finder)
-    images = [t for t in targets if t not in variant_names]
-    if images and platform is not None and (platform == "all" or "," in platform):
-        raise UsageError(
-            f"--platform {platform}: an image reference is checked for one platform",
-            hint="give one platform (e.g. --platform linux/arm64), or name a variant to check each of its platforms",
-        )
-    for target in images:
-        ref = localize(eng, target, platform)  # a registry reference: pull that platform by digest
-        info = eng.image(ref)
-        if info is None:
-            raise nowhere(ref, project.variants if project is not None else None, repository)
-        expected = expected_from_labels(info)
-        # a variant of this project: its smoke commands, and its release names the modules importing the files
-        if project is not None and finder and (known := project.variants.get(expected.variant or "")) is not None:
-            importers = functools.partial(finder, tuple(f.path for f in expected.files))
-            expected = dataclasses.replace(expected, smoke=known.smoke, importers=importers)
-        reports.append(smoke(eng, ref, expected, runtime=not static))
-        if pub_key is not None:
-            chains[ref] = signing.check_published(target, ref, pub_key, info.labels)
-    _print_and_exit(reports, chains, as_json=as_json)
+    _print_and_exit(smoke_run.run(eng, project, chosen, options(base, repository), static=static), as_json=as_json)
 
 
-def _print_and_exit(reports: list[SmokeReport], chains: dict[str, SupplyChain], *, as_json: bool) -> None:
+def _print_and_exit(run: SmokeRun, *, as_json: bool) -> None:
     """Every report (and --key's verdicts); exit 8 when a check failed or a signature or an SBOM is not verified."""
     from imgbuild.report.documents import images as docs
     from imgbuild.report.images import checks_table, file_matrix, supply_chain_lines
     from imgbuild.report.tables import console, print_json
     from imgbuild.smoke.checks import summary
 
-    failed = [f"{r.image}: {len(r.failures)} failing checks" for r in reports if not r.ok]
-    failed += [f"{ref}: {'; '.join(chain.failures())}" for ref, chain in chains.items() if not chain.ok]
+    failed = run.failed
     if as_json:
-        documents = [
-            {**r.to_json(), **({"supply_chain": chains[r.image].to_json()} if r.image in chains else {})}
-            for r in reports
-        ]
-        print_json(docs.Smoke.of({"ok": not failed, "reports": documents}))
+        print_json(docs.SMOKE.of(run))
     else:
-        for r in reports:
+        for r in run.reports:
             console.print(checks_table(r))
-            if r.image in chains:
-                for line in supply_chain_lines(chains[r.image]):
+            if r.supply_chain is not None:
+                for line in supply_chain_lines(r.supply_chain):
                     console.print(line, highlight=False)
-        console.print(file_matrix([(r.title, r.files) for r in reports]))
-        console.print(summary(reports))
+        console.print(file_matrix([(r.title, r.files) for r in run.reports]))
+        console.print(summary(run.reports))
     if failed:  # under --json the document above already says what failed: only the error line (stderr)
         raise SmokeError(
             "smoke test failed: " + "; ".join(failed),

@@ -4,6 +4,7 @@ loaded through yamlsrc so that errors carry file:line:col."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,45 +24,19 @@ from pydantic import (
 )
 
 from imgbuild.config.yamlsrc import load_yaml, validate
-from imgbuild.errors import ConfigError, UsageError
-from imgbuild.platforms import KNOWN, Platform
+from imgbuild.errors import ConfigError
+from imgbuild.platforms import KNOWN, Platform, is_known
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 NAME = r"^[a-z0-9][a-z0-9._-]*$"
 
 
-def parse_platforms(value: str, *, allow_all: bool = False) -> tuple[Platform, ...]:
-    """A --platform value: one known platform, or where a command takes several (`allow_all`) a
-    comma-separated list of them (`all` is the caller's: it means every declared platform)."""
-    items = [item.strip() for item in value.split(",")] if allow_all else [value]
-    bad = [item for item in items if not _known(item)]
-    if bad:
-        known = ", ".join((*KNOWN, *(("all",) if allow_all else ())))
-        raise UsageError(f"--platform {', '.join(bad)}: unsupported platform; known: {known}")
-    return tuple(Platform.parse(item) for item in items if item)
-
-
-def check_platform(value: str | None, *, allow_all: bool = False) -> str | None:
-    """`value` when it is None, `all` (where allowed) or parses (`parse_platforms`); else a UsageError."""
-    if value is not None and not (allow_all and value == "all"):
-        parse_platforms(value, allow_all=allow_all)
-    return value
-
-
-def _known(text: str) -> bool:
-    try:
-        Platform.parse(text)
-    except UsageError:
-        return False
-    return True
-
-
 def _platform(value: object) -> Platform:
     """A platform in images/: parsed once, here (`Platform.parse`); a ValueError becomes the file:line:col error."""
     if isinstance(value, Platform):
         return value
-    if not isinstance(value, str) or not _known(value):
+    if not isinstance(value, str) or not is_known(value):
         raise ValueError(f"unsupported platform {value!r}; known: {', '.join(KNOWN)}")
     return Platform.parse(value)
 
@@ -155,6 +130,16 @@ class PinOverride(Strict):
 
     def to_json(self) -> dict[str, str]:
         return {"requirement": self.requirement, "version": self.version, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One pin of patches/upstream.yaml."""
+
+    name: str
+    tag: str
+    commit: str
+    package_root: str
 
 
 class UpstreamPin(Strict):

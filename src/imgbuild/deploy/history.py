@@ -14,10 +14,12 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
+from pydantic import Field
 
 from imgbuild.config.models import SmokeSpec
 from imgbuild.deploy.profiles import PROFILES_FILE, load_profiles
@@ -29,9 +31,10 @@ from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.plan import labels as lbl
 from imgbuild.project import Project
 from imgbuild.registry import reference, tools
+from imgbuild.shapes import EmptyIsNull, added_later, derived, dump, named
 from imgbuild.smoke import record
 from imgbuild.smoke.checks import SmokeReport, expected_from_labels, smoke
-from imgbuild.smoke.record import Recorded
+from imgbuild.smoke.record import SmokeRecord
 
 VARIANT = f"{lbl.PREFIX}variant"
 Importers = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
@@ -45,85 +48,89 @@ class InRegistry:
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One build of a variant still in the local store: its immutable tag and what its labels say."""
-
-    ref: str  # REPO:<version>-<digest12>
-    image_id: str  # on the containerd store: the digest a push keeps
-    kind: str  # "image" (one platform) or "join" (the multi-platform image over the variant's platforms)
-    platforms: dict[str, str]  # platform -> that platform's image id
-    parts: dict[str, str]  # platform -> that platform's immutable tag (a join's parts; an image: itself)
-    version: str
-    upstreams: tuple[dict[str, str], ...]  # each pinned upstream: name, url, tag, commit
-    series: str
-    patches: dict[str, str]  # patch -> applied / reverted
-    base: dict[str, str | None]  # name, digest
-    created: str  # the newest input's date (SOURCE_DATE_EPOCH), not a wall clock
-    inputs: str
-    last_tagged: str  # the engine's LastTagTime: the last tag written on this image (a moving one too)
-    smoke: dict[str, Recorded | None]  # platform -> its last full smoke test here (None: none recorded)
-    moving: tuple[str, ...] = ()  # the variant's moving refs that name it now
-    registry: InRegistry | None = None  # --registry: what the registry has under its immutable tag
-
-    @property
-    def smoke_state(self) -> str:
-        """passed (every platform), failed (one did), or unknown (no record: --no-smoke, or tested elsewhere)."""
-        found = list(self.smoke.values())
-        if any(r is not None and not r.ok for r in found):
-            return "failed"
-        return "passed" if found and all(r is not None for r in found) else "unknown"
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ref": self.ref,
-            "image_id": self.image_id,
-            "kind": self.kind,
-            "platforms": dict(self.platforms),
-            "parts": dict(self.parts),
-            "version": self.version,
-            "upstreams": [dict(u) for u in self.upstreams],
-            "series": self.series,
-            "patches": dict(self.patches),
-            "base": dict(self.base),
-            "created": self.created,
-            "inputs": self.inputs,
-            "last_tagged": self.last_tagged or None,
-            "smoke": self.smoke_state,
-            "smoke_records": {p: (r.to_json() if r else None) for p, r in self.smoke.items()},
-            "moving": list(self.moving),
-            "registry": asdict(self.registry) if self.registry else None,
-        }
+class HistoryUpstream:  # a pin the image was built from
+    name: str
+    url: str
+    tag: str
+    commit: str
 
 
 @dataclass(frozen=True)
+class Base:  # the image's base; one with no registry origin (a stand-in) by its local name, with no digest
+    name: str
+    digest: str | None
+
+
+SmokeState = Literal["passed", "failed", "unknown"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One build of the variant in the local store."""
+
+    ref: str  # REPO:<version>-<digest12>
+    image_id: str  # on the containerd store: the digest a push keeps
+    kind: Literal["image", "join"]  # one platform, or the multi-platform image over the variant's platforms
+    platforms: Annotated[dict[str, str], Field(description="platform -> that platform's image id")]
+    parts: Annotated[dict[str, str], Field(description="platform -> that platform's immutable tag")]  # a join's
+    version: str
+    upstreams: tuple[HistoryUpstream, ...]
+    series: str
+    patches: dict[str, Literal["applied", "reverted"]]
+    base: Base
+    created: Annotated[str, Field(description="the newest input's date (labels carry no wall clock)")]
+    inputs: str
+    last_tagged: Annotated[
+        EmptyIsNull,
+        Field(description="the engine's LastTagTime: when any tag of the image was last written"),
+    ]  # the last tag written on this image (a moving one too)
+    # passed (every platform), failed (one did), or unknown (no record: --no-smoke, or tested elsewhere)
+    smoke_state: Annotated[SmokeState, Field(serialization_alias="smoke")] = derived("unknown")  # noqa: RUF009
+    # platform -> its last full smoke test here (None: none recorded)
+    smoke: Annotated[dict[str, SmokeRecord | None], Field(serialization_alias="smoke_records")]
+    moving: tuple[str, ...] = ()  # the variant's moving refs that name it now
+    registry: InRegistry | None = None  # --registry: what the registry has under its immutable tag
+
+    def __post_init__(self) -> None:
+        found = list(self.smoke.values())
+        state: SmokeState = "unknown"
+        if any(r is not None and not r.ok for r in found):
+            state = "failed"
+        elif found and all(r is not None for r in found):
+            state = "passed"
+        object.__setattr__(self, "smoke_state", state)
+
+
+@dataclass(frozen=True)
+class RegistryMoving:  # --registry: the variant's moving tags as the registry has them
+    registry: str
+    moving: dict[str, str | None]  # REG/REPO:tag -> digest there
+    # REG/REPO:tag naming an index -> platform -> the local entry of that manifest (its ref), else the digest
+    platforms: Annotated[
+        dict[str, dict[str, str]],
+        added_later(
+            "each moving tag that names an index: platform -> the local build of that manifest (its immutable "
+            "tag), or the digest when none is here (a publish of some platforms keeps the others)"
+        ),
+    ] = field(default_factory=dict)
+
+
+ORDER = "newest first by created (the inputs' date), then by the engine's last tag time"
+
+
+@dataclass(frozen=True, kw_only=True)
 class History:
+    """A variant's builds in the local store, newest first."""
+
     variant: str
     repository: str
+    order: str = ORDER
     moving: dict[str, str | None]  # moving ref -> the image id it names now (None: nothing)
+    registry: RegistryMoving | None = None
     entries: tuple[Entry, ...]  # newest first
-    registry: str | None = None
-    registry_moving: dict[str, str | None] = field(default_factory=dict)  # REG/REPO:tag -> digest there
-    # REG/REPO:tag naming an index -> platform -> the local entry of that manifest (its ref), else the digest
-    registry_platforms: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def find(self, image_id: str) -> Entry | None:
         return next((e for e in self.entries if e.image_id == image_id), None)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "variant": self.variant,
-            "repository": self.repository,
-            "order": "newest first by created (the inputs' date), then by the engine's last tag time",
-            "moving": dict(self.moving),
-            "registry": None
-            if self.registry is None
-            else {
-                "registry": self.registry,
-                "moving": dict(self.registry_moving),
-                "platforms": {k: dict(v) for k, v in self.registry_platforms.items()},
-            },
-            "entries": [e.to_json() for e in self.entries],
-        }
 
 
 def _json(value: str | None, default: object) -> object:
@@ -133,19 +140,27 @@ def _json(value: str | None, default: object) -> object:
         return default
 
 
-def upstreams_of(labels: Mapping[str, str]) -> tuple[dict[str, str], ...]:
+def upstreams_of(labels: Mapping[str, str]) -> tuple[HistoryUpstream, ...]:
     """Every pin the image was built from: `imgbuild.upstreams` (several pins), else `imgbuild.upstream.*`."""
     many = _json(labels.get(lbl.UPSTREAMS), None)
     if isinstance(many, list) and many:
-        keys = ("name", "url", "tag", "commit")
-        return tuple({k: str(u.get(k, "")) for k in keys} for u in many if isinstance(u, dict))
+        return tuple(
+            HistoryUpstream(
+                name=str(u.get("name", "")),
+                url=str(u.get("url", "")),
+                tag=str(u.get("tag", "")),
+                commit=str(u.get("commit", "")),
+            )
+            for u in many
+            if isinstance(u, dict)
+        )
     return (
-        {
-            "name": "",
-            "url": labels.get(f"{lbl.PREFIX}upstream.url", ""),
-            "tag": labels.get(f"{lbl.PREFIX}upstream.tag", ""),
-            "commit": labels.get(f"{lbl.PREFIX}upstream.commit", ""),
-        },
+        HistoryUpstream(
+            name="",
+            url=labels.get(f"{lbl.PREFIX}upstream.url", ""),
+            tag=labels.get(f"{lbl.PREFIX}upstream.tag", ""),
+            commit=labels.get(f"{lbl.PREFIX}upstream.commit", ""),
+        ),
     )
 
 
@@ -175,7 +190,7 @@ def entries(
     repository: str,
     variant: str,
     moving: Mapping[str, str | None],
-    smoke_of: Callable[[str], Recorded | None],
+    smoke_of: Callable[[str], SmokeRecord | None],
 ) -> list[Entry]:
     """The builds of `variant` in `repository` among `infos`, newest first (pure but for `smoke_of`).
 
@@ -200,10 +215,10 @@ def entries(
 def _entry(
     ref: str,
     info: ImageInfo,
-    kind: str,
+    kind: Literal["image", "join"],
     parts: Mapping[str, tuple[str, ImageInfo]],
     moving: Mapping[str, str | None],
-    smoke_of: Callable[[str], Recorded | None],
+    smoke_of: Callable[[str], SmokeRecord | None],
 ) -> Entry:
     lab = info.labels
     patches = _json(lab.get(f"{lbl.PREFIX}patches"), {})
@@ -216,11 +231,13 @@ def _entry(
         version=lab.get(f"{lbl.OCI}version", ""),
         upstreams=upstreams_of(lab),
         series=lab.get(f"{lbl.PREFIX}series", ""),
-        patches={str(k): str(v) for k, v in patches.items()} if isinstance(patches, dict) else {},
-        base={  # a base with no registry origin (a stand-in) by its local name
-            "name": lab.get(f"{lbl.OCI}base.name") or lab.get(lbl.BASE_LOCAL, ""),
-            "digest": lab.get(f"{lbl.OCI}base.digest"),
-        },
+        patches={str(k): "applied" if v == "applied" else "reverted" for k, v in patches.items()}
+        if isinstance(patches, dict)
+        else {},
+        base=Base(
+            name=lab.get(f"{lbl.OCI}base.name") or lab.get(lbl.BASE_LOCAL, ""),
+            digest=lab.get(f"{lbl.OCI}base.digest"),
+        ),
         created=lab.get(f"{lbl.OCI}created", ""),
         inputs=lab[lbl.INPUTS],
         last_tagged=info.last_tagged,
@@ -242,7 +259,7 @@ def read(engine: Engine, variant: ResolvedVariant, repository: str | None = None
         info = engine.image(ref)
         named[ref] = info.id if info else None
     found = entries(engine.labelled(VARIANT, variant.name), repo, variant.name, named, record.recorded)
-    return History(variant.name, repo, named, tuple(found))
+    return History(variant=variant.name, repository=repo, moving=named, entries=tuple(found))
 
 
 def registry_name(registry: str, repository: str) -> str:
@@ -269,7 +286,7 @@ def read_registry(history: History, registry: str) -> History:
         digest = found.digest if found else None
         named = [r for r, d in moving.items() if digest is not None and d == digest]
         out.append(replace(e, registry=InRegistry(there, digest, tuple(named))))
-    return replace(history, entries=tuple(out), registry=registry, registry_moving=moving, registry_platforms=platforms)
+    return replace(history, entries=tuple(out), registry=RegistryMoving(registry, moving, platforms))
 
 
 # -- rollback ----------------------------------------------------------------------
@@ -308,39 +325,49 @@ def check_target(info: ImageInfo | None, ref: str, history: History) -> Entry:
     return found
 
 
+@named("Move")
 @dataclass(frozen=True)
 class TagMove:
-    """A moving tag `ref` moved (by rollback, locally or in a registry) from the image `before` to `after`."""
+    # A moving tag `ref` moved (by rollback, locally or in a registry) from the image `before` to `after`.
 
     ref: str
-    before: str | None  # the image id it named (None: nothing)
-    after: str
+    before: Annotated[str | None, Field(serialization_alias="from")]  # the image id it named (None: nothing)
+    after: Annotated[str, Field(serialization_alias="to")]
+    moved: bool = derived()
 
-    def to_json(self) -> dict[str, object]:
-        return {"ref": self.ref, "from": self.before, "to": self.after, "moved": self.before != self.after}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "moved", self.before != self.after)
 
 
 @dataclass(frozen=True)
+class PinnedRecipe:  # a recipe pinned to the target: `path` where --recipe rewrote it, else None (not written)
+    profile: str
+    path: str | None
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rollback:
+    """A variant's tags moved back to one of its builds."""
+
     variant: str
     target: Entry
-    pinned: str  # what a recipe pins: the immutable tag, or REG/REPO@digest with --registry
+    pinned: Annotated[
+        str, Field(description="what the recipe pins: the immutable tag, or REG/REPO@digest with --registry")
+    ]
+    smoked: bool = derived()
+    smoke: tuple[SmokeReport, ...]  # empty: --no-smoke
     moves: tuple[TagMove, ...]
     registry_moves: tuple[TagMove, ...]
-    smoke: tuple[SmokeReport, ...]  # empty: --no-smoke
-    recipes: tuple[dict[str, object], ...] = ()
+    recipes: tuple[PinnedRecipe, ...] = ()
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "variant": self.variant,
-            "target": self.target.to_json(),
-            "pinned": self.pinned,
-            "smoked": bool(self.smoke),
-            "smoke": [r.to_json() for r in self.smoke],
-            "moves": [m.to_json() for m in self.moves],
-            "registry_moves": [m.to_json() for m in self.registry_moves],
-            "recipes": list(self.recipes),
-        }
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "smoked", bool(self.smoke))
+
+    def with_recipes(self, recipes: Sequence[Recipe], *, rewritten: bool) -> Rollback:
+        """The rollback with its pinned recipes (`pin_recipes`): their paths when `rewritten` (`--recipe`)."""
+        pinned = tuple(PinnedRecipe(r.profile.name, str(r.path) if rewritten else None, r.text()) for r in recipes)
+        return replace(self, recipes=pinned)
 
 
 def smoke_target(
@@ -442,7 +469,7 @@ def rollback(
                 f"{', '.join(history.moving) or 'no moving tag'} left unchanged",
                 hint=f"`imgbuild smoke {target.ref}` reports every check; pick another build "
                 f"(`imgbuild history {history.variant}`)",
-                details={"smoke": failed[0].to_json()},
+                details={"smoke": dump(failed[0])},
             )
     moves = move_local(engine, history, target)
     registry_moves: list[TagMove] = []
@@ -453,7 +480,14 @@ def rollback(
             restore(engine, moves)
             raise
     pinned = f"{registry_name(registry, history.repository)}@{source.digest}" if registry and source else target.ref
-    return Rollback(history.variant, target, pinned, tuple(moves), tuple(registry_moves), tuple(reports))
+    return Rollback(
+        variant=history.variant,
+        target=target,
+        pinned=pinned,
+        smoke=tuple(reports),
+        moves=tuple(moves),
+        registry_moves=tuple(registry_moves),
+    )
 
 
 def pin_recipes(project: Project, result: Rollback, recipe: Path | None) -> list[Recipe]:

@@ -7,9 +7,10 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import Field
 
 from imgbuild.atomic import write_text
 from imgbuild.deploy import identity
@@ -20,6 +21,7 @@ from imgbuild.errors import ConfigError, DockerError, RegistryError, UsageError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.project import Project
 from imgbuild.registry import reference, tools
+from imgbuild.shapes import dump
 
 SHORT_FLAGS = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}
 NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill"})
@@ -106,6 +108,28 @@ class Pinned:
     source: str  # how it was found, e.g. "local vllm-dsv41:latest"
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecipeWritten:
+    """A written recipe as `recipe --json` prints it: the pinned image by its parts, the env split into what the
+    recipe carries and what is left to sparkrun, and the serve command line."""
+
+    ok: Literal[True] = True
+    variant: str
+    profile: str
+    image: str
+    image_id: str | None
+    found: str
+    platform: str
+    env: dict[str, str]
+    recipe_env: dict[str, str]
+    left_to_sparkrun: list[str]
+    builder: Annotated[
+        dict[str, str] | None, Field(description="`builder_config:` (with `builder: imgbuild`), or null")
+    ]
+    serve: Annotated[list[str], Field(description="the `vllm serve` command line")]
+    recipe: str
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A written recipe: the variant, profile and pinned image, and where it was written."""
@@ -125,22 +149,22 @@ class Recipe:
     def left_to_sparkrun(self) -> list[str]:
         return sorted(k for k in self.env if k in SPARKRUN_MANAGED_ENV)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": True,
-            "variant": self.variant,
-            "profile": self.profile.name,
-            "image": self.image.ref,
-            "image_id": self.image.image_id,
-            "found": self.image.source,
-            "platform": self.platform,
-            "env": self.env,
-            "recipe_env": self.recipe_env(),
-            "left_to_sparkrun": self.left_to_sparkrun(),
-            "builder": self.builder,
-            "serve": ["vllm", "serve", self.profile.model, *flag_args(serve_defaults(self.profile))],
-            "recipe": str(self.path),
-        }
+    def written(self) -> RecipeWritten:
+        """What `recipe --json` prints of it."""
+        return RecipeWritten(
+            variant=self.variant,
+            profile=self.profile.name,
+            image=self.image.ref,
+            image_id=self.image.image_id,
+            found=self.image.source,
+            platform=self.platform,
+            env=self.env,
+            recipe_env=self.recipe_env(),
+            left_to_sparkrun=self.left_to_sparkrun(),
+            builder=self.builder,
+            serve=["vllm", "serve", self.profile.model, *flag_args(serve_defaults(self.profile))],
+            recipe=str(self.path),
+        )
 
     def document(self) -> dict[str, Any]:
         """The sparkrun recipe itself."""
@@ -152,7 +176,7 @@ class Recipe:
             "shm_size": limits.shm_size,
             "volumes": list(p.volumes),
         }
-        summary = self.to_json()
+        summary = dump(self.written())
         meta = {
             k: summary[k] for k in ("variant", "profile", "image", "image_id", "found", "platform", "left_to_sparkrun")
         }

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Annotated, Protocol
+
+from pydantic import Field
 
 from imgbuild.patches.hunks import HunkOutcome, apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import FileDiff, Patch
+from imgbuild.shapes import NULLABLE, derived, hidden, named
 
 # Severity order; a patch's method is the worst of its files'.
 METHODS = ("exact", "offset", "fuzz", "3way", "partly-upstreamed", "upstreamed", "conflict")
@@ -29,45 +32,35 @@ Merge3 = Callable[[bytes, bytes, bytes], tuple[bytes, int]]
 Blobs = Callable[[str], bytes | None]  # original blobs by id, asked before the tree (None: not known there)
 
 
-@dataclass(frozen=True)
+@named("FileApplied")
+@dataclass(frozen=True, kw_only=True)
 class FileOutcome:
     path: str
-    old_path: str | None
+    old_path: Annotated[str | None, hidden()] = None
     method: str
-    hunks: tuple[HunkOutcome, ...]
-    reason: str = ""
+    reason: Annotated[str, NULLABLE] = ""
+    hunks: tuple[HunkOutcome, ...] = ()
 
 
-@dataclass(frozen=True)
+@named("PatchApplied")
+@dataclass(frozen=True, kw_only=True)
 class PatchOutcome:
-    patch: str
-    group: str
+    """One patch applied: `patch` is its file name as patches/series spells it (`.patch` included)."""
+
+    # as printed: the file name (`filename`), else the patch's name
+    shown: Annotated[str, Field(serialization_alias="patch")] = derived("")
+    group: Annotated[str, NULLABLE]
     method: str
     files: tuple[FileOutcome, ...]
-    filename: str = ""  # as in patches/series; the one spelling JSON uses
+    patch: Annotated[str, hidden()]  # its name
+    filename: Annotated[str, hidden()] = ""  # as in patches/series; the one spelling JSON uses
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", self.filename or self.patch)
 
     @property
     def ok(self) -> bool:
         return self.method != "conflict"
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "patch": self.filename or self.patch,
-            "group": self.group,
-            "method": self.method,
-            "files": [
-                {
-                    "path": f.path,
-                    "method": f.method,
-                    "reason": f.reason,
-                    "hunks": [
-                        {"hunk": h.hunk, "header": h.header, "method": h.method, "offset": h.offset, "line": h.line}
-                        for h in f.hunks
-                    ],
-                }
-                for f in self.files
-            ],
-        }
 
 
 @dataclass
@@ -117,7 +110,7 @@ def _apply_file(
         link = tree.symlink_prefix(path)
         if link:
             reason = f"{link} is a symlink in the tree; refusing to follow it"
-            return FileOutcome(fd.path, src, "conflict", (), reason), {}, None
+            return FileOutcome(path=fd.path, old_path=src, method="conflict", reason=reason), {}, None
     current = read(src) if src else None
     dest = fd.new_path
 
@@ -125,26 +118,48 @@ def _apply_file(
         wanted = encode("".join([line for h in fd.hunks for line in h.new]))
         existing = read(fd.path)
         if existing is None:
-            return FileOutcome(fd.path, None, "exact", ()), {fd.path: wanted}, None
+            return FileOutcome(path=fd.path, method="exact"), {fd.path: wanted}, None
         if existing == wanted:
-            return FileOutcome(fd.path, None, "upstreamed", (), "the file already exists with this content"), {}, None
-        return FileOutcome(fd.path, None, "conflict", (), "the patch creates a file that already exists"), {}, None
+            return (
+                FileOutcome(path=fd.path, method="upstreamed", reason="the file already exists with this content"),
+                {},
+                None,
+            )
+        return (
+            FileOutcome(path=fd.path, method="conflict", reason="the patch creates a file that already exists"),
+            {},
+            None,
+        )
 
     if current is None:
-        return FileOutcome(fd.path, src, "conflict", (), f"{src} does not exist in the tree"), {}, None
+        return (
+            FileOutcome(path=fd.path, old_path=src, method="conflict", reason=f"{src} does not exist in the tree"),
+            {},
+            None,
+        )
 
     result = apply_hunks(split_lines(decode(current)), fd.hunks, max_fuzz)
     if result.lines is not None:
         method = combined([h.method for h in result.hunks])
         new = encode("".join(result.lines))
         if method == "upstreamed":
-            return FileOutcome(fd.path, src, method, tuple(result.hunks), "every hunk is already present"), {}, None
+            return (
+                FileOutcome(
+                    path=fd.path,
+                    old_path=src,
+                    method=method,
+                    hunks=tuple(result.hunks),
+                    reason="every hunk is already present",
+                ),
+                {},
+                None,
+            )
         if dest is None:
-            return FileOutcome(fd.path, src, method, tuple(result.hunks)), {src: None}, None
+            return FileOutcome(path=fd.path, old_path=src, method=method, hunks=tuple(result.hunks)), {src: None}, None
         changes: dict[str, bytes | None] = {dest: new}
         if fd.is_rename:
             changes[src] = None
-        return FileOutcome(fd.path, src, method, tuple(result.hunks)), changes, None
+        return FileOutcome(path=fd.path, old_path=src, method=method, hunks=tuple(result.hunks)), changes, None
 
     # Hunks failed: a 3-way merge between the patch's original blob, the
     # patched original, and what the tree has now.
@@ -153,20 +168,42 @@ def _apply_file(
     if merge3 is None or base is None or dest is None:
         why = "hunks do not apply" + ("" if base is not None else f"; original blob {fd.old_blob} is not available")
         why = fuzz_note(split_lines(decode(current)), fd, max_fuzz) or why
-        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
+        return (
+            FileOutcome(path=fd.path, old_path=src, method="conflict", hunks=tuple(result.hunks), reason=why),
+            {},
+            None,
+        )
     theirs = apply_hunks(split_lines(decode(base)), fd.hunks, 0)
     if theirs.lines is None:
         why = "the patch does not apply to its own original blob (stale index line?)"
-        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, None
+        return (
+            FileOutcome(path=fd.path, old_path=src, method="conflict", hunks=tuple(result.hunks), reason=why),
+            {},
+            None,
+        )
     merged, conflicts = merge3(current, base, encode("".join(theirs.lines)))
     if conflicts:
         why = f"3-way merge left {conflicts} conflict(s)"
         note = fuzz_note(split_lines(decode(current)), fd, max_fuzz)
         why = f"{why}; {note}" if note else why
-        return FileOutcome(fd.path, src, "conflict", tuple(result.hunks), why), {}, merged
+        return (
+            FileOutcome(path=fd.path, old_path=src, method="conflict", hunks=tuple(result.hunks), reason=why),
+            {},
+            merged,
+        )
     if merged == current:
-        return FileOutcome(fd.path, src, "upstreamed", tuple(result.hunks), "3-way merge is a no-op"), {}, None
-    return FileOutcome(fd.path, src, "3way", tuple(result.hunks)), {dest: merged}, None
+        return (
+            FileOutcome(
+                path=fd.path,
+                old_path=src,
+                method="upstreamed",
+                hunks=tuple(result.hunks),
+                reason="3-way merge is a no-op",
+            ),
+            {},
+            None,
+        )
+    return FileOutcome(path=fd.path, old_path=src, method="3way", hunks=tuple(result.hunks)), {dest: merged}, None
 
 
 MAX_FUZZ = 3
@@ -218,7 +255,8 @@ def apply_patch(
         if conflict is not None:
             marked[fd.path] = conflict
     method = combined([f.method for f in files])
-    return PatchOutcome(patch.name, patch.group, method, tuple(files), patch.filename), own, marked
+    done = PatchOutcome(patch=patch.name, group=patch.group, method=method, files=tuple(files), filename=patch.filename)
+    return done, own, marked
 
 
 def apply_stack(

@@ -13,6 +13,7 @@ from imgbuild.patches.apply import Blobs, FileOutcome, PatchOutcome, Tree, apply
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
 from imgbuild.patches.renames import FileMove, RenameFinder, rewrite
+from imgbuild.shapes import dump
 from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
 
 CARRIED = frozenset({"exact", "offset", "3way", "partly-upstreamed"})
@@ -69,9 +70,15 @@ class Carry:
         return self.outcome in CARRIED
 
     def to_json(self) -> dict[str, object]:
-        detail = PatchOutcome(
-            self.patch.name, self.patch.group, self.outcome, self.files, self.patch.filename
-        ).to_json()
+        detail = dump(
+            PatchOutcome(
+                patch=self.patch.name,
+                group=self.patch.group,
+                method=self.outcome,
+                files=self.files,
+                filename=self.patch.filename,
+            )
+        )
         return {
             **detail,
             "reason": self.reason,

@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 from imgbuild.patches.patchfile import Hunk
+from imgbuild.shapes import NULLABLE, hidden, named
 
 
 def decode(data: bytes) -> str:
@@ -24,14 +26,15 @@ def split_lines(text: str) -> list[str]:
     return list(io.StringIO(text, newline="\n"))
 
 
+@named("Hunk")
 @dataclass(frozen=True)
 class HunkOutcome:
     hunk: int
     header: str
     method: str  # exact | offset | fuzz | upstreamed | failed
     offset: int = 0  # landed line minus the line the hunk names
-    line: int = 0  # 1-based line in the pre-image where it landed (0: nowhere)
-    fuzz: int = 0
+    line: Annotated[int, NULLABLE] = 0  # 1-based line in the pre-image where it landed (0: nowhere)
+    fuzz: Annotated[int, hidden()] = 0
 
 
 @dataclass(frozen=True)

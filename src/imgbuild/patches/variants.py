@@ -13,6 +13,7 @@ from imgbuild.errors import ApplyError, ConfigError, unknown_name
 from imgbuild.patches.apply import PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
 from imgbuild.platforms import Platform
+from imgbuild.shapes import dump
 from imgbuild.upstream.git import blob_id, sha256
 
 DEFAULT_PLATFORMS = (Platform("linux", "arm64"),)
@@ -195,7 +196,7 @@ class VariantPlan:
             "patches": list(self.variant.selected),
             "reverted": list(self.variant.reverted),
             "files": [f.to_json() for f in self.files],
-            "apply": [o.to_json() for o in self.outcomes],
+            "apply": [dump(o) for o in self.outcomes],
         }
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
 
 from imgbuild.builder import runner as build
 from imgbuild.engine import Engine
@@ -25,6 +27,7 @@ from imgbuild.project import Project, Selection
 from imgbuild.publish import sbom as sbommod
 from imgbuild.publish import signing
 from imgbuild.registry import reference, tools
+from imgbuild.shapes import Seconds, hidden
 
 if TYPE_CHECKING:
     from imgbuild.plan.builds import BuildPlan
@@ -46,26 +49,28 @@ def split_ref(local: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Push:
-    """One tag to put in the registry: the local image under `local`, with id `digest`, as `target`."""
+    # One tag to put in the registry: the local image under `local`, with id `digest`, as `target` (`ref`).
 
     local: str
-    digest: str  # the local id: on the containerd store, the manifest (or index) digest the registry gets
-    name: str  # REG/repo, where it goes (under the local tag)
-    platforms: tuple[Platform, ...]  # one, or several for a join
-    inputs_digest: str = ""
-    labels: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # the local id: on the containerd store, the manifest (or index) digest the registry gets
+    digest: Annotated[str, Field(serialization_alias="manifest")]
+    name: Annotated[str, hidden()]  # REG/repo, where it goes (under the local tag)
+    platforms: Annotated[tuple[Platform, ...], hidden()]  # one, or several for a join
+    inputs_digest: Annotated[str, Field(serialization_alias="inputs")] = ""
+    labels: Annotated[dict[str, str], hidden()] = field(default_factory=dict, repr=False, compare=False)
+    ref: str = field(default="", kw_only=True)  # derived: `name` under the local tag
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.name}:{split_ref(self.local)[1]}")
 
     @property
     def target(self) -> str:
-        return f"{self.name}:{split_ref(self.local)[1]}"
+        return self.ref
 
     @property
     def platform(self) -> str:
         """As people and the JSON name it: `linux/arm64`, or `linux/arm64,linux/amd64` for a join."""
         return ",".join(map(str, self.platforms))
-
-    def to_json(self) -> dict[str, object]:
-        return {"local": self.local, "manifest": self.digest, "inputs": self.inputs_digest, "ref": self.target}
 
 
 def merged(before: Mapping[str, str] | None, new: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -77,15 +82,14 @@ def merged(before: Mapping[str, str] | None, new: Mapping[str, str]) -> tuple[di
 
 @dataclass(frozen=True)
 class MovingIndex:
-    """A registry moving tag before and after the publish, platform -> manifest digest."""
+    """A registry moving tag, platform -> manifest digest: `before` as the registry had it when the tag was written
+    (a dry run: now; null: no such tag, or in a dry run a registry that did not answer), `after` with the platforms
+    this publish does not make `kept`"""
 
     ref: str
-    before: dict[str, str] | None  # None: the registry has no such tag (or, in a dry run, did not answer)
+    before: dict[str, str] | None
     after: dict[str, str]
     kept: tuple[str, ...]  # platforms this publish does not make, kept from `before` by digest
-
-    def to_json(self) -> dict[str, object]:
-        return {"ref": self.ref, "before": self.before, "after": self.after, "kept": list(self.kept)}
 
 
 @dataclass(frozen=True)
@@ -113,15 +117,53 @@ class VariantPublish:
             MovingIndex(ref, self.before.get(ref), *merged(self.before.get(ref), self.new)) for ref in self.moving_refs
         ]
 
-    def to_json(self) -> dict[str, object]:
+    def planned(self) -> VariantPlanned:
+        """What `publish --dry-run --json` prints of it."""
+        return VariantPlanned(**self._shown())
+
+    def published(self, outcome: Outcome) -> VariantPublished:
+        """What `publish --json` prints of it, with what the publish did."""
+        o = outcome
+        return VariantPublished(
+            **self._shown(), digest=o.digest, state=o.state, pushed=tuple(o.pushed), moved=tuple(o.moved),
+            kept=tuple(o.kept),
+        )  # fmt: skip
+
+    def _shown(self) -> dict[str, Any]:
         return {
             "variant": self.variant,
             "repository": self.name,
             "immutable": self.top.target,
-            "moving": self.moving_refs,
-            "platforms": {p.platform: p.to_json() for p in self.images},
-            "moving_index": [m.to_json() for m in self.indexes()],
+            "moving": tuple(self.moving_refs),
+            "platforms": {p.platform: p for p in self.images},
+            "moving_index": tuple(self.indexes()),
         }
+
+
+@dataclass(frozen=True)
+class VariantPlanned:
+    # a variant as a publish plans it: where each platform's image goes, and each moving tag before and after
+
+    variant: str
+    repository: str
+    immutable: str
+    moving: tuple[str, ...]
+    platforms: dict[str, Push]
+    moving_index: tuple[MovingIndex, ...]
+
+
+State = Literal["published", "unchanged", "retagged"]
+
+
+@dataclass(frozen=True)
+class VariantPublished(VariantPlanned):
+    # ... and what the publish did: the digest the moving tags name, pushed, moved, kept
+
+    digest: str
+    state: State
+    pushed: tuple[str, ...]
+    moved: tuple[str, ...]
+    kept: tuple[str, ...]
 
 
 def plan_built(
@@ -184,7 +226,7 @@ def plan_dry(
 @dataclass(frozen=True)
 class Outcome:
     digest: str  # what the moving tags name in the registry
-    state: str  # "published", "unchanged", "retagged"
+    state: State
     pushed: list[str]
     moved: list[str]
     kept: list[str] = field(default_factory=list)  # platforms a moving tag kept (this publish did not make them)
@@ -256,7 +298,7 @@ def move_variant(vp: VariantPublish, pushed: list[str], say: Say) -> tuple[Varia
         kept.update(seen.kept)
         before[ref] = seen.before
     say(f"{vp.variant}: {vp.top.target} -> {vp.top.digest}" + ("" if pushed or moved else ", already published"))
-    state = "published" if pushed else "retagged" if moved else "unchanged"
+    state: State = "published" if pushed else "retagged" if moved else "unchanged"
     return replace(vp, before=before), Outcome(digest, state, pushed, moved, sorted(kept))
 
 
@@ -336,14 +378,28 @@ class PublishResult:
     attached: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, object]:
-        if self.outcomes is None:
-            return {"dry_run": True, "variants": [vp.to_json() for vp in self.plan]}
-        return {
-            "variants": [{**vp.to_json(), **asdict(o)} for vp, o in zip(self.plan, self.outcomes, strict=True)],
-            "attached": self.attached,
-            "seconds": round(self.seconds, 3),
-        }
+    def planned(self) -> PublishPlanned:
+        """What `publish --dry-run --json` prints."""
+        return PublishPlanned(variants=tuple(vp.planned() for vp in self.plan))
+
+    def published(self) -> Published:
+        """What `publish --json` prints (the outcomes of a publish that ran)."""
+        assert self.outcomes is not None, "a dry run published nothing"
+        done = tuple(vp.published(o) for vp, o in zip(self.plan, self.outcomes, strict=True))
+        return Published(variants=done, attached=tuple(self.attached), seconds=self.seconds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishPlanned:
+    dry_run: Literal[True] = True
+    variants: tuple[VariantPlanned, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Published:
+    variants: tuple[VariantPublished, ...]
+    attached: tuple[str, ...]
+    seconds: Seconds
 
 
 def publish(

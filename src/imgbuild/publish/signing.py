@@ -8,24 +8,18 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from imgbuild import proc
 from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.publish import sbom
 from imgbuild.registry import reference
+from imgbuild.smoke.supply import SbomVerified, SupplyChain, Verified
 
 HINT = "install cosign 2.x (.ci/setup-host.sh installs Debian trixie's cosign 2.5), or set IMGBUILD_COSIGN to it"
 SPDX_PREDICATE = "https://spdx.dev/Document"
 VERIFY = ["--insecure-ignore-tlog=true"]
-
-
-@dataclass(frozen=True)
-class Verified:
-    ok: bool
-    detail: str
-    predicate: dict[str, object] | None = None  # the SBOM, for an attestation
 
 
 def key_file(path: Path, what: str) -> Path:
@@ -73,11 +67,11 @@ def attest_sbom(ref: str, document: bytes, key: Path) -> None:
         _write("attest", ["attest", "--key", str(key), "--type", "spdxjson", "--predicate", fh.name], ref)
 
 
-def verify_sbom(ref: str, pub: Path) -> Verified:
+def verify_sbom(ref: str, pub: Path) -> SbomVerified:
     """The SPDX attestation on `ref`, verified; its predicate is the SBOM."""
     done = _run(["verify-attestation", "--key", str(pub), *VERIFY, "--type", "spdxjson"], ref)
     if done.returncode != 0:
-        return Verified(False, _last(done))
+        return SbomVerified(False, _last(done))
     for line in done.stdout.splitlines():
         try:
             statement = json.loads(base64.b64decode(json.loads(line)["payload"]))
@@ -85,33 +79,8 @@ def verify_sbom(ref: str, pub: Path) -> Verified:
             continue
         predicate = statement.get("predicate")
         if statement.get("predicateType") == SPDX_PREDICATE and isinstance(predicate, dict):
-            return Verified(True, f"SPDX attestation verified with {pub}", predicate)
-    return Verified(False, "verified, but no SPDX predicate in the attestation")
-
-
-@dataclass(frozen=True)
-class SupplyChain:
-    signature: Verified
-    sbom: Verified
-    problems: tuple[str, ...]  # where the verified SBOM disagrees with the image
-
-    @property
-    def ok(self) -> bool:
-        return self.signature.ok and self.sbom.ok and not self.problems
-
-    def failures(self) -> list[str]:
-        """What is wrong, one line each: the signature or the SBOM not verified, where the SBOM disagrees."""
-        unverified = [
-            f"{what} not verified" for what, v in (("signature", self.signature), ("SBOM", self.sbom)) if not v.ok
-        ]
-        return [*unverified, *self.problems]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "signature": {"verified": self.signature.ok, "detail": self.signature.detail},
-            "sbom": {"verified": self.sbom.ok, "detail": self.sbom.detail, "problems": list(self.problems)},
-        }
+            return SbomVerified(True, f"SPDX attestation verified with {pub}", predicate=predicate)
+    return SbomVerified(False, "verified, but no SPDX predicate in the attestation")
 
 
 def check_published(tag_ref: str, platform_ref: str, pub: Path, labels: Mapping[str, str]) -> SupplyChain:
@@ -120,4 +89,4 @@ def check_published(tag_ref: str, platform_ref: str, pub: Path, labels: Mapping[
     signed = Verified(done.returncode == 0, f"signed, verified with {pub}" if done.returncode == 0 else _last(done))
     found = verify_sbom(platform_ref, pub)
     problems = sbom.check(found.predicate, labels) if found.predicate is not None else []
-    return SupplyChain(signed, found, tuple(problems))
+    return SupplyChain(signature=signed, sbom=replace(found, problems=tuple(problems)))

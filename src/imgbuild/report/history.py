@@ -8,8 +8,7 @@ from imgbuild.deploy.recipes import Recipe
 
 def _upstreams(entry: Entry) -> str:
     return ", ".join(
-        f"{u['name'] + ' ' if u['name'] else ''}{u['tag'] or entry.version} ({u['commit'][:12]})"
-        for u in entry.upstreams
+        f"{u.name + ' ' if u.name else ''}{u.tag or entry.version} ({u.commit[:12]})" for u in entry.upstreams
     )
 
 
@@ -21,14 +20,14 @@ def _patches(entry: Entry) -> str:
 
 def entry_lines(entry: Entry) -> list[str]:
     now = f"  <- {', '.join(entry.moving)}" if entry.moving else ""
-    base = entry.base["name"] or "?"
+    base = entry.base.name or "?"
     lines = [f"{entry.ref}{now}", f"  image     {entry.image_id}  ({entry.kind})"]
     lines += [f"  {platform:<9} {digest}" for platform, digest in entry.platforms.items()]
     lines += [
         f"  created   {entry.created} (inputs' date)   last tagged {entry.last_tagged or 'unknown'}",
         f"  upstream  {_upstreams(entry)}",
         f"  patches   series {entry.series.removeprefix('sha256:')[:12]}: {_patches(entry)}",
-        f"  base      {base}" + (f"@{entry.base['digest']}" if entry.base.get("digest") else ""),
+        f"  base      {base}" + (f"@{entry.base.digest}" if entry.base.digest else ""),
         f"  inputs    {entry.inputs}",
         f"  smoke     {entry.smoke_state}",
     ]
@@ -45,11 +44,12 @@ def history_lines(history: History) -> list[str]:
     for ref, image_id in history.moving.items():
         named = history.find(image_id) if image_id else None
         lines.append(f"  {ref} -> {named.ref if named else image_id or 'nothing'}")
-    for ref, digest in history.registry_moving.items():
+    there = history.registry
+    for ref, digest in (there.moving if there else {}).items():
         named = next((e for e in history.entries if e.registry and e.registry.digest == digest), None)
         line = f"  {ref} -> {named.ref if named and digest else digest or 'nothing'}"
-        if named is None and ref in history.registry_platforms:  # an index no build here is: say what it holds
-            line += ", an index of " + ", ".join(f"{p} {r}" for p, r in history.registry_platforms[ref].items())
+        if named is None and there and ref in there.platforms:  # an index no build here is: say what it holds
+            line += ", an index of " + ", ".join(f"{p} {r}" for p, r in there.platforms[ref].items())
         lines.append(line)
     for entry in history.entries:
         lines += ["", *entry_lines(entry)]

@@ -9,21 +9,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from imgbuild.report.tables import short_name
-from imgbuild.smoke.checks import FileRow, SmokeReport
+from imgbuild.smoke.checks import FileState, SmokeReport
 
 if TYPE_CHECKING:
-    from imgbuild.publish.signing import SupplyChain
+    from imgbuild.smoke.supply import SupplyChain
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
 
 
-def _cell(row: FileRow) -> str:
+def _cell(row: FileState) -> str:
     if row.ok:
         return "[green]patched[/]" if row.actual == "patched" else row.actual
     return f"[bold red]{row.actual}[/] (want {row.expected})"
 
 
-def file_matrix(rows: Sequence[tuple[str, Sequence[FileRow]]]) -> Table:
+def file_matrix(rows: Sequence[tuple[str, Sequence[FileState]]]) -> Table:
     """One row per image, one column per file, like section 3 of the deployment report."""
     paths = list(dict.fromkeys(r.path for _, files in rows for r in files))
     table = Table(title="image x file (read from the image)")

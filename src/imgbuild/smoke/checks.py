@@ -6,15 +6,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from typing import Annotated, Literal, cast
+
+from pydantic import Field
 
 from imgbuild.config.models import SmokeSpec
 from imgbuild.engine import BINFMT_FIX, Engine, ImageInfo, RunResult, check_binfmt
 from imgbuild.errors import DockerError
 from imgbuild.plan import labels as lbl
 from imgbuild.platforms import Platform
+from imgbuild.shapes import NULLABLE, Seconds, derived, omitted_unless_set
 from imgbuild.smoke import launchcheck, probe, record, runtime_run
 from imgbuild.smoke.importcheck import modules_to_import
+from imgbuild.smoke.supply import SupplyChain
 from imgbuild.upstream.mirror import cache_dir
 
 SKELETON_SKIP = "needs the real base (the skeleton stand-in has no torch)"
@@ -44,66 +49,73 @@ class Expected:
         return tuple(f"{self.site_packages.rstrip('/')}/{f.path}" for f in self.files)
 
 
+Status = Literal["pass", "fail", "skip"]
+
+
 @dataclass(frozen=True)
 class Check:
     group: str  # config, files, runtime, command, import, launcher
     name: str
-    status: str  # pass, fail, skip
+    status: Status
     detail: str = ""
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, object]:
-        return {**asdict(self), "seconds": round(self.seconds, 3)}
+    seconds: Seconds = 0.0
 
 
 @dataclass(frozen=True)
-class FileRow:
+class FileState:
     path: str
     expected: str  # patched / original
     actual: str  # patched / original / absent / other
     expected_sha256: str
     actual_sha256: str | None
+    ok: bool = derived()  # the image has the expected content
 
-    @property
-    def ok(self) -> bool:
-        return self.actual_sha256 == self.expected_sha256
-
-    def to_json(self) -> dict[str, object]:
-        return {**asdict(self), "ok": self.ok}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", self.actual_sha256 == self.expected_sha256)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeReport:
+    """One image smoke-tested: each check, and each patched file's state in the image."""
+
     image: str
-    image_id: str
+    image_id: Annotated[str, NULLABLE]
     variant: str | None
-    platform: Platform
-    checks: list[Check] = field(default_factory=list)
-    files: list[FileRow] = field(default_factory=list)
-    name: str = ""  # how tables call the image (e.g. its moving tag); default: `image`
+    platform: Annotated[Platform, NULLABLE]
+    ok: bool = derived()  # no check failed (the supply chain, with --key, is the run's verdict: `SmokeRun.ok`)
+    checks: tuple[Check, ...] = ()
+    files: tuple[FileState, ...] = ()
+    supply_chain: Annotated[SupplyChain | None, omitted_unless_set("only with --key (smoke)")] = None
+    name: Annotated[str, Field(exclude=True)] = ""  # how tables call the image (e.g. its moving tag); default: image
 
     @property
     def title(self) -> str:
         return self.name or self.image
 
-    @property
-    def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", all(c.status != "fail" for c in self.checks))
 
     @property
     def failures(self) -> list[Check]:
         return [c for c in self.checks if c.status == "fail"]
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "image": self.image,
-            "image_id": self.image_id,
-            "variant": self.variant,
-            "platform": str(self.platform),
-            "ok": self.ok,
-            "checks": [c.to_json() for c in self.checks],
-            "files": [f.to_json() for f in self.files],
-        }
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """Every image a smoke run checked; `ok`: no check failed and, with --key, every supply chain is verified."""
+
+    ok: bool = derived()
+    reports: tuple[SmokeReport, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not self.failed)
+
+    @property
+    def failed(self) -> list[str]:
+        """What failed, one line per image: its failing checks, its supply chain's failures."""
+        out = [f"{r.image}: {len(r.failures)} failing checks" for r in self.reports if not r.ok]
+        chains = [(r.image, r.supply_chain) for r in self.reports if r.supply_chain is not None]
+        return out + [f"{image}: {'; '.join(chain.failures())}" for image, chain in chains if not chain.ok]
 
 
 # -- integrity: is the image exactly what imgbuild built (an image edited after the build keeps its labels) --
@@ -191,7 +203,7 @@ def find_base(engine: Engine, base_ref: str, base_id: str | None, platform: Plat
     return base if base is not None and base.platform == platform else None
 
 
-def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[FileRow]:
+def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[FileState]:
     """Each planned file's state in the image, from the sha256 of what the image holds at its path."""
     rows = []
     for f, path in zip(expected.files, expected.paths, strict=True):
@@ -202,7 +214,7 @@ def file_rows(expected: Expected, digests: Mapping[str, str | None]) -> list[Fil
             state = f.state
         else:
             state = "original" if digest == f.pristine_sha256 else "other"
-        rows.append(FileRow(f.path, f.state, state, f.sha256, digest))
+        rows.append(FileState(f.path, f.state, state, f.sha256, digest))
     return rows
 
 
@@ -369,7 +381,7 @@ def _import_checks(
         r = result.imports.get(module)
         if r is not None:
             detail = "imports" if r.ok else r.error + (f" (raised at {r.where})" if r.where else "")
-            status = "pass" if r.ok else "fail"
+            status: Status = "pass" if r.ok else "fail"
             if not r.ok and module not in planned and not r.involves(job.paths, planned):
                 # a module of the release that fails on this base by itself (a ROCm or XPU model on a CPU base)
                 status, detail = "skip", f"fails on this base without a planned file involved: {detail}"
@@ -400,27 +412,27 @@ def smoke(engine: Engine, ref: str, expected: Expected, *, runtime: bool = True)
     """Run every check on `ref`; a failing check is recorded, never raised. With `runtime`, one container does
     everything that runs, and the file hashes come from it too unless it could not run."""
     info = engine.require(ref)
-    report = SmokeReport(ref, info.id, expected.variant, expected.platform)
-    report.checks.extend(config_checks(info, expected))
+    checks = [*config_checks(info, expected)]
     base = find_base(engine, expected.base_ref, expected.base_id, info.platform)
-    report.checks.extend(integrity_checks(info, expected, base))
+    checks += integrity_checks(info, expected, base)
     run_checks: list[Check] = []
     result = None
     t0 = time.monotonic()
     if runtime:
         run_checks, result, launcher = runtime_checks(engine, info, expected)
         # what sparkrun needs: a passthrough ENTRYPOINT, a standalone kill (checked in the probe's container)
-        run_checks += [Check("launcher", *r) for r in launcher]
+        run_checks += [Check("launcher", name, cast(Status, status), detail) for name, status, detail in launcher]
     digests = result.hashes if result is not None and result.ran else read_digests(engine, info.id, expected)
-    report.files = file_rows(expected, digests)
-    took = 0.0 if runtime else (time.monotonic() - t0) / max(len(report.files), 1)
-    for row in report.files:
+    files = file_rows(expected, digests)
+    took = 0.0 if runtime else (time.monotonic() - t0) / max(len(files), 1)
+    for row in files:
         detail = row.actual
         if not row.ok:
             detail = f"expected {row.expected} {row.expected_sha256[:12]}, image has {row.actual}"
             detail += f" {row.actual_sha256[:12]}" if row.actual_sha256 else ""
-        report.checks.append(Check("files", row.path, "pass" if row.ok else "fail", detail, took))
-    report.checks.extend(run_checks)
+        checks.append(Check("files", row.path, "pass" if row.ok else "fail", detail, took))
+    checks += run_checks
+    report = SmokeReport(ref, info.id, expected.variant, expected.platform, checks=tuple(checks), files=tuple(files))
     if runtime:  # `history` says whether the image passed; a static check is not a smoke test
         record.record(info.id, ref, report.ok, [f"{c.group} {c.name}" for c in report.failures])
     return report

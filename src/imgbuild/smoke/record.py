@@ -7,6 +7,9 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from imgbuild.atomic import write_json
 from imgbuild.upstream.mirror import cache_dir
@@ -15,13 +18,10 @@ DIR = "smoke"
 
 
 @dataclass(frozen=True)
-class Recorded:
+class SmokeRecord:
     ok: bool
-    image: str  # the reference it was tested under
+    image: Annotated[str, Field(serialization_alias="tested_as")]  # the reference it was tested under
     failed: tuple[str, ...]  # `group name` of each failing check
-
-    def to_json(self) -> dict[str, object]:
-        return {"ok": self.ok, "tested_as": self.image, "failed": list(self.failed)}
 
 
 def _path(image_id: str, cache: Path | None) -> Path:
@@ -33,10 +33,10 @@ def record(image_id: str, image: str, ok: bool, failed: list[str], cache: Path |
         write_json(_path(image_id, cache), {"ok": ok, "image": image, "failed": failed})
 
 
-def recorded(image_id: str, cache: Path | None = None) -> Recorded | None:
+def recorded(image_id: str, cache: Path | None = None) -> SmokeRecord | None:
     """The record of `image_id`'s last full smoke test; None: never tested here (or --no-smoke, or --static)."""
     try:
         data = json.loads(_path(image_id, cache).read_text())
-        return Recorded(bool(data["ok"]), str(data["image"]), tuple(str(f) for f in data["failed"]))
+        return SmokeRecord(bool(data["ok"]), str(data["image"]), tuple(str(f) for f in data["failed"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -63,6 +63,19 @@ def source_key(source: GitSource | WheelSource) -> str:
 
 
 @dataclass(frozen=True)
+class PinCache:
+    """A pin, with its cache mirror and whether the mirror has the pinned commit."""
+
+    name: str
+    tag: str
+    commit: str
+    kind: str
+    package_root: str
+    mirror: str
+    pinned_commit_cached: bool
+
+
+@dataclass(frozen=True)
 class Resolved:
     repo: GitRepo
     commit: str

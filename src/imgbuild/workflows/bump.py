@@ -24,6 +24,7 @@ from imgbuild.errors import ImgbuildError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.progress import Say, quiet
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import index_versions, resolve_ref
 from imgbuild.upstream.requires import PinMove, Unmet, plan_moves
@@ -371,7 +372,7 @@ def _build(root: Path, options: BuildOptions, say: Say) -> list[dict[str, Any]]:
     project = Project.load(root)
     project.refuse_bad_headers()
     result = runner.build(Engine.connect(), project, project.select(None, None), options, say=say)
-    return [_image(i.to_json()) for i in result.images]
+    return [_image(dump(i)) for i in result.images]
 
 
 def _image(i: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from imgbuild.errors import ApplyError, ImgbuildError
 from imgbuild.patches.apply import PatchOutcome, StackResult, apply_stack
 from imgbuild.patches.variants import ResolvedVariant, apply_selection
 from imgbuild.project import Project, merge3
+from imgbuild.shapes import PathText, dump
 from imgbuild.upstream.requires import Need
 from imgbuild.workflows.materialize import write_tree
 
@@ -52,7 +56,7 @@ class SeriesCheck:
                 for p in self.project.pins
             ],
             "ok": self.ok,
-            "patches": [{**o.to_json(), "upstream": of.get(o.patch, pin.name)} for o in self.full.outcomes],
+            "patches": [{**dump(o), "upstream": of.get(o.patch, pin.name)} for o in self.full.outcomes],
             "variants": {
                 **{n: {"ok": True, "patches": [files[x] for x in v.selected]} for n, v in self.variants.items()},
                 **{n: {"ok": False, "error": e} for n, e in self.variant_errors.items()},
@@ -82,23 +86,18 @@ class SeriesRefused(ApplyError):
     """`patches apply` found a patch that does not apply; nothing was written. Carries the per-patch report."""
 
     def __init__(self, message: str, hint: str, outcomes: list[PatchOutcome]) -> None:
-        super().__init__(message, hint, {"ok": False, "patches": [o.to_json() for o in outcomes]})
+        super().__init__(message, hint, {"ok": False, "patches": [dump(o) for o in outcomes]})
         self.outcomes = outcomes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Applied:
-    into: Path
-    files: int
-    outcomes: list[PatchOutcome] = field(default_factory=list)
+    """The release with the stack applied, written into a new directory."""
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": True,
-            "into": str(self.into),
-            "files": self.files,
-            "patches": [o.to_json() for o in self.outcomes],
-        }
+    ok: Literal[True] = True
+    into: PathText
+    files: int
+    outcomes: Annotated[list[PatchOutcome], Field(serialization_alias="patches")] = field(default_factory=list)
 
 
 def apply_into(
@@ -124,4 +123,4 @@ def apply_into(
     count = write_tree(
         into, project.upstream.repo, project.upstream.commit, changed, only_changed=only_changed, more=more
     )
-    return Applied(into.resolve(), count, outcomes)
+    return Applied(into=into.resolve(), files=count, outcomes=outcomes)

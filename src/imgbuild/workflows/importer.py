@@ -23,6 +23,9 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Literal, cast
+
+from pydantic import Field
 
 from imgbuild.errors import ApplyError, PatchError, UpstreamError, UsageError
 from imgbuild.patches import backport
@@ -32,6 +35,7 @@ from imgbuild.patches.hunks import decode, encode
 from imgbuild.patches.patchfile import Patch, parse_bytes
 from imgbuild.patches.series import SeriesEntry
 from imgbuild.project import Project, merge3
+from imgbuild.shapes import dump, named
 from imgbuild.upstream.commits import commit_files, diff_commits, init_scratch
 from imgbuild.upstream.git import DIFF_FLAGS, LITERAL, GitError, GitRepo
 from imgbuild.workflows.checkstack import CLEAN, check_series
@@ -57,33 +61,35 @@ class Source:
     blobs: dict[str, bytes] = field(default_factory=dict)  # the change's original blobs (a git clone has them)
 
 
-@dataclass
-class Imported:
-    filename: str
-    after: str | None  # the series entry it follows (None: first)
-    outcome: str  # how it applied where it goes: exact, offset, 3way, partly-upstreamed
-    source: str
-    kind: str
-    text: str
-    left_out: list[str]
-    series: list[dict[str, str]]  # every patch of the checked series and how it applied
-    variants: list[str]  # the variants that carry it
-    written: list[str] = field(default_factory=list)
+Outcome = Literal["exact", "offset", "3way", "partly-upstreamed"]  # how an imported patch applied where it goes
+Kind = Literal["patch", "mbox", "git", "github"]  # what it was imported from
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": True,
-            "filename": self.filename,
-            "after": self.after,
-            "outcome": self.outcome,
-            "source": self.source,
-            "kind": self.kind,
-            "left_out": self.left_out,
-            "series": self.series,
-            "variants": self.variants,
-            "written": self.written,
-            "patch": self.text,
-        }
+
+@named("SeriesEntry")
+@dataclass(frozen=True)
+class SeriesChecked:  # a patch of the series checked with the imported one, and how it applied
+    patch: str
+    method: str
+
+
+@dataclass(kw_only=True)
+class Imported:
+    """A patch imported (or, `--dry-run`, that would be) and the series checked with it."""
+
+    ok: Literal[True] = True
+    filename: str
+    after: Annotated[str | None, Field(description="the series entry it follows (null: first)")]
+    outcome: Annotated[
+        Literal["exact", "offset", "3way", "partly-upstreamed"],
+        Field(description="how the source applied where it goes"),
+    ]
+    source: str
+    kind: Kind
+    left_out: Annotated[list[str], Field(description="files the source changes outside the package root")]
+    series: list[SeriesChecked]  # every patch of the checked series and how it applied
+    variants: Annotated[list[str], Field(description="the variants that carry the new patch")]
+    written: Annotated[list[str], Field(description="empty with --dry-run")] = field(default_factory=list)
+    text: Annotated[str, Field(serialization_alias="patch", description="the patch file's text")]
 
 
 # -- reading a source ------------------------------------------------------------------
@@ -295,9 +301,9 @@ def import_patch(
     result = Imported(
         filename=filename,
         after=project.patches[at - 1].filename if at else None,
-        outcome=outcome.method,
+        outcome=cast(Outcome, outcome.method),
         source=source,
-        kind=src.kind,
+        kind=cast(Kind, src.kind),
         text=text,
         left_out=list(shaped.left_out),
         series=checked[0],
@@ -310,7 +316,7 @@ def import_patch(
     return result
 
 
-def _check_with(project: Project, new: Patch, at: int) -> tuple[list[dict[str, str]], list[str]]:
+def _check_with(project: Project, new: Patch, at: int) -> tuple[list[SeriesChecked], list[str]]:
     """The whole series with `new` at `at`, checked like `patches check` (in memory); refused unless it passes."""
     patches = [*project.patches[:at], new, *project.patches[at:]]
     series = [SeriesEntry(p.filename, i + 1) for i, p in enumerate(patches)]
@@ -318,14 +324,14 @@ def _check_with(project: Project, new: Patch, at: int) -> tuple[list[dict[str, s
     trial._resolved.update(project._resolved)  # the same pins: resolved once
     trial._pin_trees.update(project._pin_trees)
     check = check_series(trial)
-    rows = [{"patch": o.filename or o.patch, "method": o.method} for o in check.full.outcomes]
-    bad = [f"{r['patch']}: {r['method']}" for r in rows if r["method"] not in CLEAN]
+    rows = [SeriesChecked(o.filename or o.patch, o.method) for o in check.full.outcomes]
+    bad = [f"{r.patch}: {r.method}" for r in rows if r.method not in CLEAN]
     bad += [f"variant {n}: {e}" for n, e in check.variant_errors.items()]
     if bad:
         raise ApplyError(
             f"with {new.filename} the series no longer applies cleanly ({'; '.join(bad)}); nothing was written",
             hint="place it elsewhere (--after PATCH), or carry the later patches first (`imgbuild patches edit`)",
-            details={"outcome": "series-conflict", "series": rows},
+            details={"outcome": "series-conflict", "series": [dump(r) for r in rows]},
         )
     carried = [n for n, v in check.variants.items() if new.name in v.selected]
     return rows, carried

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from imgbuild.patches.apply import apply_stack
 from imgbuild.patches.hunks import encode
 from imgbuild.patches.patchfile import Patch, parse_bytes, parse_header
 from imgbuild.project import Project
+from imgbuild.shapes import PathText
 from imgbuild.upstream.commits import (
     CommitInfo,
     checkout_branch,
@@ -54,14 +55,13 @@ NUMBERED = re.compile(r"^(\d{4})-")
 
 @dataclass
 class Opened:
-    work_tree: Path
+    """An open `patches edit` work tree."""
+
+    work_tree: PathText
     base: str
     tag: str
     commits: int
     created: bool
-
-    def to_json(self) -> dict[str, object]:
-        return {**asdict(self), "work_tree": str(self.work_tree)}
 
 
 @dataclass
@@ -73,9 +73,6 @@ class Refreshed:
     series_changed: bool = False
     warnings: list[str] = field(default_factory=list)
     closed: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
 
 
 # -- commit messages -------------------------------------------------------------------

@@ -12,21 +12,8 @@ from imgbuild.errors import ImgbuildError
 from imgbuild.project import Project
 from imgbuild.upstream.commits import status_porcelain
 from imgbuild.upstream.git import run_git
-from imgbuild.upstream.mirror import Mirror
+from imgbuild.upstream.mirror import Mirror, PinCache
 from imgbuild.workflows import queue, rebase
-
-
-@dataclass(frozen=True)
-class PinCache:
-    """A pin, with its cache mirror and whether the mirror has the pinned commit."""
-
-    name: str
-    tag: str
-    commit: str
-    kind: str
-    package_root: str
-    mirror: str
-    pinned_commit_cached: bool
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,13 @@
-"""The `--json` documents as types: one frozen pydantic model per document (one name of `jsondoc.VERSIONS`).
+"""The `--json` documents as types: one per name of `jsondoc.VERSIONS`.
 
-The model is the contract. A command builds its document's model and prints it with `render` (the one place a
-document becomes JSON: `{"schema": "imgbuild.<name>/<N>", ...fields}`); `docs/schema/<name>.v<N>.json` is
-generated from the model (`python3 -m imgbuild.report.documents --write docs/schema`, checked for drift by
-tests/unit/test_documents.py). A key the model does not name, or one it needs that is missing, fails at the print.
+The domain result is the contract. A `Contract` names a frozen domain dataclass (the value a command's library call
+returns) as a document: `Contract.of(value)` prints it as it is (`render`, the one place a document becomes JSON:
+`{"schema": "imgbuild.<name>/<N>", ...fields}`), and its schema is generated from that dataclass by pydantic's
+`TypeAdapter` (`Annotated[..., Field(description=...)]` on a field describes its key). A document not yet moved
+onto its domain type is still a frozen pydantic model (`Document`, built from a dict); a key such a model does not
+name, or one it needs that is missing, fails at the print. Either way `docs/schema/<name>.v<N>.json` is generated
+from the type (`python3 -m imgbuild.report.documents --write docs/schema`, checked for drift by
+tests/unit/test_documents.py).
 
 A key that is only sometimes printed has a default and is left out when not given (`exclude_unset`); every other
 key is always printed. Generated schemas allow more keys (`additionalProperties` is not closed): a key added
@@ -12,13 +16,19 @@ later does not bump a document's version, a changed or removed one does (jsondoc
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from imgbuild import jsondoc
+from imgbuild.shapes import ADDED_LATER, SCHEMA_NAMES
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -53,17 +63,111 @@ class Document(Part):
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
         """The JSON Schema (draft 2020-12) of the printed document."""
-        raw = cls.model_json_schema(by_alias=True, mode="serialization")
-        raw = _tidy(raw)
-        sid = jsondoc.schema_id(cls.name)
-        props = {"schema": {"const": sid}, **raw.get("properties", {})}
-        out: dict[str, Any] = {"$schema": DRAFT, "title": sid}
-        if "description" in raw:
-            out["description"] = raw["description"]
-        out |= {"type": "object", "required": ["schema", *raw.get("required", [])], "properties": props}
-        if "$defs" in raw:
-            out["$defs"] = raw["$defs"]
+        return _document_schema(cls.name, cls.model_json_schema(by_alias=True, mode="serialization"))
+
+
+class _Shapes(GenerateJsonSchema):
+    """A domain dataclass's schema as its documents print it: every key is printed (required, no default) except
+    one left out when empty (`Field(exclude_if=...)`), which keeps its default, and one added after its document's
+    version (`shapes.added_later`: printed, not required)."""
+
+    def field_is_required(
+        self,
+        field: core_schema.ModelField | core_schema.DataclassField | core_schema.TypedDictField,
+        total: bool,  # noqa: ARG002 (the base class's signature)
+    ) -> bool:
+        later = field.get("metadata", {}).get("pydantic_js_extra", {})
+        return field.get("serialization_exclude_if") is None and not (isinstance(later, dict) and ADDED_LATER in later)
+
+    def dataclass_field_schema(self, schema: core_schema.DataclassField) -> JsonSchemaValue:
+        inner = schema["schema"]
+        if inner["type"] == "default" and schema.get("serialization_exclude_if") is None:
+            return self.generate_inner(inner["schema"])
+        return self.generate_inner(inner)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A document that is a domain type plus its name (`jsondoc.VERSIONS`) and its description. The type is named
+    `module:Class` and imported when the document is printed or its schema made: a command imports only the
+    domain types of what it prints."""
+
+    name: str
+    shape_at: str
+    description: str
+
+    @cached_property
+    def shape(self) -> type[Any]:
+        module, _, attr = self.shape_at.partition(":")
+        found = getattr(importlib.import_module(module), attr)
+        assert isinstance(found, type), f"{self.shape_at}: not a type"
+        return found
+
+    @cached_property
+    def _adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.shape)
+
+    def of(self, value: object) -> Printed:
+        """The document of `value` (an instance of the type), ready to print."""
+        if not isinstance(value, self.shape):
+            raise TypeError(f"document {self.name} prints a {self.shape_at}, not a {type(value).__name__}")
+        return Printed(self.name, self._adapter.dump_python(value, mode="json", by_alias=True))
+
+    def json_schema(self) -> dict[str, Any]:
+        raw = self._adapter.json_schema(by_alias=True, mode="serialization", schema_generator=_Shapes)
+        return _document_schema(self.name, _renamed({**raw, "description": self.description}))
+
+
+@dataclass(frozen=True)
+class Printed:
+    """A document's body as JSON values, with its name: what `print_json` prints."""
+
+    name: str
+    body: dict[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        return jsondoc.document(self.name, self.body)
+
+    def render(self) -> str:
+        """The document as printed: `schema` first, two-space indents."""
+        return json.dumps(self.document(), indent=2, sort_keys=False)
+
+
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """The schema with each `shapes.named` type under its schema name (`$defs` keys and `$ref`s), `$defs` sorted."""
+    names = {old: new for old, new in SCHEMA_NAMES.items() if old in raw.get("$defs", {})}
+    if not names:
+        return raw
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in names:
+            out["$ref"] = "#/$defs/" + names[ref[8:]]
         return out
+
+    out: dict[str, Any] = walk(raw)
+    defs = {names.get(k, k): v for k, v in out["$defs"].items()}
+    out["$defs"] = dict(sorted(defs.items()))
+    return out
+
+
+def _document_schema(name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """The printed document's schema from its body's: `schema` first, titles gone."""
+    raw = _tidy(raw)
+    sid = jsondoc.schema_id(name)
+    props = {"schema": {"const": sid}, **raw.get("properties", {})}
+    out: dict[str, Any] = {"$schema": DRAFT, "title": sid}
+    if "description" in raw:
+        out["description"] = raw["description"]
+    out |= {"type": "object", "required": ["schema", *raw.get("required", [])], "properties": props}
+    if "$defs" in raw:
+        out["$defs"] = raw["$defs"]
+    return out
 
 
 def _tidy(node: Any, *, mapping: bool = False) -> Any:
@@ -79,21 +183,24 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
             continue
         if not mapping and key == "additionalProperties" and value is False:
             continue
+        if not mapping and key == ADDED_LATER:
+            continue
         if not mapping and key == "description" and isinstance(value, str):
             value = " ".join(value.split())  # a docstring's line breaks
         out[key] = _tidy(value, mapping=not mapping and key in ("properties", "$defs"))
     return out
 
 
-def all_documents() -> Iterator[type[Document]]:
+def all_documents() -> Iterator[type[Document] | Contract]:
     """Every document type, one per name of `jsondoc.VERSIONS`, in its order."""
     from imgbuild.report.documents import deploy, images, patches
 
-    by_name = {
+    by_name: dict[str, type[Document] | Contract] = {
         c.name: c
         for module in (patches, images, deploy)
         for c in vars(module).values()
-        if isinstance(c, type) and issubclass(c, Document) and c is not Document and "name" in vars(c)
+        if isinstance(c, Contract)
+        or (isinstance(c, type) and issubclass(c, Document) and c is not Document and "name" in vars(c))
     }
     missing = set(jsondoc.VERSIONS) - set(by_name)
     assert not missing, f"documents without a type: {sorted(missing)}"

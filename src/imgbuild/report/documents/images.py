@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
-from imgbuild.report.documents import Document, Part
-from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement, SmokeReport, Upstream
+from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
+from imgbuild.report.documents import Contract, Document, Part
+from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement
 
 
 # -- plan -----------------------------------------------------------------------------------------------------------
@@ -78,31 +77,9 @@ class Plan(Document):
 
 
 # -- build ----------------------------------------------------------------------------------------------------------
-class ImageBuilt(Part):
-    """One platform's image; `index`/`index_ref`: the multi-platform image it is part of (null for a one-platform
-    variant)."""
-
-    variant: str
-    platform: str
-    image_id: str
-    immutable: str
-    moving: list[str]
-    inputs_digest: str
-    built: bool
-    moved: bool
-    rootfs_layers: list[str]
-    base_layers: int
-    index: str | None
-    index_ref: str | None
-    note: str
-    smoke: SmokeReport | None
-
-
-class Build(Document):
-    """`imgbuild build --json`: what was built, tagged and smoke-tested"""
-
-    name = "build"
-    images: list[ImageBuilt]
+BUILD = Contract(
+    "build", "imgbuild.builder.runner:BuildResult", "`imgbuild build --json`: what was built, tagged and smoke-tested"
+)
 
 
 class ImagePlanned(Part):
@@ -145,49 +122,22 @@ class BuildPlan(Document):
 
 
 # -- smoke, skeleton ------------------------------------------------------------------------------------------------
-class Smoke(Document):
-    """`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified:
-    the same document, `ok` false)"""
-
-    name = "smoke"
-    ok: bool
-    reports: list[SmokeReport]
-
-
-class Skeleton(Document):
-    """`imgbuild skeleton --json`: the stand-in base image"""
-
-    name = "skeleton"
-    tag: str
-    image_id: str
-    platform: str
-    site_packages: str
-    upstream_commit: str
-    upstreams: list[Upstream] = Field(description="every pin, the first first")
-    rootfs: str
+SMOKE = Contract(
+    "smoke",
+    "imgbuild.smoke.checks:SmokeRun",
+    "`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified: "
+    "the same document, `ok` false)",
+)
 
 
-class LockedUpstream(Upstream):
-    locked: str | None = Field(description="the version the runtime lock has of the pin's project")
-
-
-class SkeletonRuntime(Document):
-    """`imgbuild skeleton --runtime --json`: the runtime base image"""
-
-    name = "skeleton-runtime"
-    tag: str
-    image_id: str
-    platform: str
-    site_packages: str
-    lock: str
-    lock_digest: str
-    wheels: int
-    upstreams: list[LockedUpstream] = Field(
-        description="every pin, the first first, with the version the runtime lock has of its project (`locked`)"
-    )
-    built: bool
-    image_bytes: int
-    seconds: float
+SKELETON = Contract(
+    "skeleton", "imgbuild.builder.standin:SkeletonMade", "`imgbuild skeleton --json`: the stand-in base image"
+)
+SKELETON_RUNTIME = Contract(
+    "skeleton-runtime",
+    "imgbuild.builder.standin:RuntimeMade",
+    "`imgbuild skeleton --runtime --json`: the runtime base image",
+)
 
 
 # -- lock, bake -----------------------------------------------------------------------------------------------------
@@ -262,54 +212,12 @@ class BakeCheck(Document):
 
 
 # -- publish --------------------------------------------------------------------------------------------------------
-class Push(Part):
-    local: str
-    manifest: str
-    inputs: str
-    ref: str
-
-
-class MovingIndex(Part):
-    """A registry moving tag, platform -> manifest digest: `before` as the registry had it when the tag was written
-    (a dry run: now; null: no such tag, or in a dry run a registry that did not answer), `after` with the platforms
-    this publish does not make `kept`"""
-
-    ref: str
-    before: dict[str, str] | None
-    after: dict[str, str]
-    kept: list[str]
-
-
-class VariantPlanned(Part):
-    variant: str
-    repository: str
-    immutable: str
-    moving: list[str]
-    platforms: dict[str, Push]
-    moving_index: list[MovingIndex]
-
-
-class VariantPublished(VariantPlanned):
-    digest: str
-    state: Literal["published", "unchanged", "retagged"]
-    pushed: list[str]
-    moved: list[str]
-    kept: list[str]
-
-
-class Publish(Document):
-    """`imgbuild publish --json`: per variant the pushed image (`digest`: the index, or the one platform's manifest
-    for a one-platform variant), `state`, what was pushed and moved"""
-
-    name = "publish"
-    variants: list[VariantPublished]
-    attached: list[str]
-    seconds: float
-
-
-class PublishPlan(Document):
-    """`imgbuild publish --dry-run --json`: what would be pushed"""
-
-    name = "publish-plan"
-    dry_run: Literal[True]
-    variants: list[VariantPlanned]
+PUBLISH = Contract(
+    "publish",
+    "imgbuild.publish.push:Published",
+    "`imgbuild publish --json`: per variant the pushed image (`digest`: the index, or the one platform's manifest "
+    "for a one-platform variant), `state`, what was pushed and moved",
+)
+PUBLISH_PLAN = Contract(
+    "publish-plan", "imgbuild.publish.push:PublishPlanned", "`imgbuild publish --dry-run --json`: what would be pushed"
+)

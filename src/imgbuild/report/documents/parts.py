@@ -1,10 +1,10 @@
-"""Pieces several documents share: pins, applied patches, pin requirements, smoke reports, errors."""
+"""Pieces several documents share: pins, applied patches, pin requirements, errors."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict
 
 from imgbuild.report.documents import Part
 
@@ -14,15 +14,6 @@ class Pin(Part):
 
     tag: str
     commit: str
-
-
-class Upstream(Part):
-    """One pin of patches/upstream.yaml."""
-
-    name: str
-    tag: str
-    commit: str
-    package_root: str
 
 
 class Hunk(Part):
@@ -70,54 +61,6 @@ class Requirement(Part):
     status: Literal["ok", "overridden", "mismatch"]
     override: Override | None
     message: str
-
-
-class Check(Part):
-    group: str
-    name: str
-    status: Literal["pass", "fail", "skip"]
-    detail: str
-    seconds: float
-
-
-class FileState(Part):
-    path: str
-    expected: str
-    actual: str
-    expected_sha256: str
-    actual_sha256: str | None
-    ok: bool
-
-
-class Verified(Part):
-    verified: bool
-    detail: str
-
-
-class SbomVerified(Verified):
-    problems: list[str]
-
-
-class SupplyChain(Part):
-    """With --key, for a registry reference: the signature of what it names and the platform image's SPDX SBOM,
-    verified."""
-
-    ok: bool
-    signature: Verified
-    sbom: SbomVerified
-
-
-class SmokeReport(Part):
-    """One image smoke-tested: each check, and each patched file's state in the image."""
-
-    image: str
-    image_id: str | None
-    variant: str | None
-    platform: str | None
-    ok: bool
-    checks: list[Check]
-    files: list[FileState]
-    supply_chain: SupplyChain | None = Field(default=None, description="only with --key (smoke)")
 
 
 class ErrorBody(Part):

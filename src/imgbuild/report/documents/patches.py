@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from imgbuild.report.documents import Document, Part
+from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
+from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import (
     ErrorBody,
     Json,
@@ -14,8 +15,8 @@ from imgbuild.report.documents.parts import (
     PatchApplied,
     Pin,
     Requirement,
-    Upstream,
 )
+from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
 
 # -- list, status ---------------------------------------------------------------------------------------------------
@@ -39,18 +40,6 @@ class PinState(Part):
     tag: str
     commit: str
     kind: str
-
-
-class PinCache(Part):
-    """A pin, with its cache mirror and whether the mirror has the pinned commit."""
-
-    name: str
-    tag: str
-    commit: str
-    kind: str
-    package_root: str
-    mirror: str
-    pinned_commit_cached: bool
 
 
 class Cache(Part):
@@ -270,14 +259,9 @@ class PatchesCheckOnto(Document):
     )
 
 
-class PatchesApply(Document):
-    """`imgbuild patches apply --into DIR --json`"""
-
-    name = "patches-apply"
-    ok: Literal[True]
-    into: str
-    files: int
-    patches: list[PatchApplied]
+PATCHES_APPLY = Contract(
+    "patches-apply", "imgbuild.workflows.checkstack:Applied", "`imgbuild patches apply --into DIR --json`"
+)
 
 
 # -- rebase ---------------------------------------------------------------------------------------------------------
@@ -333,15 +317,7 @@ class PatchesRebaseAbort(Document):
 
 
 # -- edit, refresh --------------------------------------------------------------------------------------------------
-class PatchesEdit(Document):
-    """`imgbuild patches edit --json`"""
-
-    name = "patches-edit"
-    work_tree: str
-    base: str
-    tag: str
-    commits: int
-    created: bool
+PATCHES_EDIT = Contract("patches-edit", "imgbuild.workflows.queue:Opened", "`imgbuild patches edit --json`")
 
 
 class PatchesEditDiscard(Document):
@@ -352,17 +328,7 @@ class PatchesEditDiscard(Document):
     message: str
 
 
-class PatchesRefresh(Document):
-    """`imgbuild patches refresh --json`"""
-
-    name = "patches-refresh"
-    written: list[str]
-    unchanged: list[str]
-    added: list[str]
-    removed: list[str]
-    series_changed: bool
-    warnings: list[str]
-    closed: bool
+PATCHES_REFRESH = Contract("patches-refresh", "imgbuild.workflows.queue:Refreshed", "`imgbuild patches refresh --json`")
 
 
 # -- bump -----------------------------------------------------------------------------------------------------------
@@ -493,26 +459,9 @@ class PatchesBump(Document):
 
 
 # -- import ---------------------------------------------------------------------------------------------------------
-class SeriesEntry(Part):
-    patch: str
-    method: str
-
-
-class PatchesImport(Document):
-    """`imgbuild patches import SOURCE --json`: the patch written (or, with --dry-run, that would be) and the series
-    checked with it"""
-
-    name = "patches-import"
-    ok: Literal[True]
-    filename: str
-    after: str | None = Field(description="the series entry it follows (null: first)")
-    outcome: Literal["exact", "offset", "3way", "partly-upstreamed"] = Field(
-        description="how the source applied where it goes"
-    )
-    source: str
-    kind: Literal["patch", "mbox", "git", "github"]
-    left_out: list[str] = Field(description="files the source changes outside the package root")
-    series: list[SeriesEntry]
-    variants: list[str] = Field(description="the variants that carry the new patch")
-    written: list[str] = Field(description="empty with --dry-run")
-    patch: str = Field(description="the patch file's text")
+PATCHES_IMPORT = Contract(
+    "patches-import",
+    "imgbuild.workflows.importer:Imported",
+    "`imgbuild patches import SOURCE --json`: the patch written (or, with --dry-run, that would be) and the series "
+    "checked with it",
+)

@@ -1,0 +1,85 @@
+"""How a domain value prints under `--json`: the frozen dataclass is the document's shape (report/documents/), and
+these are the few marks a field may carry to say how it prints. `dump` is the one way a value becomes JSON values
+outside a document (an error's details)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import field
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import Field, GetJsonSchemaHandler, PlainSerializer, TypeAdapter, WithJsonSchema
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+
+class MayBeNull:
+    """The printed key may be null by the document's schema (its readers allow it), though this value never is."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"anyOf": [handler(schema), {"type": "null"}]}
+
+
+NULLABLE = MayBeNull()
+
+# seconds as printed: to the millisecond
+Seconds = Annotated[float, PlainSerializer(lambda v: round(v, 3), return_type=float)]
+
+
+# a path, printed as a plain string
+PathText = Annotated[
+    Path, PlainSerializer(str, return_type=str), WithJsonSchema({"type": "string"}, mode="serialization")
+]
+
+# a string printed as null when empty (e.g. no index for a one-platform image)
+EmptyIsNull = Annotated[str, PlainSerializer(lambda v: v or None, return_type=str | None)]
+
+
+def hidden() -> Any:
+    """A field its documents never print (what the domain keeps beside them)."""
+    return Field(exclude=True)
+
+
+def omitted_unless_set(description: str) -> Any:
+    """A key printed only when the value is set (not None): not required by the schema, `description` says when."""
+    return Field(exclude_if=lambda v: v is None, description=description)
+
+
+def added_later(description: str) -> Any:
+    """A key always printed that the schema does not require (added after its document's version: older
+    printers left it out)."""
+    return Field(description=description, json_schema_extra={ADDED_LATER: True})
+
+
+ADDED_LATER = "x-imgbuild-added-later"  # report/documents/ reads it (not required) and drops it from the schema
+
+
+def derived(default: Any = False) -> Any:
+    """A field its dataclass sets in `__post_init__` from its other fields (e.g. `ok`), declared where the document
+    prints it; what a caller passes is replaced. (A property would print last; a keyword-only field too.)"""
+    return field(default=default)
+
+
+C = TypeVar("C", bound=type)
+
+# class name -> the name its documents' schemas give it (`named`)
+SCHEMA_NAMES: dict[str, str] = {}
+
+
+def named(name: str) -> Callable[[C], C]:
+    """A class decorator: the type is `name` in its documents' schemas (`$defs`), where its Python name is taken
+    by another meaning in its module (e.g. a checked series entry beside patches/series.py's `SeriesEntry`)."""
+
+    def mark(cls: C) -> C:
+        SCHEMA_NAMES[cls.__name__] = name
+        return cls
+
+    return mark
+
+
+def dump(value: object) -> Any:
+    """`value` (a dataclass the documents print) as JSON values, as its documents print it."""
+    return TypeAdapter(type(value)).dump_python(value, mode="json", by_alias=True)
