@@ -13,8 +13,9 @@ from imgbuild.errors import StateError
 from imgbuild.patches import backport
 from imgbuild.patches.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
-from imgbuild.workflows import queue, rebase
+from imgbuild.workflows import queue
 from imgbuild.workflows.matrix import check_onto
+from imgbuild.workflows.rebase import control as rebase
 from tests.support.backport_world import FIX_SUBJECT, World, build
 from tests.support.rebase_world import snapshot
 from tests.support.synth import git, make_project

@@ -172,7 +172,7 @@ def test_a_rebase_refused_at_its_start_leaves_no_branch(
     tmp_path: Path, world: Upstream, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from imgbuild.errors import ApplyError
-    from imgbuild.workflows import rebase
+    from imgbuild.workflows.rebase import control as rebase
 
     def refused(*_args: object, **_kwargs: object) -> None:
         raise ApplyError("0001-cuda-sm121.patch does not apply to the pinned release v1")

@@ -289,8 +289,8 @@ def test_the_runtime_base_must_lock_each_further_pin_at_its_version() -> None:
 
 
 def test_a_stop_in_the_second_upstream_then_continue(world: tuple[Upstream, Upstream, Path]) -> None:
-    from imgbuild.workflows import rebase
-    from imgbuild.workflows.rebase import RebaseStopped
+    from imgbuild.workflows.rebase import control as rebase
+    from imgbuild.workflows.rebase.control import RebaseStopped
     from imgbuild.workflows.workspace import state_dir
 
     _, _, root = world
@@ -310,8 +310,8 @@ def test_a_stop_in_the_second_upstream_then_continue(world: tuple[Upstream, Upst
 
 
 def test_abort_of_the_second_upstream_keeps_the_first(world: tuple[Upstream, Upstream, Path]) -> None:
-    from imgbuild.workflows import rebase
-    from imgbuild.workflows.rebase import RebaseStopped
+    from imgbuild.workflows.rebase import control as rebase
+    from imgbuild.workflows.rebase.control import RebaseStopped
 
     _, _, root = world
     with pytest.raises(RebaseStopped):

@@ -13,7 +13,7 @@ from imgbuild.project import Project
 from imgbuild.upstream.commits import read_commit, rev_list
 from imgbuild.upstream.git import GitRepo
 from imgbuild.workflows import queue as pq
-from imgbuild.workflows import rebase
+from imgbuild.workflows.rebase import control as rebase
 from imgbuild.workflows.workspace import state_dir
 from tests.support.rebase_world import build_upstream, project, snapshot
 from tests.support.synth import Upstream, git

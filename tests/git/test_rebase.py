@@ -13,10 +13,11 @@ import pytest
 from imgbuild.errors import PatchError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.project import Project
-from imgbuild.workflows import rebase, rebase_replay
 from imgbuild.workflows import writeback as export
-from imgbuild.workflows.rebase import RebaseStopped
-from imgbuild.workflows.review import with_kinds
+from imgbuild.workflows.rebase import control as rebase
+from imgbuild.workflows.rebase import replay as rebase_replay
+from imgbuild.workflows.rebase.control import RebaseStopped
+from imgbuild.workflows.rebase.review import with_kinds
 from imgbuild.workflows.workspace import state_dir
 from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import D4, D41, PATCHES, build_upstream, project, snapshot

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from imgbuild.workflows import rebase
+from imgbuild.workflows.rebase import control as rebase
 from tests.support.rebase_world import snapshot, stack
 from tests.support.synth import Upstream, make_project
 

@@ -54,7 +54,7 @@ def test_every_print_json_in_the_cli_prints_a_document_type_of_the_table() -> No
         if any(c is d for d in documents)
     }
     named = []
-    for path in sorted(CLI.glob("*.py")):
+    for path in sorted(CLI.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print_json":
                 first = node.args[0]

@@ -58,6 +58,18 @@ def test_every_module_lives_in_a_room_of_the_map() -> None:
     assert rooms - {"__init__"} <= set(RANK), f"rooms missing from RANK and CONTRIBUTING.md: {rooms - set(RANK)}"
 
 
+def test_every_module_says_its_job_in_its_docstring() -> None:
+    """docs/architecture.md keeps no table of modules: each module's job is its docstring."""
+    import ast
+
+    bare = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "__init__.py" and not ast.get_docstring(ast.parse(path.read_text()))
+    ]
+    assert not bare, f"modules without a docstring saying their job: {bare}"
+
+
 def test_imports_run_one_way() -> None:
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from imgbuild.cli.patches import split_refs
+from imgbuild.cli.patches.app import split_refs
 
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "patches-check.yml"
 

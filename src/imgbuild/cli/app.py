@@ -14,7 +14,6 @@ from imgbuild.cli import (
     build,
     history,
     lock,
-    patches,
     plan,
     publish,
     recipe,
@@ -22,6 +21,7 @@ from imgbuild.cli import (
     smoke,
 )
 from imgbuild.cli.options import CHOSEN
+from imgbuild.cli.patches.app import app as patches_app
 
 app = typer.Typer(
     name="imgbuild",
@@ -40,7 +40,7 @@ app = typer.Typer(
 
 # One line per command, in the order `imgbuild --help` lists them.
 app.command("plan")(plan.plan)
-app.add_typer(patches.app, name="patches")
+app.add_typer(patches_app, name="patches")
 app.command("build")(build.build)
 app.command("smoke")(smoke.smoke_cmd)
 app.command("skeleton")(skeleton.skeleton)

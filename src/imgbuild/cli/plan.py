@@ -1,3 +1,5 @@
+"""`imgbuild plan`: what each variant carries, patched or original, and with `--bases` what each base holds."""
+
 from __future__ import annotations
 
 from typing import Annotated

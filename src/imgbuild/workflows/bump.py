@@ -28,8 +28,9 @@ from imgbuild.shapes import dump
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import index_versions, resolve_ref
 from imgbuild.upstream.requires import PinMove, Unmet, plan_moves
-from imgbuild.workflows import rebase, review
-from imgbuild.workflows.rebase_state import Pin, RebaseStopped, load, moving_pin, session
+from imgbuild.workflows.rebase import control as rebase
+from imgbuild.workflows.rebase import review
+from imgbuild.workflows.rebase.state import Pin, RebaseStopped, load, moving_pin, session
 from imgbuild.workflows.writeback import drop_override
 
 if TYPE_CHECKING:

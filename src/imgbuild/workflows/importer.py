@@ -39,7 +39,7 @@ from imgbuild.shapes import dump, named
 from imgbuild.upstream.commits import commit_files, diff_commits, init_scratch
 from imgbuild.upstream.git import DIFF_FLAGS, LITERAL, GitError, GitRepo
 from imgbuild.workflows.checkstack import CLEAN, check_series
-from imgbuild.workflows.rebase import refuse_if_busy
+from imgbuild.workflows.rebase.control import refuse_if_busy
 from imgbuild.workflows.workspace import Session, work_root
 from imgbuild.workflows.writeback import Journal, today
 

@@ -13,7 +13,8 @@ from imgbuild.project import Project
 from imgbuild.upstream.commits import status_porcelain
 from imgbuild.upstream.git import run_git
 from imgbuild.upstream.mirror import Mirror, PinCache
-from imgbuild.workflows import queue, rebase
+from imgbuild.workflows import queue
+from imgbuild.workflows.rebase import control as rebase
 
 
 @dataclass(frozen=True)

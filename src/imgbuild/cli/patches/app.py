@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from imgbuild.cli.options import FuzzOpt, JsonOpt
-from imgbuild.cli.patch_import import import_cmd
-from imgbuild.cli.patchwork import bump_cmd, edit_cmd, rebase_cmd, refresh_cmd
+from imgbuild.cli.patches.importing import import_cmd
+from imgbuild.cli.patches.work import bump_cmd, edit_cmd, rebase_cmd, refresh_cmd
 from imgbuild.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def note_rebase(root: Path) -> None:
 
     if not state_dir(root, "rebase").exists():  # no rebase state: nothing to say, and no rebase module to load
         return
-    from imgbuild.workflows.rebase import in_progress_message
+    from imgbuild.workflows.rebase.control import in_progress_message
 
     busy = in_progress_message(root)
     if busy:

@@ -1,5 +1,5 @@
 """`imgbuild patches rebase/edit/refresh/bump`: the commands that change patches/ (registered on the
-`patches` app by cli/patches.py)."""
+`patches` app by cli/patches/app.py)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def rebase_cmd(
     from imgbuild.cli.options import find_root
     from imgbuild.report.documents import patches as docs
     from imgbuild.report.tables import console, print_json
-    from imgbuild.workflows import rebase
+    from imgbuild.workflows.rebase import control as rebase
 
     root = find_root()
     chosen = [

@@ -17,7 +17,7 @@ from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
     from imgbuild.patches.patchfile import Patch
-    from imgbuild.workflows.rebase_state import RebaseState, Row, Stopped
+    from imgbuild.workflows.rebase.state import RebaseState, Row, Stopped
 
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

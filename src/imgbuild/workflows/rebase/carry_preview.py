@@ -14,7 +14,7 @@ from imgbuild.patches.patchfile import parse_bytes
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.upstream.git import CommitTree, GitRepo
 from imgbuild.workflows import backport_check
-from imgbuild.workflows.rebase_state import Item
+from imgbuild.workflows.rebase.state import Item
 
 # carry outcome -> the word the reports use (review.kind's words)
 WORD = {"exact": "exact", "offset": "offset", "3way": "3-way", "conflict": "conflicting"}

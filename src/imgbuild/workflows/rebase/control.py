@@ -1,8 +1,8 @@
 """`imgbuild patches rebase`: carry the series onto another upstream release, like `git rebase`.
 
-The replay (rebase_replay) runs in a scratch git repository, `.imgbuild-work/rebase/tree`, and saves
+The replay (replay.py) runs in a scratch git repository, `.imgbuild-work/rebase/tree`, and saves
 `state.json` after every patch, so an interrupted run resumes; a conflict stops with markers in the work
-tree (--continue / --skip / --abort). patches/ changes only at the end, through one journal (rebase_finish).
+tree (--continue / --skip / --abort). patches/ changes only at the end, through one journal (finish.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from imgbuild.progress import Say, quiet
 from imgbuild.project import Project
 from imgbuild.upstream.git import GitError, GitRepo
 from imgbuild.upstream.refs import resolve_ref
-from imgbuild.workflows.rebase_finish import SKIPPED, commit
-from imgbuild.workflows.rebase_replay import replay_old, run, take_resolution
-from imgbuild.workflows.rebase_state import (
+from imgbuild.workflows.rebase.finish import SKIPPED, commit
+from imgbuild.workflows.rebase.replay import replay_old, run, take_resolution
+from imgbuild.workflows.rebase.state import (
     Item,
     PatchResult,
     Pin,

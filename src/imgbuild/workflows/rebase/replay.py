@@ -17,9 +17,10 @@ from imgbuild.progress import Say
 from imgbuild.project import Project
 from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
 from imgbuild.upstream.git import CommitTree, GitRepo
-from imgbuild.workflows import backport_check, carry_preview
-from imgbuild.workflows.rebase_finish import finish
-from imgbuild.workflows.rebase_state import (
+from imgbuild.workflows import backport_check
+from imgbuild.workflows.rebase import carry_preview
+from imgbuild.workflows.rebase.finish import finish
+from imgbuild.workflows.rebase.state import (
     Item,
     PatchResult,
     RebaseDone,

@@ -18,7 +18,8 @@ from imgbuild.patches.variants import resolve_variants
 from imgbuild.progress import Say
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import wheel_pin_fields
-from imgbuild.workflows.rebase_state import (
+from imgbuild.workflows.rebase.review import render_report, report_paths
+from imgbuild.workflows.rebase.state import (
     Final,
     Item,
     PatchResult,
@@ -29,7 +30,6 @@ from imgbuild.workflows.rebase_state import (
     save,
     session,
 )
-from imgbuild.workflows.review import render_report, report_paths
 from imgbuild.workflows.writeback import (
     Journal,
     check_unchanged,
