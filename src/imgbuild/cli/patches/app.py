@@ -44,20 +44,7 @@ def list_(as_json: JsonOpt = False) -> None:
 
     project = load_project()
     if as_json:
-        print_json(
-            docs.PatchesList(
-                patches=[
-                    docs.ListedPatch(
-                        patch=p.filename,
-                        group=p.group,
-                        upstream=project.upstream_of(p).name,
-                        paths=list(p.paths),
-                        fields=p.fields,
-                    )
-                    for p in project.patches
-                ]
-            )
-        )
+        print_json(docs.PATCHES_LIST.of(project.listing()))
         return
     tables.console.print(patches_table(project.patches))
 

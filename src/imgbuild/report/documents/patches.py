@@ -18,21 +18,10 @@ from imgbuild.report.documents.parts import (
 )
 from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
-
 # -- list, status ---------------------------------------------------------------------------------------------------
-class ListedPatch(Part):
-    patch: str
-    group: str | None
-    upstream: str = Field(description="The pin the patch applies to (DEP-3 `Upstream:`, default the first pin).")
-    paths: list[str]
-    fields: dict[str, str] = Field(description="its DEP-3 header fields")
-
-
-class PatchesList(Document):
-    """`imgbuild patches list --json`: the series in order"""
-
-    name = "patches-list"
-    patches: list[ListedPatch]
+PATCHES_LIST = Contract(
+    "patches-list", "imgbuild.project:SeriesListing", "`imgbuild patches list --json`: the series in order"
+)
 
 
 class PinState(Part):
