@@ -82,43 +82,9 @@ BUILD = Contract(
 )
 
 
-class ImagePlanned(Part):
-    variant: str
-    platform: str
-    base: str
-    immutable: str
-    moving: list[str]
-    inputs_digest: str
-    layers: list[str] = Field(
-        description="the image's layers, bottom first: each a digest of its files (the context's `layers/<name>/`, "
-        "one COPY each)"
-    )
-    dockerfile: str
-    context: list[str] = Field(
-        description="the build context: `layers/<name>/<path>` per file of the image's layers, then the Dockerfile"
-    )
-    labels: dict[str, str]
-
-
-class JoinPlanned(Part):
-    """A multi-platform image: the index over its platforms' images."""
-
-    variant: str
-    platforms: list[str]
-    immutable: str
-    moving: list[str]
-    inputs_digest: str
-    images: list[str]
-    dockerfile: str
-
-
-class BuildPlan(Document):
-    """`imgbuild build --dry-run --json`: the per-platform plan"""
-
-    name = "build-plan"
-    images: list[ImagePlanned]
-    joins: list[JoinPlanned]
-    layer_plans: dict[str, list[str]] = Field(description="per group of variants built together: its layers, as lines")
+BUILD_PLAN = Contract(
+    "build-plan", "imgbuild.plan.builds:PlannedBuilds", "`imgbuild build --dry-run --json`: the per-platform plan"
+)
 
 
 # -- smoke, skeleton ------------------------------------------------------------------------------------------------
