@@ -152,21 +152,7 @@ class LockCheck(Document):
     problems: list[str]
 
 
-class BakeTarget(Part):
-    variant: str
-    tags: list[str]
-    platforms: list[str]
-    layers: list[str]
-
-
-class Bake(Document):
-    """`imgbuild bake --json`"""
-
-    name = "bake"
-    bake_file: str
-    changed: bool
-    context_changed: bool
-    targets: list[BakeTarget]
+BAKE = Contract("bake", "imgbuild.plan.bake:Baked", "`imgbuild bake --json`")
 
 
 class BakeCheck(Document):
