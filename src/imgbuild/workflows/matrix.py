@@ -13,6 +13,7 @@ from imgbuild.patches.carry import Carry, MemoTree, carry_patch, lazy_blobs
 from imgbuild.patches.hunks import decode
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.upstream.git import CommitTree
 from imgbuild.upstream.refs import resolve_ref
 from imgbuild.upstream.requires import Need
@@ -120,7 +121,7 @@ class Matrix:
                 }
                 for stack, names in self.stacks
             ],
-            "requirements": {r.ref: [n.to_json() for n in self.needs.get(r.ref, ())] for r in self.refs},
+            "requirements": {r.ref: [dump(n.shown()) for n in self.needs.get(r.ref, ())] for r in self.refs},
         }
 
 

@@ -96,7 +96,7 @@ def check(
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
     if as_json:
-        print_json(docs.PatchesCheck.of(result.to_json()))
+        print_json(docs.PATCHES_CHECK.of(result.checked()))
     else:
         for name, outcomes in result.by_upstream():
             pin = project.pin_named(name)

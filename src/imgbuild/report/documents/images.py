@@ -4,76 +4,16 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
 from imgbuild.report.documents import Contract, Document, Part
-from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement
-
+from imgbuild.report.documents.parts import Pin
 
 # -- plan -----------------------------------------------------------------------------------------------------------
-class PinOverride(Override):
-    pin: str
-
-
-class PlannedFile(Part):
-    path: str
-    state: str = Field(description="patched or original")
-    patches: list[str] = Field(description="the variant's patches that change the file")
-    groups: list[str] = Field(description="the groups of every series patch touching the file")
-    sha256: str | None
-    blob: str | None
-    pristine_blob: str | None
-    pristine_sha256: str | None
-
-
-class CarriedPackage(Part):
-    package: str
-    base_version: str | None = Field(description="the base's version by its *.dist-info; null: it has none")
-    pinned: str
-    pin: str
-    why: str = Field(description="why the pin is at `pinned`: its override and reason, or the pin")
-    companion_of: str | None = Field(description="the pin's own project, for a companion released with it")
-    agrees: bool = Field(description="the base is at the pin (or has no dist-info for it); false: a build refuses it")
-
-
-class PlanBase(Part):
-    ref: str
-    variants: list[str]
-    platform: str | None
-    image_id: str | None
-    packages: list[CarriedPackage]
-    unread: str | None = Field(description="why the base was not read (not in the local image store...); null: read")
-
-
-class VariantPlan(Part):
-    variant: str
-    chain: list[str]
-    patches: list[str]
-    reverted: list[str]
-    files: list[PlannedFile]
-    apply: list[PatchApplied]
-
-
-class Plan(Document):
-    """`imgbuild plan --json`: each variant's patches applied to the pinned release in memory, file by file, and
-    the layers the variants share"""
-
-    name = "plan"
-    upstream: Pin
-    upstreams: list[Upstream] = Field(
-        description="Every pin of patches/upstream.yaml, the first (also `upstream`) first."
-    )
-    requirements: list[Requirement]
-    overrides: list[PinOverride]
-    pin_problems: list[str] = Field(
-        description="pins that disagree with another pin's requirement (no override), and overrides that replace "
-        "nothing; any fails the check"
-    )
-    series_digest: str
-    variants: list[VariantPlan]
-    layers: list[str] = Field(description="the layers, one line each, then each variant's, then notes")
-    bases: list[PlanBase] | None = Field(
-        default=None, description="with --bases: each variant's image.base against the pinned packages"
-    )
+PLAN = Contract(
+    "plan",
+    "imgbuild.workflows.planning:ProjectPlan",
+    "`imgbuild plan --json`: each variant's patches applied to the pinned release in memory, file by file, and the "
+    "layers the variants share",
+)
 
 
 # -- build ----------------------------------------------------------------------------------------------------------

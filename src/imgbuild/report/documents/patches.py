@@ -6,7 +6,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import (
     ErrorBody,
@@ -136,40 +135,14 @@ class PatchesStatus(Document):
 
 
 # -- check, check --onto, apply --------------------------------------------------------------------------------------
-class CheckedPatch(PatchApplied):
-    upstream: str = Field(description="The pin the patch applies to (its DEP-3 `Upstream:`, default the first pin).")
-
-
-class VariantApplies(Part):
-    ok: Literal[True]
-    patches: list[str]
-
-
-class VariantFails(Part):
-    ok: Literal[False]
-    error: str
-
-
-class PatchesCheck(Document):
-    """`imgbuild patches check --json` (also what a failed check prints: exit 1, no error document). v2: `ok` is
-    false too when a pin does not have what another pin's release requires and no override in patches/upstream.yaml
-    says why, or an override replaces nothing (`pin_problems`); `requirements`: each pinned release's requirements
-    on the other pins."""
-
-    name = "patches-check"
-    upstream: Pin
-    upstreams: list[Upstream] = Field(
-        description="Every pin of patches/upstream.yaml, the first (top-level, also `upstream`) first."
-    )
-    ok: bool
-    patches: list[CheckedPatch]
-    variants: dict[str, VariantApplies | VariantFails]
-    lint: list[str]
-    requirements: list[Requirement]
-    pin_problems: list[str] = Field(
-        description="pins that disagree with another pin's requirement (no override), and overrides that replace "
-        "nothing; any fails the check"
-    )
+PATCHES_CHECK = Contract(
+    "patches-check",
+    "imgbuild.workflows.checkstack:SeriesChecked",
+    "`imgbuild patches check --json` (also what a failed check prints: exit 1, no error document). v2: `ok` is "
+    "false too when a pin does not have what another pin's release requires and no override in "
+    "patches/upstream.yaml says why, or an override replaces nothing (`pin_problems`); `requirements`: each pinned "
+    "release's requirements on the other pins.",
+)
 
 
 class RefChecked(Part):
