@@ -264,7 +264,7 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
     if as_json:
-        print_json(docs.PatchesCheckOnto.of(matrix.to_json()))
+        print_json(docs.PATCHES_CHECK_ONTO.of(matrix.checked()))
     else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:

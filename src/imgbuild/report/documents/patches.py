@@ -11,9 +11,7 @@ from imgbuild.report.documents.parts import (
     ErrorBody,
     Json,
     Override,
-    PatchApplied,
     Pin,
-    Requirement,
 )
 from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
@@ -145,80 +143,11 @@ PATCHES_CHECK = Contract(
 )
 
 
-class RefChecked(Part):
-    ref: str
-    tag: str
-    commit: str
-    upstream: str = Field(
-        description="The pin that moves to this ref (`NAME=REF`; a plain REF is the first pin's); only its patches "
-        "are carried there, the others are absent from this ref's `patches`."
-    )
-    seconds: float
-
-
-class RenameMove(Part):
-    """A file the patch changes that the release moved: `how` is file (git's rename detection) or directory."""
-
-    old: str
-    new: str
-    how: str
-
-
-class DroppedHunk(Part):
-    path: str
-    hunk: int
-    header: str
-    line: int = Field(description="where the release already has it")
-
-
-class Verification(Part):
-    """Why a patch is called upstreamed: its hunks reverse-apply, or their added lines are present, or its
-    patch-id matches."""
-
-    path: str
-    hunks: list[int]
-    reverse_apply: bool
-    added_lines_present: bool
-    patch_id: bool | None
-    note: str
-
-
-class Carried(PatchApplied):
-    """One patch carried onto a ref in memory."""
-
-    reason: str
-    moves: list[RenameMove]
-    dropped_hunks: list[DroppedHunk]
-    upstreamed_checks: list[Verification]
-    conflicts: list[str] = Field(description="the files left with conflict markers")
-    backport: bool | None = Field(default=None, description="only for a backport (DEP-3 `Origin: backport`)")
-    applied_upstream: str | None = Field(default=None, description="only for a backport: the ref that has it")
-
-
-class Cell(Part):
-    ok: bool
-    verdict: str
-    patches: dict[str, Carried]
-
-
-class StackChecked(Part):
-    variant: str
-    patches: list[str]
-    results: dict[str, Cell] = Field(description="ref -> the variant's patches carried there")
-
-
-class PatchesCheckOnto(Document):
-    """`imgbuild patches check --onto REF... --json`: variant x ref x patch"""
-
-    name = "patches-check-onto"
-    ok: bool
-    strict: bool
-    upstream: str
-    refs: list[RefChecked]
-    variants: list[StackChecked]
-    requirements: dict[str, list[Requirement]] = Field(
-        description="ref -> what the pins require of each other with that ref's pin moved there"
-    )
+PATCHES_CHECK_ONTO = Contract(
+    "patches-check-onto",
+    "imgbuild.workflows.matrix:MatrixChecked",
+    "`imgbuild patches check --onto REF... --json`: variant x ref x patch",
+)
 
 
 PATCHES_APPLY = Contract(
