@@ -119,6 +119,8 @@ class Contract:
 
     def json_schema(self) -> dict[str, Any]:
         raw = self._adapter.json_schema(by_alias=True, mode="serialization", schema_generator=_Shapes)
+        if "$ref" in raw:  # a type that holds itself (a rebase's `earlier`): the document is its definition
+            raw = {**raw["$defs"][raw.pop("$ref").removeprefix("#/$defs/")], "$defs": raw["$defs"]}
         return _document_schema(self.name, _renamed({**raw, "description": self.description}))
 
 

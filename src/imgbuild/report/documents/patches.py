@@ -156,39 +156,12 @@ PATCHES_APPLY = Contract(
 
 
 # -- rebase ---------------------------------------------------------------------------------------------------------
-class RebaseRow(Part):
-    patch: str
-    filename: str
-    outcome: str
-    file: str
-    reason: str
-    moves: list[Json]
-    dropped_hunks: list[Json]
-    upstreamed_checks: list[Json]
-
-
-class Rebased(Part):
-    """A rebase that finished."""
-
-    ok: Literal[True]
-    old: Pin
-    onto: Pin
-    patches: list[RebaseRow]
-    written: list[str]
-    report: str | None
-    warnings: list[str]
-    upstream: str = Field(description="The pin that moved (`--onto NAME=REF`); empty for a single-upstream project.")
-    earlier: list[Rebased] = Field(
-        description="With several `--onto NAME=REF`: the rebases of the pins before this one in the same run, each "
-        "a document of this shape (without `schema`)."
-    )
-
-
-class PatchesRebase(Rebased, Document):
-    """`imgbuild patches rebase --onto REF | --continue | --skip --json`: a rebase that finished (one that stops at a
-    conflict prints the error document, `stopped` under `error`)"""
-
-    name = "patches-rebase"
+PATCHES_REBASE = Contract(
+    "patches-rebase",
+    "imgbuild.workflows.rebase.state:Rebased",
+    "`imgbuild patches rebase --onto REF | --continue | --skip --json`: a rebase that finished (one that stops at a "
+    "conflict prints the error document, `stopped` under `error`)",
+)
 
 
 class PatchesRebaseStatus(Document):

@@ -11,12 +11,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Any, Literal, Self, cast
+from typing import Annotated, Any, Literal, Self, cast
 
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
-from imgbuild.config.models import UpstreamPin, load_pins
+from imgbuild.config.models import PinRelease, UpstreamPin, load_pins
 from imgbuild.errors import ApplyError, StateError
 from imgbuild.workflows.workspace import Session
 
@@ -105,27 +105,32 @@ class Row:
         return self.result.reason
 
     @property
-    def shown(self) -> str:
+    def shown_outcome(self) -> str:
         """The outcome as the table and the JSON spell it."""
         return f"{LEFT} ({self.result.outcome})" if self.outcome == LEFT else self.outcome
 
-    def to_json(self) -> dict[str, Any]:
+    def shown(self) -> RebaseRow:
         """The row of `patches rebase --json`."""
-        r = self.result.to_json()
-        return {
-            "patch": self.filename,
-            "filename": self.filename,
-            "outcome": self.shown,
-            "file": self.file,
-            "reason": self.reason,
-            "moves": r["moves"],
-            "dropped_hunks": r["dropped_hunks"],
-            "upstreamed_checks": r["upstreamed_checks"],
-        }
+        r = self.result
+        return RebaseRow(
+            self.filename,
+            self.filename,
+            self.shown_outcome,
+            self.file,
+            self.reason,
+            [dict(m) for m in r.moves],
+            [dict(d) for d in r.dropped_hunks],
+            [dict(c) for c in r.upstreamed_checks],
+        )
 
     def to_report_json(self) -> dict[str, Any]:
         """The row of the review report: the whole result, the file and the range-diff."""
-        return {**self.result.to_json(), "outcome": self.shown, "file": self.file, "range_diff": self.range_diff}
+        return {
+            **self.result.to_json(),
+            "outcome": self.shown_outcome,
+            "file": self.file,
+            "range_diff": self.range_diff,
+        }
 
 
 @dataclass(frozen=True)
@@ -216,18 +221,54 @@ class RebaseDone:
     upstream: str = ""  # the pin that moved ("": the only one)
     earlier: list[RebaseDone] = dataclasses.field(default_factory=list)  # the pins rebased before it in one run
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": True,
-            "old": self.old.to_json(),
-            "onto": self.onto.to_json(),
-            "patches": [r.to_json() for r in self.results],
-            "written": self.written,
-            "report": str(self.report) if self.report else None,
-            "warnings": self.warnings,
-            "upstream": self.upstream,
-            "earlier": [d.to_json() for d in self.earlier],
-        }
+    def shown(self) -> Rebased:
+        """The rebase as `patches rebase --json` prints it."""
+        return Rebased(
+            True,
+            PinRelease(self.old.tag, self.old.commit),
+            PinRelease(self.onto.tag, self.onto.commit),
+            [r.shown() for r in self.results],
+            self.written,
+            str(self.report) if self.report else None,
+            self.warnings,
+            self.upstream,
+            [d.shown() for d in self.earlier],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseRow:
+    patch: str
+    filename: str
+    outcome: str
+    file: str
+    reason: str
+    moves: list[dict[str, Any]]
+    dropped_hunks: list[dict[str, Any]]
+    upstreamed_checks: list[dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rebased:
+    """A rebase that finished."""
+
+    ok: Literal[True]
+    old: PinRelease
+    onto: PinRelease
+    patches: list[RebaseRow]
+    written: list[str]
+    report: str | None
+    warnings: list[str]
+    upstream: Annotated[
+        str, Field(description="The pin that moved (`--onto NAME=REF`); empty for a single-upstream project.")
+    ]
+    earlier: Annotated[
+        list[Rebased],
+        Field(
+            description="With several `--onto NAME=REF`: the rebases of the pins before this one in the same run, "
+            "each a document of this shape (without `schema`)."
+        ),
+    ]
 
 
 def read(root: Path) -> RebaseState | None:
