@@ -95,7 +95,7 @@ def rebase_cmd(
     else:
         info = rebase.status(root)
         if as_json:
-            print_json(docs.PatchesRebaseStatus.of({"in_progress": info is not None, "rebase": info}))
+            print_json(docs.PATCHES_REBASE_STATUS.of(rebase.RebaseStatus(info is not None, info)))
         elif info is None:
             console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
         else:

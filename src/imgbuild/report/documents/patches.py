@@ -164,12 +164,11 @@ PATCHES_REBASE = Contract(
 )
 
 
-class PatchesRebaseStatus(Document):
-    """`imgbuild patches rebase --json` with no option: the rebase in progress, if any"""
-
-    name = "patches-rebase-status"
-    in_progress: bool
-    rebase: RebaseInfo | None
+PATCHES_REBASE_STATUS = Contract(
+    "patches-rebase-status",
+    "imgbuild.workflows.rebase.state:RebaseStatus",
+    "`imgbuild patches rebase --json` with no option: the rebase in progress, if any",
+)
 
 
 class PatchesRebaseAbort(Document):

@@ -18,6 +18,7 @@ from pydantic.dataclasses import dataclass
 
 from imgbuild.config.models import PinRelease, UpstreamPin, load_pins
 from imgbuild.errors import ApplyError, StateError
+from imgbuild.shapes import named
 from imgbuild.workflows.workspace import Session
 
 # Records the replay already reports as JSON (moves, dropped hunks, upstreamed checks, files):
@@ -86,6 +87,41 @@ class PatchResult(Json):
     def to_json(self) -> dict[str, Any]:
         return dict(sorted(super().to_json().items()))  # sorted: as `patches rebase` always printed them
 
+    def shown(self) -> ShownResult:
+        """The result as `patches rebase --json` (no option) and `patches status --json` print it."""
+        return ShownResult(
+            self.commit,
+            self.dormant,
+            [dict(d) for d in self.dropped_hunks],
+            self.filename,
+            [dict(f) for f in self.files],
+            self.header,
+            [dict(m) for m in self.moves],
+            self.outcome,
+            self.parent,
+            self.reason,
+            [dict(c) for c in self.upstreamed_checks],
+        )
+
+
+@named("PatchResult")
+@dataclasses.dataclass(frozen=True)
+class ShownResult:
+    """One patch carried (or not) so far."""
+
+    # the keys in sorted order, as `patches rebase` always printed them
+    commit: str | None
+    dormant: bool
+    dropped_hunks: list[dict[str, Any]]
+    filename: str
+    files: list[dict[str, Any]]
+    header: str | None
+    moves: list[dict[str, Any]]
+    outcome: str
+    parent: str | None
+    reason: str
+    upstreamed_checks: list[dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class Row:
@@ -145,14 +181,17 @@ class Stopped(Json):
 
     filename: str
     work_tree: str
-    patch: str  # the patch's text, saved beside the state
-    conflicts: Mapping[str, tuple[int, ...]]  # path -> the lines of its conflict markers
+    patch: Annotated[str, Field(description="the patch's text, saved beside the state")]
+    conflicts: Annotated[Mapping[str, tuple[int, ...]], Field(description="path -> the lines of its conflict markers")]
     unresolved: tuple[Unresolved, ...]
     applied: tuple[str, ...]
     reason: str
     moves: tuple[Record, ...]
-    files: tuple[Record, ...] = ()  # the carry's per-file, per-hunk outcomes (what the review's conflict report reads)
-    pending: tuple[Record, ...] = ()  # the carry preview: each patch after this one as it would carry now
+    # (files: what the review's conflict report reads)
+    files: Annotated[tuple[Record, ...], Field(description="the carry's per-file, per-hunk outcomes")] = ()
+    pending: Annotated[
+        tuple[Record, ...], Field(description="the carry preview: each patch after this one as it would carry now")
+    ] = ()
 
 
 @dataclass
@@ -269,6 +308,28 @@ class Rebased:
             "each a document of this shape (without `schema`)."
         ),
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseInfo:
+    """The rebase in progress (`.imgbuild-work/rebase/state.json`)."""
+
+    status: Status
+    old: PinRelease
+    onto: PinRelease
+    next: int
+    stopped: Stopped | None
+    results: list[ShownResult]
+    patches: int
+    work_tree: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseStatus:
+    """`patches rebase` with no option: the rebase in progress, if any."""
+
+    in_progress: bool
+    rebase: RebaseInfo | None
 
 
 def read(root: Path) -> RebaseState | None:
