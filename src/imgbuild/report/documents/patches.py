@@ -74,19 +74,6 @@ class PatchResult(Part):
     upstreamed_checks: list[Json]
 
 
-class RebaseInfo(Part):
-    """The rebase in progress (`.imgbuild-work/rebase/state.json`)."""
-
-    status: Literal["running", "stopped", "committing"]
-    old: Pin
-    onto: Pin
-    next: int
-    stopped: Stopped | None
-    results: list[PatchResult]
-    patches: int
-    work_tree: str
-
-
 class RebaseState(Part):
     """A rebase that is stopped or was interrupted: the message other commands show, and (when the state is
     readable) the rebase as `patches rebase --json` shows it."""
