@@ -332,10 +332,8 @@ def prepare(
     are skipped when every image exists with equal inputs (which name the base's id, checked then)."""
     inputs = project_inputs(project) if inputs is None else inputs
     plans = project.plan()
-    resolver = Bases(engine, project, options.base, options.verbose, say)
-    bases = {
-        (p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)
-    }
+    resolver = Bases(engine, project, options.base, verbose=options.verbose, say=say)
+    bases = {(p.variant.name, pf): resolver.make(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)}
     plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_entrypoints(engine, plans, bases)
