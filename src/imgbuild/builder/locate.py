@@ -4,7 +4,7 @@ the local image store has it (nothing pulled, nothing built), and `smoke VARIANT
 from __future__ import annotations
 
 from imgbuild.builder.bases import BaseMissing, Bases
-from imgbuild.builder.runner import BuildOptions, ImporterFinder, expected_for
+from imgbuild.builder.options import BuildOptions
 from imgbuild.engine import Engine
 from imgbuild.errors import SmokeError
 from imgbuild.plan.builds import BaseInfo, BuildPlan, make_build_plan
@@ -13,6 +13,7 @@ from imgbuild.platforms import Platform
 from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.smoke.checks import SmokeReport, smoke
+from imgbuild.smoke.expected import ImporterFinder, expected_for
 
 
 def locate(
