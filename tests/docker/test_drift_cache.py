@@ -34,10 +34,8 @@ def test_a_passed_drift_check_is_kept_and_each_input_invalidates_it(
     monkeypatch.setenv("IMGBUILD_ECHO", "1")
     project = Project.load(make_project("driftcache"))
     plans, selection = project.plan(), project.select()
-    resolver = Bases(engine, project, "skeleton", False, lambda _: None)
-    bases = {
-        (p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)
-    }
+    resolver = Bases(engine, project, "skeleton", say=lambda _: None)
+    bases = {(p.variant.name, pf): resolver.make(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)}
     cache = tmp_path / "cache"
     capsys.readouterr()
 

@@ -206,7 +206,7 @@ def test_local_builds_make_the_first_platform_unless_asked_for_all(tmp_path: Pat
 
 
 def test_smoke_expectations_come_from_the_plan_and_agree_with_the_label(project: Project) -> None:
-    from imgbuild.builder.runner import expected_for
+    from imgbuild.smoke.expected import expected_for
 
     for ib in build_plan(project, ["latest", "engram-mem"]).images:
         files = expected_for(ib).files

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.builder.runner import BuildOptions, dry_plan
+from imgbuild.builder.options import BuildOptions
+from imgbuild.builder.runner import dry_plan
 from imgbuild.errors import ExitCode, UsageError
 from imgbuild.jsondoc import document
 from imgbuild.platforms import Platform

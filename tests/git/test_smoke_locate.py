@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 
 from imgbuild.builder import bases, locate, runner
+from imgbuild.builder.options import BuildOptions
 from imgbuild.engine import Engine, ImageInfo
 from imgbuild.errors import SmokeError
 from imgbuild.platforms import Platform
@@ -48,11 +49,11 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
 def test_a_base_not_in_the_store_is_neither_pulled_nor_built(project: Project) -> None:
     store = StoreOnly({})
     with pytest.raises(SmokeError, match=f"its base {BASE} is not in the local image store") as raised:
-        locate.smoke_variants(cast(Engine, store), project, project.select(["latest"], None), runner.BuildOptions())
+        locate.smoke_variants(cast(Engine, store), project, project.select(["latest"], None), BuildOptions())
     assert raised.value.hint == "build it first: imgbuild build latest"
     # the stand-in is not built either: its tag is only looked for
     with pytest.raises(SmokeError, match="not in the local image store"):
-        opts = runner.BuildOptions(base="skeleton")
+        opts = BuildOptions(base="skeleton")
         locate.smoke_variants(cast(Engine, store), project, project.select(["latest"], None), opts)
     skeleton_tag = bases.skeleton_spec(project, None, Platform.parse("linux/arm64")).tag
     assert store.asked[-1] == skeleton_tag, store.asked
@@ -61,9 +62,9 @@ def test_a_base_not_in_the_store_is_neither_pulled_nor_built(project: Project) -
 def test_the_image_is_looked_for_under_the_reference_build_makes(project: Project) -> None:
     store = StoreOnly({BASE: base_image()})
     selection = project.select(["latest"], None)
-    planned = locate.locate(cast(Engine, store), project, selection, runner.BuildOptions())
-    built = runner.dry_plan(project, selection, runner.BuildOptions(), cast(Engine, store)).plan
+    planned = locate.locate(cast(Engine, store), project, selection, BuildOptions())
+    built = runner.dry_plan(project, selection, BuildOptions(), cast(Engine, store)).plan
     assert [ib.immutable_ref for ib in planned.images] == [ib.immutable_ref for ib in built.images]
     assert [ib.base.image_id for ib in planned.images] == [base_image().id]
     with pytest.raises(SmokeError, match=f"no image {planned.images[0].immutable_ref} for the current inputs"):
-        locate.smoke_variants(cast(Engine, store), project, selection, runner.BuildOptions())
+        locate.smoke_variants(cast(Engine, store), project, selection, BuildOptions())

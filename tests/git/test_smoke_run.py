@@ -3,12 +3,14 @@ then each found where it is, nothing pulled or built (an engine that only answer
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import cast
 
 import pytest
 
-from imgbuild.builder import runner
+from imgbuild.builder.options import BuildOptions
 from imgbuild.deploy import smoke_run
 from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, SmokeError, UsageError
@@ -50,9 +52,21 @@ def test_run_finds_each_target_where_it_is_and_pulls_or_builds_nothing(project: 
     store = StoreOnly({BASE: base_image()})
     variant = smoke_run.targets_of(project, ["latest"], None, None)
     with pytest.raises(SmokeError, match=r"latest: no image \S+ for the current inputs") as raised:
-        smoke_run.run(cast(Engine, store), project, variant, runner.BuildOptions())
+        smoke_run.run(cast(Engine, store), project, variant, BuildOptions())
     assert raised.value.hint == "build it first: imgbuild build latest"
     image = smoke_run.targets_of(project, ["vllm-dsv41:gone"], None, None)
     with pytest.raises(DockerError, match="vllm-dsv41:gone"):
-        smoke_run.run(cast(Engine, store), project, image, runner.BuildOptions())
+        smoke_run.run(cast(Engine, store), project, image, BuildOptions())
     assert "vllm-dsv41:gone" in store.asked
+
+
+def test_a_variant_is_found_without_loading_the_build() -> None:
+    """`smoke VARIANT` goes smoke_run -> builder/locate.py -> `Bases.find`: the build (builder/runner.py) and its
+    checks of a base (base_probe.py, packages.py) are not on its way, nor imported."""
+    code = "import sys, imgbuild.deploy.smoke_run; print(' '.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert {"imgbuild.builder.locate", "imgbuild.builder.bases", "imgbuild.smoke.expected"} <= loaded
+    build = {f"imgbuild.builder.{m}" for m in ("runner", "base_probe", "packages")}
+    assert loaded & build == set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imgbuild.builder.base_probe import parse
+from imgbuild.builder.base_probe import Python, parse
 from imgbuild.config.models import UpstreamPin
 from imgbuild.errors import DockerError
 from imgbuild.plan.packages import message, mismatches
@@ -35,10 +35,13 @@ def test_the_base_probes_lines_parse_to_canonical_names_versions_and_bytecode() 
     ]
     site = "/usr/local/lib/python3.12/dist-packages"
     pyc = f"imgbuild-base pyc vllm/a.py {site}/vllm/__pycache__/a.cpython-312.pyc aGk="
-    out = "\n".join(["noise", "imgbuild-base python cpython-312", *(f"imgbuild-base dist {d}" for d in dists), pyc])
+    out = "\n".join(
+        ["noise", "imgbuild-base python cpython-312 3.12.3 cb0d0d0a", *(f"imgbuild-base dist {d}" for d in dists), pyc]
+    )
     facts = parse(out, site, "base:1")
     assert facts.packages == {"flashinfer-python": "0.7.3", "vllm": "0.34.0+cu130", "torch": "2.14.0"}
     assert facts.bytecode.python == "cpython-312"
+    assert facts.python == Python("cpython-312", "3.12.3", "cb0d0d0a")  # what bytecode compiled here must equal
     assert facts.bytecode.for_files(["vllm/a.py", "vllm/b.txt"]) == {"vllm/__pycache__/a.cpython-312.pyc": b"hi"}
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from imgbuild.builder.runner import BuildOptions, Runner
+from imgbuild.builder.options import BuildOptions
+from imgbuild.builder.runner import Runner
 from imgbuild.errors import DockerError
 from imgbuild.plan.builds import BuildPlan
 

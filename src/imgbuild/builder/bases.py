@@ -1,5 +1,6 @@
-"""Bases for a build: each variant and platform's base (local, pulled, or a stand-in built), where its
-`vllm/` lives, and the drift check that it carries the pinned release's pristine files."""
+"""Bases for a build: each variant and platform's base, found in the local image store (`Bases.find`) or made
+(`Bases.make`: found, else pulled, or a stand-in built), where its `vllm/` lives, and the drift check that it
+carries the pinned release's pristine files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from imgbuild.atomic import write_json
 from imgbuild.builder import skeleton
@@ -18,7 +19,7 @@ from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.platforms import Platform
-from imgbuild.progress import Say
+from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.git import GitRepo
 from imgbuild.upstream.mirror import cache_dir
@@ -74,7 +75,10 @@ def runtime_lock_problems(project: Project, lock: runtime_lock.RuntimeLock) -> l
     return out
 
 
-STAND_INS: dict[str, Callable[[Project, str | None, Platform], skeleton.SkeletonSpec | runtime_base.RuntimeSpec]] = {
+StandInSpec: TypeAlias = "skeleton.SkeletonSpec | runtime_base.RuntimeSpec"  # what STAND_INS make
+
+
+STAND_INS: dict[str, Callable[[Project, str | None, Platform], StandInSpec]] = {
     SKELETON: skeleton_spec,
     RUNTIME: runtime_spec,
 }
@@ -87,17 +91,15 @@ def dry_bases(
     out = {}
     for plan in plans:
         for platform in selection.platforms_of(plan.variant.name):
-            ref = plan.variant.base_ref(base, takes_base=True)
-            site = plan.variant.image.site_packages
-            stand_in = ref in STAND_INS  # built here: no registry origin, so no registry digest
-            if stand_in:
-                spec = STAND_INS[ref](project, site, platform)
-                ref, site = spec.tag, spec.site_packages
-            info = engine.image(ref) if engine else None
+            want = wanted(project, plan, platform, base)
+            info = engine.image(want.ref) if engine else None
+            site = want.site_packages or (want.stand_in.site_packages if want.stand_in else None)
             site = site or (info.labels.get("imgbuild.site-packages") if info else None) or "<asked from the base>"
             image_id = info.id if info else "unresolved"
-            digest = info.registry_digest if info and not stand_in else None
-            out[(plan.variant.name, platform)] = BaseInfo(ref, image_id, digest, platform, site, local=stand_in)
+            digest = info.registry_digest if info and not want.stand_in else None  # a stand-in: no registry origin
+            out[(plan.variant.name, platform)] = BaseInfo(
+                want.ref, image_id, digest, platform, site, local=bool(want.stand_in)
+            )
     return out
 
 
@@ -109,47 +111,102 @@ SITE_PROBE = (
 )
 
 
-class NotLocal(Exception):
-    """A base that is not in the local image store, where `Bases(local=True)` neither pulls nor builds it."""
+@dataclasses.dataclass(frozen=True)
+class Wanted:
+    """The base a variant asks for on one platform, before the image store is asked: the tag looked for (a
+    stand-in's own tag), its spec when imgbuild builds it (no registry origin, so no registry digest), and
+    image.site_packages when the variant sets it."""
 
-    def __init__(self, ref: str) -> None:
-        super().__init__(ref)
-        self.ref = ref
+    ref: str
+    site_packages: str | None
+    stand_in: StandInSpec | None = None
+
+
+def wanted(project: Project, plan: VariantPlan, platform: Platform, base: str | None) -> Wanted:
+    """The one decision of which base `plan` is built on for `platform` (`base`: `--base`); a stand-in's spec (the
+    runtime base reads its lock) names the tag it is built under."""
+    ref = plan.variant.base_ref(base, takes_base=True)
+    site = plan.variant.image.site_packages
+    if ref not in STAND_INS:
+        return Wanted(ref, site)
+    spec = STAND_INS[ref](project, site, platform)
+    return Wanted(spec.tag, site, spec)
+
+
+class BaseMissing(Exception):
+    """`Bases.find` did not find a variant's base in the local image store (it neither pulls nor builds one): the
+    reference looked for, and the command that makes it (`hint`)."""
+
+    def __init__(self, ref: str, variant: str, base: str | None) -> None:
+        super().__init__(f"{variant}: its base {ref} is not in the local image store")
+        self.ref, self.variant = ref, variant
+        self.hint = f"build it first: imgbuild build {variant}" + (f" --base {base}" if base else "")
 
 
 class Bases:
-    """Each variant and platform's base. `local`: as the local image store has it, nothing pulled or built (a
-    missing one raises NotLocal), for what asks where an image is rather than making it (`smoke VARIANT`)."""
+    """Each variant and platform's base, resolved once per run through one of two entry points: `find` (the local
+    image store only: nothing pulled, nothing built; a missing base is BaseMissing) for what asks where an image is
+    (`smoke VARIANT`), and `make` (found, else pulled, or the stand-in built) for what makes images (`build`,
+    `publish`). Either may ask a base's python3 where its package lives when neither the variant nor the base's
+    label says it."""
 
     def __init__(
-        self, engine: Engine, project: Project, base: str | None, verbose: bool, say: Say, *, local: bool = False
+        self, engine: Engine, project: Project, base: str | None, *, verbose: bool = False, say: Say = to_stderr
     ) -> None:
         self.engine, self.project, self.base, self.verbose, self.say = engine, project, base, verbose, say
-        self.local = local
+        self._wanted: dict[tuple[str, str | None, Platform], Wanted] = {}
         self._info: dict[tuple[str, Platform], ImageInfo] = {}
         self._site: dict[tuple[str, Platform], str] = {}
-        self._specs: dict[tuple[str, str | None, Platform], skeleton.SkeletonSpec | runtime_base.RuntimeSpec] = {}
+        self._made: set[tuple[str, Platform]] = set()  # stand-ins `make` ensured (their label says their spec)
 
-    def resolve(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
-        ref = plan.variant.base_ref(self.base, takes_base=True)
-        site_cfg = plan.variant.image.site_packages
-        if ref in STAND_INS:  # built here when missing
-            if (ref, site_cfg, platform) not in self._specs:  # (the runtime lock is read once)
-                self._specs[(ref, site_cfg, platform)] = STAND_INS[ref](self.project, site_cfg, platform)
-            spec = self._specs[(ref, site_cfg, platform)]
-            if (spec.tag, platform) not in self._info:
-                self._info[(spec.tag, platform)] = self._stand_in(spec)
-            ref = spec.tag
-        info = self._image(ref, platform)
-        site = site_cfg or info.labels.get("imgbuild.site-packages") or self._site_packages(info, ref, platform)
-        stand_in = plan.variant.base_ref(self.base, takes_base=True) in STAND_INS  # built here: no registry origin
-        return BaseInfo(ref, info.id, None if stand_in else info.registry_digest, platform, site, local=stand_in)
+    def find(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
+        """`plan`'s base for `platform` as the local image store has it; BaseMissing names it and what makes it."""
+        want = self.wanted(plan, platform)
+        info = self._found(want, platform)
+        if info is None:
+            raise BaseMissing(want.ref, plan.variant.name, self.base)
+        return self._base_info(want, info, platform)
 
-    def _stand_in(self, spec: skeleton.SkeletonSpec | runtime_base.RuntimeSpec) -> ImageInfo:
-        if self.local:
-            if (info := self.engine.image(spec.tag)) is None:
-                raise NotLocal(spec.tag)
-            return info
+    def make(self, plan: VariantPlan, platform: Platform) -> BaseInfo:
+        """`plan`'s base for `platform`: found in the local image store, else pulled, or the stand-in built."""
+        want = self.wanted(plan, platform)
+        key = (want.ref, platform)
+        if want.stand_in is not None and key not in self._made:  # ensure_*: kept when its label says its spec
+            self._info[key] = self._build(want.stand_in)
+            self._made.add(key)
+        elif want.stand_in is None and self._found(want, platform) is None:
+            self.say(f"base {want.ref} is not in the local image store; pulling it for {platform}")
+            self._info[key] = self._checked(want.ref, self.engine.pull(want.ref, platform), platform)
+        return self._base_info(want, self._info[key], platform)
+
+    def wanted(self, plan: VariantPlan, platform: Platform) -> Wanted:
+        """`wanted`, once per base, site-packages and platform (the runtime lock is read once)."""
+        key = (plan.variant.base_ref(self.base, takes_base=True), plan.variant.image.site_packages, platform)
+        if key not in self._wanted:
+            self._wanted[key] = wanted(self.project, plan, platform, self.base)
+        return self._wanted[key]
+
+    def _found(self, want: Wanted, platform: Platform) -> ImageInfo | None:
+        """The store's image under `want.ref`, kept for the run; a registry base of another platform is refused."""
+        if (want.ref, platform) not in self._info:
+            info = self.engine.image(want.ref)
+            if info is None:
+                return None
+            # a stand-in's tag names its platform; a registry base's tag holds one platform in a local store
+            self._info[(want.ref, platform)] = info if want.stand_in else self._checked(want.ref, info, platform)
+        return self._info[(want.ref, platform)]
+
+    @staticmethod
+    def _checked(ref: str, info: ImageInfo, platform: Platform) -> ImageInfo:
+        if info.platform != platform:
+            raise DockerError(
+                f"base {ref} in the local image store is {info.platform}, but the build is for {platform}",
+                hint="a local store holds one platform per tag: load the base for this platform, or use "
+                "--base skeleton (one stand-in per platform)",
+            )
+        return info
+
+    def _build(self, spec: StandInSpec) -> ImageInfo:
         if isinstance(spec, skeleton.SkeletonSpec):
             repos = pin_repos(self.project)
             return skeleton.ensure_skeleton(self.engine, spec, repos, cache_dir(), verbose=self.verbose)
@@ -157,25 +214,13 @@ class Bases:
 
         return runtime_base.ensure_runtime(self.engine, spec, cache_dir(), verbose=self.verbose).info
 
-    def _image(self, ref: str, platform: Platform) -> ImageInfo:
-        if (ref, platform) not in self._info:
-            info = self.engine.image(ref)
-            if info is None and self.local:
-                raise NotLocal(ref)
-            if info is None:
-                self.say(f"base {ref} is not in the local image store; pulling it for {platform}")
-                info = self.engine.pull(ref, platform)
-            if info.platform != platform:
-                raise DockerError(
-                    f"base {ref} in the local image store is {info.platform}, but the build is for {platform}",
-                    hint="a local store holds one platform per tag: load the base for this platform, or use "
-                    "--base skeleton (one stand-in per platform)",
-                )
-            self._info[(ref, platform)] = info
-        return self._info[(ref, platform)]
+    def _base_info(self, want: Wanted, info: ImageInfo, platform: Platform) -> BaseInfo:
+        site = want.site_packages or info.labels.get("imgbuild.site-packages") or self._site_packages(info, want.ref)
+        digest = None if want.stand_in else info.registry_digest  # built here: no registry origin
+        return BaseInfo(want.ref, info.id, digest, platform, site, local=want.stand_in is not None)
 
-    def _site_packages(self, info: ImageInfo, ref: str, platform: Platform) -> str:
-        if (info.id, platform) not in self._site:
+    def _site_packages(self, info: ImageInfo, ref: str) -> str:
+        if (info.id, info.platform) not in self._site:
             check_binfmt(info.platform, self.engine.platform)
             root = self.project.pin.package_root
             res = self.engine.run(
@@ -188,9 +233,9 @@ class Bases:
                     f"{(res.stderr or res.stdout).strip()[-300:]!r}",
                     hint="set image.site_packages in the variant's YAML",
                 )
-            self._site[(info.id, platform)] = lines[-1]
+            self._site[(info.id, info.platform)] = lines[-1]
             self.say(f"base {ref}: {root}/ lives in {lines[-1]}")
-        return self._site[(info.id, platform)]
+        return self._site[(info.id, info.platform)]
 
 
 DRIFT_DIR = "drift-checked"  # one file per (base id, platform, site-packages, pinned hashes) that passed

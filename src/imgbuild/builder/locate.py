@@ -3,8 +3,8 @@ the local image store has it (nothing pulled, nothing built), and `smoke VARIANT
 
 from __future__ import annotations
 
-from imgbuild.builder.bases import Bases, NotLocal
-from imgbuild.builder.runner import BuildOptions, ImporterFinder, expected_for
+from imgbuild.builder.bases import BaseMissing, Bases
+from imgbuild.builder.options import BuildOptions
 from imgbuild.engine import Engine
 from imgbuild.errors import SmokeError
 from imgbuild.plan.builds import BaseInfo, BuildPlan, make_build_plan
@@ -13,6 +13,7 @@ from imgbuild.platforms import Platform
 from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.smoke.checks import SmokeReport, smoke
+from imgbuild.smoke.expected import ImporterFinder, expected_for
 
 
 def locate(
@@ -23,20 +24,17 @@ def locate(
     variant's base that is not in the store means no image of the current inputs is there either: a SmokeError that
     says to build it. Another variant's missing base plans apart from it (layers are shared on one base only)."""
     plans = project.plan()
-    resolver = Bases(engine, project, options.base, options.verbose, say, local=True)
+    resolver = Bases(engine, project, options.base, verbose=options.verbose, say=say)
     bases: dict[tuple[str, Platform], BaseInfo] = {}
     for p in plans:
         name = p.variant.name
         for platform in selection.platforms_of(name):
             try:
-                bases[(name, platform)] = resolver.resolve(p, platform)
-            except NotLocal as exc:
+                bases[(name, platform)] = resolver.find(p, platform)
+            except BaseMissing as exc:
                 if name in selection.names:
                     raise SmokeError(
-                        f"{name}: its base {exc.ref} is not in the local image store, so no image of the current "
-                        "inputs is there either",
-                        hint=f"build it first: imgbuild build {name}"
-                        + (f" --base {options.base}" if options.base else ""),
+                        f"{exc}, so no image of the current inputs is there either", hint=exc.hint
                     ) from None
                 bases[(name, platform)] = BaseInfo(exc.ref, "unresolved", None, platform, "<not in the local store>")
     return make_build_plan(project_inputs(project), plans, bases, selection, repository=options.repository)

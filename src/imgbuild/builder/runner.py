@@ -4,7 +4,6 @@ smoke-test each and move its moving tags, then join each multi-platform variant.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -14,6 +13,7 @@ from pydantic import Field, InstanceOf
 
 from imgbuild.builder import base_probe
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
+from imgbuild.builder.options import BuildOptions
 from imgbuild.builder.packages import check_packages
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
@@ -27,22 +27,11 @@ from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.shapes import EmptyIsNull, dump, hidden
 from imgbuild.smoke import launchcheck
-from imgbuild.smoke.checks import Expected, SmokeReport, smoke
-from imgbuild.smoke.importcheck import kept_release_importers
+from imgbuild.smoke.checks import SmokeReport, smoke
+from imgbuild.smoke.expected import ImporterFinder, expected_for, importer_finder
 from imgbuild.upstream.mirror import cache_dir
 
 BUILDS_AT_ONCE = 2
-ImporterFinder = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    base: str | None = None  # "skeleton" or an image reference; overrides image.base
-    repository: str | None = None  # overrides image.repository (e.g. for tests)
-    force: bool = False
-    smoke: bool = True
-    verbose: bool = False
-    builder: str | None = None  # a buildx builder (remote or multi-node BuildKit); default: buildx's own choice
 
 
 @dataclass
@@ -286,40 +275,6 @@ def _image_id(engine: Engine, ref: str) -> str | None:
     return info.id if info else None
 
 
-def expected_for(ib: ImageBuild, importers: ImporterFinder | None = None) -> Expected:
-    files = tuple(labels.file_labels(ib.plan))  # from the plan; its label says the same
-    paths = tuple(f.path for f in files)
-    return Expected(
-        platform=ib.platform,
-        files=files,
-        site_packages=ib.base.site_packages,
-        labels=ib.labels,
-        smoke=ib.plan.variant.smoke,
-        variant=ib.variant,
-        base_ref=ib.base.ref,
-        base_id=ib.base.image_id,
-        layers=ib.layers,
-        env=ib.plan.variant.image.env,
-        importers=None if importers is None else (lambda: importers(paths)),
-    )
-
-
-def importer_finder(project: Project) -> ImporterFinder:
-    """Each release's modules that import the given planned files of that upstream, scanned once per set
-    of files and release (every pinned upstream: its patched files, its importers in its own release)."""
-
-    @functools.cache
-    def find(files: tuple[str, ...]) -> list[str]:
-        out: list[str] = []
-        for pin in project.pins:
-            own = [f for f in files if f.split("/", 1)[0] == pin.package_root]
-            if own:
-                out += kept_release_importers(project.pin_tree(pin.name), own, pin.package_root)
-        return sorted(dict.fromkeys(out))
-
-    return find
-
-
 def prepare(
     engine: Engine,
     project: Project,
@@ -332,10 +287,8 @@ def prepare(
     are skipped when every image exists with equal inputs (which name the base's id, checked then)."""
     inputs = project_inputs(project) if inputs is None else inputs
     plans = project.plan()
-    resolver = Bases(engine, project, options.base, options.verbose, say)
-    bases = {
-        (p.variant.name, pf): resolver.resolve(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)
-    }
+    resolver = Bases(engine, project, options.base, verbose=options.verbose, say=say)
+    bases = {(p.variant.name, pf): resolver.make(p, pf) for p in plans for pf in selection.platforms_of(p.variant.name)}
     plan = make_build_plan(inputs, plans, bases, selection, repository=options.repository)
     if options.force or not all(_current(engine, ib.immutable_ref, ib.inputs_digest) for ib in plan.images):
         check_entrypoints(engine, plans, bases)

@@ -10,7 +10,7 @@ import typer
 from imgbuild.cli.options import JsonOpt
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runner import BuildOptions
+    from imgbuild.builder.options import BuildOptions
     from imgbuild.smoke.checks import SmokeReport
 
 
@@ -55,7 +55,7 @@ BuilderOpt = Annotated[
 
 def options(base: str | None, repository: str | None, builder: str | None = None, **kw: bool) -> BuildOptions:
     """The build's options (--platform is part of the selection: `Project.select`)."""
-    from imgbuild.builder.runner import BuildOptions
+    from imgbuild.builder.options import BuildOptions
 
     return BuildOptions(
         base=base or os.environ.get("IMGBUILD_BASE") or None,

@@ -101,13 +101,13 @@ def rollback(
 
       imgbuild rollback engram-mem --to 0.33.0-2a6da4c5ddd6 --no-smoke --json
     """
-    from imgbuild.builder.runner import importer_finder
     from imgbuild.cli.options import load_project
     from imgbuild.deploy import history as hist
     from imgbuild.engine import Engine
     from imgbuild.report.documents import deploy as docs
     from imgbuild.report.history import rollback_lines
     from imgbuild.report.tables import console, print_json
+    from imgbuild.smoke.expected import importer_finder
 
     project = load_project()
     resolved = project.variant(variant)

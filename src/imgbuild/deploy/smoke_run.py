@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imgbuild.builder import locate
-from imgbuild.builder.runner import BuildOptions, importer_finder
+from imgbuild.builder.options import BuildOptions
 from imgbuild.engine import Engine
 from imgbuild.errors import UsageError
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from imgbuild.publish import signing
 from imgbuild.smoke.checks import SmokeReport, SmokeRun, expected_from_labels, smoke
+from imgbuild.smoke.expected import importer_finder
 from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
 
 

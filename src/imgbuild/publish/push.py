@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from imgbuild.builder import runner as build
+from imgbuild.builder.options import BuildOptions
 from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.plan.labels import INPUTS
@@ -418,7 +419,7 @@ def publish(
     """Build (and smoke-test) locally, push each variant, then attach SBOMs and signatures (with `key`)."""
     t0 = time.perf_counter()
     # --repository is the images' repository, locally and in the registry (REG/REPO), as for `build`
-    options = build.BuildOptions(base=base, repository=repository, smoke=True)
+    options = BuildOptions(base=base, repository=repository, smoke=True)
     if dry_run:
         try:
             maybe: Engine | None = Engine.connect()

@@ -34,7 +34,7 @@ from imgbuild.workflows.rebase.state import Pin, RebaseStopped, load, moving_pin
 from imgbuild.workflows.writeback import drop_override
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runner import BuildOptions
+    from imgbuild.builder.options import BuildOptions
 
 Status = Literal["current", "carried", "conflict", "build-failed"]
 
