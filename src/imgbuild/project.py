@@ -8,7 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from imgbuild import platforms
 from imgbuild.config.models import (
@@ -55,6 +57,24 @@ def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:
 
 
 ALL_PLATFORMS = platforms.ALL
+
+
+@dataclass(frozen=True)
+class ListedPatch:
+    patch: str
+    group: str | None
+    upstream: Annotated[
+        str, Field(description="The pin the patch applies to (DEP-3 `Upstream:`, default the first pin).")
+    ]
+    paths: list[str]
+    fields: Annotated[dict[str, str], Field(description="its DEP-3 header fields")]
+
+
+@dataclass(frozen=True)
+class SeriesListing:
+    """The series in order, as `patches list` shows it (`Project.listing`)."""
+
+    patches: list[ListedPatch]
 
 
 @dataclass(frozen=True)
@@ -154,6 +174,12 @@ class Project:
     def upstream_of(self, patch: Patch) -> UpstreamPin:
         """The pin `patch` applies to."""
         return self.pin_named(patch.upstream) if patch.upstream else self.pin
+
+    def listing(self) -> SeriesListing:
+        """The series in order, each patch with its group, pin, paths and DEP-3 fields."""
+        return SeriesListing(
+            [ListedPatch(p.filename, p.group, self.upstream_of(p).name, list(p.paths), p.fields) for p in self.patches]
+        )
 
     def patches_of(self, name: str) -> list[Patch]:
         """The series' patches of the pin `name`, in series order."""

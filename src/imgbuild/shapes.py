@@ -57,6 +57,15 @@ def added_later(description: str) -> Any:
 ADDED_LATER = "x-imgbuild-added-later"  # report/documents/ reads it (not required) and drops it from the schema
 
 
+def null_unless_asked(description: str) -> Any:
+    """A key always printed, null unless an option asked for it: the schema does not require it and says its
+    default is null (e.g. `plan --bases`)."""
+    return Field(description=description, json_schema_extra={ADDED_LATER: True, NULL_DEFAULT: True})
+
+
+NULL_DEFAULT = "x-imgbuild-null-default"  # report/documents/ keeps the field's default (null) in the schema
+
+
 def derived(default: Any = False) -> Any:
     """A field its dataclass sets in `__post_init__` from its other fields (e.g. `ok`), declared where the document
     prints it; what a caller passes is replaced. (A property would print last; a keyword-only field too.)"""

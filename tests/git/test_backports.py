@@ -13,6 +13,7 @@ from imgbuild.errors import StateError
 from imgbuild.patches import backport
 from imgbuild.patches.patchfile import parse_header, parse_patch
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.workflows import queue
 from imgbuild.workflows.matrix import check_onto
 from imgbuild.workflows.rebase import control as rebase
@@ -70,7 +71,7 @@ def test_rebase_onto_release_with_the_fix_moves_it_to_upstreamed(tmp_path: Path,
     root = proj(tmp_path, world)
     filename = make_backport(root, world, world.fix)
     matrix = check_onto(Project.load(root), ["v2"])
-    cell = matrix.to_json()["variants"][0]["results"]["v2"]["patches"][filename]  # type: ignore[index]
+    cell = dump(matrix.checked())["variants"][0]["results"]["v2"]["patches"][filename]
     assert cell["method"] == "upstreamed" and cell["backport"] is True and cell["applied_upstream"] == "v2"
     result = rebase.start(root, "v2", date=DATE)
     assert [r.outcome for r in result.results] == ["upstreamed"]

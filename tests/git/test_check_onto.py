@@ -11,6 +11,7 @@ import yaml
 
 from imgbuild.errors import UpstreamError
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.workflows.matrix import check_onto
 from tests.support import needs
 from tests.support.jsonschema_check import load_json
@@ -40,7 +41,7 @@ def test_matrix_over_variants_and_refs(tmp_path: Path, world: Upstream) -> None:
     assert cell[("engram-mem", "v1", "0006-sm121-engram-guard")] == "conflict"
     assert matrix.stack_ok("series", "v2") and matrix.stack_ok("latest", "v3")
     assert not matrix.stack_ok("engram-mem", "v1") and not matrix.ok
-    data = matrix.to_json()
+    data = dump(matrix.checked())
     assert data["ok"] is False and [r["tag"] for r in data["refs"]] == ["v1", "v2", "v3"]
     variants = {v["variant"]: v for v in data["variants"]}
     assert set(variants) == {"series", "latest", "engram-mem"}

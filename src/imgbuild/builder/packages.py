@@ -13,7 +13,8 @@ from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, UpstreamError
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
-from imgbuild.plan.packages import Carried, carried, message, mismatches
+from imgbuild.plan.packages import Carried, PlanBase, carried, message, mismatches
+from imgbuild.shapes import dump
 from imgbuild.upstream.mirror import cache_dir
 
 
@@ -33,7 +34,7 @@ def check_packages(
             details: dict[str, object] = {
                 "base": base.ref,
                 "platform": str(base.platform),
-                "packages": [m.to_json() for m in found],
+                "packages": [dump(m) for m in found],
             }
             raise UpstreamError(text, hint=hint, details=details)
 
@@ -49,15 +50,10 @@ class BaseCarries:
     packages: tuple[Carried, ...] = ()
     unread: str = ""  # why the base was not read ("" when it was)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ref": self.ref,
-            "variants": list(self.variants),
-            "platform": self.platform,
-            "image_id": self.image_id,
-            "packages": [c.to_json() | {"agrees": c.agrees} for c in self.packages],
-            "unread": self.unread or None,
-        }
+    def shown(self) -> PlanBase:
+        """The base as `plan --bases --json` prints it."""
+        packages = [c.shown() for c in self.packages]
+        return PlanBase(self.ref, list(self.variants), self.platform, self.image_id, packages, self.unread)
 
 
 def bases_against_pins(

@@ -64,23 +64,11 @@ def bake(
         if not as_json:
             console.print(f"{bakemod.BAKE_FILE} is up to date ({len(result.targets)} targets)")
         return
-    wrote = bakemod.write_bake(project.root, result)
-    ctx = bakemod.write_context(project.root, result)
+    baked = bakemod.write(project.root, result)
     if as_json:
-        print_json(
-            docs.Bake(
-                bake_file=bakemod.BAKE_FILE,
-                changed=wrote,
-                context_changed=ctx,
-                targets=[
-                    docs.BakeTarget(
-                        variant=t.variant, tags=list(t.tags), platforms=list(t.platforms), layers=list(t.layers)
-                    )
-                    for t in result.targets
-                ],
-            )
-        )
+        print_json(docs.BAKE.of(baked))
         return
+    wrote, ctx = baked.changed, baked.context_changed
     console.print(f"{bakemod.BAKE_FILE} {'written' if wrote else 'unchanged'}; {bakemod.CONTEXT_DIR}/ "
                   f"{'written' if ctx else 'unchanged'} ({len(result.context)} files)")  # fmt: skip
     for t in result.targets:

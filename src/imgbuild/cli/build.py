@@ -131,7 +131,7 @@ def build(
     if dry_run:
         dry = engine.dry_run(project, selection, opts)
         if as_json:
-            print_json(docs.BuildPlan.of(dry.plan.to_json()))
+            print_json(docs.BUILD_PLAN.of(dry.plan.planned()))
         else:
             print_dry_run(dry)
         return

@@ -37,6 +37,7 @@ def plan(
     from imgbuild.plan.layers import share_layers
     from imgbuild.report.documents import images as docs
     from imgbuild.report.tables import console, plan_matrix, print_json
+    from imgbuild.workflows.planning import planned
 
     project = load_project()
     every = project.plan()  # the layers are planned over every variant, as `build` and the bake file plan them
@@ -48,24 +49,7 @@ def plan(
 
         carries = read_bases(project.pins, plans)
     if as_json:
-        print_json(
-            docs.Plan.of(
-                {
-                    "upstream": {"tag": project.pin.tag, "commit": project.pin.commit},
-                    "upstreams": [
-                        {"name": u.name, "tag": u.tag, "commit": u.commit, "package_root": u.package_root}
-                        for u in project.pins
-                    ],
-                    "requirements": [n.to_json() for n in project.pin_needs],
-                    "overrides": [{"pin": p.name, **p.override.to_json()} for p in project.pins if p.override],
-                    "pin_problems": project.pin_problems,
-                    "series_digest": project.series_digest,
-                    "variants": [p.to_json() for p in plans],
-                    "layers": layers,
-                    "bases": [b.to_json() for b in carries] if carries is not None else None,
-                }
-            )
-        )
+        print_json(docs.PLAN.of(planned(project, plans, layers, carries)))
         return
     console.print(plan_matrix(plans))
     for p in sorted(plans, key=lambda p: (len(p.variant.chain), p.variant.name)):

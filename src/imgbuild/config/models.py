@@ -26,6 +26,7 @@ from pydantic import (
 from imgbuild.config.yamlsrc import load_yaml, validate
 from imgbuild.errors import ConfigError
 from imgbuild.platforms import KNOWN, Platform, is_known
+from imgbuild.shapes import named
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -128,8 +129,37 @@ class PinOverride(Strict):
         same_name = canonicalize_name(mine.name) == canonicalize_name(theirs.name)
         return same_name and mine.specifier == theirs.specifier
 
-    def to_json(self) -> dict[str, str]:
-        return {"requirement": self.requirement, "version": self.version, "reason": self.reason}
+    def shown(self) -> ShownOverride:
+        """The override as the `--json` documents print it."""
+        return ShownOverride(self.requirement, self.version, self.reason)
+
+
+@named("Override")
+@dataclass(frozen=True)
+class ShownOverride:
+    """An override in patches/upstream.yaml: the requirement it replaces, the version used instead, and why."""
+
+    requirement: str
+    version: str
+    reason: str
+
+
+@named("PinOverride")
+@dataclass(frozen=True)
+class PinnedOverride:
+    requirement: str
+    version: str
+    reason: str
+    pin: str
+
+
+@named("Pin")
+@dataclass(frozen=True)
+class PinRelease:
+    """A release: its tag and commit."""
+
+    tag: str
+    commit: str
 
 
 @dataclass(frozen=True)
@@ -161,6 +191,18 @@ class UpstreamPin(Strict):
     @property
     def version(self) -> str:
         return self.tag.removeprefix("v")
+
+    def row(self) -> Upstream:
+        """The pin as the `--json` documents list it."""
+        return Upstream(self.name, self.tag, self.commit, self.package_root)
+
+    def release(self) -> PinRelease:
+        return PinRelease(self.tag, self.commit)
+
+    def pinned_override(self) -> PinnedOverride | None:
+        """The pin's override as `plan --json` lists it, with the pin's name."""
+        o = self.override
+        return None if o is None else PinnedOverride(o.requirement, o.version, o.reason, self.name)
 
     @model_validator(mode="after")
     def _override_names_this_project(self) -> UpstreamPin:

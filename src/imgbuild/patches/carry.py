@@ -7,13 +7,16 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, PlainSerializer
 
 from imgbuild.errors import ImgbuildError
 from imgbuild.patches.apply import Blobs, FileOutcome, PatchOutcome, Tree, apply_patch, combined
 from imgbuild.patches.hunks import apply_hunks, decode, encode, split_lines
 from imgbuild.patches.patchfile import HUNK_RE, FileDiff, Hunk, Patch, hunk_body
 from imgbuild.patches.renames import FileMove, RenameFinder, rewrite
-from imgbuild.shapes import dump
+from imgbuild.shapes import omitted_unless_set
 from imgbuild.upstream.git import GitError, diff_no_index, merge_file, patch_id
 
 CARRIED = frozenset({"exact", "offset", "3way", "partly-upstreamed"})
@@ -23,6 +26,14 @@ MARKERS = ("<<<<<<< ", ">>>>>>> ")
 @dataclass(frozen=True)
 class Verification:
     """The three checks behind calling hunks upstreamed."""
+
+    # its documents' description (the schema's words, kept as they were)
+    __pydantic_config__ = ConfigDict(
+        json_schema_extra={
+            "description": "Why a patch is called upstreamed: its hunks reverse-apply, or their added lines are "
+            "present, or its patch-id matches."
+        }
+    )
 
     path: str
     hunks: tuple[int, ...]
@@ -46,7 +57,7 @@ class DroppedHunk:
     path: str
     hunk: int
     header: str
-    line: int  # where the release already has it
+    line: Annotated[int, Field(description="where the release already has it")]
 
 
 @dataclass(frozen=True)
@@ -69,24 +80,38 @@ class Carry:
     def carried(self) -> bool:
         return self.outcome in CARRIED
 
-    def to_json(self) -> dict[str, object]:
-        detail = dump(
-            PatchOutcome(
-                patch=self.patch.name,
-                group=self.patch.group,
-                method=self.outcome,
-                files=self.files,
-                filename=self.patch.filename,
-            )
+    def shown(self) -> Carried:
+        """The patch carried, as `patches check --onto --json` and the rebase's records print it."""
+        return Carried(
+            patch=self.patch.name,
+            group=self.patch.group,
+            method=self.outcome,
+            files=self.files,
+            filename=self.patch.filename,
+            reason=self.reason,
+            moves=list(self.moves),
+            dropped_hunks=list(self.dropped),
+            upstreamed_checks=list(self.checks),
+            conflicts=sorted(self.conflicts),
         )
-        return {
-            **detail,
-            "reason": self.reason,
-            "moves": [dataclasses.asdict(m) for m in self.moves],
-            "dropped_hunks": [dataclasses.asdict(d) for d in self.dropped],
-            "upstreamed_checks": [dataclasses.asdict(c) for c in self.checks],
-            "conflicts": sorted(self.conflicts),
-        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Carried(PatchOutcome):
+    """One patch carried onto a ref in memory."""
+
+    reason: str
+    moves: list[FileMove]
+    dropped_hunks: list[DroppedHunk]
+    upstreamed_checks: list[Verification]
+    conflicts: Annotated[list[str], Field(description="the files left with conflict markers")]
+    backport: Annotated[bool | None, omitted_unless_set("only for a backport (DEP-3 `Origin: backport`)")] = None
+    # a backport's: the ref that has it, "" (printed null) when it has not; None (left out) for any other patch
+    applied_upstream: Annotated[
+        str | None,
+        PlainSerializer(lambda v: v or None, return_type=str | None),
+        omitted_unless_set("only for a backport: the ref that has it"),
+    ] = None
 
 
 class MemoTree:

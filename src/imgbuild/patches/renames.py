@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 import git
 
 from imgbuild.patches.patchfile import FileDiff, Patch
+from imgbuild.shapes import named
 from imgbuild.upstream.commits import name_status
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 
@@ -20,9 +21,12 @@ MAX_SOURCES = 400
 MAX_CANDIDATES = 2000
 
 
+@named("RenameMove")
 @dataclass(frozen=True)
 class FileMove:
-    """A file of a patch that the new release has at another path (`patches rebase` carries the patch there)."""
+    """A file the patch changes that the release moved: `how` is file (git's rename detection) or directory."""
+
+    # (`patches rebase` and `check --onto` carry the patch to the new path)
 
     old: str
     new: str

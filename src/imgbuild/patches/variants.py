@@ -4,16 +4,18 @@ tree is a commit, and writes nothing)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
 
 from imgbuild.config.models import SmokeSpec, VariantConfig
 from imgbuild.errors import ApplyError, ConfigError, unknown_name
 from imgbuild.patches.apply import PatchOutcome, StackResult, Tree, derive_stack
 from imgbuild.patches.patchfile import Patch
 from imgbuild.platforms import Platform
-from imgbuild.shapes import dump
+from imgbuild.shapes import NULLABLE, named
 from imgbuild.upstream.git import blob_id, sha256
 
 DEFAULT_PLATFORMS = (Platform("linux", "arm64"),)
@@ -170,16 +172,13 @@ def _inherit_image(cfg: VariantConfig, parent: ResolvedVariant | None) -> Resolv
 @dataclass(frozen=True)
 class PlannedFile:
     path: str
-    state: str  # "patched" or "original"
-    patches: tuple[str, ...]  # patches of this variant that change the file
-    groups: tuple[str, ...]  # groups of every series patch touching the file
-    sha256: str
-    blob: str
+    state: Annotated[str, Field(description="patched or original")]
+    patches: Annotated[tuple[str, ...], Field(description="the variant's patches that change the file")]
+    groups: Annotated[tuple[str, ...], Field(description="the groups of every series patch touching the file")]
+    sha256: Annotated[str, NULLABLE]
+    blob: Annotated[str, NULLABLE]
     pristine_blob: str | None
     pristine_sha256: str | None
-
-    def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "patches": list(self.patches), "groups": list(self.groups)}
 
 
 @dataclass(frozen=True)
@@ -189,15 +188,23 @@ class VariantPlan:
     outcomes: tuple[PatchOutcome, ...]
     contents: Mapping[str, bytes] = field(repr=False, compare=False)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "variant": self.variant.name,
-            "chain": list(self.variant.chain),
-            "patches": list(self.variant.selected),
-            "reverted": list(self.variant.reverted),
-            "files": [f.to_json() for f in self.files],
-            "apply": [dump(o) for o in self.outcomes],
-        }
+    def shown(self) -> PlannedVariant:
+        """The variant's plan as `plan --json` prints it."""
+        v = self.variant
+        return PlannedVariant(
+            v.name, list(v.chain), list(v.selected), list(v.reverted), list(self.files), list(self.outcomes)
+        )
+
+
+@named("VariantPlan")
+@dataclass(frozen=True)
+class PlannedVariant:
+    variant: str
+    chain: list[str]
+    patches: list[str]
+    reverted: list[str]
+    files: list[PlannedFile]
+    apply: list[PatchOutcome]
 
 
 def plan_variant(

@@ -1,6 +1,7 @@
 """`buildkit/docker-bake.json`: one buildx bake target per variant, with `imgbuild build`'s Dockerfile (`ARG BASE`
 from images.lock) on the generated context `buildkit/context/`, whose layer folders are named by digest. `make_bake`
-is pure; `write_bake` and `write_context` write the file and the context (atomically), `check` reads them back."""
+is pure; `write_bake` and `write_context` write the file and the context (atomically), `write` both (what `bake
+--json` prints), `check` reads them back."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from imgbuild.plan.builds import immutable_tag, title_of
 from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import digest_lines, share_layers
 from imgbuild.registry.lock import ImagesLock
+from imgbuild.shapes import named
 
 BAKE_FILE = "buildkit/docker-bake.json"
 CONTEXT_DIR = "buildkit/context"
@@ -185,6 +187,33 @@ def write_bake(root: Path, bake: Bake) -> bool:
         return False
     write_text(path, bake.text)
     return True
+
+
+@named("BakeTarget")  # a target as `bake --json` shows it (no docstring: its schema has no description)
+@dataclass(frozen=True)
+class BakedTarget:
+    variant: str
+    tags: list[str]
+    platforms: list[str]
+    layers: list[str]
+
+
+@dataclass(frozen=True)
+class Baked:
+    """What `imgbuild bake` wrote (`write`): whether the bake file and the context changed, and the targets."""
+
+    bake_file: str
+    changed: bool
+    context_changed: bool
+    targets: list[BakedTarget]
+
+
+def write(root: Path, bake: Bake) -> Baked:
+    """Write the bake file and its context (each only when it differs)."""
+    changed = write_bake(root, bake)
+    context_changed = write_context(root, bake)
+    targets = [BakedTarget(t.variant, list(t.tags), list(t.platforms), list(t.layers)) for t in bake.targets]
+    return Baked(BAKE_FILE, changed, context_changed, targets)
 
 
 def context_problems(root: Path, bake: Bake) -> list[str] | None:

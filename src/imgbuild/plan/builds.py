@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan import dockerfile, labels
@@ -66,19 +68,20 @@ class ImageBuild(Tagged):
     moving_tags: tuple[str, ...]
     plan: VariantPlan = field(repr=False)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "variant": self.variant,
-            "platform": str(self.platform),
-            "base": self.base.ref,
-            "immutable": self.immutable_ref,
-            "moving": list(self.moving_refs),
-            "inputs_digest": self.inputs_digest,
-            "layers": list(self.layers),
-            "dockerfile": self.dockerfile,
-            "context": [str(e) for e in dockerfile.listing(self.context)],
-            "labels": dict(self.labels),
-        }
+    def planned(self) -> ImagePlanned:
+        """The image as `build --dry-run --json` shows it."""
+        return ImagePlanned(
+            self.variant,
+            str(self.platform),
+            self.base.ref,
+            self.immutable_ref,
+            list(self.moving_refs),
+            self.inputs_digest,
+            list(self.layers),
+            self.dockerfile,
+            [str(e) for e in dockerfile.listing(self.context)],
+            dict(self.labels),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,16 +101,17 @@ class JoinBuild(Tagged):
     def context(self) -> bytes:
         return dockerfile.context_tar(self.dockerfile, {})
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "variant": self.variant,
-            "platforms": [str(p.platform) for p in self.parts],
-            "immutable": self.immutable_ref,
-            "moving": list(self.moving_refs),
-            "inputs_digest": self.inputs_digest,
-            "images": [p.immutable_ref for p in self.parts],
-            "dockerfile": self.dockerfile,
-        }
+    def planned(self) -> JoinPlanned:
+        """The join as `build --dry-run --json` shows it."""
+        return JoinPlanned(
+            self.variant,
+            [str(p.platform) for p in self.parts],
+            self.immutable_ref,
+            list(self.moving_refs),
+            self.inputs_digest,
+            [p.immutable_ref for p in self.parts],
+            self.dockerfile,
+        )
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,62 @@ class BuildPlan:
     layer_plans: tuple[tuple[str, LayerPlan], ...]  # group title -> layer plan
     joins: tuple[JoinBuild, ...] = ()
 
-    def to_json(self) -> dict[str, object]:
+    def planned(self) -> PlannedBuilds:
         """What `build --dry-run --json` prints of the per-platform plan."""
-        return {
-            "images": [ib.to_json() for ib in self.images],
-            "joins": [j.to_json() for j in self.joins],
-            "layer_plans": {title: describe(lp) for title, lp in self.layer_plans},
-        }
+        return PlannedBuilds(
+            [ib.planned() for ib in self.images],
+            [j.planned() for j in self.joins],
+            {title: describe(lp) for title, lp in self.layer_plans},
+        )
+
+
+@dataclass(frozen=True)
+class ImagePlanned:
+    variant: str
+    platform: str
+    base: str
+    immutable: str
+    moving: list[str]
+    inputs_digest: str
+    layers: Annotated[
+        list[str],
+        Field(
+            description="the image's layers, bottom first: each a digest of its files (the context's "
+            "`layers/<name>/`, one COPY each)"
+        ),
+    ]
+    dockerfile: str
+    context: Annotated[
+        list[str],
+        Field(
+            description="the build context: `layers/<name>/<path>` per file of the image's layers, then the Dockerfile"
+        ),
+    ]
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True)
+class JoinPlanned:
+    """A multi-platform image: the index over its platforms' images."""
+
+    variant: str
+    platforms: list[str]
+    immutable: str
+    moving: list[str]
+    inputs_digest: str
+    images: list[str]
+    dockerfile: str
+
+
+@dataclass(frozen=True)
+class PlannedBuilds:
+    """The per-platform plan as `build --dry-run --json` prints it (`BuildPlan.planned`)."""
+
+    images: list[ImagePlanned]
+    joins: list[JoinPlanned]
+    layer_plans: Annotated[
+        dict[str, list[str]], Field(description="per group of variants built together: its layers, as lines")
+    ]
 
 
 def immutable_tag(inputs: ProjectInputs, digest: str) -> str:

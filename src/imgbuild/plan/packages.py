@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+from pydantic import Field
 
 from imgbuild.config.models import UpstreamPin, WheelSource
+from imgbuild.shapes import EmptyIsNull
 
 
 @dataclass(frozen=True)
@@ -41,15 +44,38 @@ class Carried:
             return f"{what}: the base has {have}, the stack pins {self.pinned}"
         return f"{what}: the base has {have}, the stack pins {self.pinned}: {self.why}"
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "package": self.package,
-            "base_version": self.base_version,
-            "pinned": self.pinned,
-            "pin": self.pin,
-            "why": self.why,
-            "companion_of": self.companion_of,
-        }
+    def shown(self) -> CarriedPackage:
+        """The package as `plan --bases --json` prints it."""
+        return CarriedPackage(
+            self.package, self.base_version, self.pinned, self.pin, self.why, self.companion_of, self.agrees
+        )
+
+
+@dataclass(frozen=True)
+class CarriedPackage:
+    package: str
+    base_version: Annotated[str | None, Field(description="the base's version by its *.dist-info; null: it has none")]
+    pinned: str
+    pin: str
+    why: Annotated[str, Field(description="why the pin is at `pinned`: its override and reason, or the pin")]
+    companion_of: Annotated[str | None, Field(description="the pin's own project, for a companion released with it")]
+    agrees: Annotated[
+        bool,
+        Field(description="the base is at the pin (or has no dist-info for it); false: a build refuses it"),
+    ]
+
+
+@dataclass(frozen=True)
+class PlanBase:
+    ref: str
+    variants: list[str]
+    platform: str | None
+    image_id: str | None
+    packages: list[CarriedPackage]
+    unread: Annotated[
+        EmptyIsNull,
+        Field(description="why the base was not read (not in the local image store...); null: read"),
+    ]
 
 
 def why_pinned(pin: UpstreamPin) -> str:

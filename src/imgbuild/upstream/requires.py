@@ -15,7 +15,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from imgbuild.config.models import PinOverride, UpstreamPin, WheelSource
+from imgbuild.config.models import PinOverride, ShownOverride, UpstreamPin, WheelSource
+from imgbuild.shapes import dump, named
 
 Status = Literal["ok", "overridden", "mismatch"]
 DISPLAY = {"vllm": "vLLM"}  # how the messages spell a pin's release ("vLLM 0.34.0 requires ...")
@@ -82,18 +83,36 @@ class Need:
             text += f" (its override names {o.version}, the pin does not have it yet)"
         return text
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "by": self.by,
-            "by_version": self.by_version,
-            "requirement": self.requirement,
-            "pin": self.pin,
-            "project": self.project,
-            "pinned": self.pinned,
-            "status": self.status,
-            "override": self.override.to_json() if self.override else None,
-            "message": self.message,
-        }
+    def shown(self) -> ShownNeed:
+        """The requirement as the `--json` documents print it."""
+        return ShownNeed(
+            self.by,
+            self.by_version,
+            self.requirement,
+            self.pin,
+            self.project,
+            self.pinned,
+            self.status,
+            self.override.shown() if self.override else None,
+            self.message,
+        )
+
+
+@named("Requirement")
+@dataclass(frozen=True)
+class ShownNeed:
+    """What one pinned release requires of another pin (its wheel's Requires-Dist): met (ok), replaced by an
+    override in patches/upstream.yaml (overridden), or not (mismatch)."""
+
+    by: str
+    by_version: str
+    requirement: str
+    pin: str
+    project: str
+    pinned: str
+    status: Status
+    override: ShownOverride | None
+    message: str
 
 
 def satisfies(version: str, requirement: Requirement) -> bool:
@@ -201,7 +220,7 @@ class PinMove:
             "new": self.new,
             "requirement": self.need.requirement,
             "required_by": f"{self.need.by} {self.need.by_version}",
-            "override": self.need.override.to_json() if self.by_override and self.need.override else None,
+            "override": dump(self.need.override.shown()) if self.by_override and self.need.override else None,
             "drop_override": self.drop_override,
             "message": self.message,
         }

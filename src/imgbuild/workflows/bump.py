@@ -158,7 +158,7 @@ def pin_moves(project: Project, tag: str, say: Say = quiet) -> list[PinMove]:
                 '      reason: "...why this release instead (what was checked)"\n'
                 "(see docs/configuration.md; plan, the image labels and the bump report show it)"
             ),
-            details={"requirement": need.to_json(), "index_versions": exc.versions},
+            details={"requirement": dump(need.shown()), "index_versions": exc.versions},
         ) from None
 
 
@@ -327,7 +327,7 @@ def _moved_pins(
             "old": old.tag,
             "new": pin.tag,
             "requirements": why,
-            "override": pin.override.to_json() if pin.override else None,
+            "override": dump(pin.override.shown()) if pin.override else None,
             "override_dropped": pin.name in dropped,
         }
         note = "; override dropped (no longer needed)" if pin.name in dropped else ""

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
 
+from imgbuild.config.models import PinRelease, Upstream
 from imgbuild.errors import ApplyError, ImgbuildError
 from imgbuild.patches.apply import PatchOutcome, StackResult, apply_stack
 from imgbuild.patches.variants import ResolvedVariant, apply_selection
 from imgbuild.project import Project, merge3
 from imgbuild.shapes import PathText, dump
-from imgbuild.upstream.requires import Need
+from imgbuild.upstream.requires import Need, ShownNeed
 from imgbuild.workflows.materialize import write_tree
 
 CLEAN = ("exact", "offset")  # what `patches check` passes; fuzz and 3-way merges fail it
@@ -45,26 +46,72 @@ class SeriesCheck:
         of = {p.name: self.project.upstream_of(p).name for p in self.project.patches}
         return [(pin.name, [o for o in self.full.outcomes if of.get(o.patch) == pin.name]) for pin in self.project.pins]
 
-    def to_json(self) -> dict[str, object]:
+    def checked(self) -> SeriesChecked:
+        """The check as `patches check --json` prints it."""
         pin = self.project.pin
         files = {p.name: p.filename for p in self.project.patches}
         of = {p.name: self.project.upstream_of(p).name for p in self.project.patches}
-        return {
-            "upstream": {"tag": pin.tag, "commit": pin.commit},
-            "upstreams": [
-                {"name": p.name, "tag": p.tag, "commit": p.commit, "package_root": p.package_root}
-                for p in self.project.pins
-            ],
-            "ok": self.ok,
-            "patches": [{**dump(o), "upstream": of.get(o.patch, pin.name)} for o in self.full.outcomes],
-            "variants": {
-                **{n: {"ok": True, "patches": [files[x] for x in v.selected]} for n, v in self.variants.items()},
-                **{n: {"ok": False, "error": e} for n, e in self.variant_errors.items()},
-            },
-            "lint": self.lint,
-            "requirements": [n.to_json() for n in self.needs],
-            "pin_problems": self.pin_problems,
+        variants: dict[str, VariantApplies | VariantFails] = {
+            **{n: VariantApplies(True, [files[x] for x in v.selected]) for n, v in self.variants.items()},
+            **{n: VariantFails(False, e) for n, e in self.variant_errors.items()},
         }
+        return SeriesChecked(
+            pin.release(),
+            [p.row() for p in self.project.pins],
+            self.ok,
+            [CheckedPatch.of(o, of.get(o.patch, pin.name)) for o in self.full.outcomes],
+            variants,
+            self.lint,
+            [n.shown() for n in self.needs],
+            self.pin_problems,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckedPatch(PatchOutcome):
+    upstream: Annotated[
+        str, Field(description="The pin the patch applies to (its DEP-3 `Upstream:`, default the first pin).")
+    ]
+
+    @classmethod
+    def of(cls, outcome: PatchOutcome, upstream: str) -> CheckedPatch:
+        kept = {f.name: getattr(outcome, f.name) for f in fields(PatchOutcome) if f.name != "shown"}
+        return cls(**kept, upstream=upstream)
+
+
+@dataclass(frozen=True)
+class VariantApplies:
+    ok: Literal[True]
+    patches: list[str]
+
+
+@dataclass(frozen=True)
+class VariantFails:
+    ok: Literal[False]
+    error: str
+
+
+@dataclass(frozen=True)
+class SeriesChecked:
+    """`patches check --json`: the series and its variants on the pins, and the pins' requirements."""
+
+    upstream: PinRelease
+    upstreams: Annotated[
+        list[Upstream],
+        Field(description="Every pin of patches/upstream.yaml, the first (top-level, also `upstream`) first."),
+    ]
+    ok: bool
+    patches: list[CheckedPatch]
+    variants: dict[str, VariantApplies | VariantFails]
+    lint: list[str]
+    requirements: list[ShownNeed]
+    pin_problems: Annotated[
+        list[str],
+        Field(
+            description="pins that disagree with another pin's requirement (no override), and overrides that "
+            "replace nothing; any fails the check"
+        ),
+    ]
 
 
 def check_series(project: Project, max_fuzz: int = 0) -> SeriesCheck:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Annotated
+
+from pydantic import Field, PlainSerializer
 
 from imgbuild.patches.backport import is_backport
-from imgbuild.patches.carry import Carry, MemoTree, carry_patch, lazy_blobs
+from imgbuild.patches.carry import Carried, Carry, MemoTree, carry_patch, lazy_blobs
 from imgbuild.patches.hunks import decode
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.project import Project
 from imgbuild.upstream.git import CommitTree
 from imgbuild.upstream.refs import resolve_ref
-from imgbuild.upstream.requires import Need
+from imgbuild.upstream.requires import Need, ShownNeed
 from imgbuild.workflows.backport_check import recognise
 
 SERIES = "series"
@@ -86,50 +89,79 @@ class Matrix:
     def _file(self, name: str) -> str:
         return self.filenames.get(name, name)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "strict": self.strict,
-            "upstream": self.upstream,
-            "refs": [
+    def checked(self) -> MatrixChecked:
+        """The matrix as `patches check --onto --json` prints it."""
+        refs = [RefChecked(r.ref, r.tag, r.commit, r.upstream, self.seconds.get(r.ref, 0)) for r in self.refs]
+        stacks = [
+            StackChecked(
+                stack,
+                [self._file(n) for n in names],
                 {
-                    "ref": r.ref,
-                    "tag": r.tag,
-                    "commit": r.commit,
-                    "upstream": r.upstream,
-                    "seconds": round(self.seconds.get(r.ref, 0), 4),
-                }
-                for r in self.refs
-            ],
-            "variants": [
-                {
-                    "variant": stack,
-                    "patches": [self._file(n) for n in names],
-                    "results": {
-                        r.ref: {
-                            "ok": self.stack_ok(stack, r.ref),
-                            "verdict": self.verdict(stack, r.ref),
-                            "patches": {
-                                self._file(n): _cell_json(c, r.tag)
-                                for n in names
-                                if (c := self.cell(stack, r.ref, n)) is not None
-                            },
-                        }
-                        for r in self.refs
-                    },
-                }
-                for stack, names in self.stacks
-            ],
-            "requirements": {r.ref: [n.to_json() for n in self.needs.get(r.ref, ())] for r in self.refs},
-        }
+                    r.ref: Cell(
+                        self.stack_ok(stack, r.ref),
+                        self.verdict(stack, r.ref),
+                        {
+                            self._file(n): _carried(c, r.tag)
+                            for n in names
+                            if (c := self.cell(stack, r.ref, n)) is not None
+                        },
+                    )
+                    for r in self.refs
+                },
+            )
+            for stack, names in self.stacks
+        ]
+        needs = {r.ref: [n.shown() for n in self.needs.get(r.ref, ())] for r in self.refs}
+        return MatrixChecked(self.ok, self.strict, self.upstream, refs, stacks, needs)
 
 
-def _cell_json(carry: Carry, tag: str) -> dict[str, object]:
-    data = carry.to_json()
-    if is_backport(carry.patch.fields):
-        data["backport"] = True
-        data["applied_upstream"] = tag if carry.outcome == "upstreamed" else None
-    return data
+def _carried(carry: Carry, tag: str) -> Carried:
+    shown = carry.shown()
+    if not is_backport(carry.patch.fields):
+        return shown
+    return replace(shown, backport=True, applied_upstream=tag if carry.outcome == "upstreamed" else "")
+
+
+@dataclass(frozen=True)
+class RefChecked:
+    ref: str
+    tag: str
+    commit: str
+    upstream: Annotated[
+        str,
+        Field(
+            description="The pin that moves to this ref (`NAME=REF`; a plain REF is the first pin's); only its "
+            "patches are carried there, the others are absent from this ref's `patches`."
+        ),
+    ]
+    seconds: Annotated[float, PlainSerializer(lambda v: round(v, 4), return_type=float)]
+
+
+@dataclass(frozen=True)
+class Cell:
+    ok: bool
+    verdict: str
+    patches: dict[str, Carried]
+
+
+@dataclass(frozen=True)
+class StackChecked:
+    variant: str
+    patches: list[str]
+    results: Annotated[dict[str, Cell], Field(description="ref -> the variant's patches carried there")]
+
+
+@dataclass(frozen=True)
+class MatrixChecked:
+    ok: bool
+    strict: bool
+    upstream: str
+    refs: list[RefChecked]
+    variants: list[StackChecked]
+    requirements: Annotated[
+        dict[str, list[ShownNeed]],
+        Field(description="ref -> what the pins require of each other with that ref's pin moved there"),
+    ]
 
 
 def check_onto(project: Project, refs: list[str], *, strict: bool = False) -> Matrix:

@@ -10,6 +10,7 @@ from typing import Any
 
 from imgbuild.errors import ImgbuildError
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.upstream.commits import status_porcelain
 from imgbuild.upstream.git import run_git
 from imgbuild.upstream.mirror import Mirror, PinCache
@@ -91,4 +92,4 @@ def rebase_state(root: Path) -> dict[str, Any] | None:
         info = rebase.status(root)
     except ImgbuildError:  # a state the message above already calls unreadable
         info = None
-    return {"message": message, **(info or {})}
+    return {"message": message, **(dump(info) if info else {})}

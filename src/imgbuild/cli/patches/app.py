@@ -44,20 +44,7 @@ def list_(as_json: JsonOpt = False) -> None:
 
     project = load_project()
     if as_json:
-        print_json(
-            docs.PatchesList(
-                patches=[
-                    docs.ListedPatch(
-                        patch=p.filename,
-                        group=p.group,
-                        upstream=project.upstream_of(p).name,
-                        paths=list(p.paths),
-                        fields=p.fields,
-                    )
-                    for p in project.patches
-                ]
-            )
-        )
+        print_json(docs.PATCHES_LIST.of(project.listing()))
         return
     tables.console.print(patches_table(project.patches))
 
@@ -109,7 +96,7 @@ def check(
     note_rebase(project.root)
     result = check_series(project, max_fuzz=_fuzz(allow_fuzz))
     if as_json:
-        print_json(docs.PatchesCheck.of(result.to_json()))
+        print_json(docs.PATCHES_CHECK.of(result.checked()))
     else:
         for name, outcomes in result.by_upstream():
             pin = project.pin_named(name)
@@ -277,7 +264,7 @@ def _check_onto(project: Project, refs: list[str], *, as_json: bool, strict: boo
     note_rebase(project.root)
     matrix = check_onto(project, refs, strict=strict)
     if as_json:
-        print_json(docs.PatchesCheckOnto.of(matrix.to_json()))
+        print_json(docs.PATCHES_CHECK_ONTO.of(matrix.checked()))
     else:
         tables.console.print(matrix_table(matrix))
         for ref in matrix.refs:

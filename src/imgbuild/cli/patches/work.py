@@ -95,7 +95,7 @@ def rebase_cmd(
     else:
         info = rebase.status(root)
         if as_json:
-            print_json(docs.PatchesRebaseStatus.of({"in_progress": info is not None, "rebase": info}))
+            print_json(docs.PATCHES_REBASE_STATUS.of(rebase.RebaseStatus(info is not None, info)))
         elif info is None:
             console.print("no rebase in progress; start one with `imgbuild patches rebase --onto REF`")
         else:
@@ -103,7 +103,7 @@ def rebase_cmd(
             console.print("run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
         return
     if as_json:
-        print_json(docs.PatchesRebase.of(done.to_json()))
+        print_json(docs.PATCHES_REBASE.of(done.shown()))
         return
     for one in [*done.earlier, done]:
         what = f"{one.upstream} " if one.upstream else ""
@@ -111,7 +111,7 @@ def rebase_cmd(
         for col in ("patch", "outcome", "file", "notes"):
             table.add_column(col)
         for row in one.results:
-            table.add_row(row.filename, row.shown, row.file, row.reason)
+            table.add_row(row.filename, row.shown_outcome, row.file, row.reason)
         console.print(table)
         for w in one.warnings:
             console.print(f"[yellow]warning[/]: {w}")

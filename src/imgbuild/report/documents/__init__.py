@@ -28,7 +28,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from imgbuild import jsondoc
-from imgbuild.shapes import ADDED_LATER, SCHEMA_NAMES
+from imgbuild.shapes import ADDED_LATER, NULL_DEFAULT, SCHEMA_NAMES
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -69,7 +69,7 @@ class Document(Part):
 class _Shapes(GenerateJsonSchema):
     """A domain dataclass's schema as its documents print it: every key is printed (required, no default) except
     one left out when empty (`Field(exclude_if=...)`), which keeps its default, and one added after its document's
-    version (`shapes.added_later`: printed, not required)."""
+    version (`shapes.added_later`: printed, not required; `shapes.null_unless_asked` also keeps its default)."""
 
     def field_is_required(
         self,
@@ -81,7 +81,11 @@ class _Shapes(GenerateJsonSchema):
 
     def dataclass_field_schema(self, schema: core_schema.DataclassField) -> JsonSchemaValue:
         inner = schema["schema"]
-        if inner["type"] == "default" and schema.get("serialization_exclude_if") is None:
+        extra = schema.get("metadata", {}).get("pydantic_js_extra", {})
+        keeps_default = schema.get("serialization_exclude_if") is not None or (
+            isinstance(extra, dict) and NULL_DEFAULT in extra
+        )
+        if inner["type"] == "default" and not keeps_default:
             return self.generate_inner(inner["schema"])
         return self.generate_inner(inner)
 
@@ -115,6 +119,8 @@ class Contract:
 
     def json_schema(self) -> dict[str, Any]:
         raw = self._adapter.json_schema(by_alias=True, mode="serialization", schema_generator=_Shapes)
+        if "$ref" in raw:  # a type that holds itself (a rebase's `earlier`): the document is its definition
+            raw = {**raw["$defs"][raw.pop("$ref").removeprefix("#/$defs/")], "$defs": raw["$defs"]}
         return _document_schema(self.name, _renamed({**raw, "description": self.description}))
 
 
@@ -183,7 +189,7 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
             continue
         if not mapping and key == "additionalProperties" and value is False:
             continue
-        if not mapping and key == ADDED_LATER:
+        if not mapping and key in (ADDED_LATER, NULL_DEFAULT):
             continue
         if not mapping and key == "description" and isinstance(value, str):
             value = " ".join(value.split())  # a docstring's line breaks

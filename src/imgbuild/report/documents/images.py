@@ -4,76 +4,16 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
 from imgbuild.report.documents import Contract, Document, Part
-from imgbuild.report.documents.parts import Override, PatchApplied, Pin, Requirement
-
+from imgbuild.report.documents.parts import Pin
 
 # -- plan -----------------------------------------------------------------------------------------------------------
-class PinOverride(Override):
-    pin: str
-
-
-class PlannedFile(Part):
-    path: str
-    state: str = Field(description="patched or original")
-    patches: list[str] = Field(description="the variant's patches that change the file")
-    groups: list[str] = Field(description="the groups of every series patch touching the file")
-    sha256: str | None
-    blob: str | None
-    pristine_blob: str | None
-    pristine_sha256: str | None
-
-
-class CarriedPackage(Part):
-    package: str
-    base_version: str | None = Field(description="the base's version by its *.dist-info; null: it has none")
-    pinned: str
-    pin: str
-    why: str = Field(description="why the pin is at `pinned`: its override and reason, or the pin")
-    companion_of: str | None = Field(description="the pin's own project, for a companion released with it")
-    agrees: bool = Field(description="the base is at the pin (or has no dist-info for it); false: a build refuses it")
-
-
-class PlanBase(Part):
-    ref: str
-    variants: list[str]
-    platform: str | None
-    image_id: str | None
-    packages: list[CarriedPackage]
-    unread: str | None = Field(description="why the base was not read (not in the local image store...); null: read")
-
-
-class VariantPlan(Part):
-    variant: str
-    chain: list[str]
-    patches: list[str]
-    reverted: list[str]
-    files: list[PlannedFile]
-    apply: list[PatchApplied]
-
-
-class Plan(Document):
-    """`imgbuild plan --json`: each variant's patches applied to the pinned release in memory, file by file, and
-    the layers the variants share"""
-
-    name = "plan"
-    upstream: Pin
-    upstreams: list[Upstream] = Field(
-        description="Every pin of patches/upstream.yaml, the first (also `upstream`) first."
-    )
-    requirements: list[Requirement]
-    overrides: list[PinOverride]
-    pin_problems: list[str] = Field(
-        description="pins that disagree with another pin's requirement (no override), and overrides that replace "
-        "nothing; any fails the check"
-    )
-    series_digest: str
-    variants: list[VariantPlan]
-    layers: list[str] = Field(description="the layers, one line each, then each variant's, then notes")
-    bases: list[PlanBase] | None = Field(
-        default=None, description="with --bases: each variant's image.base against the pinned packages"
-    )
+PLAN = Contract(
+    "plan",
+    "imgbuild.workflows.planning:ProjectPlan",
+    "`imgbuild plan --json`: each variant's patches applied to the pinned release in memory, file by file, and the "
+    "layers the variants share",
+)
 
 
 # -- build ----------------------------------------------------------------------------------------------------------
@@ -82,43 +22,9 @@ BUILD = Contract(
 )
 
 
-class ImagePlanned(Part):
-    variant: str
-    platform: str
-    base: str
-    immutable: str
-    moving: list[str]
-    inputs_digest: str
-    layers: list[str] = Field(
-        description="the image's layers, bottom first: each a digest of its files (the context's `layers/<name>/`, "
-        "one COPY each)"
-    )
-    dockerfile: str
-    context: list[str] = Field(
-        description="the build context: `layers/<name>/<path>` per file of the image's layers, then the Dockerfile"
-    )
-    labels: dict[str, str]
-
-
-class JoinPlanned(Part):
-    """A multi-platform image: the index over its platforms' images."""
-
-    variant: str
-    platforms: list[str]
-    immutable: str
-    moving: list[str]
-    inputs_digest: str
-    images: list[str]
-    dockerfile: str
-
-
-class BuildPlan(Document):
-    """`imgbuild build --dry-run --json`: the per-platform plan"""
-
-    name = "build-plan"
-    images: list[ImagePlanned]
-    joins: list[JoinPlanned]
-    layer_plans: dict[str, list[str]] = Field(description="per group of variants built together: its layers, as lines")
+BUILD_PLAN = Contract(
+    "build-plan", "imgbuild.plan.builds:PlannedBuilds", "`imgbuild build --dry-run --json`: the per-platform plan"
+)
 
 
 # -- smoke, skeleton ------------------------------------------------------------------------------------------------
@@ -186,21 +92,7 @@ class LockCheck(Document):
     problems: list[str]
 
 
-class BakeTarget(Part):
-    variant: str
-    tags: list[str]
-    platforms: list[str]
-    layers: list[str]
-
-
-class Bake(Document):
-    """`imgbuild bake --json`"""
-
-    name = "bake"
-    bake_file: str
-    changed: bool
-    context_changed: bool
-    targets: list[BakeTarget]
+BAKE = Contract("bake", "imgbuild.plan.bake:Baked", "`imgbuild bake --json`")
 
 
 class BakeCheck(Document):

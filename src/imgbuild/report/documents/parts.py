@@ -1,8 +1,8 @@
-"""Pieces several documents share: pins, applied patches, pin requirements, errors."""
+"""Pieces the documents not yet printed from domain types share: pins, overrides, errors."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ConfigDict
 
@@ -16,51 +16,12 @@ class Pin(Part):
     commit: str
 
 
-class Hunk(Part):
-    hunk: int
-    header: str
-    method: str
-    offset: int
-    line: int | None
-
-
-class FileApplied(Part):
-    path: str
-    method: str
-    reason: str | None
-    hunks: list[Hunk]
-
-
-class PatchApplied(Part):
-    """One patch applied: `patch` is its file name as patches/series spells it (`.patch` included)."""
-
-    patch: str
-    group: str | None
-    method: str
-    files: list[FileApplied]
-
-
 class Override(Part):
     """An override in patches/upstream.yaml: the requirement it replaces, the version used instead, and why."""
 
     requirement: str
     version: str
     reason: str
-
-
-class Requirement(Part):
-    """What one pinned release requires of another pin (its wheel's Requires-Dist): met (ok), replaced by an
-    override in patches/upstream.yaml (overridden), or not (mismatch)."""
-
-    by: str
-    by_version: str
-    requirement: str
-    pin: str
-    project: str
-    pinned: str
-    status: Literal["ok", "overridden", "mismatch"]
-    override: Override | None
-    message: str
 
 
 class ErrorBody(Part):

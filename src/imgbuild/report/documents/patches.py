@@ -6,33 +6,19 @@ from typing import Literal
 
 from pydantic import Field
 
-from imgbuild.config.models import Upstream  # the domain's own pin row, printed as it is
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import (
     ErrorBody,
     Json,
     Override,
-    PatchApplied,
     Pin,
-    Requirement,
 )
 from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
-
 # -- list, status ---------------------------------------------------------------------------------------------------
-class ListedPatch(Part):
-    patch: str
-    group: str | None
-    upstream: str = Field(description="The pin the patch applies to (DEP-3 `Upstream:`, default the first pin).")
-    paths: list[str]
-    fields: dict[str, str] = Field(description="its DEP-3 header fields")
-
-
-class PatchesList(Document):
-    """`imgbuild patches list --json`: the series in order"""
-
-    name = "patches-list"
-    patches: list[ListedPatch]
+PATCHES_LIST = Contract(
+    "patches-list", "imgbuild.project:SeriesListing", "`imgbuild patches list --json`: the series in order"
+)
 
 
 class PinState(Part):
@@ -88,19 +74,6 @@ class PatchResult(Part):
     upstreamed_checks: list[Json]
 
 
-class RebaseInfo(Part):
-    """The rebase in progress (`.imgbuild-work/rebase/state.json`)."""
-
-    status: Literal["running", "stopped", "committing"]
-    old: Pin
-    onto: Pin
-    next: int
-    stopped: Stopped | None
-    results: list[PatchResult]
-    patches: int
-    work_tree: str
-
-
 class RebaseState(Part):
     """A rebase that is stopped or was interrupted: the message other commands show, and (when the state is
     readable) the rebase as `patches rebase --json` shows it."""
@@ -147,116 +120,21 @@ class PatchesStatus(Document):
 
 
 # -- check, check --onto, apply --------------------------------------------------------------------------------------
-class CheckedPatch(PatchApplied):
-    upstream: str = Field(description="The pin the patch applies to (its DEP-3 `Upstream:`, default the first pin).")
+PATCHES_CHECK = Contract(
+    "patches-check",
+    "imgbuild.workflows.checkstack:SeriesChecked",
+    "`imgbuild patches check --json` (also what a failed check prints: exit 1, no error document). v2: `ok` is "
+    "false too when a pin does not have what another pin's release requires and no override in "
+    "patches/upstream.yaml says why, or an override replaces nothing (`pin_problems`); `requirements`: each pinned "
+    "release's requirements on the other pins.",
+)
 
 
-class VariantApplies(Part):
-    ok: Literal[True]
-    patches: list[str]
-
-
-class VariantFails(Part):
-    ok: Literal[False]
-    error: str
-
-
-class PatchesCheck(Document):
-    """`imgbuild patches check --json` (also what a failed check prints: exit 1, no error document). v2: `ok` is
-    false too when a pin does not have what another pin's release requires and no override in patches/upstream.yaml
-    says why, or an override replaces nothing (`pin_problems`); `requirements`: each pinned release's requirements
-    on the other pins."""
-
-    name = "patches-check"
-    upstream: Pin
-    upstreams: list[Upstream] = Field(
-        description="Every pin of patches/upstream.yaml, the first (top-level, also `upstream`) first."
-    )
-    ok: bool
-    patches: list[CheckedPatch]
-    variants: dict[str, VariantApplies | VariantFails]
-    lint: list[str]
-    requirements: list[Requirement]
-    pin_problems: list[str] = Field(
-        description="pins that disagree with another pin's requirement (no override), and overrides that replace "
-        "nothing; any fails the check"
-    )
-
-
-class RefChecked(Part):
-    ref: str
-    tag: str
-    commit: str
-    upstream: str = Field(
-        description="The pin that moves to this ref (`NAME=REF`; a plain REF is the first pin's); only its patches "
-        "are carried there, the others are absent from this ref's `patches`."
-    )
-    seconds: float
-
-
-class RenameMove(Part):
-    """A file the patch changes that the release moved: `how` is file (git's rename detection) or directory."""
-
-    old: str
-    new: str
-    how: str
-
-
-class DroppedHunk(Part):
-    path: str
-    hunk: int
-    header: str
-    line: int = Field(description="where the release already has it")
-
-
-class Verification(Part):
-    """Why a patch is called upstreamed: its hunks reverse-apply, or their added lines are present, or its
-    patch-id matches."""
-
-    path: str
-    hunks: list[int]
-    reverse_apply: bool
-    added_lines_present: bool
-    patch_id: bool | None
-    note: str
-
-
-class Carried(PatchApplied):
-    """One patch carried onto a ref in memory."""
-
-    reason: str
-    moves: list[RenameMove]
-    dropped_hunks: list[DroppedHunk]
-    upstreamed_checks: list[Verification]
-    conflicts: list[str] = Field(description="the files left with conflict markers")
-    backport: bool | None = Field(default=None, description="only for a backport (DEP-3 `Origin: backport`)")
-    applied_upstream: str | None = Field(default=None, description="only for a backport: the ref that has it")
-
-
-class Cell(Part):
-    ok: bool
-    verdict: str
-    patches: dict[str, Carried]
-
-
-class StackChecked(Part):
-    variant: str
-    patches: list[str]
-    results: dict[str, Cell] = Field(description="ref -> the variant's patches carried there")
-
-
-class PatchesCheckOnto(Document):
-    """`imgbuild patches check --onto REF... --json`: variant x ref x patch"""
-
-    name = "patches-check-onto"
-    ok: bool
-    strict: bool
-    upstream: str
-    refs: list[RefChecked]
-    variants: list[StackChecked]
-    requirements: dict[str, list[Requirement]] = Field(
-        description="ref -> what the pins require of each other with that ref's pin moved there"
-    )
+PATCHES_CHECK_ONTO = Contract(
+    "patches-check-onto",
+    "imgbuild.workflows.matrix:MatrixChecked",
+    "`imgbuild patches check --onto REF... --json`: variant x ref x patch",
+)
 
 
 PATCHES_APPLY = Contract(
@@ -265,47 +143,19 @@ PATCHES_APPLY = Contract(
 
 
 # -- rebase ---------------------------------------------------------------------------------------------------------
-class RebaseRow(Part):
-    patch: str
-    filename: str
-    outcome: str
-    file: str
-    reason: str
-    moves: list[Json]
-    dropped_hunks: list[Json]
-    upstreamed_checks: list[Json]
+PATCHES_REBASE = Contract(
+    "patches-rebase",
+    "imgbuild.workflows.rebase.state:Rebased",
+    "`imgbuild patches rebase --onto REF | --continue | --skip --json`: a rebase that finished (one that stops at a "
+    "conflict prints the error document, `stopped` under `error`)",
+)
 
 
-class Rebased(Part):
-    """A rebase that finished."""
-
-    ok: Literal[True]
-    old: Pin
-    onto: Pin
-    patches: list[RebaseRow]
-    written: list[str]
-    report: str | None
-    warnings: list[str]
-    upstream: str = Field(description="The pin that moved (`--onto NAME=REF`); empty for a single-upstream project.")
-    earlier: list[Rebased] = Field(
-        description="With several `--onto NAME=REF`: the rebases of the pins before this one in the same run, each "
-        "a document of this shape (without `schema`)."
-    )
-
-
-class PatchesRebase(Rebased, Document):
-    """`imgbuild patches rebase --onto REF | --continue | --skip --json`: a rebase that finished (one that stops at a
-    conflict prints the error document, `stopped` under `error`)"""
-
-    name = "patches-rebase"
-
-
-class PatchesRebaseStatus(Document):
-    """`imgbuild patches rebase --json` with no option: the rebase in progress, if any"""
-
-    name = "patches-rebase-status"
-    in_progress: bool
-    rebase: RebaseInfo | None
+PATCHES_REBASE_STATUS = Contract(
+    "patches-rebase-status",
+    "imgbuild.workflows.rebase.state:RebaseStatus",
+    "`imgbuild patches rebase --json` with no option: the rebase in progress, if any",
+)
 
 
 class PatchesRebaseAbort(Document):

@@ -11,9 +11,10 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from imgbuild.atomic import write_json
+from imgbuild.config.models import PinRelease
 from imgbuild.errors import ImgbuildError, StateError, UsageError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.progress import Say, quiet
@@ -27,7 +28,9 @@ from imgbuild.workflows.rebase.state import (
     PatchResult,
     Pin,
     RebaseDone,
+    RebaseInfo,
     RebaseState,
+    RebaseStatus,
     RebaseStopped,
     load,
     read,
@@ -37,7 +40,17 @@ from imgbuild.workflows.rebase.state import (
 from imgbuild.workflows.workspace import state_dir
 from imgbuild.workflows.writeback import Journal, check_unchanged, dormant_markers, today
 
-__all__ = ["RebaseDone", "RebaseStopped", "abort", "in_progress_message", "refuse_if_busy", "resume", "start", "status"]
+__all__ = [
+    "RebaseDone",
+    "RebaseStatus",
+    "RebaseStopped",
+    "abort",
+    "in_progress_message",
+    "refuse_if_busy",
+    "resume",
+    "start",
+    "status",
+]
 Action = Literal["continue", "skip"]
 
 
@@ -161,21 +174,21 @@ def abort(root: Path) -> str:
         return message
 
 
-def status(root: Path) -> dict[str, Any] | None:
+def status(root: Path) -> RebaseInfo | None:
     """`patches rebase` with no flag, and `patches status --json`'s "rebase"."""
     s = read(root)
     if s is None:
         return None
-    return {
-        "status": s.status,
-        "old": s.old.to_json(),
-        "onto": s.onto.to_json(),
-        "next": s.next,
-        "stopped": s.stopped.to_json() if s.stopped else None,
-        "results": [r.to_json() for r in s.results],
-        "patches": len(s.items),
-        "work_tree": str(session(root).tree),
-    }
+    return RebaseInfo(
+        s.status,
+        PinRelease(s.old.tag, s.old.commit),
+        PinRelease(s.onto.tag, s.onto.commit),
+        s.next,
+        s.stopped,
+        [r.shown() for r in s.results],
+        len(s.items),
+        str(session(root).tree),
+    )
 
 
 def busy_message(root: Path, state: RebaseState) -> str:

@@ -15,6 +15,7 @@ from imgbuild.patches.patchfile import REQUIRED_FIELDS, header_of, parse_bytes, 
 from imgbuild.patches.renames import RenameFinder
 from imgbuild.progress import Say
 from imgbuild.project import Project
+from imgbuild.shapes import dump
 from imgbuild.upstream.commits import checkout_branch, commit_files, commit_raw, is_ancestor
 from imgbuild.upstream.git import CommitTree, GitRepo
 from imgbuild.workflows import backport_check
@@ -37,7 +38,7 @@ from imgbuild.workflows.rebase.state import (
 from imgbuild.workflows.writeback import commit_series
 
 BRANCH = "imgbuild-rebase"
-RECORDS = ("moves", "dropped_hunks", "upstreamed_checks", "files")  # what a PatchResult keeps of Carry.to_json
+RECORDS = ("moves", "dropped_hunks", "upstreamed_checks", "files")  # what a PatchResult keeps of Carry.shown
 
 
 def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState) -> None:
@@ -51,7 +52,7 @@ def replay_old(project: Project, scratch: GitRepo, base: str, state: RebaseState
 
 def _result(item: Item, carry: Carry) -> PatchResult:
     """The patch's result with the carry's report (as `patches check --onto` has it; files: per hunk)."""
-    data = carry.to_json()
+    data = dump(carry.shown())
     return PatchResult.of(item, carry.outcome, carry.reason, **{k: data[k] for k in RECORDS})
 
 
@@ -123,7 +124,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
     unresolved = tuple(
         Unresolved(f.path, f.reason) for f in carry.files if f.method == "conflict" and f.path not in carry.conflicts
     )
-    report = carry.to_json()
+    report = dump(carry.shown())
     pending = carry_preview.preview(
         scratch,
         state.items[state.next + 1 :],

@@ -11,13 +11,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Any, Literal, Self, cast
+from typing import Annotated, Any, Literal, Self, cast
 
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
-from imgbuild.config.models import UpstreamPin, load_pins
+from imgbuild.config.models import PinRelease, UpstreamPin, load_pins
 from imgbuild.errors import ApplyError, StateError
+from imgbuild.shapes import named
 from imgbuild.workflows.workspace import Session
 
 # Records the replay already reports as JSON (moves, dropped hunks, upstreamed checks, files):
@@ -86,6 +87,41 @@ class PatchResult(Json):
     def to_json(self) -> dict[str, Any]:
         return dict(sorted(super().to_json().items()))  # sorted: as `patches rebase` always printed them
 
+    def shown(self) -> ShownResult:
+        """The result as `patches rebase --json` (no option) and `patches status --json` print it."""
+        return ShownResult(
+            self.commit,
+            self.dormant,
+            [dict(d) for d in self.dropped_hunks],
+            self.filename,
+            [dict(f) for f in self.files],
+            self.header,
+            [dict(m) for m in self.moves],
+            self.outcome,
+            self.parent,
+            self.reason,
+            [dict(c) for c in self.upstreamed_checks],
+        )
+
+
+@named("PatchResult")
+@dataclasses.dataclass(frozen=True)
+class ShownResult:
+    """One patch carried (or not) so far."""
+
+    # the keys in sorted order, as `patches rebase` always printed them
+    commit: str | None
+    dormant: bool
+    dropped_hunks: list[dict[str, Any]]
+    filename: str
+    files: list[dict[str, Any]]
+    header: str | None
+    moves: list[dict[str, Any]]
+    outcome: str
+    parent: str | None
+    reason: str
+    upstreamed_checks: list[dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class Row:
@@ -105,27 +141,32 @@ class Row:
         return self.result.reason
 
     @property
-    def shown(self) -> str:
+    def shown_outcome(self) -> str:
         """The outcome as the table and the JSON spell it."""
         return f"{LEFT} ({self.result.outcome})" if self.outcome == LEFT else self.outcome
 
-    def to_json(self) -> dict[str, Any]:
+    def shown(self) -> RebaseRow:
         """The row of `patches rebase --json`."""
-        r = self.result.to_json()
-        return {
-            "patch": self.filename,
-            "filename": self.filename,
-            "outcome": self.shown,
-            "file": self.file,
-            "reason": self.reason,
-            "moves": r["moves"],
-            "dropped_hunks": r["dropped_hunks"],
-            "upstreamed_checks": r["upstreamed_checks"],
-        }
+        r = self.result
+        return RebaseRow(
+            self.filename,
+            self.filename,
+            self.shown_outcome,
+            self.file,
+            self.reason,
+            [dict(m) for m in r.moves],
+            [dict(d) for d in r.dropped_hunks],
+            [dict(c) for c in r.upstreamed_checks],
+        )
 
     def to_report_json(self) -> dict[str, Any]:
         """The row of the review report: the whole result, the file and the range-diff."""
-        return {**self.result.to_json(), "outcome": self.shown, "file": self.file, "range_diff": self.range_diff}
+        return {
+            **self.result.to_json(),
+            "outcome": self.shown_outcome,
+            "file": self.file,
+            "range_diff": self.range_diff,
+        }
 
 
 @dataclass(frozen=True)
@@ -140,14 +181,17 @@ class Stopped(Json):
 
     filename: str
     work_tree: str
-    patch: str  # the patch's text, saved beside the state
-    conflicts: Mapping[str, tuple[int, ...]]  # path -> the lines of its conflict markers
+    patch: Annotated[str, Field(description="the patch's text, saved beside the state")]
+    conflicts: Annotated[Mapping[str, tuple[int, ...]], Field(description="path -> the lines of its conflict markers")]
     unresolved: tuple[Unresolved, ...]
     applied: tuple[str, ...]
     reason: str
     moves: tuple[Record, ...]
-    files: tuple[Record, ...] = ()  # the carry's per-file, per-hunk outcomes (what the review's conflict report reads)
-    pending: tuple[Record, ...] = ()  # the carry preview: each patch after this one as it would carry now
+    # (files: what the review's conflict report reads)
+    files: Annotated[tuple[Record, ...], Field(description="the carry's per-file, per-hunk outcomes")] = ()
+    pending: Annotated[
+        tuple[Record, ...], Field(description="the carry preview: each patch after this one as it would carry now")
+    ] = ()
 
 
 @dataclass
@@ -216,18 +260,76 @@ class RebaseDone:
     upstream: str = ""  # the pin that moved ("": the only one)
     earlier: list[RebaseDone] = dataclasses.field(default_factory=list)  # the pins rebased before it in one run
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": True,
-            "old": self.old.to_json(),
-            "onto": self.onto.to_json(),
-            "patches": [r.to_json() for r in self.results],
-            "written": self.written,
-            "report": str(self.report) if self.report else None,
-            "warnings": self.warnings,
-            "upstream": self.upstream,
-            "earlier": [d.to_json() for d in self.earlier],
-        }
+    def shown(self) -> Rebased:
+        """The rebase as `patches rebase --json` prints it."""
+        return Rebased(
+            True,
+            PinRelease(self.old.tag, self.old.commit),
+            PinRelease(self.onto.tag, self.onto.commit),
+            [r.shown() for r in self.results],
+            self.written,
+            str(self.report) if self.report else None,
+            self.warnings,
+            self.upstream,
+            [d.shown() for d in self.earlier],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseRow:
+    patch: str
+    filename: str
+    outcome: str
+    file: str
+    reason: str
+    moves: list[dict[str, Any]]
+    dropped_hunks: list[dict[str, Any]]
+    upstreamed_checks: list[dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rebased:
+    """A rebase that finished."""
+
+    ok: Literal[True]
+    old: PinRelease
+    onto: PinRelease
+    patches: list[RebaseRow]
+    written: list[str]
+    report: str | None
+    warnings: list[str]
+    upstream: Annotated[
+        str, Field(description="The pin that moved (`--onto NAME=REF`); empty for a single-upstream project.")
+    ]
+    earlier: Annotated[
+        list[Rebased],
+        Field(
+            description="With several `--onto NAME=REF`: the rebases of the pins before this one in the same run, "
+            "each a document of this shape (without `schema`)."
+        ),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseInfo:
+    """The rebase in progress (`.imgbuild-work/rebase/state.json`)."""
+
+    status: Status
+    old: PinRelease
+    onto: PinRelease
+    next: int
+    stopped: Stopped | None
+    results: list[ShownResult]
+    patches: int
+    work_tree: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseStatus:
+    """`patches rebase` with no option: the rebase in progress, if any."""
+
+    in_progress: bool
+    rebase: RebaseInfo | None
 
 
 def read(root: Path) -> RebaseState | None:
