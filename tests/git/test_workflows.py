@@ -127,9 +127,8 @@ def test_ci_lints_then_tests_and_runs_every_tier_per_engine() -> None:
     fast = jobs["lint-and-fast-tests"]
     names = [s.get("name") for s in _steps(fast)]
     assert names.index("Lint") < names.index("Types") < names.index("Fast tests")  # no test run before lint
-    assert ["ruff", "check", "src", "tests"] in _runs(fast) and ["ruff", "format", "--check", "src", "tests"] in _runs(
-        fast
-    )
+    lint = ["ruff", "check", "src", "tests", "benchmarks"]
+    assert lint in _runs(fast) and ["ruff", "format", "--check", "src", "tests", "benchmarks"] in _runs(fast)
     assert ["python", "-m", "pytest"] in _runs(fast) and ["mypy"] in _runs(fast)
     full = jobs["full-tiers"]
     assert "strategy" not in full and "IMGBUILD_DOCKER_ENGINE" not in str(full)  # one engine
