@@ -88,3 +88,29 @@ def test_pin_mismatch_after_materializing(tmp_path: Path) -> None:
     pin = pin_for(wheel, make_wheel(wheel, FILES), "a" * 40)
     with pytest.raises(UpstreamError, match="pins " + "a" * 40):
         Mirror(pin.source, "vllm", tmp_path / "c").resolve_pin(pin)
+
+
+def test_a_cached_wheel_is_hashed_once_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan` reads the pins' requirements every run: the wheel's sha256 and its METADATA are read once and kept
+    beside it, and a wheel replaced in the cache (another size, mtime or inode) is checked again, and refused."""
+    from imgbuild.upstream import mirror
+
+    root = tmp_path / "c"
+    wheel = root / "wheels" / "vllm-1.0.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    wheel.parent.mkdir(parents=True)
+    files = {**FILES, "vllm-1.0.0.dist-info/METADATA": b"Name: vllm\nRequires-Dist: torch==2.14.0\n"}
+    pin = pin_for(wheel, make_wheel(wheel, files))
+    source = pin.source.model_copy(update={"url": None})  # in the cache, as pip put it there
+    hashed: list[Path] = []
+    real = mirror.sha256_file
+    monkeypatch.setattr(mirror, "sha256_file", lambda p: hashed.append(p) or real(p))
+
+    assert Mirror(source, "vllm", root).requires("1.0.0") == ("torch==2.14.0",)
+    assert Mirror(source, "vllm", root).requires("1.0.0") == ("torch==2.14.0",)
+    assert hashed == [wheel]
+    assert (wheel.parent / (wheel.name + ".checked.json")).is_file()
+
+    make_wheel(wheel, {**files, "vllm/extra.py": b"z = 3\n"})  # replaced: another file under the same name
+    with pytest.raises(UpstreamError, match="does not match the pinned"):
+        Mirror(source, "vllm", root).requires("1.0.0")
+    assert hashed == [wheel, wheel]

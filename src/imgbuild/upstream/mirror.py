@@ -3,8 +3,10 @@ when its commit is missing; a wheel's text files are committed with a fixed auth
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from imgbuild import offline
+from imgbuild.atomic import write_json
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
 from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError, disk_full, no_space
@@ -309,18 +312,49 @@ class Mirror:
             path = self.wheel_path(version)
             if not path.exists():
                 raise UpstreamError(f"pip downloaded no wheel named like {path.name} into {dest}")
-        if version == src.version:
+        if version == src.version and self._stamp(path).get("sha256") != src.sha256:
             digest = sha256_file(path)
             if digest != src.sha256:
                 raise UpstreamError(
                     f"{path}: sha256 {digest} does not match the pinned {src.sha256}",
                     hint="delete the file so it is downloaded again, or fix the pin deliberately",
                 )
+            self._restamp(path, sha256=digest)
         return path
 
     def requires(self, version: str) -> tuple[str, ...]:
         """The release's own requirements: `Requires-Dist` of its wheel (fetched once into the cache)."""
-        return wheel_requires(self.fetch_wheel(version))
+        path = self.fetch_wheel(version)
+        kept = self._stamp(path).get("requires")
+        if isinstance(kept, list):
+            return tuple(str(r) for r in kept)
+        found = wheel_requires(path)
+        self._restamp(path, requires=list(found))
+        return found
+
+    # A wheel in the cache is hashed (hundreds of MB: 0.7 s for vLLM's) and its zip directory read (0.5 s) once,
+    # not at every `plan`: what they gave is kept beside it, valid while the file's size, mtime and inode are
+    # those it had (as git's index trusts a file's stat). A wheel outside the cache (`source.url`) gets no stamp.
+    def _stamp_path(self, wheel: Path) -> Path | None:
+        return wheel.with_name(wheel.name + ".checked.json") if wheel.parent == self.root / "wheels" else None
+
+    def _stamp(self, wheel: Path) -> dict[str, object]:
+        stamp = self._stamp_path(wheel)
+        try:
+            kept = json.loads(stamp.read_text()) if stamp else {}
+            st = wheel.stat()
+        except (OSError, ValueError):
+            return {}
+        ok = isinstance(kept, dict) and kept.get("stat") == [st.st_size, st.st_mtime_ns, st.st_ino]
+        return kept if ok else {}
+
+    def _restamp(self, wheel: Path, **facts: object) -> None:
+        stamp = self._stamp_path(wheel)
+        if stamp is None:
+            return
+        st = wheel.stat()
+        with contextlib.suppress(OSError):  # a read-only cache: checked again next time
+            write_json(stamp, {**self._stamp(wheel), **facts, "stat": [st.st_size, st.st_mtime_ns, st.st_ino]})
 
     def _materialize(self, repo: GitRepo, version: str) -> str:
         wheel = self.fetch_wheel(version)
