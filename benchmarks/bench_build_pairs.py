@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pairs import Pair, interleave, load, run, spread  # noqa: E402
 
 from imgbuild.builder.bases import DRIFT_DIR  # noqa: E402
+from imgbuild.cache import cache_dir  # noqa: E402
 from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.project import Project  # noqa: E402
-from imgbuild.upstream.mirror import cache_dir  # noqa: E402
 
 # IMGBUILD_BENCH_REPOSITORY: another name, so that two runs on one daemon (engineers sharing it) do not collide
 REPO = os.environ.get("IMGBUILD_BENCH_REPOSITORY", "imgbuild-bench/vllm-dsv41")

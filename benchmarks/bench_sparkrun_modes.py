@@ -57,10 +57,10 @@ from tests.support.synth import Upstream  # noqa: E402
 from tests.support.synth_images import engram_project, release  # noqa: E402
 
 from imgbuild.builder import skeleton  # noqa: E402
+from imgbuild.cache import cache_dir  # noqa: E402
 from imgbuild.engine import Engine  # noqa: E402
 from imgbuild.platforms import Platform  # noqa: E402
 from imgbuild.upstream.git import GitRepo  # noqa: E402
-from imgbuild.upstream.mirror import cache_dir  # noqa: E402
 
 
 def nbytes(shell: str) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,31 +24,10 @@ from imgbuild.patches.patchfile import Patch, missing_fields, parse_patch, refus
 from imgbuild.patches.series import SeriesEntry, parse_series
 from imgbuild.patches.variants import ResolvedVariant, VariantPlan, plan_variant, resolve_variants
 from imgbuild.platforms import Platform
+from imgbuild.root import find_root
 from imgbuild.upstream.git import CommitTree, merge_file
 from imgbuild.upstream.mirror import Mirror, Resolved, open_pinned
 from imgbuild.upstream.requires import Need, needs, problems
-
-
-def find_root(start: Path | None = None, chosen: Path | None = None) -> Path:
-    """The project: `chosen` (the command's --project), else $IMGBUILD_PROJECT, else the nearest parent of `start`
-    with patches/series."""
-    chosen = chosen or (Path(os.environ["IMGBUILD_PROJECT"]) if os.environ.get("IMGBUILD_PROJECT") else None)
-    if chosen is not None:
-        root = chosen.resolve()
-        if not (root / "patches" / "series").is_file():
-            raise ConfigError(
-                f"{root} is not an imgbuild project (no patches/series)",
-                hint="pass the directory that holds patches/ and images/ to --project/-C",
-            )
-        return root
-    here = (start or Path.cwd()).resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / "patches" / "series").is_file():
-            return candidate
-    raise ConfigError(
-        f"no imgbuild project found at or above {here} (looked for patches/series)",
-        hint="run inside the project, or pass --project DIR (or set IMGBUILD_PROJECT)",
-    )
 
 
 def merge3(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, int]:

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from imgbuild.builder import skeleton
+from imgbuild.cache import cache_dir
 from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
 from imgbuild.upstream.git import GitRepo
-from imgbuild.upstream.mirror import cache_dir
 from tests.support.cleanup import drop_large
 from tests.support.runner import imgbuild
 from tests.support.synth import Upstream

@@ -77,6 +77,29 @@ def test_unchanged_inputs_are_reused_without_any_build(built: Built, engine: Eng
     assert tags_of(engine, built.repo) == before, (before, proc.stderr)
 
 
+def test_an_unchanged_build_is_answered_from_its_receipt_as_the_build_would(built: Built, engine: Engine) -> None:
+    """The fixture's build kept a receipt: the same build again reads only the engine, and prints the document the
+    whole build prints; a moving tag moved since then sends it through the whole build, which moves it back."""
+    again = ("build", "latest", "engram-mem", "--base", "skeleton", "--json")
+    kept = built.cli(*again, env={"IMGBUILD_ECHO": "1"})
+    assert kept.returncode == 0, kept.stderr
+    assert "nothing changed since this build last ran" in kept.stderr, kept.stderr
+    assert "buildx" not in kept.stderr and "docker run" not in kept.stderr, kept.stderr  # no build, no probe
+    for receipt in (built.cache / "receipts").glob("*.json"):
+        receipt.unlink()
+    whole = built.cli(*again)
+    assert whole.returncode == 0 and "nothing changed" not in whole.stderr, whole.stderr
+    assert load_json(kept.stdout, expect="build") == load_json(whole.stdout, expect="build")
+
+    latest, mem = engine.require(f"{built.repo}:latest"), engine.require(f"{built.repo}:engram-mem")
+    engine.tag(mem.id, f"{built.repo}:latest")  # as a rollback to another image would leave it
+    moved = built.cli(*again)
+    assert moved.returncode == 0, moved.stderr
+    assert "nothing changed" not in moved.stderr and "smoke-testing" in moved.stderr, moved.stderr
+    assert engine.require(f"{built.repo}:latest").id == latest.id
+    assert "nothing changed since this build last ran" in built.cli(*again).stderr  # kept again
+
+
 def test_smoke_variant_passes_and_its_json_has_every_check(built: Built) -> None:
     proc = built.cli("smoke", "latest", "engram-mem", "--base", "skeleton", "--json", env={"IMGBUILD_ECHO": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr

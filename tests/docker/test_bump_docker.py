@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from imgbuild.builder import skeleton
+from imgbuild.cache import cache_dir
 from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
-from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
 from tests.support.synth import Upstream, git
 from tests.support.synth_images import engram_project

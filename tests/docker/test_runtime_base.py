@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from imgbuild.builder import runtime_base
+from imgbuild.cache import cache_dir
 from imgbuild.engine import Engine
 from imgbuild.plan.labels import SKELETON
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from imgbuild.smoke import runtime_run
-from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import run_cli
 from tests.support.jsonschema_check import load_json
 

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 import yaml
 
+from imgbuild.cache import cache_dir
 from imgbuild.engine import Engine
-from imgbuild.upstream.mirror import cache_dir
 from tests.docker.conftest import MakeProject, run_cli
 from tests.docker.test_sparkrun_distribution import DRIVER, PYTHON, recipe, sparkrun_env
 from tests.support.node_daemon import Node, node_daemon, node_path

@@ -22,11 +22,11 @@ import pytest
 
 from imgbuild.builder import runtime_base as rb
 from imgbuild.builder.skeleton import RootfsRecipe, ensure_rootfs
+from imgbuild.cache import cache_dir
 from imgbuild.digests import sha256_file
 from imgbuild.engine import Engine
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
-from imgbuild.upstream.mirror import cache_dir
 from imgbuild.workflows.workspace import state_dir
 from tests.support.jsonschema_check import load_json
 from tests.support.rebase_world import build_upstream, project, snapshot

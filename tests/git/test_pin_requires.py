@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imgbuild.cache import cache_dir
 from imgbuild.upstream.git import blob_id
-from imgbuild.upstream.mirror import Mirror, cache_dir
+from imgbuild.upstream.mirror import Mirror
 from imgbuild.workflows import bump as bumpmod
 from tests.git.test_wheel_source import make_wheel
 from tests.support.jsonschema_check import load_json

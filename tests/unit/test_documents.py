@@ -62,7 +62,7 @@ def test_a_contract_prints_its_domain_value_as_its_schema_says() -> None:
     the supply chain whatever a caller passes, `seconds` to the millisecond, `supply_chain` only when checked."""
     from imgbuild.platforms import Platform
     from imgbuild.report.documents.images import SMOKE
-    from imgbuild.smoke.checks import Check, FileState, SmokeReport, SmokeRun
+    from imgbuild.smoke.report import Check, FileState, SmokeReport, SmokeRun
     from imgbuild.smoke.supply import SbomVerified, SupplyChain, Verified
 
     row = FileState("vllm/a.py", "patched", "original", "aa", "bb")
@@ -86,5 +86,5 @@ def test_a_contract_prints_its_domain_value_as_its_schema_says() -> None:
         "sbom": {"verified": True, "detail": "spdx", "problems": ["a.py differs"]},
     }
     assert SmokeRun(reports=(plain,)).ok and SMOKE.of(SmokeRun(reports=(plain,))).body["ok"] is True
-    with pytest.raises(TypeError, match=r"document smoke prints a imgbuild\.smoke\.checks:SmokeRun, not a SmokeReport"):
+    with pytest.raises(TypeError, match=r"document smoke prints a imgbuild\.smoke\.report:SmokeRun, not a SmokeReport"):
         SMOKE.of(plain)

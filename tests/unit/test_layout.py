@@ -18,6 +18,8 @@ RANK = {
     "jsondoc": 0,  # the --json contract: each document's schema id and version
     "platforms": 0.5,  # the Platform value: on errors only
     "offline": 0.5,  # the offline switch: on errors only
+    "cache": 0.5,  # where the cache is: on errors only
+    "root": 0.5,  # which directory is the project: on errors only
     "shapes": 0.5,  # how a domain value prints under --json (pydantic marks on its fields)
     "config": 1,
     "upstream": 2,

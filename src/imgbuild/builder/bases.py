@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from imgbuild.atomic import write_json
 from imgbuild.builder import skeleton
+from imgbuild.cache import cache_dir
 from imgbuild.config.models import WheelSource
 from imgbuild.engine import Engine, ImageInfo, check_binfmt
 from imgbuild.errors import DockerError, UpstreamError
@@ -22,7 +23,6 @@ from imgbuild.platforms import Platform
 from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
 from imgbuild.upstream.git import GitRepo
-from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:  # the runtime base (and packaging, for its lock) load only for `--base runtime`
     from imgbuild.builder import runtime_base, runtime_lock

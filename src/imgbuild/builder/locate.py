@@ -12,8 +12,9 @@ from imgbuild.plan.inputs import project_inputs
 from imgbuild.platforms import Platform
 from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
-from imgbuild.smoke.checks import SmokeReport, smoke
+from imgbuild.smoke.checks import smoke
 from imgbuild.smoke.expected import ImporterFinder, expected_for
+from imgbuild.smoke.report import SmokeReport
 
 
 def locate(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imgbuild.builder import base_probe
+from imgbuild.cache import cache_dir
 from imgbuild.config.models import UpstreamPin
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, UpstreamError
@@ -15,7 +16,6 @@ from imgbuild.patches.variants import VariantPlan
 from imgbuild.plan.builds import BaseInfo, BaseMap
 from imgbuild.plan.packages import Carried, PlanBase, carried, message, mismatches
 from imgbuild.shapes import dump
-from imgbuild.upstream.mirror import cache_dir
 
 
 def base_packages(engine: Engine, base: BaseInfo, cache: Path) -> Mapping[str, str]:

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Annotated
+from dataclasses import dataclass, replace
 
-from pydantic import Field, InstanceOf
-
-from imgbuild.builder import base_probe
+from imgbuild.builder import base_probe, receipt
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
 from imgbuild.builder.options import BuildOptions
 from imgbuild.builder.packages import check_packages
+from imgbuild.builder.result import BuildResult, ImageBuilt, reused, up_to_date
+from imgbuild.cache import cache_dir
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
 from imgbuild.patches.variants import VariantPlan
@@ -25,48 +24,19 @@ from imgbuild.plan.labels import ProjectInputs
 from imgbuild.platforms import Platform
 from imgbuild.progress import Say, to_stderr
 from imgbuild.project import Project, Selection
-from imgbuild.shapes import EmptyIsNull, dump, hidden
+from imgbuild.shapes import dump
 from imgbuild.smoke import launchcheck
-from imgbuild.smoke.checks import SmokeReport, smoke
+from imgbuild.smoke.checks import smoke
 from imgbuild.smoke.expected import ImporterFinder, expected_for, importer_finder
-from imgbuild.upstream.mirror import cache_dir
+from imgbuild.smoke.report import SmokeReport
 
 BUILDS_AT_ONCE = 2
-
-
-@dataclass
-class ImageBuilt:
-    """One platform's image; `index`/`index_ref`: the multi-platform image it is part of (null for a one-platform
-    variant)."""
-
-    variant: str
-    platform: Platform
-    image_id: str
-    immutable: str
-    moving: tuple[str, ...]
-    inputs_digest: str
-    built: bool
-    moved: bool
-    layers: Annotated[tuple[str, ...], Field(serialization_alias="rootfs_layers")]  # RootFS diff ids
-    base_layers: int = 0
-    index: EmptyIsNull = ""  # the multi-platform image this platform's image is part of
-    index_ref: EmptyIsNull = ""
-    note: str = ""
-    smoke: SmokeReport | None = None
 
 
 @dataclass(frozen=True)
 class DryRun:
     plan: BuildPlan
     asked: bool  # the daemon answered; else the bases are unresolved and the digests provisional
-
-
-@dataclass
-class BuildResult:
-    """What a build made: each platform's image, tagged and smoke-tested."""
-
-    plan: Annotated[InstanceOf[BuildPlan], hidden()]
-    images: list[ImageBuilt] = field(default_factory=list)
 
 
 def check_collisions(engine: Engine, plan: BuildPlan) -> None:
@@ -107,7 +77,7 @@ class Runner:
     ) -> None:
         self.engine, self.plan, self.options, self.say = engine, plan, options, say
         self.on_smoke, self.epoch, self.importers = on_smoke, epoch, importers
-        self.result = BuildResult(plan)
+        self.result = BuildResult()
         self._previous: dict[str, str | None] = {}  # tag -> what it named before this run wrote it
         self._passed: set[str] = set()  # immutable refs whose smoke passed (or was not asked for)
 
@@ -156,8 +126,7 @@ class Runner:
                 self._note(ib.immutable_ref)
                 todo.append(ib)
             else:
-                self.say(f"{ib.variant}: {ib.immutable_ref} unchanged (inputs {ib.inputs_digest[:12]}), reused "
-                         "(no docker build)")  # fmt: skip
+                self.say(reused(ib.variant, ib.immutable_ref, ib.inputs_digest))
                 made[ib.immutable_ref] = (image_id, False)
         with ThreadPoolExecutor(1 if self.options.verbose else BUILDS_AT_ONCE) as pool:  # --verbose: one log at a time
             ids = list(
@@ -182,10 +151,8 @@ class Runner:
             self._smoke(ib, image_id, (moving[0] if moving else ib.immutable_ref), moving, result)
             self._passed.add(ib.immutable_ref)
             result.moved = self._move(image_id, ib.moving_refs)
-        elif join:
-            self.say(f"{ib.variant} ({ib.platform}): {', '.join(moving)} already name {join.immutable_ref}: up to date")
         else:
-            self.say(f"{ib.variant}: {', '.join(ib.moving_refs) or 'no moving tag'}: already up to date")
+            self.say(up_to_date(ib.variant, ib.platform, moving, join.immutable_ref if join else ""))
         if join is None:  # done: a later failure leaves its tags as they are now
             for ref in (ib.immutable_ref, *ib.moving_refs):
                 self._previous.pop(ref, None)
@@ -252,24 +219,6 @@ class Runner:
                 self.say(f"could not put {ref} back to {image_id or 'nothing'}: {exc.message}; to do it: {fix}")
 
 
-def sharing(images: Sequence[ImageBuilt]) -> dict[str, str]:
-    """variant -> how its RootFS layers relate to the other images built (read back from the daemon)."""
-    out = {}
-    for img in images:
-        own = len(img.layers) - img.base_layers
-        text = f"{img.base_layers} base + {own} imgbuild layer{'s' if own != 1 else ''}"
-        below = [
-            o for o in images
-            if o is not img and o.platform == img.platform and len(o.layers) > o.base_layers
-            and len(o.layers) < len(img.layers) and img.layers[: len(o.layers)] == o.layers
-        ]  # fmt: skip
-        if below:
-            best = max(below, key=lambda o: len(o.layers))
-            text += f"; its bottom {len(best.layers)} layers are {best.variant}'s, byte for byte"
-        out[f"{img.variant} {img.platform}"] = text
-    return out
-
-
 def _image_id(engine: Engine, ref: str) -> str | None:
     info = engine.image(ref)
     return info.id if info else None
@@ -328,14 +277,19 @@ def build(
     options: BuildOptions,
     say: Say = to_stderr,
     on_smoke: OnSmoke | None = None,
+    kept: receipt.Key | None = None,
 ) -> BuildResult:
+    """Build the selection; with `kept`, write its receipt once every image is tagged (builder/receipt.py)."""
     inputs = project_inputs(project)
     with engine.reads_kept():  # each image asked about once between this run's writes
         plan = prepare(engine, project, selection, options, say, inputs)
         check_collisions(engine, plan)
         finder = importer_finder(project)
         runner = Runner(engine, plan, options, say, on_smoke, epoch=labels.epoch(inputs.created), importers=finder)
-        return runner.run()
+        result = runner.run()
+    if kept is not None:
+        receipt.keep(kept, plan, result)
+    return result
 
 
 def dry_run(project: Project, selection: Selection, options: BuildOptions) -> DryRun:

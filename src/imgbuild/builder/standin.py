@@ -10,12 +10,12 @@ from pydantic import Field
 
 from imgbuild.builder import bases
 from imgbuild.builder import skeleton as skel
+from imgbuild.cache import cache_dir
 from imgbuild.config.models import Upstream, WheelSource
 from imgbuild.engine import Engine
 from imgbuild.errors import UpstreamError, UsageError
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
-from imgbuild.upstream.mirror import cache_dir
 
 if TYPE_CHECKING:
     from imgbuild.builder.runtime_lock import RuntimeLock

@@ -11,7 +11,7 @@ from imgbuild.cli.options import JsonOpt
 
 if TYPE_CHECKING:
     from imgbuild.builder.options import BuildOptions
-    from imgbuild.smoke.checks import SmokeReport
+    from imgbuild.smoke.report import SmokeReport
 
 
 BaseOpt = Annotated[
@@ -114,27 +114,31 @@ def build(
       imgbuild build latest --offline --json
     """
     from imgbuild import offline as network
-    from imgbuild.builder import runner as engine
-    from imgbuild.cli.options import load_project
-    from imgbuild.engine import Engine
-    from imgbuild.report.build import print_dry_run, print_result
     from imgbuild.report.tables import console, print_json
 
     if as_json:  # the documents' types: under --json only
         from imgbuild.report.documents import images as docs
     if offline:
         network.enable()
-    project = load_project()
-    project.refuse_bad_headers()
-    selection = project.select(variants, platform)
     opts = options(base, repository, builder, force=force, smoke=not no_smoke, verbose=verbose)
     if dry_run:
-        dry = engine.dry_run(project, selection, opts)
+        from imgbuild.builder import runner
+        from imgbuild.cli.options import load_project
+        from imgbuild.report.build import print_dry_run
+
+        project = load_project()
+        project.refuse_bad_headers()
+        dry = runner.dry_run(project, project.select(variants, platform), opts)
         if as_json:
             print_json(docs.BUILD_PLAN.of(dry.plan.planned()))
         else:
             print_dry_run(dry)
         return
+    from imgbuild.builder import receipt
+    from imgbuild.cli.options import find_root
+    from imgbuild.engine import Engine
+    from imgbuild.progress import to_stderr
+
     reports: list[SmokeReport] = []
 
     def on_smoke(report: SmokeReport) -> None:
@@ -145,7 +149,7 @@ def build(
             console.print(checks_table(report))
 
     try:
-        result = engine.build(Engine.connect(), project, selection, opts, on_smoke=on_smoke)
+        result = receipt.build(Engine.connect, find_root(), variants, platform, opts, to_stderr, on_smoke)
     finally:
         if reports and not as_json:
             from imgbuild.report.images import file_matrix
@@ -154,4 +158,6 @@ def build(
     if as_json:
         print_json(docs.BUILD.of(result))
         return
+    from imgbuild.report.build import print_result
+
     print_result(result)

@@ -17,7 +17,7 @@ CHOSEN: ContextVar[Path | None] = ContextVar("imgbuild_project", default=None)
 
 def find_root() -> Path:
     """The project directory of the running command: --project, else $IMGBUILD_PROJECT, else the nearest parent."""
-    from imgbuild.project import find_root as find
+    from imgbuild.root import find_root as find
 
     return find(chosen=CHOSEN.get())
 

@@ -12,7 +12,7 @@ from imgbuild.cli.options import JsonOpt
 from imgbuild.errors import ConfigError, SmokeError
 
 if TYPE_CHECKING:
-    from imgbuild.smoke.checks import SmokeRun
+    from imgbuild.smoke.report import SmokeRun
 
 
 def smoke_cmd(

@@ -33,8 +33,9 @@ from imgbuild.project import Project
 from imgbuild.registry import reference, tools
 from imgbuild.shapes import EmptyIsNull, added_later, derived, dump, named
 from imgbuild.smoke import record
-from imgbuild.smoke.checks import SmokeReport, expected_from_labels, smoke
+from imgbuild.smoke.checks import expected_from_labels, smoke
 from imgbuild.smoke.record import SmokeRecord
+from imgbuild.smoke.report import SmokeReport
 
 VARIANT = f"{lbl.PREFIX}variant"
 Importers = Callable[[tuple[str, ...]], list[str]]  # planned files -> the release's modules importing them

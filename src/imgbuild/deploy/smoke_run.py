@@ -18,9 +18,10 @@ from imgbuild.errors import UsageError
 from imgbuild.platforms import Platform
 from imgbuild.project import Project
 from imgbuild.publish import signing
-from imgbuild.smoke.checks import SmokeReport, SmokeRun, expected_from_labels, smoke
+from imgbuild.smoke.checks import expected_from_labels, smoke
 from imgbuild.smoke.expected import importer_finder
 from imgbuild.smoke.localize import is_registry_ref, localize, nowhere
+from imgbuild.smoke.report import SmokeReport, SmokeRun
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from imgbuild.builder import runner as build
 from imgbuild.builder.options import BuildOptions
+from imgbuild.builder.result import BuildResult
 from imgbuild.engine import Engine
 from imgbuild.errors import ConfigError, DockerError, RegistryError
 from imgbuild.plan.labels import INPUTS
@@ -168,7 +169,7 @@ class VariantPublished(VariantPlanned):
 
 
 def plan_built(
-    result: build.BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]
+    result: BuildResult, registry: str, repository: str | None, found: dict[str, dict[str, str]]
 ) -> list[VariantPublish]:
     """What goes where (pure, given what the build made and each image's labels by id)."""
     out = []

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from imgbuild.builder.runner import BuildResult, DryRun, sharing
-from imgbuild.plan import dockerfile, layers
-from imgbuild.report.tables import console, plan_matrix
+from typing import TYPE_CHECKING
+
+from imgbuild.builder.result import BuildResult, sharing
+from imgbuild.report.tables import console
+
+if TYPE_CHECKING:
+    from imgbuild.builder.runner import DryRun
 
 
 def print_dry_run(dry: DryRun) -> None:
+    from imgbuild.plan import dockerfile, layers
+    from imgbuild.report.tables import plan_matrix
+
     plan = dry.plan
     console.print(plan_matrix([ib.plan for ib in plan.images]))
     for title, lp in plan.layer_plans:

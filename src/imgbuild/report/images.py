@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from imgbuild.report.tables import short_name
-from imgbuild.smoke.checks import FileState, SmokeReport
+from imgbuild.smoke.report import FileState, SmokeReport
 
 if TYPE_CHECKING:
     from imgbuild.smoke.supply import SupplyChain

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imgbuild.atomic import write_json
-from imgbuild.upstream.mirror import cache_dir
+from imgbuild.cache import cache_dir
 
 if TYPE_CHECKING:
     from imgbuild.upstream.git import CommitTree

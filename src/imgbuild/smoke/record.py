@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from imgbuild.atomic import write_json
-from imgbuild.upstream.mirror import cache_dir
+from imgbuild.cache import cache_dir
 
 DIR = "smoke"
 

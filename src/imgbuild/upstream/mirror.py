@@ -19,9 +19,10 @@ from urllib.parse import urlparse
 
 from imgbuild import offline
 from imgbuild.atomic import write_json
+from imgbuild.cache import cache_dir, ensure_cache_dir
 from imgbuild.config.models import GitSource, UpstreamPin, WheelSource
 from imgbuild.digests import sha256_file
-from imgbuild.errors import ConfigError, ImgbuildError, UpstreamError, disk_full, no_space
+from imgbuild.errors import ImgbuildError, UpstreamError, disk_full, no_space
 from imgbuild.progress import to_stderr
 from imgbuild.upstream import pip
 from imgbuild.upstream.git import GitError, GitRepo, run_git
@@ -29,28 +30,6 @@ from imgbuild.upstream.git import GitError, GitRepo, run_git
 MATERIALIZE_DATE = "0 +0000"  # fixed, so equal wheels give equal commits
 SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 PROBLEMS = ("error", "fatal", "missing", "broken")  # how `git fsck` starts a line about a damaged object
-
-
-def cache_dir() -> Path:
-    if os.environ.get("IMGBUILD_CACHE"):
-        return Path(os.environ["IMGBUILD_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "imgbuild"
-
-
-def ensure_cache_dir(path: Path) -> Path:
-    """Make a directory in the cache, or say which setting points at a place that cannot hold one."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(prefix=".probe-", dir=path):  # a dir under /proc exists yet refuses files
-            pass
-    except OSError as exc:
-        setting = "IMGBUILD_CACHE" if os.environ.get("IMGBUILD_CACHE") else "XDG_CACHE_HOME (or HOME)"
-        raise ConfigError(
-            f"the cache directory {path} cannot be used: {exc.strerror or exc}",
-            hint=f"point {setting} at a writable directory (now {cache_dir()})",
-        ) from exc
-    return path
 
 
 class BrokenMirror(Exception):

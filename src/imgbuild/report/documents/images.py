@@ -18,7 +18,7 @@ PLAN = Contract(
 
 # -- build ----------------------------------------------------------------------------------------------------------
 BUILD = Contract(
-    "build", "imgbuild.builder.runner:BuildResult", "`imgbuild build --json`: what was built, tagged and smoke-tested"
+    "build", "imgbuild.builder.result:BuildResult", "`imgbuild build --json`: what was built, tagged and smoke-tested"
 )
 
 
@@ -30,7 +30,7 @@ BUILD_PLAN = Contract(
 # -- smoke, skeleton ------------------------------------------------------------------------------------------------
 SMOKE = Contract(
     "smoke",
-    "imgbuild.smoke.checks:SmokeRun",
+    "imgbuild.smoke.report:SmokeRun",
     "`imgbuild smoke --json` (exit 8 when a check failed or, with --key, a signature or an SBOM is not verified: "
     "the same document, `ok` false)",
 )
