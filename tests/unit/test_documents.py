@@ -14,7 +14,8 @@ from imgbuild import jsondoc
 from imgbuild.report.documents import all_documents, schema_files
 from imgbuild.report.documents.__main__ import main
 from imgbuild.report.documents.images import LockCheck
-from imgbuild.report.documents.patches import PatchesRebaseAbort
+from imgbuild.report.documents.patches import PATCHES_REBASE_ABORT
+from imgbuild.workflows.rebase.state import Aborted
 from tests.support.jsonschema_check import SCHEMA_DIR, load_json
 
 
@@ -39,8 +40,8 @@ def test_one_type_per_document_of_the_table() -> None:
 
 
 def test_a_document_prints_schema_first_and_refuses_keys_its_type_does_not_name() -> None:
-    doc = load_json(PatchesRebaseAbort(ok=True, message="aborted").render(), expect="patches-rebase-abort")
-    assert list(doc) == ["schema", "ok", "message"]
+    doc = load_json(PATCHES_REBASE_ABORT.of(Aborted(True, "aborted")).render(), expect="patches-rebase-abort")
+    assert list(doc) == ["schema", "ok", "message"] and doc["ok"] is True
     assert json.loads(LockCheck.of({"ok": False, "problems": ["stale"]}).render())["problems"] == ["stale"]
     with pytest.raises(ValidationError):
         LockCheck.of({"ok": True, "problems": [], "more": 1})

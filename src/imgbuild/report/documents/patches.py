@@ -158,24 +158,18 @@ PATCHES_REBASE_STATUS = Contract(
 )
 
 
-class PatchesRebaseAbort(Document):
-    """`imgbuild patches rebase --abort --json`"""
-
-    name = "patches-rebase-abort"
-    ok: Literal[True]
-    message: str
+PATCHES_REBASE_ABORT = Contract(
+    "patches-rebase-abort", "imgbuild.workflows.rebase.state:Aborted", "`imgbuild patches rebase --abort --json`"
+)
 
 
 # -- edit, refresh --------------------------------------------------------------------------------------------------
 PATCHES_EDIT = Contract("patches-edit", "imgbuild.workflows.queue:Opened", "`imgbuild patches edit --json`")
 
 
-class PatchesEditDiscard(Document):
-    """`imgbuild patches edit --discard --json`"""
-
-    name = "patches-edit-discard"
-    ok: Literal[True]
-    message: str
+PATCHES_EDIT_DISCARD = Contract(
+    "patches-edit-discard", "imgbuild.workflows.queue:Discarded", "`imgbuild patches edit --discard --json`"
+)
 
 
 PATCHES_REFRESH = Contract("patches-refresh", "imgbuild.workflows.queue:Refreshed", "`imgbuild patches refresh --json`")
