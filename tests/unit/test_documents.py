@@ -3,17 +3,17 @@ them (no drift), each name of jsondoc.VERSIONS has one, and a document prints as
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from imgbuild import jsondoc
+from imgbuild.plan.bake import BakeChecked
+from imgbuild.registry.lock import LockChecked
 from imgbuild.report.documents import all_documents, schema_files
 from imgbuild.report.documents.__main__ import main
-from imgbuild.report.documents.images import LockCheck
+from imgbuild.report.documents.images import LOCK_CHECK
 from imgbuild.report.documents.patches import PATCHES_REBASE_ABORT
 from imgbuild.workflows.rebase.state import Aborted
 from tests.support.jsonschema_check import SCHEMA_DIR, load_json
@@ -39,14 +39,16 @@ def test_one_type_per_document_of_the_table() -> None:
     assert [c.name for c in all_documents()] == list(jsondoc.VERSIONS)
 
 
-def test_a_document_prints_schema_first_and_refuses_keys_its_type_does_not_name() -> None:
+def test_a_document_prints_schema_first_and_only_the_keys_of_its_type() -> None:
     doc = load_json(PATCHES_REBASE_ABORT.of(Aborted(True, "aborted")).render(), expect="patches-rebase-abort")
     assert list(doc) == ["schema", "ok", "message"] and doc["ok"] is True
-    assert json.loads(LockCheck.of({"ok": False, "problems": ["stale"]}).render())["problems"] == ["stale"]
-    with pytest.raises(ValidationError):
-        LockCheck.of({"ok": True, "problems": [], "more": 1})
-    with pytest.raises(ValidationError):
-        LockCheck.of({"ok": True})
+    stale = load_json(LOCK_CHECK.of(LockChecked(ok=True, problems=["stale"])).render(), expect="lock-check")
+    assert stale == {"schema": "imgbuild.lock-check/1", "ok": False, "problems": ["stale"]}  # `ok` from `problems`
+    assert LOCK_CHECK.of(LockChecked()).body == {"ok": True, "problems": []}
+    with pytest.raises(TypeError):
+        LockChecked(problems=[], more=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"document lock-check prints a imgbuild\.registry\.lock:LockChecked"):
+        LOCK_CHECK.of(BakeChecked(problems=["stale"]))
 
 
 def test_the_interrupted_document_is_the_error_type() -> None:

@@ -4,7 +4,7 @@ upstream pin and series digest; rendering is deterministic (an unchanged lock is
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -14,6 +14,7 @@ from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.platforms import Platform
 from imgbuild.registry import tools
+from imgbuild.shapes import derived
 
 FILENAME = "images.lock"
 VERSION = 1
@@ -143,6 +144,17 @@ def missing_platforms(lock: ImagesLock) -> list[str]:
                 has = ", ".join(sorted(map(str, have))) or "none"
                 out.append(f"variant {name}: base {v.base} has no {p} image in the lock (has {has})")
     return out
+
+
+@dataclass(frozen=True)
+class LockChecked:
+    """`lock --check`: what makes images.lock stale (`check`, and the runtime locks); `ok`: nothing."""
+
+    ok: bool = derived()
+    problems: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not self.problems)
 
 
 def check(

@@ -84,23 +84,21 @@ class Lock(Document):
     lock: LockFile
 
 
-class LockCheck(Document):
-    """`imgbuild lock --check --json` (exit 1 when stale: the same document, `ok` false)"""
-
-    name = "lock-check"
-    ok: bool
-    problems: list[str]
+LOCK_CHECK = Contract(
+    "lock-check",
+    "imgbuild.registry.lock:LockChecked",
+    "`imgbuild lock --check --json` (exit 1 when stale: the same document, `ok` false)",
+)
 
 
 BAKE = Contract("bake", "imgbuild.plan.bake:Baked", "`imgbuild bake --json`")
 
 
-class BakeCheck(Document):
-    """`imgbuild bake --check --json` (exit 1 when stale: the same document, `ok` false)"""
-
-    name = "bake-check"
-    ok: bool
-    problems: list[str]
+BAKE_CHECK = Contract(
+    "bake-check",
+    "imgbuild.plan.bake:BakeChecked",
+    "`imgbuild bake --check --json` (exit 1 when stale: the same document, `ok` false)",
+)
 
 
 # -- publish --------------------------------------------------------------------------------------------------------
