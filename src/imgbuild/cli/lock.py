@@ -64,7 +64,7 @@ def lock(
     new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest, more=more)
     changed = lockmod.write_lock(project.root, new)
     if as_json:
-        print_json(docs.Lock.of({"changed": changed, "lock": new.to_dict()}))
+        print_json(docs.LOCK.of(new.written(changed)))
         return
     for ref, base in sorted(new.bases.items()):
         console.print(f"{ref} -> {base.digest}", soft_wrap=True)

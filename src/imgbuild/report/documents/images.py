@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from imgbuild.report.documents import Contract, Document, Part
-from imgbuild.report.documents.parts import Pin
+from imgbuild.report.documents import Contract
 
 # -- plan -----------------------------------------------------------------------------------------------------------
 PLAN = Contract(
@@ -47,41 +44,7 @@ SKELETON_RUNTIME = Contract(
 
 
 # -- lock, bake -----------------------------------------------------------------------------------------------------
-class AlsoPinned(Part):
-    name: str
-    tag: str
-    commit: str
-
-
-class LockUpstream(Pin):
-    also: list[AlsoPinned] | None = Field(default=None, description="the other pins, when there are several")
-
-
-class LockedBase(Part):
-    digest: str
-    media_type: str
-    platforms: dict[str, str]
-
-
-class LockedVariant(Part):
-    base: str
-    platforms: list[str]
-
-
-class LockFile(Part):
-    version: int
-    upstream: LockUpstream
-    series: str
-    bases: dict[str, LockedBase]
-    variants: dict[str, LockedVariant]
-
-
-class Lock(Document):
-    """`imgbuild lock --json`: images.lock as written"""
-
-    name = "lock"
-    changed: bool
-    lock: LockFile
+LOCK = Contract("lock", "imgbuild.registry.lock:LockWritten", "`imgbuild lock --json`: images.lock as written")
 
 
 LOCK_CHECK = Contract(
