@@ -11,12 +11,16 @@ import pytest
 from imgbuild import jsondoc
 from imgbuild.plan.bake import BakeChecked
 from imgbuild.registry.lock import LockChecked
-from imgbuild.report.documents import all_documents, schema_files
+from imgbuild.report.documents import Contract, all_documents, schema_files
 from imgbuild.report.documents.__main__ import main
 from imgbuild.report.documents.images import LOCK_CHECK
 from imgbuild.report.documents.patches import PATCHES_REBASE_ABORT
 from imgbuild.workflows.rebase.state import Aborted
 from tests.support.jsonschema_check import SCHEMA_DIR, load_json
+
+# Some domain modules import gitpython, which runs `git version` once: import them at collection, before the
+# unit tier's no-process guard is on (the schemas import each document's type when they are made).
+SHAPES = [c.shape for c in all_documents() if isinstance(c, Contract)]
 
 
 def test_the_committed_schemas_are_the_ones_the_types_make() -> None:
@@ -91,3 +95,24 @@ def test_a_contract_prints_its_domain_value_as_its_schema_says() -> None:
     assert SmokeRun(reports=(plain,)).ok and SMOKE.of(SmokeRun(reports=(plain,))).body["ok"] is True
     with pytest.raises(TypeError, match=r"document smoke prints a imgbuild\.smoke\.checks:SmokeRun, not a SmokeReport"):
         SMOKE.of(plain)
+
+
+def test_the_status_document_prints_each_form_of_the_rebase_and_the_edit_as_before() -> None:
+    """An unreadable state prints its message (rebase) or its problem (edit) alone; a readable one every key,
+    `stopped` null while running, and no `problem`."""
+    from imgbuild.config.models import PinRelease
+    from imgbuild.shapes import dump
+    from imgbuild.workflows.rebase.state import RebaseInfo
+    from imgbuild.workflows.status import EditShown, RebaseShown
+
+    assert dump(RebaseShown.of("interrupted", None)) == {"message": "interrupted"}
+    info = RebaseInfo("running", PinRelease("v1", "a"), PinRelease("v2", "b"), 1, None, [], 2, "/w")
+    assert dump(RebaseShown.of("running", info)) == {
+        "message": "running", "status": "running", "old": {"tag": "v1", "commit": "a"},
+        "onto": {"tag": "v2", "commit": "b"}, "next": 1, "stopped": None, "results": [], "patches": 2,
+        "work_tree": "/w",
+    }  # fmt: skip
+    assert dump(EditShown("/t", problem="unreadable")) == {"tree": "/t", "problem": "unreadable"}
+    assert dump(EditShown("/t", None, "v1", True, ["0001-a.patch"])) == {
+        "tree": "/t", "upstream": None, "tag": "v1", "unrefreshed": True, "changed_since_opened": ["0001-a.patch"]
+    }  # fmt: skip

@@ -9,11 +9,9 @@ from pydantic import Field
 from imgbuild.report.documents import Contract, Document, Part
 from imgbuild.report.documents.parts import (
     ErrorBody,
-    Json,
     Override,
     Pin,
 )
-from imgbuild.upstream.mirror import PinCache  # the domain's own: status prints it as it is
 
 # -- list, status ---------------------------------------------------------------------------------------------------
 PATCHES_LIST = Contract(
@@ -21,102 +19,7 @@ PATCHES_LIST = Contract(
 )
 
 
-class PinState(Part):
-    name: str
-    tag: str
-    commit: str
-    kind: str
-
-
-class Cache(Part):
-    mirror: str
-    pinned_commit_cached: bool
-
-
-class SeriesState(Part):
-    patches: int
-    digest: str
-
-
-class Unresolved(Part):
-    path: str
-    reason: str
-
-
-class Stopped(Part):
-    """Where a rebase stopped at a conflict: the work tree, the markers, what did apply."""
-
-    filename: str
-    work_tree: str
-    patch: str = Field(description="the patch's text, saved beside the state")
-    conflicts: dict[str, list[int]] = Field(description="path -> the lines of its conflict markers")
-    unresolved: list[Unresolved]
-    applied: list[str]
-    reason: str
-    moves: list[Json]
-    files: list[Json] = Field(description="the carry's per-file, per-hunk outcomes")
-    pending: list[Json] = Field(description="the carry preview: each patch after this one as it would carry now")
-
-
-class PatchResult(Part):
-    """One patch carried (or not) so far."""
-
-    commit: str | None
-    dormant: bool
-    dropped_hunks: list[Json]
-    filename: str
-    files: list[Json]
-    header: str | None
-    moves: list[Json]
-    outcome: str
-    parent: str | None
-    reason: str
-    upstreamed_checks: list[Json]
-
-
-class RebaseState(Part):
-    """A rebase that is stopped or was interrupted: the message other commands show, and (when the state is
-    readable) the rebase as `patches rebase --json` shows it."""
-
-    message: str
-    status: Literal["running", "stopped", "committing"] | None = None
-    old: Pin | None = None
-    onto: Pin | None = None
-    next: int | None = None
-    stopped: Stopped | None = None
-    results: list[PatchResult] | None = None
-    patches: int | None = None
-    work_tree: str | None = None
-
-
-class EditState(Part):
-    tree: str
-    upstream: str | None = None
-    tag: str | None = None
-    unrefreshed: bool = Field(default=False, description="It holds work `patches refresh` has not written back.")
-    changed_since_opened: list[str] = Field(
-        default_factory=list, description="Patch files changed in patches/ since the work tree was opened."
-    )
-    problem: str | None = None
-
-
-class PatchesStatus(Document):
-    """`imgbuild patches status --json`"""
-
-    name = "patches-status"
-    upstream: PinState
-    upstreams: list[PinCache] = Field(
-        description="Every pin, the first (also `upstream`) first, each with its cache mirror."
-    )
-    cache: Cache
-    series: SeriesState
-    variants: list[str]
-    lint: list[str]
-    rebase: RebaseState | None
-    edit: EditState | None = Field(default=None, description="An open `patches edit` work tree (null: none).")
-    modified: list[str] = Field(
-        default_factory=list, description="patches/ files changed since the project's last commit (git status)."
-    )
+PATCHES_STATUS = Contract("patches-status", "imgbuild.workflows.status:StatusShown", "`imgbuild patches status --json`")
 
 
 # -- check, check --onto, apply --------------------------------------------------------------------------------------
