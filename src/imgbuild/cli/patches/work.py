@@ -240,7 +240,7 @@ def bump_cmd(
     """
     from imgbuild.cli.build import options
     from imgbuild.cli.options import find_root
-    from imgbuild.report.documents import patches as docs
+    from imgbuild.report.documents import bump as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import bump
 
