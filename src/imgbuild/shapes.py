@@ -9,7 +9,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import Field, GetJsonSchemaHandler, PlainSerializer, TypeAdapter, WithJsonSchema
+from pydantic import Field, GetJsonSchemaHandler, JsonValue, PlainSerializer, TypeAdapter, WithJsonSchema
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
@@ -48,10 +48,11 @@ def omitted_unless_set(description: str) -> Any:
     return Field(exclude_if=lambda v: v is None, description=description)
 
 
-def added_later(description: str) -> Any:
+def added_later(description: str, *, null_default: bool = False) -> Any:
     """A key always printed that the schema does not require (added after its document's version: older
-    printers left it out)."""
-    return Field(description=description, json_schema_extra={ADDED_LATER: True})
+    printers left it out); `null_default`: the schema says its default is null."""
+    marks: dict[str, JsonValue] = {ADDED_LATER: True, NULL_DEFAULT: True} if null_default else {ADDED_LATER: True}
+    return Field(description=description, json_schema_extra=marks)
 
 
 ADDED_LATER = "x-imgbuild-added-later"  # report/documents/ reads it (not required) and drops it from the schema
@@ -64,6 +65,12 @@ def null_unless_asked(description: str) -> Any:
 
 
 NULL_DEFAULT = "x-imgbuild-null-default"  # report/documents/ keeps the field's default (null) in the schema
+
+
+def of_one_form(description: str | None = None) -> Any:
+    """A key of a value printed in more than one form (its class's `model_serializer` leaves the key out of the
+    others, e.g. a state that could not be read): the schema does not require it and gives its default."""
+    return Field(description=description, json_schema_extra={ADDED_LATER: True, NULL_DEFAULT: True})
 
 
 def derived(default: Any = False) -> Any:

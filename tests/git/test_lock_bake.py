@@ -141,9 +141,9 @@ def test_bake_targets_share_the_first_layer(root: Path) -> None:
 def test_bake_is_deterministic_and_check_catches_staleness(root: Path) -> None:
     first = _bake(root)
     assert _bake(root).text == first.text
-    assert bakemod.check(root, first) == ["buildkit/docker-bake.json is missing"]
+    assert bakemod.check(root, first).problems == ["buildkit/docker-bake.json is missing"]
     assert bakemod.write_bake(root, first) and bakemod.write_context(root, first)
-    assert bakemod.check(root, first) == []
+    assert bakemod.check(root, first).problems == [] and bakemod.check(root, first).ok
     assert not bakemod.write_bake(root, first) and not bakemod.write_context(root, first)
     ctx = root / bakemod.CONTEXT_DIR
     assert {p.stat().st_mtime for p in ctx.rglob("*")} == {0}
@@ -159,4 +159,6 @@ def test_bake_is_deterministic_and_check_catches_staleness(root: Path) -> None:
     # a hand-edited context file is caught too
     victim = next(p for p in ctx.rglob("*.py"))
     victim.write_text("tampered\n")
-    assert bakemod.check(root, _bake(root)) == [f"{bakemod.CONTEXT_DIR}/{victim.relative_to(ctx)}: content differs"]
+    assert bakemod.check(root, _bake(root)).problems == [
+        f"{bakemod.CONTEXT_DIR}/{victim.relative_to(ctx)}: content differs"
+    ]

@@ -316,6 +316,6 @@ def test_abort_of_the_second_upstream_keeps_the_first(world: tuple[Upstream, Ups
     _, _, root = world
     with pytest.raises(RebaseStopped):
         rebase.start(root, "flashinfer=0.2", more=["vllm=v3"], date="2027-01-01")
-    message = rebase.abort(root)
+    message = rebase.abort(root).message
     assert "the rebase of flashinfer earlier in this run is written to patches/ and stays" in message
     assert [p.tag for p in Project.load(root).pins] == ["v1", "0.2"]

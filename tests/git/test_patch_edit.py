@@ -115,7 +115,7 @@ def test_dirty_work_tree_and_busy_states_are_refused(opened: tuple[Path, Path]) 
         rebase.start(root, "v2")  # a rebase would move the ground under the open work tree
     with pytest.raises(StateError, match="not in patches/ yet"):
         pq.discard(root)
-    assert "removed" in pq.discard(root, force=True)
+    assert "removed" in pq.discard(root, force=True).message
     assert pq.refresh is not None and not state_dir(root, "pq").exists()
 
 

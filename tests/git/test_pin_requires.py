@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from imgbuild.cache import cache_dir
+from imgbuild.shapes import dump
 from imgbuild.upstream.git import blob_id
 from imgbuild.upstream.mirror import Mirror
 from imgbuild.workflows import bump as bumpmod
@@ -243,7 +244,7 @@ def test_images_lock_holds_every_pin() -> None:
     )
     more = [("flashinfer", "v0.1.0", "c" * 40)]
     made = lockmod.make_lock([], "v1", "a" * 40, "s", lambda _ref: base, more=more)
-    assert made.to_dict()["upstream"] == {"tag": "v1", "commit": "a" * 40, "also": [
+    assert dump(made.file())["upstream"] == {"tag": "v1", "commit": "a" * 40, "also": [
         {"name": "flashinfer", "tag": "v0.1.0", "commit": "c" * 40}]}  # fmt: skip
     moved = [("flashinfer", "v0.3.0", "d" * 40)]
     assert lockmod.check(made, [], "v1", "a" * 40, "s", None, more) == []

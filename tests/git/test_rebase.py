@@ -241,7 +241,7 @@ def test_abort_restores_everything(tmp_path: Path, world: Upstream) -> None:
     before = snapshot(root)
     with pytest.raises(RebaseStopped):
         rebase.start(root, "v3")
-    assert "aborted" in rebase.abort(root)
+    assert "aborted" in rebase.abort(root).message
     assert snapshot(root) == before
     assert not state_dir(root, "rebase").exists()
     with pytest.raises(StateError, match="no rebase is in progress"):

@@ -11,6 +11,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from imgbuild import jsondoc
+from imgbuild.report.documents import all_documents, bump, deploy, images, patches  # bump: gitpython, at collection
 from tests.support.jsonschema_check import SCHEMA_DIR, load_json, schema_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +45,10 @@ def test_every_document_of_the_table_has_a_schema_file_and_every_file_a_document
 def test_every_print_json_in_the_cli_prints_a_document_type_of_the_table() -> None:
     """Each `print_json(docs.X(...))` or `print_json(docs.X.of(...))` in cli/ names a document type or contract
     (report/documents/); every document but `error` (cli/main.py) is printed by a command."""
-    from imgbuild.report.documents import all_documents, deploy, images, patches
-
     documents = list(all_documents())
     types = {
         attr: c.name
-        for module in (patches, images, deploy)
+        for module in (patches, bump, images, deploy)
         for attr, c in vars(module).items()
         if any(c is d for d in documents)
     }

@@ -52,12 +52,12 @@ def bake(
             soft_wrap=True,
         )
     if check:
-        problems = bakemod.check(project.root, result)
+        checked = bakemod.check(project.root, result)
         if as_json:
-            print_json(docs.BakeCheck(ok=not problems, problems=problems))
-        if problems:
+            print_json(docs.BAKE_CHECK.of(checked))
+        if not checked.ok:
             raise CheckFailed(
-                "\n  ".join(["the bake file is stale:", *problems]),
+                "\n  ".join(["the bake file is stale:", *checked.problems]),
                 hint="run `imgbuild bake` and commit buildkit/docker-bake.json",
                 reported=as_json,
             )

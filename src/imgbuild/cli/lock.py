@@ -48,12 +48,12 @@ def lock(
         current = lockmod.load_lock(project.root)
         resolve = None if offline else lockmod.resolve_base
         problems = lockmod.check(current, variants, pin.tag, pin.commit, project.series_digest, resolve, more)
-        problems += runtime_locks(project)
+        checked = lockmod.LockChecked(problems=problems + runtime_locks(project))
         if as_json:
-            print_json(docs.LockCheck(ok=not problems, problems=problems))
-        if problems:
+            print_json(docs.LOCK_CHECK.of(checked))
+        if not checked.ok:
             raise CheckFailed(
-                f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(problems),
+                f"{lockmod.FILENAME} is stale:\n  " + "\n  ".join(checked.problems),
                 hint="run `imgbuild lock` and commit images.lock; a runtime lock: "
                 "`imgbuild skeleton --runtime --relock --platform P`",
                 reported=as_json,
@@ -64,7 +64,7 @@ def lock(
     new = lockmod.make_lock(variants, pin.tag, pin.commit, project.series_digest, more=more)
     changed = lockmod.write_lock(project.root, new)
     if as_json:
-        print_json(docs.Lock.of({"changed": changed, "lock": new.to_dict()}))
+        print_json(docs.LOCK.of(new.written(changed)))
         return
     for ref, base in sorted(new.bases.items()):
         console.print(f"{ref} -> {base.digest}", soft_wrap=True)

@@ -23,7 +23,7 @@ from imgbuild.plan.builds import immutable_tag, title_of
 from imgbuild.plan.labels import ProjectInputs
 from imgbuild.plan.layers import digest_lines, share_layers
 from imgbuild.registry.lock import ImagesLock
-from imgbuild.shapes import named
+from imgbuild.shapes import derived, named
 
 BAKE_FILE = "buildkit/docker-bake.json"
 CONTEXT_DIR = "buildkit/context"
@@ -232,7 +232,18 @@ def context_problems(root: Path, bake: Bake) -> list[str] | None:
     return problems
 
 
-def check(root: Path, bake: Bake) -> list[str]:
+@dataclass(frozen=True)
+class BakeChecked:
+    """`bake --check`: what differs between the bake file and its context on disk and the plan; `ok`: nothing."""
+
+    ok: bool = derived()
+    problems: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not self.problems)
+
+
+def check(root: Path, bake: Bake) -> BakeChecked:
     path = root / BAKE_FILE
     problems = []
     if not path.is_file():
@@ -240,4 +251,4 @@ def check(root: Path, bake: Bake) -> list[str]:
     elif path.read_text() != bake.text:
         problems.append(f"{BAKE_FILE} is out of date (patches/, images/ or images.lock changed)")
     problems += context_problems(root, bake) or []
-    return problems
+    return BakeChecked(problems=problems)

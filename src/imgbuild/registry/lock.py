@@ -4,8 +4,9 @@ upstream pin and series digest; rendering is deterministic (an unchanged lock is
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 
@@ -14,6 +15,7 @@ from imgbuild.errors import ConfigError, RegistryError
 from imgbuild.patches.variants import ResolvedVariant
 from imgbuild.platforms import Platform
 from imgbuild.registry import tools
+from imgbuild.shapes import derived, dump, named, omitted_unless_set
 
 FILENAME = "images.lock"
 VERSION = 1
@@ -53,24 +55,73 @@ class ImagesLock:
     variants: Mapping[str, LockedVariant]
     more: tuple[tuple[str, str, str], ...] = ()  # every further pin: (name, tag, commit); written only when there are
 
-    def to_dict(self) -> dict[str, object]:
-        more = {"also": [{"name": n, "tag": t, "commit": c} for n, t, c in self.more]} if self.more else {}
-        return {
-            "version": VERSION,
-            "upstream": {"tag": self.upstream_tag, "commit": self.upstream_commit, **more},
-            "series": self.series,
-            "bases": {
-                ref: {"digest": b.digest, "media_type": b.media_type, "platforms": {str(p): d for p, d in b.platforms}}
+    def file(self) -> LockFile:
+        """The lock as written to images.lock (and printed by `lock --json`)."""
+        also = [AlsoPinned(n, t, c) for n, t, c in self.more] if self.more else None
+        return LockFile(
+            VERSION,
+            LockUpstream(self.upstream_tag, self.upstream_commit, also),
+            self.series,
+            {
+                ref: BaseEntry(b.digest, b.media_type, {str(p): d for p, d in b.platforms})
                 for ref, b in sorted(self.bases.items())
             },
-            "variants": {
-                name: {"base": v.base, "platforms": [str(p) for p in v.platforms]}
-                for name, v in sorted(self.variants.items())
-            },
-        }
+            {name: VariantEntry(v.base, [str(p) for p in v.platforms]) for name, v in sorted(self.variants.items())},
+        )
+
+    def written(self, changed: bool) -> LockWritten:
+        """What `imgbuild lock --json` prints: the lock, and whether images.lock changed."""
+        return LockWritten(changed, self.file())
 
     def render(self) -> str:
-        return HEADER + yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=200)
+        return HEADER + yaml.safe_dump(dump(self.file()), sort_keys=False, default_flow_style=False, width=200)
+
+
+# -- images.lock as written ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AlsoPinned:
+    name: str
+    tag: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class LockUpstream:
+    tag: str
+    commit: str
+    also: Annotated[list[AlsoPinned] | None, omitted_unless_set("the other pins, when there are several")] = None
+
+
+@named("LockedBase")
+@dataclass(frozen=True)
+class BaseEntry:
+    digest: str
+    media_type: str
+    platforms: dict[str, str]
+
+
+@named("LockedVariant")
+@dataclass(frozen=True)
+class VariantEntry:
+    base: str
+    platforms: list[str]
+
+
+@dataclass(frozen=True)
+class LockFile:
+    version: int
+    upstream: LockUpstream
+    series: str
+    bases: dict[str, BaseEntry]
+    variants: dict[str, VariantEntry]
+
+
+@dataclass(frozen=True)
+class LockWritten:
+    """`imgbuild lock --json`: images.lock as written"""
+
+    changed: bool
+    lock: LockFile
 
 
 def load_lock(root: Path) -> ImagesLock | None:
@@ -143,6 +194,17 @@ def missing_platforms(lock: ImagesLock) -> list[str]:
                 has = ", ".join(sorted(map(str, have))) or "none"
                 out.append(f"variant {name}: base {v.base} has no {p} image in the lock (has {has})")
     return out
+
+
+@dataclass(frozen=True)
+class LockChecked:
+    """`lock --check`: what makes images.lock stale (`check`, and the runtime locks); `ok`: nothing."""
+
+    ok: bool = derived()
+    problems: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not self.problems)
 
 
 def check(

@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imgbuild.config.models import PinOverride, ShownOverride, UpstreamPin, WheelSource
-from imgbuild.shapes import dump, named
+from imgbuild.shapes import named
 
 Status = Literal["ok", "overridden", "mismatch"]
 DISPLAY = {"vllm": "vLLM"}  # how the messages spell a pin's release ("vLLM 0.34.0 requires ...")
@@ -213,17 +213,28 @@ class PinMove:
         text += f"{DISPLAY.get(self.need.by, self.need.by)} {self.need.by_version})"
         return text + ("; its override is dropped" if self.drop_override else "")
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "pin": self.pin,
-            "old": self.old,
-            "new": self.new,
-            "requirement": self.need.requirement,
-            "required_by": f"{self.need.by} {self.need.by_version}",
-            "override": dump(self.need.override.shown()) if self.by_override and self.need.override else None,
-            "drop_override": self.drop_override,
-            "message": self.message,
-        }
+    def shown(self) -> PlannedMove:
+        """The move as `patches bump --json` prints it at a stop (and its report holds it)."""
+        override = self.need.override.shown() if self.by_override and self.need.override else None
+        required_by = f"{self.need.by} {self.need.by_version}"
+        return PlannedMove(
+            self.pin, self.old, self.new, self.need.requirement, required_by, override, self.drop_override, self.message
+        )
+
+
+@named("PlannedPinMove")
+@dataclass(frozen=True)
+class PlannedMove:
+    """At a stop: a pin that will move with the bump (what the new release requires of it)."""
+
+    pin: str
+    old: str
+    new: str
+    requirement: str
+    required_by: str
+    override: ShownOverride | None
+    drop_override: bool
+    message: str
 
 
 class Unmet(Exception):

@@ -122,7 +122,7 @@ def bump(
     try:
         rebase.start(root, new.tag, more=more, date=date, report=md, say=say)
     except RebaseStopped as exc:
-        return _stopped(root, exc, old, new, name, md, [m.to_json() for m in moves])
+        return _stopped(root, exc, old, new, name, md, [dump(m.shown()) for m in moves])
     except BaseException:
         if created and rebase.in_progress_message(root) is None:
             # refused before it began (nothing to resume): leave the project as it was

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from imgbuild.atomic import write_json
 from imgbuild.config.models import UpstreamPin
@@ -197,13 +197,21 @@ def _inputs(work: Session, entries: list[dict[str, Any]]) -> dict[str, str | Non
     return work.inputs(f"patches/{e['filename']}" for e in entries)
 
 
-def discard(root: Path, *, force: bool = False) -> str:
+@dataclass(frozen=True)
+class Discarded:
+    """The `patches edit` work tree removed (or none was open)."""
+
+    ok: Literal[True]
+    message: str
+
+
+def discard(root: Path, *, force: bool = False) -> Discarded:
     work = session(root)
     with work.locked():
         directory = work.directory
         state = work.read()
         if state is None:
-            return "no `patches edit` work tree is open"
+            return Discarded(True, "no `patches edit` work tree is open")
         scratch = work.scratch()
         if not force:
             dirty = status_porcelain(scratch)
@@ -214,7 +222,7 @@ def discard(root: Path, *, force: bool = False) -> str:
                     hint="run `imgbuild patches refresh` first, or pass --force to throw it away",
                 )
         work.remove()
-        return f"removed {directory}"
+        return Discarded(True, f"removed {directory}")
 
 
 # -- refresh -------------------------------------------------------------------------------

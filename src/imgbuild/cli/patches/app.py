@@ -180,22 +180,10 @@ def status(as_json: JsonOpt = False) -> None:
     from imgbuild.workflows.status import status as status_of
 
     found = status_of(load_project())
-    first = found.pins[0]
     if as_json:
-        print_json(
-            docs.PatchesStatus(
-                upstream=docs.PinState(name=first.name, tag=first.tag, commit=first.commit, kind=first.kind),
-                upstreams=list(found.pins),
-                cache=docs.Cache(mirror=first.mirror, pinned_commit_cached=first.pinned_commit_cached),
-                series=docs.SeriesState(patches=found.patches, digest=found.digest),
-                variants=list(found.variants),
-                lint=list(found.lint),
-                rebase=None if found.rebase is None else docs.RebaseState.model_validate(found.rebase),
-                edit=None if found.edit is None else docs.EditState.model_validate(found.edit),
-                modified=list(found.modified),
-            )
-        )
+        print_json(docs.PATCHES_STATUS.of(found.shown()))
         return
+    first = found.pins[0]
     for p in found.pins:
         tables.console.print(f"upstream: {p.name} {p.tag} @ {p.commit} ({p.kind}, {p.package_root}/)")
     state = "pinned commit cached" if first.pinned_commit_cached else "not cached yet: the next command fetches it"
@@ -205,18 +193,18 @@ def status(as_json: JsonOpt = False) -> None:
     for problem in found.lint:
         tables.console.print(f"[yellow]lint[/]: {problem}")
     if found.rebase:
-        tables.console.print(f"rebase:   {found.rebase['message']}")
+        tables.console.print(f"rebase:   {found.rebase.message}")
         tables.console.print("          run `imgbuild patches rebase --continue`, `--skip` or `--abort`")
     if found.edit:
         edit = found.edit
-        if edit.get("problem"):
-            tables.console.print(f"edit:     {edit['problem']}", markup=False, highlight=False)
+        if edit.problem:
+            tables.console.print(f"edit:     {edit.problem}", markup=False, highlight=False)
         else:
-            work = "work not in patches/ yet" if edit["unrefreshed"] else "nothing to refresh"
-            line = f"edit:     {edit['upstream']} {edit['tag']} open at {edit['tree']} ({work})"
+            work = "work not in patches/ yet" if edit.unrefreshed else "nothing to refresh"
+            line = f"edit:     {edit.upstream} {edit.tag} open at {edit.tree} ({work})"
             tables.console.print(line, markup=False, highlight=False)
-            if edit["changed_since_opened"]:
-                changed = ", ".join(edit["changed_since_opened"])
+            if edit.changed_since_opened:
+                changed = ", ".join(edit.changed_since_opened)
                 tables.console.print(f"          changed in patches/ since it was opened: {changed}", markup=False)
             tables.console.print(
                 "          `imgbuild patches refresh` writes it back, `patches edit --discard` drops it"

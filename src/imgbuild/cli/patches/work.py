@@ -79,8 +79,8 @@ def rebase_cmd(
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)} cannot be used together")
     if abort:
-        message = rebase.abort(root)
-        print_json(docs.PatchesRebaseAbort(ok=True, message=message)) if as_json else console.print(message)
+        aborted = rebase.abort(root)
+        print_json(docs.PATCHES_REBASE_ABORT.of(aborted)) if as_json else console.print(aborted.message)
         return
     if from_base is not None and (onto is None or len(onto) != 1 or "=" not in onto[0]):
         raise UsageError("--from-base goes with one --onto NAME=VERSION", hint="e.g. --onto flashinfer=0.7.3")
@@ -152,8 +152,8 @@ def edit_cmd(
 
     root = find_root()
     if discard:
-        message = pq.discard(root, force=force)
-        print_json(docs.PatchesEditDiscard(ok=True, message=message)) if as_json else console.print(message)
+        discarded = pq.discard(root, force=force)
+        print_json(docs.PATCHES_EDIT_DISCARD.of(discarded)) if as_json else console.print(discarded.message)
         return
     if force:
         raise UsageError("--force only goes with --discard")
@@ -240,7 +240,7 @@ def bump_cmd(
     """
     from imgbuild.cli.build import options
     from imgbuild.cli.options import find_root
-    from imgbuild.report.documents import patches as docs
+    from imgbuild.report.documents import bump as docs
     from imgbuild.report.tables import console, print_json
     from imgbuild.workflows import bump
 

@@ -63,7 +63,7 @@ class Document(Part):
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
         """The JSON Schema (draft 2020-12) of the printed document."""
-        return _document_schema(cls.name, cls.model_json_schema(by_alias=True, mode="serialization"))
+        return _document_schema(cls.name, _renamed(cls.model_json_schema(by_alias=True, mode="serialization")))
 
 
 class _Shapes(GenerateJsonSchema):
@@ -199,11 +199,11 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
 
 def all_documents() -> Iterator[type[Document] | Contract]:
     """Every document type, one per name of `jsondoc.VERSIONS`, in its order."""
-    from imgbuild.report.documents import deploy, images, patches
+    from imgbuild.report.documents import bump, deploy, images, patches
 
     by_name: dict[str, type[Document] | Contract] = {
         c.name: c
-        for module in (patches, images, deploy)
+        for module in (patches, bump, images, deploy)
         for c in vars(module).values()
         if isinstance(c, Contract)
         or (isinstance(c, type) and issubclass(c, Document) and c is not Document and "name" in vars(c))

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from imgbuild.report.documents import Contract, Document, Part
-from imgbuild.report.documents.parts import Pin
+from imgbuild.report.documents import Contract
 
 # -- plan -----------------------------------------------------------------------------------------------------------
 PLAN = Contract(
@@ -47,60 +44,24 @@ SKELETON_RUNTIME = Contract(
 
 
 # -- lock, bake -----------------------------------------------------------------------------------------------------
-class AlsoPinned(Part):
-    name: str
-    tag: str
-    commit: str
+LOCK = Contract("lock", "imgbuild.registry.lock:LockWritten", "`imgbuild lock --json`: images.lock as written")
 
 
-class LockUpstream(Pin):
-    also: list[AlsoPinned] | None = Field(default=None, description="the other pins, when there are several")
-
-
-class LockedBase(Part):
-    digest: str
-    media_type: str
-    platforms: dict[str, str]
-
-
-class LockedVariant(Part):
-    base: str
-    platforms: list[str]
-
-
-class LockFile(Part):
-    version: int
-    upstream: LockUpstream
-    series: str
-    bases: dict[str, LockedBase]
-    variants: dict[str, LockedVariant]
-
-
-class Lock(Document):
-    """`imgbuild lock --json`: images.lock as written"""
-
-    name = "lock"
-    changed: bool
-    lock: LockFile
-
-
-class LockCheck(Document):
-    """`imgbuild lock --check --json` (exit 1 when stale: the same document, `ok` false)"""
-
-    name = "lock-check"
-    ok: bool
-    problems: list[str]
+LOCK_CHECK = Contract(
+    "lock-check",
+    "imgbuild.registry.lock:LockChecked",
+    "`imgbuild lock --check --json` (exit 1 when stale: the same document, `ok` false)",
+)
 
 
 BAKE = Contract("bake", "imgbuild.plan.bake:Baked", "`imgbuild bake --json`")
 
 
-class BakeCheck(Document):
-    """`imgbuild bake --check --json` (exit 1 when stale: the same document, `ok` false)"""
-
-    name = "bake-check"
-    ok: bool
-    problems: list[str]
+BAKE_CHECK = Contract(
+    "bake-check",
+    "imgbuild.plan.bake:BakeChecked",
+    "`imgbuild bake --check --json` (exit 1 when stale: the same document, `ok` false)",
+)
 
 
 # -- publish --------------------------------------------------------------------------------------------------------

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from imgbuild.patches.carry import Carry, MemoTree, carry_patch
 from imgbuild.patches.hunks import decode
 from imgbuild.patches.patchfile import parse_bytes
 from imgbuild.patches.renames import RenameFinder
+from imgbuild.shapes import named
 from imgbuild.upstream.git import CommitTree, GitRepo
 from imgbuild.workflows import backport_check
 from imgbuild.workflows.rebase.state import Item
@@ -42,19 +42,32 @@ class Pending:
         where = "; ".join(f"{path} hunk(s) #{', #'.join(map(str, hunks))}" for path, hunks, _ in self.conflicts)
         return f"{self.word}: {where}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "filename": self.filename,
-            "outcome": self.outcome,
-            "kind": self.word,
-            "summary": self.summary,
-            "reason": self.reason,
-            "dormant": self.dormant,
-            "conflicting_hunks": [
-                {"file": path, "hunks": list(hunks), "headers": list(headers)}
-                for path, hunks, headers in self.conflicts
-            ],
-        }
+    def shown(self) -> PendingShown:
+        """The patch as a stop's preview prints it (`patches bump --json`, the stop's `pending`)."""
+        hunks = [ConflictingHunks(path, list(hunks), list(headers)) for path, hunks, headers in self.conflicts]
+        return PendingShown(self.filename, self.outcome, self.word, self.summary, self.reason, self.dormant, hunks)
+
+
+@dataclass(frozen=True)
+class ConflictingHunks:
+    file: str
+    hunks: list[int]
+    headers: list[str]
+
+
+@named("Pending")
+@dataclass(frozen=True)
+class PendingShown:
+    """A patch not yet carried at a stop, carried in memory as `patches check --onto` does: will it apply, and
+    which hunks conflict."""
+
+    filename: str
+    outcome: str
+    kind: str
+    summary: str
+    reason: str
+    dormant: bool
+    conflicting_hunks: list[ConflictingHunks]
 
 
 def conflicting_hunks(carry: Carry) -> tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...]:

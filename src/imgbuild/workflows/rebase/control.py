@@ -24,6 +24,7 @@ from imgbuild.upstream.refs import resolve_ref
 from imgbuild.workflows.rebase.finish import SKIPPED, commit
 from imgbuild.workflows.rebase.replay import replay_old, run, take_resolution
 from imgbuild.workflows.rebase.state import (
+    Aborted,
     Item,
     PatchResult,
     Pin,
@@ -154,7 +155,7 @@ def _resume(root: Path, state: RebaseState, action: Action, say: Say) -> RebaseD
     return run(root, state, say)
 
 
-def abort(root: Path) -> str:
+def abort(root: Path) -> Aborted:
     work = session(root)
     with work.locked():
         state = load(root)
@@ -171,7 +172,7 @@ def abort(root: Path) -> str:
             )
         if state.pending:
             message += f"; not started: {', '.join(state.pending)}"
-        return message
+        return Aborted(True, message)
 
 
 def status(root: Path) -> RebaseInfo | None:

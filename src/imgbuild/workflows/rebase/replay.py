@@ -145,7 +145,7 @@ def _stop(root: Path, state: RebaseState, item: Item, carry: Carry, raw: bytes) 
         reason=carry.reason,
         moves=tuple(cast("list[Record]", report["moves"])),
         files=tuple(cast("list[Record]", report["files"])),
-        pending=tuple(p.to_json() for p in pending),
+        pending=tuple(dump(p.shown()) for p in pending),
     )
     state.status = "stopped"
     state.stopped = stopped

@@ -332,6 +332,14 @@ class RebaseStatus:
     rebase: RebaseInfo | None
 
 
+@dataclasses.dataclass(frozen=True)
+class Aborted:
+    """A rebase aborted: patches/ and the pin as they were before it."""
+
+    ok: Literal[True]
+    message: str
+
+
 def read(root: Path) -> RebaseState | None:
     """The open rebase's state, None when there is none."""
     work = session(root)
