@@ -116,9 +116,15 @@ def test_one_call_per_image_and_platform_then_a_join_that_takes_the_moving_tags(
     (report,) = load_json(one.stdout)["reports"]
     assert report["platform"] == other
 
-    again = cli(project, "build", "--base", "skeleton", "--platform", "all", env={"IMGBUILD_ECHO": "1"})
+    again = cli(project, "build", "--base", "skeleton", "--platform", "all", "--json", env={"IMGBUILD_ECHO": "1"})
     assert again.returncode == 0 and buildx_calls(again.stderr) == [], again.stderr
     assert digests(engine, repo) == tags
+    assert "nothing changed since this build last ran" in again.stderr, again.stderr  # its receipt, joins too
+    kept = [(i["variant"], i["platform"], i["image_id"], i["index"], i["index_ref"]) for i in images]
+    assert [
+        (i["variant"], i["platform"], i["image_id"], i["index"], i["index_ref"])
+        for i in load_json(again.stdout)["images"]
+    ] == kept
 
 
 def test_two_clean_builds_in_different_directories_give_equal_digests(
