@@ -77,9 +77,12 @@ def test_unchanged_inputs_are_reused_without_any_build(built: Built, engine: Eng
     assert tags_of(engine, built.repo) == before, (before, proc.stderr)
 
 
-def test_an_unchanged_build_is_answered_from_its_receipt_as_the_build_would(built: Built, engine: Engine) -> None:
+def test_an_unchanged_build_is_answered_from_its_receipt_as_the_build_would(
+    built: Built, engine: Engine, skeleton_base: str
+) -> None:
     """The fixture's build kept a receipt: the same build again reads only the engine, and prints the document the
-    whole build prints; a moving tag moved since then sends it through the whole build, which moves it back."""
+    whole build prints; a moving tag moved since then sends it through the whole build, which moves it back, and a
+    foreign image under a moving tag is refused as the whole build refuses it, with --no-smoke too."""
     again = ("build", "latest", "engram-mem", "--base", "skeleton", "--json")
     kept = built.cli(*again, env={"IMGBUILD_ECHO": "1"})
     assert kept.returncode == 0, kept.stderr
@@ -98,6 +101,14 @@ def test_an_unchanged_build_is_answered_from_its_receipt_as_the_build_would(buil
     assert "nothing changed" not in moved.stderr and "smoke-testing" in moved.stderr, moved.stderr
     assert engine.require(f"{built.repo}:latest").id == latest.id
     assert "nothing changed since this build last ran" in built.cli(*again).stderr  # kept again
+
+    alone = ("build", "latest", "engram-mem", "--base", "skeleton", "--no-smoke")
+    assert built.cli(*alone).returncode == 0  # its own receipt: --no-smoke is part of the key
+    assert "nothing changed since this build last ran" in built.cli(*alone).stderr
+    engine.tag(engine.require(skeleton_base).id, f"{built.repo}:engram-mem")  # not imgbuild's
+    clash = built.cli(*alone)
+    assert clash.returncode == 7 and "tag collision" in clash.stderr, clash.stderr
+    engine.tag(mem.id, f"{built.repo}:engram-mem")
 
 
 def test_smoke_variant_passes_and_its_json_has_every_check(built: Built) -> None:

@@ -140,8 +140,11 @@ def reuse(engine: Engine, receipt: Key, options: BuildOptions, say: Say) -> Buil
             return None
         target = rec["index"] or rec["image_id"]
         moving = tuple(rec["moving"])
-        if options.smoke and any(getattr(engine.image(r), "id", None) != target for r in moving):
+        named = [engine.image(r) for r in moving]
+        if options.smoke and any(getattr(info, "id", None) != target for info in named):
             return None  # a moving tag moved (a rollback, another build): the build smoke-tests and moves it back
+        if any(info is not None and INPUTS_LABEL not in info.labels for info in named):
+            return None  # a foreign image under a moving tag: the build refuses it (runner.check_collisions)
         note = "" if options.smoke else "not smoke-tested (--no-smoke): moving tags left alone"
         image = ImageBuilt(
             rec["variant"], Platform.parse(rec["platform"]), rec["image_id"], rec["immutable"], moving,
