@@ -774,6 +774,40 @@ def test_stage_hashes_as_the_forward_does_and_refuses_stale_or_skipped_steps(eng
         stager.refuse_poisoned()
     stager.refuse_poisoned()
     stager.stage(input_ids, positions, qsl, lookback)
+    assert int(stager.expect) == num_tokens
+
+
+def test_stage_writes_the_check_count_only_when_it_changes(engram, disk_env, tables, monkeypatch):
+    """A decode loop of one batch size launches no fill of `expect` a step;
+    after a disarm (0) the same count is written again."""
+    model = build_model(engram, tp_size=1, tp_rank=0, max_tokens=16)
+    stager = engram["EngramDiskStager"].create(model)
+    rng = np.random.default_rng(12)
+    hashes = torch.from_numpy(np.stack([random_hashes(rng, 6) for _ in LAYER_IDS], axis=1))
+    monkeypatch.setattr(stager.hash_state, "forward", lambda *args: hashes)
+    mm = SimpleNamespace(image_sentinel_mask=lambda ids: ids < 0)
+    monkeypatch.setitem(sys.modules, "vllm.models.deepseek_v41.common.mm_preprocess", mm)
+    monkeypatch.setitem(engram, "_engram_lookup_kernel", LookupKernel())
+    fills: list[int] = []
+    real = stager.expect
+
+    class Expect:
+        def fill_(self, value: int) -> None:
+            fills.append(value)
+            real.fill_(value)
+
+    stager.expect = Expect()
+    ids, positions = torch.arange(6, dtype=torch.int32), torch.arange(6)
+    qsl, lookback = torch.tensor([0, 6], dtype=torch.int32), torch.zeros((1, 2), dtype=torch.int32)
+    for real_tokens in (4, 4, 4, 5, 5):
+        stager.stage(ids, positions, qsl, lookback, real_tokens)
+        assert int(real) == real_tokens
+    assert fills == [4, 5]
+    stager.disarm()
+    assert int(real) == 0
+    stager.stage(ids, positions, qsl, lookback, 5)
+    assert int(real) == 5
+    assert fills == [4, 5, 0, 5]
 
 
 def test_disk_staging_starts_zeroed(engram, monkeypatch):
