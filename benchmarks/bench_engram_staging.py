@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import platform
 import statistics
@@ -102,7 +103,7 @@ def mount_of(path: Path) -> str:
     return f"{best[0]} ({best[1]})"
 
 
-def build(sources: Path, root: Path) -> dict[str, Any]:
+def build(sources: Path, root: Path, baseline: Path | None = None) -> dict[str, Any]:
     release = load_engram(sources / "release" / "engram.py", "engram_release")
     patched = load_engram(sources / "patched" / "engram.py", "engram_patched")
     config = layout_config(SHAPE, release)
@@ -120,8 +121,19 @@ def build(sources: Path, root: Path) -> dict[str, Any]:
     ]
     with env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(table_dir)):
         stager = patched.EngramDiskStager.create(nn.ModuleList([make_hash_state(patched, layout, SHAPE), *disk]))
+    before = None
+    if baseline is not None:
+        # Another patched engram.py (an earlier commit's) on the same table
+        # files, timed warm beside this one: a speed-up measured in one lease.
+        old = load_engram(baseline, "engram_baseline")
+        old_disk = [
+            make_engram(old, layout, config, i, "disk", table_dir, tables, reference=hbm[i]) for i in range(len(hbm))
+        ]
+        with env(DSV41_ENGRAM_DISK="1", DSV41_ENGRAM_DIR=str(table_dir)):
+            before = old.EngramDiskStager.create(nn.ModuleList([make_hash_state(old, layout, SHAPE), *old_disk]))
     del hbm
     return {
+        "before": before,
         "patched": patched,
         "release": release,
         "hash_release": make_hash_state(release, layout, SHAPE),
@@ -132,7 +144,15 @@ def build(sources: Path, root: Path) -> dict[str, Any]:
     }
 
 
+# The --baseline stager's tables: their mappings hold the same files' pages,
+# which posix_fadvise(DONTNEED) leaves alone while mapped, so they are
+# unmapped first.
+UNMAP_FIRST: list[Any] = []
+
+
 def cold(tables: list[Any]) -> None:
+    for table in UNMAP_FIRST:
+        table.mapping.madvise(mmap.MADV_DONTNEED)
     left = evict(tables)
     if left != 0.0:
         raise SystemExit(f"the page cache kept {left:.1%} of a table after eviction: no cold measurement")
@@ -227,6 +247,9 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
     parser.add_argument("--queue-depths", default="1,32,128")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--steps", help="only the steps whose names start with one of these (comma-separated)")
+    parser.add_argument(
+        "--baseline", type=Path, help="an earlier patched engram.py, timed warm beside --sources' (disk/8t before)"
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
@@ -237,15 +260,23 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
     depths = [int(d) for d in args.queue_depths.split(",")]
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         results["table_dir_mount"] = mount_of(Path(tmp).resolve())
-        w = build(args.sources, Path(tmp))
+        w = build(args.sources, Path(tmp), args.baseline)
         stager, tables, patched = w["stager"], w["tables"], w["patched"]
+        if w["before"] is not None:
+            UNMAP_FIRST.extend(slot.table for slot in w["before"].slots)
         results["table_bytes"] = sum(os.path.getsize(t.paths[0]) for t in tables)
-        pools = {8: stager.pool, 16: ThreadPoolExecutor(16)}
+        pools = {8: stager.pool, 16: ThreadPoolExecutor(16), 4: ThreadPoolExecutor(4)}
 
         def stage(batch: Any, pool: int = 8, ready: Any = None) -> Callable[[], None]:
             def run() -> None:
                 stager.pool = pools[pool]
                 stager.stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback, ready=ready)
+
+            return run
+
+        def stage_before(batch: Any) -> Callable[[], None]:
+            def run() -> None:
+                w["before"].stage(batch.input_ids, batch.positions, batch.query_start_loc, batch.lookback)
 
             return run
 
@@ -302,8 +333,11 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
             info["list"].tofile(list_path)
 
             warm = {"disk/8t": stage(batch, 8), "release-host": release_lookup(batch)}
+            if w["before"] is not None:
+                warm["disk/8t before"] = stage_before(batch)
             if prefill:
                 warm["disk/16t"] = stage(batch, 16)
+                warm["disk/4t"] = stage(batch, 4)
             for fn in warm.values():
                 fn()
             samples: dict[str, list[float]] = {k: [] for k in warm}
@@ -497,6 +531,8 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
             if name not in rows:
                 continue
             warm = {"disk/8t": stage(batch, 8), "release-host": release_lookup(batch)}
+            if w["before"] is not None:
+                warm["disk/8t before"] = stage_before(batch)
             samples = {k: [] for k in warm}
             for _ in range(args.repeat):
                 for k, fn in warm.items():
@@ -505,10 +541,17 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
         for name, row in rows.items():
             for key in ("warm", "warm_pass2"):
                 d, r = row[key]["disk/8t"], row[key]["release-host"]
+                b = row[key].get("disk/8t before")
+                old = (
+                    f"; before {b['median_ms']:.3f} [{b['min_ms']:.3f}-{b['max_ms']:.3f}] ms, "
+                    f"ratio {b['median_ms'] / r['median_ms']:.2f}x"
+                    if b
+                    else ""
+                )
                 print(
                     f"{name} {key}: disk {d['median_ms']:.3f} [{d['min_ms']:.3f}-{d['max_ms']:.3f}] ms, release "
                     f"{r['median_ms']:.3f} [{r['min_ms']:.3f}-{r['max_ms']:.3f}] ms, "
-                    f"ratio {d['median_ms'] / r['median_ms']:.2f}x",
+                    f"ratio {d['median_ms'] / r['median_ms']:.2f}x{old}",
                     flush=True,
                 )
 

@@ -441,6 +441,38 @@ def test_a_gather_reads_exactly_the_rows_this_rank_owns(engram, disk_env, tables
     assert check_host_rows(slot, embedding, hashes, values, scales) > 0
 
 
+@pytest.mark.parametrize("stray", ["below", "int32-min", "at-end", "none"])
+def test_select_counts_a_step_as_all_owned_only_when_every_id_is(engram, disk_env, tables, stray):
+    """select's one-bound check (an id below the rank's range wraps to a huge
+    unsigned value) and its reused row buffer: ids just outside the rank's
+    range, or INT32_MIN, are never read as its rows."""
+    _, contents = tables
+    values, scales = contents[LAYER_IDS[0]]
+    embedding = make_embedding(engram, LAYER_IDS[0], tp_size=4, tp_rank=1)
+    slot = make_slot(engram, embedding)
+    rng = np.random.default_rng(46)
+    buckets = rng.integers(0, min(HEAD_SIZES), (6, len(HEAD_SIZES)))
+    hashes = (buckets + HEAD_OFFSETS).astype(np.int32)
+    head = embedding.head_start
+    outside = {
+        "below": embedding.vocab_start_idx - 1,
+        "int32-min": np.iinfo(np.int32).min,
+        "at-end": embedding.vocab_end_idx,
+    }
+    if stray in outside:
+        hashes[2, head] = outside[stray]
+    first = slot.select(hashes)
+    assert slot.all_owned == (stray == "none")
+    assert slot.rows_checked
+    assert first.min() >= 0 and first.max() < embedding.disk_table.part_rows
+    for read in slot.table.read_rows(first, slot._values_np, slot._scales_np, None, slot.rows_checked):
+        read.result()
+    assert check_host_rows(slot, embedding, hashes, values, scales) == 12 - (stray != "none")
+    if slot.all_owned:
+        again = slot.select(hashes)
+        assert again.ctypes.data == first.ctypes.data, "rows land in the slot's own buffer every step"
+
+
 def test_large_gathers_are_split_over_the_shared_pool(engram, disk_env, tables, monkeypatch):
     _, contents = tables
     values, scales = contents[LAYER_IDS[0]]
@@ -742,6 +774,40 @@ def test_stage_hashes_as_the_forward_does_and_refuses_stale_or_skipped_steps(eng
         stager.refuse_poisoned()
     stager.refuse_poisoned()
     stager.stage(input_ids, positions, qsl, lookback)
+    assert int(stager.expect) == num_tokens
+
+
+def test_stage_writes_the_check_count_only_when_it_changes(engram, disk_env, tables, monkeypatch):
+    """A decode loop of one batch size launches no fill of `expect` a step;
+    after a disarm (0) the same count is written again."""
+    model = build_model(engram, tp_size=1, tp_rank=0, max_tokens=16)
+    stager = engram["EngramDiskStager"].create(model)
+    rng = np.random.default_rng(12)
+    hashes = torch.from_numpy(np.stack([random_hashes(rng, 6) for _ in LAYER_IDS], axis=1))
+    monkeypatch.setattr(stager.hash_state, "forward", lambda *args: hashes)
+    mm = SimpleNamespace(image_sentinel_mask=lambda ids: ids < 0)
+    monkeypatch.setitem(sys.modules, "vllm.models.deepseek_v41.common.mm_preprocess", mm)
+    monkeypatch.setitem(engram, "_engram_lookup_kernel", LookupKernel())
+    fills: list[int] = []
+    real = stager.expect
+
+    class Expect:
+        def fill_(self, value: int) -> None:
+            fills.append(value)
+            real.fill_(value)
+
+    stager.expect = Expect()
+    ids, positions = torch.arange(6, dtype=torch.int32), torch.arange(6)
+    qsl, lookback = torch.tensor([0, 6], dtype=torch.int32), torch.zeros((1, 2), dtype=torch.int32)
+    for real_tokens in (4, 4, 4, 5, 5):
+        stager.stage(ids, positions, qsl, lookback, real_tokens)
+        assert int(real) == real_tokens
+    assert fills == [4, 5]
+    stager.disarm()
+    assert int(real) == 0
+    stager.stage(ids, positions, qsl, lookback, 5)
+    assert int(real) == 5
+    assert fills == [4, 5, 0, 5]
 
 
 def test_disk_staging_starts_zeroed(engram, monkeypatch):
