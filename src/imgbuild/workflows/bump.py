@@ -63,8 +63,8 @@ class Bump:
             "ok": self.error is None,
             "status": self.status,
             "message": self.message,
-            "old": self.old.to_json(),
-            "onto": self.onto.to_json(),
+            "old": dump(self.old),
+            "onto": dump(self.onto),
             "branch": self.branch,
             "commit": self.commit,
             "built": self.built,
@@ -362,7 +362,7 @@ def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
     text = (
         f"# Rebase of the patch series: {old.tag} → {new.tag}\n\n(the rebase's review report was not found at {md})\n"
     )
-    return text, {"old": old.to_json(), "onto": new.to_json(), "patches": [], "warnings": []}
+    return text, {"old": dump(old), "onto": dump(new), "patches": [], "warnings": []}
 
 
 def _build(root: Path, options: BuildOptions, say: Say) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from imgbuild.patches.hunks import decode, split_lines
 from imgbuild.patches.patchfile import parse_header
+from imgbuild.shapes import dump
 from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _shown(row: Mapping[str, Any]) -> str:
 
 
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    old, onto = state.old.to_json(), state.onto.to_json()
+    old, onto = dump(state.old), dump(state.onto)
     rows = [r.to_report_json() for r in typed_rows]
     lines = [
         f"# Rebase of the patch series: {old['tag']} → {onto['tag']}",
@@ -229,14 +230,14 @@ def render_conflict(
     state: RebaseState, stopped: Stopped, hunks: Sequence[Mapping[str, Any]], description: str
 ) -> tuple[str, dict[str, Any]]:
     """The review report of a rebase stopped at a conflict: the patches so far, then every conflicting hunk."""
-    old, onto = state.old.to_json(), state.onto.to_json()
+    old, onto = dump(state.old), dump(state.onto)
     done = {r.filename: r for r in state.results}
     ahead = {str(p.get("filename")): dict(p) for p in stopped.pending}
     patches: list[dict[str, Any]] = []
     for item in state.items:
         res = done.get(item.filename)
         if res is not None:
-            patches.append({**res.to_json(), "kind": kind(res.outcome, res.moves, res.header)})
+            patches.append({**dump(res), "kind": kind(res.outcome, res.moves, res.header)})
         elif item.filename == stopped.filename:
             patches.append(
                 {
@@ -306,7 +307,7 @@ def render_conflict(
         "today": state.today,
         "status": "conflict",
         "patches": patches,
-        "stopped": stopped.to_json(),
+        "stopped": dump(stopped),
         "pending": list(ahead.values()),
         "conflicts": list(hunks),
         "resume": commands,
