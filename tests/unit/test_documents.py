@@ -57,11 +57,31 @@ def test_a_document_prints_schema_first_and_only_the_keys_of_its_type() -> None:
 
 def test_the_interrupted_document_is_the_error_type() -> None:
     """cli/main.py prints it with the standard library only (a Ctrl-C may leave a module half imported)."""
-    from imgbuild.errors import INTERRUPTED, error_json
-    from imgbuild.report.documents.deploy import Error
+    from imgbuild.errors import INTERRUPTED, ErrorBody
+    from imgbuild.report.documents.deploy import ERROR
+    from imgbuild.shapes import ErrorReport
 
-    body = error_json("Interrupted", INTERRUPTED, None, 130)
-    assert Error.of(body).document() == jsondoc.document("error", body)
+    body = ErrorBody("Interrupted", INTERRUPTED, None, 130)
+    printed = ERROR.of(ErrorReport(body)).document()
+    assert printed == jsondoc.document("error", {"error": body.flat()})
+    assert list(printed["error"]) == ["type", "message", "hint", "exit_code"] and printed["error"]["hint"] is None
+
+
+def test_an_error_prints_its_details_beside_its_keys() -> None:
+    """The body's details are printed flat (a stopped rebase's `stopped`); the schema names the four keys and
+    allows more."""
+    from imgbuild.errors import ApplyError
+    from imgbuild.report.documents.deploy import ERROR
+    from imgbuild.shapes import ErrorReport
+
+    body = ApplyError("stopped", "resolve it", {"stopped": {"filename": "0001-a.patch"}}).report()
+    doc = load_json(ERROR.of(ErrorReport(body)).render(), expect="error")
+    assert doc["error"] == {
+        "type": "ApplyError", "message": "stopped", "hint": "resolve it", "exit_code": 5,
+        "stopped": {"filename": "0001-a.patch"},
+    }  # fmt: skip
+    schema = ERROR.json_schema()["$defs"]["ErrorBody"]
+    assert "details" not in schema["properties"] and schema["additionalProperties"] is True
 
 
 def test_a_contract_prints_its_domain_value_as_its_schema_says() -> None:

@@ -78,7 +78,7 @@ class Bump:
             "report": (
                 {"markdown": str(self.report), "json": str(self.report.with_suffix(".json"))} if self.report else None
             ),
-            "error": self.error.to_json()["error"] if self.error else None,
+            "error": self.error.report().flat() if self.error else None,
         }
 
 
