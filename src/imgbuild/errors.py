@@ -1,9 +1,12 @@
-"""Every error imgbuild reports, with a stable exit code and a hint; cli.main.run prints them."""
+"""Every error imgbuild reports, with a stable exit code and a hint; cli.main.run prints them, under --json as the
+error document: `ErrorBody` is its body (the standard library only, like the rest of this module: `flat()` is the
+body as printed, which cli.main.run prints itself at a Ctrl-C, and which shapes.ErrorReport prints otherwise)."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 
 class ExitCode:
@@ -38,9 +41,26 @@ class ImgbuildError(Exception):
         # cli.main.run adds only the `error:` line, on stderr.
         self.reported = reported
 
-    def to_json(self) -> dict[str, object]:
+    def report(self) -> ErrorBody:
         """The body of the `imgbuild.error/1` document a failed `--json` run prints."""
-        return error_json(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
+        return ErrorBody(type(self).__name__, self.message, self.hint, self.exit_code, self.details)
+
+
+@dataclass(frozen=True)
+class ErrorBody:
+    """What failed. More keys may follow: a refused apply's `patches`, a stopped rebase's `stopped`, an import's
+    `outcome`, a failed smoke test's `smoke` (the image's report, as in imgbuild.smoke/1)."""
+
+    type: str  # the error's class (ConfigError, ...), or what cli.main.run met (UsageError, OSError, Interrupted)
+    message: str
+    hint: str | None
+    exit_code: int
+    details: Mapping[str, object] = field(default_factory=dict)  # JSON values, printed beside the keys above
+
+    def flat(self) -> dict[str, object]:
+        """The body as printed: the four keys, then the details' (the one place it is spelled)."""
+        fixed = {"type": self.type, "message": self.message, "hint": self.hint, "exit_code": self.exit_code}
+        return {**fixed, **self.details}
 
 
 # Each class's docstring says when it happens: it is the "when" column of the exit-code table in docs/reference.md
@@ -170,12 +190,6 @@ def disk_full(what: str, where: object) -> StateError:
 
 INTERRUPTED = "interrupted; nothing was changed"  # Ctrl-C (KeyboardInterrupt), exit 130: cli.main.run says it
 INTERRUPTED_EXIT = 130  # no error class: cli.main.run answers a KeyboardInterrupt itself
-
-
-def error_json(
-    kind: str, message: str, hint: str | None, exit_code: int, details: dict[str, object] | None = None
-) -> dict[str, object]:
-    return {"error": {"type": kind, "message": message, "hint": hint, "exit_code": exit_code, **(details or {})}}
 
 
 def write_error(path: object, exc: OSError, what: str = "write") -> StateError:

@@ -1,17 +1,24 @@
 """How a domain value prints under `--json`: the frozen dataclass is the document's shape (report/documents/), and
 these are the few marks a field may carry to say how it prints. `dump` is the one way a value becomes JSON values
-outside a document (an error's details)."""
+outside a document (an error's details).
+
+An error prints as `ErrorReport` (the error document) or as a `Failure` field of another document (a bump's
+`error`): `errors.ErrorBody` is standard library only (a Ctrl-C prints it with nothing else loaded), so the pydantic
+side of it is here, as marks on those fields: the body prints as its `flat()` (the details beside the four keys),
+and its schema names the four keys and allows more."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, GetJsonSchemaHandler, JsonValue, PlainSerializer, TypeAdapter, WithJsonSchema
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
+
+from imgbuild.errors import ErrorBody
 
 
 class MayBeNull:
@@ -99,3 +106,32 @@ def named(name: str) -> Callable[[C], C]:
 def dump(value: object) -> Any:
     """`value` (a dataclass the documents print) as JSON values, as its documents print it."""
     return TypeAdapter(type(value)).dump_python(value, mode="json", by_alias=True)
+
+
+class _MoreKeys:
+    """The schema of `ErrorBody` as `flat()` prints it: its four keys (not `details`), and more allowed."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        body = handler.resolve_ref_schema(out)
+        body["properties"].pop("details")
+        body["required"] = [k for k in body.get("required", ()) if k != "details"]
+        body["additionalProperties"] = True
+        return out
+
+
+def _flat(body: ErrorBody):  # type: ignore[no-untyped-def]  # no return annotation: the schema stays ErrorBody's
+    return body.flat()
+
+
+# an error's body as its documents print it
+Failure = Annotated[ErrorBody, PlainSerializer(_flat), _MoreKeys()]
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """The failure document of any command under --json (printed by cli/main.py)."""
+
+    error: Failure

@@ -1,5 +1,6 @@
 """The `imgbuild` entry point. Every error, click's usage errors and Ctrl-C included, is printed here,
-in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`, report/documents/deploy.py).
+in `run`, and under --json as the one JSON document on stdout (`imgbuild.error/1`: `errors.ErrorBody` in
+`shapes.ErrorReport`, report/documents/deploy.py).
 The app is imported inside `run`'s try, so that a Ctrl-C while it loads is answered too; this module imports
 nothing but `sys` before that try (a Ctrl-C during `import json` at the top printed a traceback). What Python runs
 before this module (`site` and the environment's `.pth` files) is outside it: a Ctrl-C there is Python's own."""
@@ -23,12 +24,13 @@ def run() -> None:
         import signal
 
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # one answer, however often Ctrl-C is pressed
-        from imgbuild.errors import INTERRUPTED, INTERRUPTED_EXIT, error_json
+        from imgbuild.errors import INTERRUPTED, INTERRUPTED_EXIT, ErrorBody
         from imgbuild.jsondoc import document
 
         if as_json:  # standard library only: a Ctrl-C can leave a module half imported (tests/unit/test_documents.py
-            # checks this is the error document's type)
-            doc = document("error", error_json("Interrupted", INTERRUPTED, None, INTERRUPTED_EXIT))
+            # checks this is the error document as shapes.ErrorReport prints it)
+            body = ErrorBody("Interrupted", INTERRUPTED, None, INTERRUPTED_EXIT)
+            doc = document("error", {"error": body.flat()})
             import json
 
             print(json.dumps(doc), flush=True)
@@ -59,13 +61,14 @@ def _run(as_json: bool) -> int:
     import typer
 
     from imgbuild.cli.app import app
-    from imgbuild.errors import INTERRUPTED_EXIT, ExitCode, ImgbuildError, error_json, no_space
+    from imgbuild.errors import INTERRUPTED_EXIT, ErrorBody, ExitCode, ImgbuildError, no_space
 
     def fail(kind: str, message: str, hint: str | None, code: int, details: dict[str, object], *, doc: bool) -> int:
         if doc:
-            from imgbuild.report.documents.deploy import Error
+            from imgbuild.report.documents.deploy import ERROR
+            from imgbuild.shapes import ErrorReport
 
-            print(Error.of(error_json(kind, message, hint, code, details)).render(), flush=True)
+            print(ERROR.of(ErrorReport(ErrorBody(kind, message, hint, code, details))).render(), flush=True)
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"hint: {hint}", file=sys.stderr)

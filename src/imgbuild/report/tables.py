@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from imgbuild.patches.apply import PatchOutcome
     from imgbuild.patches.patchfile import Patch
     from imgbuild.patches.variants import VariantPlan
-    from imgbuild.report.documents import Document, Printed
+    from imgbuild.report.documents import Printed
 
 METHOD_STYLE = {
     "exact": "green",
@@ -34,7 +34,7 @@ if not console.is_terminal:
 err_console = Console(stderr=True)
 
 
-def print_json(doc: Document | Printed) -> None:
+def print_json(doc: Printed) -> None:
     """Print a `--json` document (report/documents/): `{"schema": "imgbuild.<name>/<N>", ...}`."""
     sys.stdout.write(doc.render() + "\n")
 

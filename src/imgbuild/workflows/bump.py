@@ -12,34 +12,114 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
+from pydantic import Field, TypeAdapter
 
 from imgbuild.atomic import write_json, write_text
-from imgbuild.config.models import PinsFile, UpstreamPin, WheelSource
+from imgbuild.config.models import PinRelease, PinsFile, ShownOverride, UpstreamPin, WheelSource
 from imgbuild.errors import ImgbuildError, StateError, UpstreamError
 from imgbuild.patches.patchfile import parse_patch
 from imgbuild.progress import Say, quiet
 from imgbuild.project import Project
-from imgbuild.shapes import dump
+from imgbuild.shapes import Failure, dump, omitted_unless_set
 from imgbuild.upstream.git import CommitTree, GitError, GitRepo
 from imgbuild.upstream.refs import index_versions, resolve_ref
-from imgbuild.upstream.requires import PinMove, Unmet, plan_moves
+from imgbuild.upstream.requires import PinMove, PlannedMove, Unmet, plan_moves
 from imgbuild.workflows.rebase import control as rebase
 from imgbuild.workflows.rebase import review
+from imgbuild.workflows.rebase.carry_preview import PendingShown
 from imgbuild.workflows.rebase.state import Pin, RebaseStopped, load, moving_pin, session
 from imgbuild.workflows.writeback import drop_override
 
 if TYPE_CHECKING:
     from imgbuild.builder.options import BuildOptions
+    from imgbuild.builder.result import ImageBuilt
 
 Status = Literal["current", "carried", "conflict", "build-failed"]
+Smoked = Literal["passed", "failed", "not run"]
 
 
-@dataclass
+@dataclass(frozen=True)
+class BumpImage:
+    """An image the bump built and smoke-tested."""
+
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    moving: list[str]
+    index: str | None
+    smoke: Smoked
+
+    @classmethod
+    def of(cls, i: ImageBuilt) -> BumpImage:
+        smoke: Smoked = "not run" if i.smoke is None else ("passed" if i.smoke.ok else "failed")
+        return cls(i.variant, str(i.platform), i.image_id, i.immutable, list(i.moving), i.index or None, smoke)
+
+
+@dataclass(frozen=True)
+class BumpPatch:
+    patch: str | None
+    kind: str | None
+    outcome: str | None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> BumpPatch:
+        """A patch's row of the review report (`review.with_kinds`), as the bump prints it."""
+        return cls(row.get("filename"), row.get("kind"), row.get("outcome"))
+
+
+@dataclass(frozen=True)
+class PinMoved:
+    """When carried: a pin that moved with the bump."""
+
+    pin: str
+    old: str
+    new: str
+    requirements: list[str]
+    override: ShownOverride | None
+    override_dropped: bool
+    message: str
+    patches: Annotated[str | None, omitted_unless_set("the tally of its own carry, when it has patches")] = None
+
+
+@dataclass(frozen=True)
+class BumpReport:
+    markdown: str
+    json_: Annotated[str, Field(serialization_alias="json")]
+
+
+@dataclass(frozen=True)
+class Bumped:
+    """What `patches bump --json` prints of a `Bump` (`Bump.shown`)."""
+
+    ok: bool
+    status: Status
+    message: str
+    old: Annotated[PinRelease, Field(description="the pin before the bump")]
+    onto: Annotated[PinRelease, Field(description="the release the bump carries the series onto")]
+    branch: str | None
+    commit: str | None
+    built: bool
+    images: list[BumpImage]
+    patches: list[BumpPatch]
+    conflicts: Annotated[
+        list[review.ConflictHunk], Field(description="at a conflict: each hunk of the patch that stopped")
+    ]
+    pins: Annotated[
+        list[PinMoved | PlannedMove],
+        Field(description="the pins that moved with the bump (a pin the new release requires at another version)"),
+    ]
+    pending: list[PendingShown]
+    report: BumpReport | None
+    error: Failure | None
+
+
+@dataclass(frozen=True)
 class Bump:
     """What `patches bump` did; `error` is what stopped it (a conflict, a failed build), raised by the CLI."""
 
@@ -50,36 +130,33 @@ class Bump:
     branch: str | None = None
     commit: str | None = None
     built: bool = False
-    images: list[dict[str, Any]] = field(default_factory=list)
-    patches: list[dict[str, Any]] = field(default_factory=list)
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    images: list[BumpImage] = field(default_factory=list)
+    patches: list[dict[str, Any]] = field(default_factory=list)  # the review report's rows (`review.with_kinds`)
+    conflicts: list[review.ConflictHunk] = field(default_factory=list)
     report: Path | None = None
     error: ImgbuildError | None = None
-    pins: list[dict[str, Any]] = field(default_factory=list)  # the pins that moved with it (requires.PinMove)
-    pending: list[dict[str, Any]] = field(default_factory=list)  # at a stop: will each pending patch apply?
+    pins: list[PinMoved | PlannedMove] = field(default_factory=list)  # carried: moved; at a stop: will move
+    pending: list[PendingShown] = field(default_factory=list)  # at a stop: will each pending patch apply?
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.error is None,
-            "status": self.status,
-            "message": self.message,
-            "old": self.old.to_json(),
-            "onto": self.onto.to_json(),
-            "branch": self.branch,
-            "commit": self.commit,
-            "built": self.built,
-            "images": self.images,
-            "patches": [
-                {"patch": p.get("filename"), "kind": p.get("kind"), "outcome": p.get("outcome")} for p in self.patches
-            ],
-            "conflicts": self.conflicts,
-            "pins": self.pins,
-            "pending": self.pending,
-            "report": (
-                {"markdown": str(self.report), "json": str(self.report.with_suffix(".json"))} if self.report else None
-            ),
-            "error": self.error.to_json()["error"] if self.error else None,
-        }
+    def shown(self) -> Bumped:
+        """The bump as `patches bump --json` prints it (the error as the error document's body)."""
+        return Bumped(
+            self.error is None,
+            self.status,
+            self.message,
+            PinRelease(self.old.tag, self.old.commit),
+            PinRelease(self.onto.tag, self.onto.commit),
+            self.branch,
+            self.commit,
+            self.built,
+            self.images,
+            [BumpPatch.of(p) for p in self.patches],
+            self.conflicts,
+            self.pins,
+            self.pending,
+            BumpReport(str(self.report), str(self.report.with_suffix(".json"))) if self.report else None,
+            self.error.report() if self.error else None,
+        )
 
 
 def bump(
@@ -122,7 +199,7 @@ def bump(
     try:
         rebase.start(root, new.tag, more=more, date=date, report=md, say=say)
     except RebaseStopped as exc:
-        return _stopped(root, exc, old, new, name, md, [dump(m.shown()) for m in moves])
+        return _stopped(root, exc, old, new, name, md, [m.shown() for m in moves])
     except BaseException:
         if created and rebase.in_progress_message(root) is None:
             # refused before it began (nothing to resume): leave the project as it was
@@ -203,9 +280,7 @@ def _pin_at_head(repo: GitRepo) -> Pin | None:
         return None
 
 
-def _stopped(
-    root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: Path, moves: list[dict[str, Any]]
-) -> Bump:
+def _stopped(root: Path, exc: RebaseStopped, old: Pin, new: Pin, name: str, md: Path, moves: list[PlannedMove]) -> Bump:
     """The rebase stopped at a conflict: the per-hunk report; the rebase stays in progress."""
     state = load(root)
     stopped = state.stopped or exc.stopped
@@ -214,9 +289,9 @@ def _stopped(
     release = CommitTree(session(root).scratch(), state.head)
     hunks = review.conflict_hunks(stopped, patch, release.read)
     text, data = review.render_conflict(state, stopped, hunks, patch.fields.get("Description", ""))
-    files = sorted({h["file"] for h in hunks})
-    pending = [dict(p) for p in stopped.pending]
-    ahead = Counter(str(p.get("kind")) for p in pending)
+    files = sorted({h.file for h in hunks})
+    pending = TypeAdapter(list[PendingShown]).validate_python(stopped.pending)  # as the carry preview dumped them
+    ahead = Counter(p.kind for p in pending)
     preview = f"; still to carry: {', '.join(f'{n} {w}' for w, n in ahead.items())}" if pending else ""
     what = f"{state.upstream} " if state.upstream and state.upstream != Project.load(root).pin.name else ""
     message = (
@@ -230,11 +305,13 @@ def _stopped(
         "branch": name,
         "commit": None,
         "images": [],
-        "pins": moves,
+        "pins": [dump(m) for m in moves],
     }
     text, data = review.render_bump(text, data, bump)
     _write(md, text, data)
-    return Bump("conflict", message, old, new, name, None, False, [], data["patches"], hunks, md, exc, moves, pending)
+    return Bump(
+        "conflict", message, old, new, name, None, False, [], data["patches"], hunks, md, exc, [*moves], pending
+    )
 
 
 def _finish(
@@ -250,12 +327,12 @@ def _finish(
     lines = [f"patches: carry the series onto vLLM {new.tag} (from {old.tag})", ""]
     lines += [f"Made by `imgbuild patches bump`; the review report: {md.name}.", ""]
     lines += [f"- {p.get('filename')}: {p['kind']}" for p in patches]
-    lines += [f"- {p['message']}" for p in pins]
+    lines += [f"- {p.message}" for p in pins]
     lines += [f"- {path}: image.base moves to the {new.tag} image" for path in bases]
     repo.run("commit", "-q", "-m", "\n".join(lines) + "\n", "--", "patches", *bases)
     commit = repo.verify("HEAD")
     say(f"committed {commit[:12]} on {name}")
-    images: list[dict[str, Any]] = []
+    images: list[BumpImage] = []
     error: ImgbuildError | None = None
     note = "not built (--no-build)"
     if build is not None:
@@ -264,7 +341,7 @@ def _finish(
             note = f"built and smoke-tested {len(images)} image(s)"
         except ImgbuildError as exc:
             error, note = exc, f"the build failed: {exc.message}"
-    moved = "".join(f"; {p['pin']} {p['old']} → {p['new']} ({p.get('patches') or 'no patches'})" for p in pins)
+    moved = "".join(f"; {p.pin} {p.old} → {p.new} ({p.patches or 'no patches'})" for p in pins)
     message = (
         f"{old.tag} → {new.tag} on branch {name} ({commit[:12]}): {review.tally(patches) or 'no patches'}{moved}; "
         f"{note}"
@@ -275,14 +352,14 @@ def _finish(
         "status": status,
         "branch": name,
         "commit": commit,
-        "images": images,
-        "pins": pins,
+        "images": [dump(i) for i in images],
+        "pins": [dump(p) for p in pins],
     }
     if error is not None:
         bump["build"] = note
     text, data = review.render_bump(text, {**data, "patches": patches}, bump)
     _write(md, text, data)
-    return Bump(status, message, old, new, name, commit, bool(images), images, patches, [], md, error, pins)
+    return Bump(status, message, old, new, name, commit, bool(images), images, patches, [], md, error, [*pins])
 
 
 def _drop_stale_overrides(root: Path, say: Say) -> list[str]:
@@ -305,7 +382,7 @@ def _drop_stale_overrides(root: Path, say: Say) -> list[str]:
 
 def _moved_pins(
     root: Path, repo: GitRepo, text: str, data: dict[str, Any], dropped: list[str]
-) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+) -> tuple[list[PinMoved], str, dict[str, Any]]:
     """The further pins this bump moved (against HEAD's patches/upstream.yaml): what required each move, the
     override used, and that pin's own rebase report, added to the bump's report."""
     try:
@@ -314,7 +391,7 @@ def _moved_pins(
         return [], text, data
     was = {p.name: p for p in before.also}
     project = Project.load(root)
-    rows: list[dict[str, Any]] = []
+    rows: list[PinMoved] = []
     extra: list[str] = []
     reports: list[dict[str, Any]] = []
     for pin in project.pins[1:]:
@@ -322,18 +399,11 @@ def _moved_pins(
         if old is None or (old.commit == pin.commit and pin.name not in dropped):
             continue
         why = [n.message for n in project.pin_needs if n.pin == pin.name]
-        row = {
-            "pin": pin.name,
-            "old": old.tag,
-            "new": pin.tag,
-            "requirements": why,
-            "override": dump(pin.override.shown()) if pin.override else None,
-            "override_dropped": pin.name in dropped,
-        }
         note = "; override dropped (no longer needed)" if pin.name in dropped else ""
-        row["message"] = f"{pin.name}: {old.tag} → {pin.tag} ({'; '.join(why) or 'no requirement names it'}){note}"
-        rows.append(row)
-        extra += ["", f"- {row['message']}"]
+        message = f"{pin.name}: {old.tag} → {pin.tag} ({'; '.join(why) or 'no requirement names it'}){note}"
+        override = pin.override.shown() if pin.override else None
+        row = PinMoved(pin.name, old.tag, pin.tag, why, override, pin.name in dropped, message)
+        extra += ["", f"- {row.message}"]
         if pin.override:
             o = pin.override
             extra.append(f"  - override in patches/upstream.yaml: {o.requirement} → {o.version}: {o.reason}")
@@ -346,10 +416,11 @@ def _moved_pins(
             if js.is_file():
                 sub_data = json.loads(js.read_text(encoding="utf-8"))
                 reports.append({"pin": pin.name, **sub_data})
-                row["patches"] = review.tally(sub_data.get("patches", ()))
+                row = replace(row, patches=review.tally(sub_data.get("patches", ())))
+        rows.append(row)
     if rows:
         text = text.rstrip() + "\n\n## Pins moved with it\n" + "\n".join(extra).rstrip() + "\n"
-    return rows, text, {**data, "pins": rows, "also": reports}
+    return rows, text, {**data, "pins": [dump(r) for r in rows], "also": reports}
 
 
 def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
@@ -362,10 +433,10 @@ def _review(md: Path, old: Pin, new: Pin) -> tuple[str, dict[str, Any]]:
     text = (
         f"# Rebase of the patch series: {old.tag} → {new.tag}\n\n(the rebase's review report was not found at {md})\n"
     )
-    return text, {"old": old.to_json(), "onto": new.to_json(), "patches": [], "warnings": []}
+    return text, {"old": dump(old), "onto": dump(new), "patches": [], "warnings": []}
 
 
-def _build(root: Path, options: BuildOptions, say: Say) -> list[dict[str, Any]]:
+def _build(root: Path, options: BuildOptions, say: Say) -> list[BumpImage]:
     """Every variant built and smoke-tested, as `imgbuild build` does (builder/runner.py)."""
     from imgbuild.builder import runner
     from imgbuild.engine import Engine
@@ -373,20 +444,7 @@ def _build(root: Path, options: BuildOptions, say: Say) -> list[dict[str, Any]]:
     project = Project.load(root)
     project.refuse_bad_headers()
     result = runner.build(Engine.connect(), project, project.select(None, None), options, say=say)
-    return [_image(dump(i)) for i in result.images]
-
-
-def _image(i: Mapping[str, Any]) -> dict[str, Any]:
-    smoke = i.get("smoke") or {}
-    return {
-        "variant": i["variant"],
-        "platform": i["platform"],
-        "image_id": i["image_id"],
-        "immutable": i["immutable"],
-        "moving": i["moving"],
-        "index": i.get("index"),
-        "smoke": "passed" if smoke.get("ok") else ("not run" if not smoke else "failed"),
-    }
+    return [BumpImage.of(i) for i in result.images]
 
 
 def _write(md: Path, text: str, data: dict[str, Any]) -> None:

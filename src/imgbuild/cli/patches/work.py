@@ -248,7 +248,7 @@ def bump_cmd(
     opts = None if no_build else options(base, None)
     done = bump.bump(root, onto, branch=branch, build=opts, report_dir=report_dir, say=to_stderr)
     if as_json:
-        print_json(docs.PatchesBump.of(done.to_json()))
+        print_json(docs.PATCHES_BUMP.of(done.shown()))
     else:
         console.print(done.message, markup=False, highlight=False)
         if done.report is not None:

@@ -1,29 +1,28 @@
 """The `--json` documents as types: one per name of `jsondoc.VERSIONS`.
 
 The domain result is the contract. A `Contract` names a frozen domain dataclass (the value a command's library call
-returns) as a document: `Contract.of(value)` prints it as it is (`render`, the one place a document becomes JSON:
-`{"schema": "imgbuild.<name>/<N>", ...fields}`), and its schema is generated from that dataclass by pydantic's
-`TypeAdapter` (`Annotated[..., Field(description=...)]` on a field describes its key). A document not yet moved
-onto its domain type is still a frozen pydantic model (`Document`, built from a dict); a key such a model does not
-name, or one it needs that is missing, fails at the print. Either way `docs/schema/<name>.v<N>.json` is generated
-from the type (`python3 -m imgbuild.report.documents --write docs/schema`, checked for drift by
-tests/unit/test_documents.py).
+returns, or what one method next to it makes of it, e.g. `Bump.shown()`) as a document: `Contract.of(value)`
+prints it as it is (`Printed.render`, the one place a document becomes JSON: `{"schema": "imgbuild.<name>/<N>",
+...fields}`), and `docs/schema/<name>.v<N>.json` is generated from that dataclass by pydantic's `TypeAdapter`
+(`Annotated[..., Field(description=...)]` on a field describes its key; the marks of `shapes.py` say how a field
+prints), written by `python3 -m imgbuild.report.documents --write docs/schema` and checked for drift by
+tests/unit/test_documents.py. No class here repeats a domain type's fields.
 
-A key that is only sometimes printed has a default and is left out when not given (`exclude_unset`); every other
-key is always printed. Generated schemas allow more keys (`additionalProperties` is not closed): a key added
-later does not bump a document's version, a changed or removed one does (jsondoc.py).
+A key that is only sometimes printed is left out when not set (`shapes.omitted_unless_set`); every other key is
+always printed. Generated schemas allow more keys (`additionalProperties` is not closed): a key added later does
+not bump a document's version, a changed or removed one does (jsondoc.py).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
@@ -31,39 +30,6 @@ from imgbuild import jsondoc
 from imgbuild.shapes import ADDED_LATER, NULL_DEFAULT, SCHEMA_NAMES
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-
-
-class Part(BaseModel):
-    """A piece of a document: frozen, no key it does not name."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class Document(Part):
-    """A whole document; `name` is its key in `jsondoc.VERSIONS`. The class docstring is the schema's description."""
-
-    name: ClassVar[str]
-
-    @classmethod
-    def of(cls, body: Mapping[str, Any]) -> Self:
-        """The document from a domain object's JSON body (its `to_json()`), checked against this type."""
-        return cls.model_validate(body)
-
-    def body(self) -> dict[str, Any]:
-        """The document's keys, without `schema`, as JSON values."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
-
-    def document(self) -> dict[str, Any]:
-        return jsondoc.document(self.name, self.body())
-
-    def render(self) -> str:
-        """The document as printed: `schema` first, two-space indents."""
-        return json.dumps(self.document(), indent=2, sort_keys=False)
-
-    @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        """The JSON Schema (draft 2020-12) of the printed document."""
-        return _document_schema(cls.name, _renamed(cls.model_json_schema(by_alias=True, mode="serialization")))
 
 
 class _Shapes(GenerateJsonSchema):
@@ -197,16 +163,15 @@ def _tidy(node: Any, *, mapping: bool = False) -> Any:
     return out
 
 
-def all_documents() -> Iterator[type[Document] | Contract]:
-    """Every document type, one per name of `jsondoc.VERSIONS`, in its order."""
+def all_documents() -> Iterator[Contract]:
+    """Every document, one per name of `jsondoc.VERSIONS`, in its order."""
     from imgbuild.report.documents import bump, deploy, images, patches
 
-    by_name: dict[str, type[Document] | Contract] = {
+    by_name: dict[str, Contract] = {
         c.name: c
         for module in (patches, bump, images, deploy)
         for c in vars(module).values()
         if isinstance(c, Contract)
-        or (isinstance(c, type) and issubclass(c, Document) and c is not Document and "name" in vars(c))
     }
     missing = set(jsondoc.VERSIONS) - set(by_name)
     assert not missing, f"documents without a type: {sorted(missing)}"

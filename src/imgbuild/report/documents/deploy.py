@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from imgbuild.report.documents import Contract, Document
-from imgbuild.report.documents.parts import ErrorBody
+from imgbuild.report.documents import Contract
 
 RECIPE = Contract("recipe", "imgbuild.deploy.recipes:RecipeWritten", "`imgbuild recipe VARIANT --profile P --json`")
 
@@ -17,9 +16,6 @@ ROLLBACK = Contract(
     "rollback", "imgbuild.deploy.history:Rollback", "`imgbuild rollback VARIANT --to TAG|DIGEST --json`"
 )
 
-
-class Error(Document):
-    """The failure document of any command under --json (printed by cli/main.py)."""
-
-    name = "error"
-    error: ErrorBody
+ERROR = Contract(
+    "error", "imgbuild.shapes:ErrorReport", "The failure document of any command under --json (printed by cli/main.py)."
+)

@@ -36,6 +36,7 @@ from imgbuild.workflows.rebase.state import (
     load,
     read,
     save,
+    saved,
     session,
 )
 from imgbuild.workflows.workspace import state_dir
@@ -103,7 +104,7 @@ def start(
 
         def fill(scratch: GitRepo, staging: Path) -> None:
             replay_old(project, scratch, old.commit, state)
-            write_json(staging / "state.json", state.to_json())
+            write_json(staging / "state.json", saved(state))
 
         work.create(old.repo.path / "objects", state.token, fill)
         what = f"{name} " if project.multi else ""

@@ -9,10 +9,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
 
 from imgbuild.patches.hunks import decode, split_lines
 from imgbuild.patches.patchfile import parse_header
+from imgbuild.shapes import dump
 from imgbuild.workflows.workspace import work_root
 
 if TYPE_CHECKING:
@@ -50,7 +53,7 @@ def _shown(row: Mapping[str, Any]) -> str:
 
 
 def render_report(state: RebaseState, typed_rows: Sequence[Row], warnings: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    old, onto = state.old.to_json(), state.onto.to_json()
+    old, onto = dump(state.old), dump(state.onto)
     rows = [r.to_report_json() for r in typed_rows]
     lines = [
         f"# Rebase of the patch series: {old['tag']} → {onto['tag']}",
@@ -166,16 +169,54 @@ def marker_blocks(text: str) -> list[Block]:
     return blocks
 
 
+@dataclass(frozen=True)
+class Sides:
+    expected: Annotated[list[str], Field(description="what the patch expects to find (context and removed lines)")]
+    release: Annotated[list[str], Field(description="what the release has where the hunk should land")]
+    patch: Annotated[list[str], Field(description="what the patch wants there")]
+
+
+@dataclass(frozen=True)
+class Markers:
+    line: int  # 1-based line of `<<<<<<<` in the work tree's file
+    ours: list[str]
+    theirs: list[str]
+
+
+@dataclass(frozen=True)
+class Context:
+    start: int  # 1-based line of the release where `lines` start
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class ConflictHunk:
+    """One hunk of the patch the rebase stopped at, where it should land on the release."""
+
+    patch: str
+    file: str
+    original_file: str | None  # where the patch had the file, when the rebase followed a rename
+    hunk: int
+    header: str
+    reason: str
+    release_has_file: bool
+    sides: Sides
+    release_line: int | None
+    lines_matching: int
+    markers: Markers | None  # the conflict markers a 3-way merge left in the stop's work tree, if any
+    context: Context
+
+
 def conflict_hunks(
     stopped: Stopped,
     patch: Patch,
     read_release: Callable[[str], bytes | None],
-) -> list[dict[str, Any]]:
+) -> list[ConflictHunk]:
     """Per conflicting hunk of the patch the rebase stopped at: the file, the hunk (number and @@ header), the
     lines on each side (what the patch expects, what the release has there, what the patch wants), the
     conflict markers' ours/theirs when a 3-way merge left some (in the stop's work tree), and the release's
     code around the spot."""
-    out: list[dict[str, Any]] = []
+    out: list[ConflictHunk] = []
     files = list(stopped.files)
     moved = {str(m.get("old")): str(m.get("new")) for m in stopped.moves}
     for index, fd in enumerate(patch.files):
@@ -201,42 +242,36 @@ def conflict_hunks(
             dropped = set(_lines(hunk.old[hunk.lead : len(hunk.old) - hunk.trail]))
             block = next((b for b in blocks if wanted & set(b.theirs) or (not wanted and dropped & set(b.ours))), None)
             out.append(
-                {
-                    "patch": stopped.filename,
-                    "file": path,
-                    "original_file": fd.path if fd.path != path else None,
-                    "hunk": hunk.index,
-                    "header": hunk.header,
-                    "reason": str(record.get("reason") or stopped.reason),
-                    "release_has_file": data is not None,
-                    "sides": {
-                        "expected": _lines(hunk.old),  # what the patch expects to find (context and removed lines)
-                        "release": _lines(release[at:end]),  # what the release has where the hunk should land
-                        "patch": _lines(hunk.new),  # what the patch wants there
-                    },
-                    "release_line": at + 1 if data is not None else None,
-                    "lines_matching": equal,
-                    "markers": (
-                        {"line": block.line, "ours": list(block.ours), "theirs": list(block.theirs)} if block else None
-                    ),
-                    "context": {"start": lo + 1, "lines": _lines(release[lo:hi])},
-                }
+                ConflictHunk(
+                    patch=stopped.filename,
+                    file=path,
+                    original_file=fd.path if fd.path != path else None,
+                    hunk=hunk.index,
+                    header=hunk.header,
+                    reason=str(record.get("reason") or stopped.reason),
+                    release_has_file=data is not None,
+                    sides=Sides(_lines(hunk.old), _lines(release[at:end]), _lines(hunk.new)),
+                    release_line=at + 1 if data is not None else None,
+                    lines_matching=equal,
+                    markers=Markers(block.line, list(block.ours), list(block.theirs)) if block else None,
+                    context=Context(lo + 1, _lines(release[lo:hi])),
+                )
             )
     return out
 
 
 def render_conflict(
-    state: RebaseState, stopped: Stopped, hunks: Sequence[Mapping[str, Any]], description: str
+    state: RebaseState, stopped: Stopped, hunks: Sequence[ConflictHunk], description: str
 ) -> tuple[str, dict[str, Any]]:
     """The review report of a rebase stopped at a conflict: the patches so far, then every conflicting hunk."""
-    old, onto = state.old.to_json(), state.onto.to_json()
+    old, onto = dump(state.old), dump(state.onto)
     done = {r.filename: r for r in state.results}
     ahead = {str(p.get("filename")): dict(p) for p in stopped.pending}
     patches: list[dict[str, Any]] = []
     for item in state.items:
         res = done.get(item.filename)
         if res is not None:
-            patches.append({**res.to_json(), "kind": kind(res.outcome, res.moves, res.header)})
+            patches.append({**dump(res), "kind": kind(res.outcome, res.moves, res.header)})
         elif item.filename == stopped.filename:
             patches.append(
                 {
@@ -285,18 +320,18 @@ def render_conflict(
         lines += ["", f"## What `{stopped.filename}` is for (its DEP-3 Description)", "", _quote(description)]
     lines += ["", "## Conflicting hunks"]
     for h in hunks:
-        where = f" (was `{h['original_file']}`)" if h.get("original_file") else ""
-        lines += ["", f"### `{h['file']}`{where}, hunk #{h['hunk']} `{h['header']}`", ""]
-        if not h["release_has_file"]:
-            lines += [f"The release has no `{h['file']}`: {h['reason']}", ""]
-        lines += _fenced("The patch expects:", h["sides"]["expected"])
-        lines += _fenced(f"The release has (line {h['release_line']}):", h["sides"]["release"])
-        lines += _fenced("The patch wants:", h["sides"]["patch"])
-        if m := h.get("markers"):
-            ours = f"Conflict markers at line {m['line']} of the work tree's file: ours (the release):"
-            lines += [*_fenced(ours, m["ours"]), *_fenced("theirs (the patch):", m["theirs"])]
-        ctx = h["context"]
-        lines += _fenced(f"The release around it (from line {ctx['start']}):", ctx["lines"])
+        where = f" (was `{h.original_file}`)" if h.original_file else ""
+        lines += ["", f"### `{h.file}`{where}, hunk #{h.hunk} `{h.header}`", ""]
+        if not h.release_has_file:
+            lines += [f"The release has no `{h.file}`: {h.reason}", ""]
+        lines += _fenced("The patch expects:", h.sides.expected)
+        lines += _fenced(f"The release has (line {h.release_line}):", h.sides.release)
+        lines += _fenced("The patch wants:", h.sides.patch)
+        if m := h.markers:
+            ours = f"Conflict markers at line {m.line} of the work tree's file: ours (the release):"
+            lines += [*_fenced(ours, m.ours), *_fenced("theirs (the patch):", m.theirs)]
+        ctx = h.context
+        lines += _fenced(f"The release around it (from line {ctx.start}):", ctx.lines)
     lines += ["", *_fenced("## To resume", commands, "sh")]
     lines.append("Never drop a patch silently: `imgbuild patches rebase --skip` only with the reason recorded.")
     md = "\n".join(lines).rstrip() + "\n"
@@ -306,9 +341,9 @@ def render_conflict(
         "today": state.today,
         "status": "conflict",
         "patches": patches,
-        "stopped": stopped.to_json(),
+        "stopped": dump(stopped),
         "pending": list(ahead.values()),
-        "conflicts": list(hunks),
+        "conflicts": [dump(h) for h in hunks],
         "resume": commands,
         "warnings": [],
     }

@@ -2,7 +2,8 @@
 (`.imgbuild-work/rebase`) that the start, the replay and the end share.
 
 Frozen records per patch and one mutable `RebaseState` (saved after every patch), validated from and
-dumped to JSON by pydantic.
+dumped to JSON by pydantic: `saved(state)` is what `state.json` holds (`shapes.dump` of the state, with its kind and
+version), `read` the one loader; the review report and the error details dump the records with `shapes.dump`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from imgbuild.config.models import PinRelease, UpstreamPin, load_pins
 from imgbuild.errors import ApplyError, StateError
-from imgbuild.shapes import named
+from imgbuild.shapes import dump, named
 from imgbuild.workflows.workspace import Session
 
 # Records the replay already reports as JSON (moves, dropped hunks, upstreamed checks, files):
@@ -34,25 +35,14 @@ LEFT = "left in patches/upstreamed"
 KIND = "rebase"
 
 
-class Json:
-    """JSON in and out, by the dataclass's fields (unknown keys are ignored, missing ones take defaults)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", TypeAdapter(type(self)).dump_python(self, mode="json"))
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return TypeAdapter(cls).validate_python(data)
-
-
 @dataclass(frozen=True)
-class Pin(Json):
+class Pin:
     tag: str
     commit: str
 
 
 @dataclass(frozen=True)
-class Item(Json):
+class Item:
     """One patch of the series (or a dormant one from patches/upstreamed/), with its commit on the old release."""
 
     filename: str
@@ -65,7 +55,7 @@ class Item(Json):
 
 
 @dataclass(frozen=True)
-class PatchResult(Json):
+class PatchResult:
     """One patch carried (or not) onto the new release."""
 
     filename: str
@@ -83,9 +73,6 @@ class PatchResult(Json):
     @classmethod
     def of(cls, item: Item, outcome: str, reason: str = "", **more: Any) -> PatchResult:
         return cls(filename=item.filename, dormant=item.dormant, outcome=cast(Outcome, outcome), reason=reason, **more)
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(sorted(super().to_json().items()))  # sorted: as `patches rebase` always printed them
 
     def shown(self) -> ShownResult:
         """The result as `patches rebase --json` (no option) and `patches status --json` print it."""
@@ -162,7 +149,7 @@ class Row:
     def to_report_json(self) -> dict[str, Any]:
         """The row of the review report: the whole result, the file and the range-diff."""
         return {
-            **self.result.to_json(),
+            **dump(self.result),
             "outcome": self.shown_outcome,
             "file": self.file,
             "range_diff": self.range_diff,
@@ -170,13 +157,13 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Unresolved(Json):
+class Unresolved:
     path: str
     reason: str
 
 
 @dataclass(frozen=True)
-class Stopped(Json):
+class Stopped:
     """Where a rebase stopped at a conflict: the work tree, the markers, what did apply."""
 
     filename: str
@@ -195,7 +182,7 @@ class Stopped(Json):
 
 
 @dataclass
-class RebaseState(Json):
+class RebaseState:
     """`state.json`. The one mutable record: the replay loop moves it on and saves it after every patch."""
 
     token: str
@@ -232,9 +219,6 @@ class RebaseState(Json):
     def set_item(self, index: int, **changes: Any) -> None:
         self.items[index] = replace(self.items[index], **changes)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": KIND, "version": 1, **super().to_json()}
-
 
 # -- the session: .imgbuild-work/rebase ---------------------------------------------------
 def session(root: Path) -> Session:
@@ -245,7 +229,7 @@ class RebaseStopped(ApplyError):
     """The rebase stopped at a conflict; the work tree holds it."""
 
     def __init__(self, message: str, hint: str, stopped: Stopped) -> None:
-        super().__init__(message, hint, {"stopped": stopped.to_json()})
+        super().__init__(message, hint, {"stopped": dump(stopped)})
         self.stopped = stopped
 
 
@@ -347,7 +331,7 @@ def read(root: Path) -> RebaseState | None:
     if data is None:
         return None
     try:
-        return RebaseState.from_json(data)
+        return loaded(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise StateError(
             f"{work.directory / 'state.json'} is not a rebase state this imgbuild can read ({exc})",
@@ -363,8 +347,19 @@ def load(root: Path) -> RebaseState:
     return state
 
 
+def loaded(data: Mapping[str, Any]) -> RebaseState:
+    """The state `state.json` holds (`saved`, or an older imgbuild's: unknown keys are ignored, missing ones take
+    their defaults); ValueError (pydantic's) when it is not one."""
+    return TypeAdapter(RebaseState).validate_python(data)
+
+
+def saved(state: RebaseState) -> dict[str, Any]:
+    """What `state.json` holds: the state's fields, its kind and version (`read` loads it; written with sorted keys)."""
+    return {"kind": KIND, "version": 1, **dump(state)}
+
+
 def save(root: Path, state: RebaseState) -> None:
-    session(root).save(state.to_json())
+    session(root).save(saved(state))
 
 
 def moving_pin(root: Path, state: RebaseState) -> UpstreamPin:
