@@ -59,6 +59,11 @@ def tags(engine: Engine, repo: str) -> dict[str, str]:
     return {t: img.id for img in engine.client.images.list(name=repo) for t in img.tags if t.startswith(f"{repo}:")}
 
 
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    """A run's exit status and the ends of what it printed (its --json error document is on stdout)."""
+    return f"exit {done.returncode}; stdout: {done.stdout[-1500:]}; stderr: {done.stderr[-1500:]}"
+
+
 def refused_for_the_other(done: subprocess.CompletedProcess[str]) -> bool:
     return done.returncode != 0 and "another imgbuild" in done.stderr
 
@@ -128,7 +133,7 @@ def test_two_publishes_of_one_variant_to_one_registry(make_project: MakeProject,
         project, cache, repo = make_project("pub2"), tmp_path / "cache", f"{prefix}-at-once"
         args = ("publish", "engram-mem", "-r", registry.host, "--repository", repo, "--base", "skeleton")
         runs = together((project, cache, (*args, "--json")), (project, cache, (*args, "--json")))
-        assert all(d.returncode == 0 or refused_for_the_other(d) for d in runs), [d.stderr[-2000:] for d in runs]
+        assert all(d.returncode == 0 or refused_for_the_other(d) for d in runs), [said(d) for d in runs]
         digests = {v["digest"] for d in runs if d.returncode == 0 for v in load_json(d.stdout)["variants"]}
         assert len(digests) == 1, digests
         (digest,) = digests
