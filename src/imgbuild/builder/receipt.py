@@ -120,6 +120,11 @@ def keep(receipt: Key, plan: BuildPlan, result: BuildResult) -> None:
 
 def reuse(engine: Engine, receipt: Key, options: BuildOptions, say: Say) -> BuildResult | None:
     """What the kept build made, when the engine still holds all of it as it was; None otherwise."""
+    with engine.reads_kept():  # a base two images share is asked about once
+        return _reuse(engine, receipt, options, say)
+
+
+def _reuse(engine: Engine, receipt: Key, options: BuildOptions, say: Say) -> BuildResult | None:
     try:
         kept = json.loads(receipt.path.read_text())
     except (OSError, ValueError):
