@@ -2,8 +2,8 @@
 so that the same build asked again with nothing changed is answered from the engine alone.
 
 A no-op build used to load the project, apply the stack in memory to plan the layers (gitpython reading the release
-files) and resolve the bases, only to find every image already there: 0.60 s, most of it imports
-(benchmarks/results/issue45-edit-noop.txt). The plan is a function of the project's files (patches/, images/,
+files) and resolve the bases, only to find every image already there: 0.85 s against 0.60 s from a receipt at real
+size (benchmarks/results/issue45-receipt.txt). The plan is a function of the project's files (patches/, images/,
 images.lock), its git HEAD and origin (the revision labels), imgbuild's own code, the selection and the options;
 the images are the engine's. The key hashes the first group (file contents, and imgbuild's modules by size and
 mtime); the receipt names, per image, its base's ref and id, its immutable tag's id and inputs digest, and its
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,32 @@ class Key:
     @property
     def path(self) -> Path:
         return self.where / f"{self.digest}.json"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One image of a receipt: what the build made of it, and the base it was made on."""
+
+    variant: str
+    platform: str
+    image_id: str
+    immutable: str
+    moving: tuple[str, ...]
+    inputs_digest: str
+    index: str  # the multi-platform image it is part of, and its ref ("" for a one-platform variant)
+    index_ref: str
+    base_ref: str
+    base_id: str
+
+    @classmethod
+    def read(cls, rec: object) -> Kept:
+        """A record as written by `keep`; TypeError or ValueError for anything else."""
+        if not isinstance(rec, dict):
+            raise TypeError(f"not a record: {rec!r}")
+        kept = cls(**{**rec, "moving": tuple(rec.get("moving", ()))})
+        if not all(isinstance(v, str) for v in (*astuple(kept)[:4], *astuple(kept)[5:], *kept.moving)):
+            raise ValueError(f"not a record: {rec!r}")
+        return kept
 
 
 def key(
@@ -96,20 +122,9 @@ def keep(receipt: Key, plan: BuildPlan, result: BuildResult) -> None:
     images = []
     for img in result.images:
         base = bases[(img.variant, img.platform)]
-        images.append(
-            {
-                "variant": img.variant,
-                "platform": str(img.platform),
-                "image_id": img.image_id,
-                "immutable": img.immutable,
-                "moving": list(img.moving),
-                "inputs_digest": img.inputs_digest,
-                "index": img.index,
-                "index_ref": img.index_ref,
-                "base_ref": base.ref,
-                "base_id": base.image_id,
-            }
-        )
+        kept = Kept(img.variant, str(img.platform), img.image_id, img.immutable, tuple(img.moving),
+                    img.inputs_digest, img.index, img.index_ref, base.ref, base.image_id)  # fmt: skip
+        images.append(asdict(kept))
     try:
         write_json(receipt.path, {"format": FORMAT, "images": images})
         for old in sorted(receipt.where.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)[KEEP:]:
@@ -126,39 +141,39 @@ def reuse(engine: Engine, receipt: Key, options: BuildOptions, say: Say) -> Buil
 
 def _reuse(engine: Engine, receipt: Key, options: BuildOptions, say: Say) -> BuildResult | None:
     try:
-        kept = json.loads(receipt.path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(kept, dict) or kept.get("format") != FORMAT:
+        doc = json.loads(receipt.path.read_text())
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            return None
+        records = [Kept.read(rec) for rec in doc["images"]]
+    except (OSError, ValueError, TypeError, KeyError):  # gone, or not a receipt this imgbuild wrote: plan again
         return None
     result = BuildResult()
     lines: list[str] = []
     after: list[str] = []  # as the runner says them: every reuse, then each image's tags
-    for rec in kept["images"]:
-        info, base = engine.image(rec["immutable"]), engine.image(rec["base_ref"])
-        if info is None or info.id != rec["image_id"] or info.labels.get(INPUTS_LABEL) != rec["inputs_digest"]:
+    for rec in records:
+        info, base = engine.image(rec.immutable), engine.image(rec.base_ref)
+        if info is None or info.id != rec.image_id or info.labels.get(INPUTS_LABEL) != rec.inputs_digest:
             return None
-        if base is None or base.id != rec["base_id"]:
+        if base is None or base.id != rec.base_id:
             return None
-        joined = engine.image(rec["index_ref"]) if rec["index_ref"] else None
-        if rec["index_ref"] and (joined is None or joined.id != rec["index"]):
+        joined = engine.image(rec.index_ref) if rec.index_ref else None
+        if rec.index_ref and (joined is None or joined.id != rec.index):
             return None
-        target = rec["index"] or rec["image_id"]
-        moving = tuple(rec["moving"])
-        named = [engine.image(r) for r in moving]
-        if options.smoke and any(getattr(info, "id", None) != target for info in named):
+        target = rec.index or rec.image_id
+        named = [engine.image(ref) for ref in rec.moving]
+        if options.smoke and any(getattr(tagged, "id", None) != target for tagged in named):
             return None  # a moving tag moved (a rollback, another build): the build smoke-tests and moves it back
-        if any(info is not None and INPUTS_LABEL not in info.labels for info in named):
+        if any(tagged is not None and INPUTS_LABEL not in tagged.labels for tagged in named):
             return None  # a foreign image under a moving tag: the build refuses it (runner.check_collisions)
         note = "" if options.smoke else "not smoke-tested (--no-smoke): moving tags left alone"
         image = ImageBuilt(
-            rec["variant"], Platform.parse(rec["platform"]), rec["image_id"], rec["immutable"], moving,
-            rec["inputs_digest"], built=False, moved=False, layers=info.layers, base_layers=len(base.layers),
-            index=rec["index"], index_ref=rec["index_ref"], note=note,
+            rec.variant, Platform.parse(rec.platform), rec.image_id, rec.immutable, rec.moving, rec.inputs_digest,
+            built=False, moved=False, layers=info.layers, base_layers=len(base.layers), index=rec.index,
+            index_ref=rec.index_ref, note=note,
         )  # fmt: skip
         result.images.append(image)
         lines.append(reused(image.variant, image.immutable, image.inputs_digest))
-        done = up_to_date(image.variant, image.platform, moving, image.index_ref)
+        done = up_to_date(image.variant, image.platform, rec.moving, image.index_ref)
         after.append(f"{image.variant}: {note}" if note else done)
     say(f"nothing changed since this build last ran ({receipt.path.name[:12]}): the engine holds each image")
     for line in (*lines, *after):

@@ -1,15 +1,17 @@
-"""The key of a build's receipt (builder/receipt.py) moves with everything that decides the plan, on a real git
+"""A build's receipt (builder/receipt.py): its key moves with everything that decides the plan, on a real git
 project: a patch's bytes, a variant file, the lock, a new commit (the images' revision label), the selection and the
-options; `--force` and `--builder` have no key, so no receipt ever answers them."""
+options; `--force` and `--builder` have no key, so no receipt ever answers them; a record is read back only as it
+was written (the docker tier runs the receipt against the engine: tests/docker/test_build.py)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from imgbuild.builder.options import BuildOptions
-from imgbuild.builder.receipt import key
+from imgbuild.builder.receipt import Kept, key
 from tests.support.synth import git
 
 
@@ -68,3 +70,19 @@ def test_force_and_a_builder_are_never_answered_from_a_receipt(root: Path) -> No
     cache = root.parent / "cache"
     assert key(root, None, None, BuildOptions(force=True), cache) is None
     assert key(root, None, None, BuildOptions(builder="spark-farm"), cache) is None
+
+
+def test_a_record_is_read_back_only_as_it_was_written() -> None:
+    kept = Kept("latest", "linux/arm64", "sha256:" + "a" * 64, "r:1.0.0-aaaa", ("r:latest",), "a" * 64, "", "",
+                "base:1", "sha256:" + "b" * 64)  # fmt: skip
+    assert Kept.read(asdict(kept)) == kept
+    written = asdict(kept)
+    for broken in (
+        {k: v for k, v in written.items() if k != "base_id"},  # a key missing
+        {**written, "extra": 1},  # a key it never wrote
+        {**written, "image_id": None},
+        {**written, "moving": [1]},
+        ["latest"],
+    ):
+        with pytest.raises((TypeError, ValueError)):
+            Kept.read(broken)
