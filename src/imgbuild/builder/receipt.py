@@ -29,13 +29,12 @@ import imgbuild
 from imgbuild import proc
 from imgbuild.atomic import write_json
 from imgbuild.builder.options import BuildOptions
-from imgbuild.builder.result import BuildResult, ImageBuilt, reused, up_to_date
+from imgbuild.builder.result import BuildResult, ImageBuilt, OnSmoke, reused, up_to_date
 from imgbuild.cache import cache_dir
 from imgbuild.platforms import Platform
 from imgbuild.progress import Say
 
 if TYPE_CHECKING:
-    from imgbuild.builder.runner import OnSmoke
     from imgbuild.engine import Engine
     from imgbuild.plan.builds import BuildPlan
 
@@ -204,4 +203,5 @@ def build(
     project = Project.load(root)
     project.refuse_bad_headers()
     selection = project.select(variants, platform)
-    return runner.build(engine or connect(), project, selection, options, say, on_smoke, kept=kept)
+    done = (lambda plan, result: keep(kept, plan, result)) if kept is not None else None
+    return runner.build(engine or connect(), project, selection, options, say, on_smoke, done=done)

@@ -4,7 +4,7 @@ images' layers relate. `builder/runner.py` makes it; a build with nothing to do 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -13,6 +13,8 @@ from pydantic import Field
 from imgbuild.platforms import Platform
 from imgbuild.shapes import EmptyIsNull
 from imgbuild.smoke.report import SmokeReport
+
+OnSmoke = Callable[[SmokeReport], None]  # told each image's smoke report as the build has it
 
 
 @dataclass

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from imgbuild.builder import base_probe, receipt
+from imgbuild.builder import base_probe
 from imgbuild.builder.bases import Bases, check_drift, dry_bases
 from imgbuild.builder.options import BuildOptions
 from imgbuild.builder.packages import check_packages
-from imgbuild.builder.result import BuildResult, ImageBuilt, reused, up_to_date
+from imgbuild.builder.result import BuildResult, ImageBuilt, OnSmoke, reused, up_to_date
 from imgbuild.cache import cache_dir
 from imgbuild.engine import Engine
 from imgbuild.errors import DockerError, SmokeError
@@ -28,7 +28,6 @@ from imgbuild.shapes import dump
 from imgbuild.smoke import launchcheck
 from imgbuild.smoke.checks import smoke
 from imgbuild.smoke.expected import ImporterFinder, expected_for, importer_finder
-from imgbuild.smoke.report import SmokeReport
 
 BUILDS_AT_ONCE = 2
 
@@ -57,7 +56,6 @@ def check_collisions(engine: Engine, plan: BuildPlan) -> None:
 
 
 # -- executing --------------------------------------------------------------
-OnSmoke = Callable[[SmokeReport], None]
 
 
 class Runner:
@@ -277,9 +275,10 @@ def build(
     options: BuildOptions,
     say: Say = to_stderr,
     on_smoke: OnSmoke | None = None,
-    kept: receipt.Key | None = None,
+    done: Callable[[BuildPlan, BuildResult], None] | None = None,
 ) -> BuildResult:
-    """Build the selection; with `kept`, write its receipt once every image is tagged (builder/receipt.py)."""
+    """Build the selection; `done` is told the plan and the result once every image is tagged (a receipt is kept
+    of them: builder/receipt.py)."""
     inputs = project_inputs(project)
     with engine.reads_kept():  # each image asked about once between this run's writes
         plan = prepare(engine, project, selection, options, say, inputs)
@@ -287,8 +286,8 @@ def build(
         finder = importer_finder(project)
         runner = Runner(engine, plan, options, say, on_smoke, epoch=labels.epoch(inputs.created), importers=finder)
         result = runner.run()
-    if kept is not None:
-        receipt.keep(kept, plan, result)
+    if done is not None:
+        done(plan, result)
     return result
 
 
