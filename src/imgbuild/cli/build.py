@@ -99,7 +99,9 @@ def build(
     Each variant image is its base plus shared layers of patched files (no layer ever
     reverts a file), with ENTRYPOINT and CMD cleared and provenance labels. Tags: an
     immutable <version>-<inputs digest> first, then, after the smoke test, the moving
-    tags (e.g. latest). An image whose inputs are unchanged is reused without a build.
+    tags (e.g. latest). An image whose inputs are unchanged is reused without a build;
+    the same build asked again with nothing changed is answered from its receipt in the
+    cache, in engine reads only ("nothing changed since this build last ran").
 
     Examples:
 
