@@ -71,14 +71,21 @@ from tests.gpu.engram_harness import (
 
 SHAPE = Shape()
 # Cold prefill variants (issue 46 item 1): merge gap in pages, pages per
-# request, and ENGRAM_PREFETCH_MODE.
+# request, ENGRAM_PREFETCH_MODE and pool threads. Earlier leases swept gaps
+# of 2-64 pages with hints from the calling thread and 512 KiB-2 MiB
+# requests (issue46-h100-i46b-bench1.txt); these ask for fewer bytes from
+# the pool's threads.
 SWEEP = [
-    (2, 32, "hint"),
-    (8, 32, "hint"),
-    (16, 128, "hint"),
-    (16, 128, "pool-hint"),
-    (64, 512, "read"),
+    (0, 32, "pool-hint", 8),
+    (1, 32, "pool-hint", 8),
+    (2, 32, "pool-hint", 8),
+    (2, 32, "pool-hint", 16),
+    (4, 32, "pool-hint", 16),
 ]
+# Warm variants for a mid-size step: its gather split over the pool in
+# tasks of at least this many rows (ENGRAM_ROWS_PER_TASK; the default
+# splits from 32768 rows a layer).
+WARM_SPLITS = (384, 768)
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -338,6 +345,9 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
             if prefill:
                 warm["disk/16t"] = stage(batch, 16)
                 warm["disk/4t"] = stage(batch, 4)
+            else:
+                for split in WARM_SPLITS:
+                    warm[f"disk/8t split {split}"] = patched_as(stage(batch, 8), ENGRAM_ROWS_PER_TASK=split)
             for fn in warm.values():
                 fn()
             samples: dict[str, list[float]] = {k: [] for k in warm}
@@ -360,10 +370,13 @@ def main() -> None:  # noqa: C901 - one script, one pass per measurement, in the
                 # pages between read too), requests up to H pages (the
                 # kernel caps a hint at the device's read-ahead, 8 MiB on
                 # the lent machines' virtio disk, 128 KiB by default).
-                for gap, pages, mode in SWEEP:
-                    key = f"disk/8t gap{gap} req{pages * 4}K {mode}"
+                for gap, pages, mode, threads in SWEEP:
+                    key = f"disk/{threads}t gap{gap} req{pages * 4}K {mode}"
                     cold_variants[key] = patched_as(
-                        stage(batch, 8), ENGRAM_MERGE_GAP_PAGES=gap, ENGRAM_HINT_PAGES=pages, ENGRAM_PREFETCH_MODE=mode
+                        stage(batch, threads),
+                        ENGRAM_MERGE_GAP_PAGES=gap,
+                        ENGRAM_HINT_PAGES=pages,
+                        ENGRAM_PREFETCH_MODE=mode,
                     )
             hints: dict[str, list[int]] = {k: [] for k in cold_variants}
             hinted: dict[str, list[int]] = {k: [] for k in cold_variants}
