@@ -1076,6 +1076,28 @@ def test_the_probe_reads_many_heads_not_one(engram, tmp_path, monkeypatch, token
     assert len(recorder.probed) == expected
 
 
+def test_the_probe_keeps_its_picks_for_a_bounded_number_of_step_sizes(engram, tmp_path, monkeypatch):
+    """The probed rows are kept per step size; a server's step sizes vary
+    without end, so the table keeps at most 256 sizes, and a size probed
+    after the cache was emptied probes the same rows as before."""
+    table, _ = one_page_table(engram, tmp_path, 64)
+    recorder = RegionRecorder(cached_below=table.part_rows * DIM)  # all cached: every row is probed
+    monkeypatch.setitem(engram, "os", recorder)
+    rows = np.arange(table.part_rows, dtype=np.int64)
+    sizes = range(17, 17 + 600)
+    probed = {}
+    for size in sizes:
+        recorder.probed.clear()
+        assert not table._missing(rows[:size])
+        probed[size] = list(recorder.probed)
+        assert len(table._picks) <= 256
+    assert len(table._picks) > 0
+    for size in sizes:
+        recorder.probed.clear()
+        table._missing(rows[:size])
+        assert recorder.probed == probed[size], size
+
+
 def test_a_partly_cached_large_step_asks_only_for_its_missing_pages(engram, tmp_path, monkeypatch):
     """Issue 46 item 6: with some of a large step's pages in the page cache
     (mincore-checked), the step is not skipped after a few probes, and asks
