@@ -13,27 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 from sparkrun.builders.base import BuilderPlugin
 
-from imgbuild import jsondoc, proc  # standard library only: the --json contract, the one process funnel
+from imgbuild.deploy.sparkrun_cli import (
+    ImgbuildBuildError,
+    build_argv,
+    history_argv,
+    is_url,
+    json_of,
+    run,
+    run_build,
+)
 from imgbuild.deploy.sparkrun_pins import pinned, published, version_info
 
 SPARKRUN_PLUGIN_API_VERSION = 1
 KEYS = frozenset({"project", "revision", "variant", "platform", "command", "registry"})
-
-
-class ImgbuildBuildError(RuntimeError):
-    """`imgbuild build` failed: its message and hint, and its exit code (docs/reference.md, Exit codes)."""
-
-    def __init__(self, message: str, exit_code: int, hint: str = "") -> None:
-        super().__init__(f"imgbuild build failed (exit {exit_code}): {message}" + (f" ({hint})" if hint else ""))
-        self.exit_code = exit_code
-        self.hint = hint
 
 
 def config_of(recipe: Any) -> dict[str, Any]:
@@ -57,10 +55,6 @@ def problems(recipe: Any) -> list[str]:
     if variant_of(recipe) is None:
         out.append("builder_config.variant is required: the image variant to build (a file in images/)")
     return out
-
-
-def is_url(project: str) -> bool:
-    return "://" in project or project.startswith("git@")
 
 
 def clone_dir(url: str, cache: Path) -> Path:
@@ -87,35 +81,9 @@ def checkout(url: str, revision: str | None, cache: Path) -> Path:
 
 
 def _git(*args: str) -> None:
-    done = _run(["git", *args])
+    done = run(["git", *args])
     if done.returncode != 0:
         raise ImgbuildBuildError(f"git {' '.join(args)}: {done.stderr.strip()}", done.returncode)
-
-
-def _run(argv: list[str]) -> proc.CompletedProcess[str]:
-    try:
-        return proc.run(argv, text=True)
-    except proc.ToolNotFound as exc:
-        hint = "install imgbuild beside sparkrun, or set builder_config.command"
-        raise ImgbuildBuildError(str(exc), 7, hint) from exc
-
-
-def command_of(cfg: dict[str, Any]) -> list[str]:
-    command = cfg.get("command") or os.environ.get("IMGBUILD_COMMAND") or "imgbuild"
-    return [*(shlex.split(command) if isinstance(command, str) else command)]
-
-
-def build_argv(cfg: dict[str, Any], project: str, variant: str, *, dry_run: bool, offline: bool = False) -> list[str]:
-    argv = [*command_of(cfg), "-C", project, "build", variant, "--json"]
-    if cfg.get("platform"):
-        argv += ["--platform", str(cfg["platform"])]
-    if offline:
-        argv.append("--offline")
-    return [*argv, "--dry-run"] if dry_run else argv
-
-
-def history_argv(cfg: dict[str, Any], project: str, variant: str) -> list[str]:
-    return [*command_of(cfg), "-C", project, "history", variant, "--registry", str(cfg["registry"]), "--json"]
 
 
 def published_ref(cfg: dict[str, Any], project: str, variant: str, container: str) -> str | None:
@@ -123,56 +91,7 @@ def published_ref(cfg: dict[str, Any], project: str, variant: str, container: st
     if not cfg.get("registry"):
         return None
     argv = history_argv(cfg, project, variant)
-    return published(json_of(argv, _run(argv), "history"), container)
-
-
-def built_ref(doc: dict[str, Any], variant: str) -> str:
-    """The immutable reference `build --json` (or `--dry-run --json`) reports for `variant`."""
-    refs = {i.get("index_ref") or i["immutable"] for i in doc.get("images", []) if i.get("variant") == variant}
-    if len(refs) != 1:
-        raise ImgbuildBuildError(f"imgbuild build --json named {len(refs)} images of variant {variant}", 1)
-    return str(refs.pop())
-
-
-def check_schema(doc: dict[str, Any], name: str, argv: list[str], exit_code: int) -> None:
-    """Refuse a document of another name or version than the one this plugin reads (jsondoc.VERSIONS)."""
-    problem = jsondoc.mismatch(doc, name)
-    if problem is not None:
-        raise ImgbuildBuildError(
-            f"the --json document of `{shlex.join(argv)}` {problem}",
-            exit_code or 1,
-            "run the imgbuild this plugin comes from (builder_config.command or $IMGBUILD_COMMAND), "
-            "or install the plugin of that imgbuild",
-        )
-
-
-def json_of(argv: list[str], done: proc.CompletedProcess[str], name: str) -> dict[str, Any]:
-    """The `--json` document `argv` printed, checked to be `name` at the version this plugin reads."""
-    try:
-        doc = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        doc = None
-    if done.returncode != 0 or not isinstance(doc, dict):
-        err = doc.get("error") if isinstance(doc, dict) else None
-        if isinstance(err, dict):
-            check_schema(doc, "error", argv, done.returncode)
-            code = int(err.get("exit_code") or done.returncode)
-            raise ImgbuildBuildError(str(err.get("message")), code, str(err.get("hint") or ""))
-        detail = done.stderr.strip().splitlines()[-1:] or [done.stdout.strip()[:200]]
-        raise ImgbuildBuildError(f"{shlex.join(argv)}: {detail[0]}", done.returncode or 1)
-    check_schema(doc, name, argv, 0)
-    return doc
-
-
-def run_build(argv: list[str], variant: str) -> str:
-    return built_ref(build_doc(argv, _run(argv)), variant)
-
-
-def build_doc(argv: list[str], done: proc.CompletedProcess[str]) -> dict[str, Any]:
-    doc = json_of(argv, done, "build-plan" if "--dry-run" in argv else "build")
-    if doc.get("ok") is False:
-        raise ImgbuildBuildError("the build's smoke test failed (see `imgbuild build` without --json)", 8)
-    return doc
+    return published(json_of(argv, run(argv), "history"), container)
 
 
 def offline_of(builder_context: Any) -> bool:

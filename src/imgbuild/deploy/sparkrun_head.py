@@ -19,7 +19,7 @@ import shlex
 from typing import Any
 
 from imgbuild import proc
-from imgbuild.deploy import sparkrun_builder as plugin
+from imgbuild.deploy import sparkrun_cli as cli
 
 HEAD_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/imgbuild/sparkrun-projects"'
 BUILD_TIMEOUT = 4 * 3600  # a first build on a head pulls the base (tens of GB) and the release
@@ -75,7 +75,7 @@ def project_on_head(cfg: dict[str, Any], head: str, ssh_kwargs: dict[str, Any], 
     from sparkrun.orchestration.ssh import run_pipeline_to_remote
 
     project = str(cfg["project"])
-    if plugin.is_url(project):
+    if cli.is_url(project):
         script = fetch_script(project, cfg.get("revision"), offline=offline)
         done = run_script_on_host(head, script, ssh_kwargs=ssh_kwargs, timeout=900)
         what = f"git clone/fetch of {project} on {head}"
@@ -85,11 +85,11 @@ def project_on_head(cfg: dict[str, Any], head: str, ssh_kwargs: dict[str, Any], 
         what = f"sending {project} to {head}"
     lines = (done.stdout or "").strip().splitlines()
     if not done.success or not lines:
-        raise plugin.ImgbuildBuildError(
+        raise cli.ImgbuildBuildError(
             f"{what} failed: {(done.stderr or '').strip()[-600:]}",
             done.returncode or 1,
             "launch once online (the clone stays on the head)"
-            if offline and plugin.is_url(project)
+            if offline and cli.is_url(project)
             else "check that sparkrun reaches the head over SSH and that git and tar are installed there",
         )
     return lines[-1].strip()
@@ -100,11 +100,11 @@ def build_on_head(cfg: dict[str, Any], variant: str, head: str, ssh_kwargs: dict
     from sparkrun.orchestration.primitives import run_script_on_host
 
     project = project_on_head(cfg, head, ssh_kwargs, offline=offline)
-    argv = plugin.build_argv(cfg, project, variant, dry_run=False, offline=offline)
+    argv = cli.build_argv(cfg, project, variant, dry_run=False, offline=offline)
     # the project path is the head's own ("$HOME/..." already expanded there by the script that printed it)
     script = "set -o pipefail\n" + shlex.join(argv) + "\n"
     done = run_script_on_host(head, script, ssh_kwargs=ssh_kwargs, timeout=BUILD_TIMEOUT)
-    return plugin.built_ref(plugin.build_doc([*argv, f"(on {head})"], _completed(done)), variant)
+    return cli.built_ref(cli.build_doc([*argv, f"(on {head})"], _completed(done)), variant)
 
 
 def _completed(done: Any) -> proc.CompletedProcess[str]:
