@@ -7,16 +7,17 @@ for that step without a GPU (device buffers are stand-ins, as in
 x 200K buckets, 1.2 GB a layer, the GPU bench's shape; the step touches about
 half of their pages), on this machine's disk, from an emptied page cache
 (``mincore`` 0% asserted before every timed step), once for each way of asking
-for the pages (ENGRAM_PREFETCH_MODE, ENGRAM_MERGE_GAP_PAGES, ENGRAM_HINT_PAGES,
-pool threads), in interleaved rounds. Beside them, measured in the same run by
+for the pages (ENGRAM_PREFETCH_MODE, ENGRAM_MERGE_GAP_PAGES, pool threads), in
+interleaved rounds. Beside them, measured in the same run by
 ``disk_floor`` (benchmarks/disk_floor.c): both rows files read through with
 1 MiB reads (the sequential rate; the bandwidth floor is the step's distinct
 pages at that rate, issue 46's yardstick) and the step's exact pages read as
 merged runs at QD32, and the same pages with the gaps of up to G pages
 between them filled in (what the stager asks for at ENGRAM_MERGE_GAP_PAGES=G;
 read as runs of up to 1 MiB): fewer requests for more bytes, whose best is
-what any reader of these pages gets from this disk. A partly warm step (every third of its pages read in
-first, read-ahead off, mincore-checked) runs in the same rounds.
+what any reader of these pages gets from this disk. A partly warm step (every
+third of its pages read in first, read-ahead off, mincore-checked) runs in the
+same rounds.
 
     python3 tests/gpu/collect_sources.py /tmp/engram-src
     gcc -O2 -pthread -o /tmp/disk_floor benchmarks/disk_floor.c
